@@ -1,0 +1,33 @@
+/*
+ * attention.h — causal attention of one sequence's queries over its paged KV cache (CPU, fp32).
+ *
+ * Layout (ARCHITECTURE § 4): per layer, K and V are (n_blocks, n_kv_heads, block_size, head_dim),
+ * K stored after RoPE; every slot records the position of its token in slot_pos
+ * (n_blocks, block_size). A query at position p attends to the sequence's slots 0..n_ctx-1 (mapped
+ * through block_table) whose recorded position is <= p, so causality follows the explicit
+ * positions, not slot order. GQA: query head h reads KV head h / (n_heads / n_kv_heads).
+ * Threads: parallel over (token, head) inside (OpenMP). Thread-safe for distinct outputs.
+ */
+#ifndef BRAID_KERNELS_CPU_ATTENTION_H
+#define BRAID_KERNELS_CPU_ATTENTION_H
+
+#include <stdint.h>
+
+typedef struct {
+    float *k;          /* (n_blocks, n_kv_heads, block_size, head_dim) */
+    float *v;          /* (n_blocks, n_kv_heads, block_size, head_dim) */
+    int32_t *slot_pos; /* (n_blocks, block_size), shared by all layers */
+    int block_size, n_kv_heads, head_dim;
+} KvLayerView;
+
+/* Writes k_new/v_new (n_tokens, n_kv_heads*head_dim) into global slots slot_mapping[t]
+ * (= block*block_size + offset); slots < 0 are skipped (padding). */
+void cpu_kv_store(const KvLayerView *kv, const int32_t *slot_mapping, const float *k_new, const float *v_new,
+                  int n_tokens);
+
+/* out (n_tokens, n_heads*head_dim) = softmax(q·Kᵀ/√head_dim, causal by position) · V.
+ * q is (n_tokens, n_heads*head_dim) with q_pos (n_tokens). */
+int cpu_attention(const KvLayerView *kv, const int32_t *block_table, int n_ctx, const float *q, const int32_t *q_pos,
+                  int n_tokens, int n_heads, float *out);
+
+#endif

@@ -1,0 +1,66 @@
+#include "kernels/cpu/matmul.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "kernels/cpu/quant.h"
+
+/* Dequantized panels are bounded so the output head (vocab × dim) never needs a full fp32 copy. */
+#define PANEL_MAX_FLOATS (4u << 20)
+
+void cpu_scratch_free(CpuScratch *s) {
+    free(s->panel);
+    free(s->x_block_sums);
+    s->panel = s->x_block_sums = NULL;
+    s->panel_cap = s->x_block_sums_cap = 0;
+}
+
+static int ensure_capacity(float **buf, size_t *cap, size_t need) {
+    if (*cap >= need) return 0;
+    float *p = realloc(*buf, need * sizeof **buf);
+    if (!p) return -1;
+    *buf = p;
+    *cap = need;
+    return 0;
+}
+
+void cpu_matrix_row(const WeightMatrix *w, int64_t index, float *out) {
+    quant_dequantize_row(w->type, w->data + (size_t)index * w->row_bytes, out, w->cols);
+}
+
+static int matmul_by_rows(const WeightMatrix *w, const float *x, int n_tokens, float *y, CpuScratch *s) {
+    int64_t cols = w->cols, rows = w->rows, nb = cols / 32;
+    if (ensure_capacity(&s->x_block_sums, &s->x_block_sums_cap, (size_t)(n_tokens * nb + 1))) return -1;
+    for (int t = 0; t < n_tokens; t++) quant_block_sums(x + t * cols, cols, s->x_block_sums + t * nb);
+    const float *xs = s->x_block_sums;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+        for (int t = 0; t < n_tokens; t++)
+            y[(size_t)t * rows + r] = quant_dot_row(w->type, row, x + t * cols, xs + t * nb, cols);
+    }
+    return 0;
+}
+
+static int matmul_by_gemm(const WeightMatrix *w, const float *x, int n_tokens, float *y, CpuScratch *s) {
+    int64_t cols = w->cols, rows = w->rows;
+    int64_t panel_rows = (int64_t)(PANEL_MAX_FLOATS / (size_t)cols);
+    if (panel_rows < 1) panel_rows = 1;
+    if (panel_rows > rows) panel_rows = rows;
+    if (ensure_capacity(&s->panel, &s->panel_cap, (size_t)(panel_rows * cols))) return -1;
+    for (int64_t r0 = 0; r0 < rows; r0 += panel_rows) {
+        int64_t nr = rows - r0 < panel_rows ? rows - r0 : panel_rows;
+        float *panel = s->panel;
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < nr; r++) cpu_matrix_row(w, r0 + r, panel + r * cols);
+        /* y[:, r0:r0+nr] = x (n_tokens × cols) · panelᵀ (cols × nr) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_tokens, (int)nr, (int)cols, 1.0f, x, (int)cols, panel,
+                    (int)cols, 0.0f, y + r0, (int)rows);
+    }
+    return 0;
+}
+
+int cpu_matmul(const WeightMatrix *w, const float *x, int n_tokens, float *y, CpuScratch *s) {
+    if (n_tokens >= CPU_MATMUL_GEMM_MIN_TOKENS) return matmul_by_gemm(w, x, n_tokens, y, s);
+    return matmul_by_rows(w, x, n_tokens, y, s);
+}

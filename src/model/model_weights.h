@@ -1,0 +1,55 @@
+/*
+ * model_weights.h — views of a llama-family model's tensors inside a GGUF mapping.
+ *
+ * Owns: the per-layer table and any small vectors it had to convert to fp32 (norm weights stored
+ * as F16/BF16). Matrix data stays in the GGUF mapping, quantized, and is read by the kernels in its
+ * stored type; the GgufFile must outlive the ModelWeights.
+ * Checks every tensor's presence, type and shape against the config and fails with the tensor name.
+ * Thread-safety: read-only after load.
+ */
+#ifndef BRAID_MODEL_MODEL_WEIGHTS_H
+#define BRAID_MODEL_MODEL_WEIGHTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "model/gguf.h"
+#include "model/model_config.h"
+
+/* A matrix of `rows` output features, each a row of `cols` inputs stored in `type`. */
+typedef struct {
+    uint32_t type;
+    int64_t rows, cols;
+    size_t row_bytes;
+    const uint8_t *data;
+    const char *name;
+} WeightMatrix;
+
+typedef struct {
+    const float *attn_norm; /* (dim) */
+    const float *ffn_norm;  /* (dim) */
+    WeightMatrix wq;        /* (n_heads*head_dim, dim) */
+    WeightMatrix wk, wv;    /* (n_kv_heads*head_dim, dim) */
+    WeightMatrix wo;        /* (dim, n_heads*head_dim) */
+    WeightMatrix w_gate, w_up; /* (ff_dim, dim) */
+    WeightMatrix w_down;    /* (dim, ff_dim) */
+} LayerWeights;
+
+typedef struct {
+    ModelConfig cfg;
+    WeightMatrix token_embd;  /* (vocab, dim) */
+    WeightMatrix output;      /* (vocab, dim); the embedding itself when tied */
+    int output_tied;
+    const float *output_norm; /* (dim) */
+    const float *rope_freq_factors; /* (rope_dim/2) llama3-style divisors, or NULL */
+    LayerWeights *layers;     /* (n_layers) */
+    float **owned_vectors;    /* fp32 copies made at load */
+    int n_owned;
+    size_t total_bytes;
+} ModelWeights;
+
+int model_weights_load(const GgufFile *file, const ModelConfig *cfg, ModelWeights *weights, BraidError *err);
+void model_weights_free(ModelWeights *weights);
+
+#endif

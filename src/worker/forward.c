@@ -1,0 +1,142 @@
+#include "worker/forward.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/ops.h"
+
+void forward_init(ForwardContext *ctx, const ModelWeights *weights, KvPool *kv) {
+    memset(ctx, 0, sizeof *ctx);
+    ctx->weights = weights;
+    ctx->kv = kv;
+}
+
+static void free_activations(ForwardContext *ctx) {
+    float **bufs[] = {&ctx->x, &ctx->xb, &ctx->q, &ctx->k, &ctx->v, &ctx->att, &ctx->hb, &ctx->hb2, &ctx->rope_cos, &ctx->rope_sin};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    ctx->capacity = 0;
+}
+
+void forward_free(ForwardContext *ctx) {
+    free_activations(ctx);
+    free(ctx->final_hidden);
+    cpu_scratch_free(&ctx->scratch);
+    memset(ctx, 0, sizeof *ctx);
+}
+
+static int reserve(ForwardContext *ctx, int n_tokens, int n_logits, BraidError *err) {
+    const ModelConfig *c = &ctx->weights->cfg;
+    if (n_tokens > ctx->capacity) {
+        free_activations(ctx);
+        size_t n = (size_t)n_tokens, q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+        size_t widest = (size_t)c->dim > q_dim ? (size_t)c->dim : q_dim;
+        ctx->x = malloc(n * c->dim * sizeof(float));
+        ctx->xb = malloc(n * widest * sizeof(float));
+        ctx->q = malloc(n * q_dim * sizeof(float));
+        ctx->k = malloc(n * kv_dim * sizeof(float));
+        ctx->v = malloc(n * kv_dim * sizeof(float));
+        ctx->att = malloc(n * q_dim * sizeof(float));
+        ctx->hb = malloc(n * c->ff_dim * sizeof(float));
+        ctx->hb2 = malloc(n * c->ff_dim * sizeof(float));
+        ctx->rope_cos = malloc(n * (c->rope_dim / 2 + 1) * sizeof(float));
+        ctx->rope_sin = malloc(n * (c->rope_dim / 2 + 1) * sizeof(float));
+        if (!ctx->x || !ctx->xb || !ctx->q || !ctx->k || !ctx->v || !ctx->att || !ctx->hb || !ctx->hb2 || !ctx->rope_cos ||
+            !ctx->rope_sin) {
+            free_activations(ctx);
+            return braid_error_set(err, "forward: out of memory for a batch of %d tokens", n_tokens);
+        }
+        ctx->capacity = n_tokens;
+    }
+    if (n_logits > ctx->logits_capacity) {
+        float *h = realloc(ctx->final_hidden, (size_t)n_logits * c->dim * sizeof(float));
+        if (!h) return braid_error_set(err, "forward: out of memory for %d logit rows", n_logits);
+        ctx->final_hidden = h;
+        ctx->logits_capacity = n_logits;
+    }
+    return 0;
+}
+
+static int validate_batch(const ForwardContext *ctx, const ForwardBatch *b, BraidError *err) {
+    const ModelConfig *c = &ctx->weights->cfg;
+    int total_slots = ctx->kv->n_blocks * ctx->kv->block_size;
+    if (b->n_tokens <= 0 || b->n_seqs <= 0 || b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens)
+        return braid_error_set(err, "forward: malformed batch (%d tokens, %d sequences)", b->n_tokens, b->n_seqs);
+    for (int t = 0; t < b->n_tokens; t++) {
+        if (b->tokens[t] < 0 || b->tokens[t] >= c->vocab_size)
+            return braid_error_set(err, "forward: token id %d at index %d is outside the vocabulary (%d)", b->tokens[t], t, c->vocab_size);
+        if (b->slot_mapping[t] >= total_slots)
+            return braid_error_set(err, "forward: slot %d outside the pool (%d slots)", b->slot_mapping[t], total_slots);
+    }
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
+            return braid_error_set(err, "forward: logit row %d outside the batch", b->logit_rows[i]);
+    return 0;
+}
+
+static int attention_block(ForwardContext *ctx, const ForwardBatch *b, int layer, BraidError *err) {
+    const ModelWeights *w = ctx->weights;
+    const ModelConfig *c = &w->cfg;
+    const LayerWeights *L = &w->layers[layer];
+    int n = b->n_tokens, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim, half = c->rope_dim / 2;
+    for (int t = 0; t < n; t++) cpu_rmsnorm(ctx->xb + (size_t)t * c->dim, ctx->x + (size_t)t * c->dim, L->attn_norm, c->dim, c->norm_eps);
+    if (cpu_matmul(&L->wq, ctx->xb, n, ctx->q, &ctx->scratch) || cpu_matmul(&L->wk, ctx->xb, n, ctx->k, &ctx->scratch) ||
+        cpu_matmul(&L->wv, ctx->xb, n, ctx->v, &ctx->scratch))
+        return braid_error_set(err, "forward: out of memory in layer %d QKV", layer);
+    for (int t = 0; t < n; t++) {
+        const float *cs = ctx->rope_cos + (size_t)t * half, *sn = ctx->rope_sin + (size_t)t * half;
+        cpu_rope_apply(ctx->q + (size_t)t * q_dim, c->n_heads, c->head_dim, c->rope_dim, c->rope_pairing, cs, sn);
+        cpu_rope_apply(ctx->k + (size_t)t * kv_dim, c->n_kv_heads, c->head_dim, c->rope_dim, c->rope_pairing, cs, sn);
+    }
+    KvLayerView kv = kv_pool_layer(ctx->kv, layer);
+    cpu_kv_store(&kv, b->slot_mapping, ctx->k, ctx->v, n);
+    for (int s = 0; s < b->n_seqs; s++) {
+        int start = b->seq_start[s], count = b->seq_start[s + 1] - start;
+        if (count <= 0) continue;
+        if (cpu_attention(&kv, b->block_tables[s], b->seq_n_ctx[s], ctx->q + (size_t)start * q_dim, b->positions + start,
+                          count, c->n_heads, ctx->att + (size_t)start * q_dim))
+            return braid_error_set(err, "forward: out of memory in attention");
+    }
+    if (cpu_matmul(&L->wo, ctx->att, n, ctx->xb, &ctx->scratch))
+        return braid_error_set(err, "forward: out of memory in layer %d output projection", layer);
+    cpu_add_inplace(ctx->x, ctx->xb, n * c->dim);
+    return 0;
+}
+
+static int mlp_block(ForwardContext *ctx, int n, int layer, BraidError *err) {
+    const ModelConfig *c = &ctx->weights->cfg;
+    const LayerWeights *L = &ctx->weights->layers[layer];
+    for (int t = 0; t < n; t++) cpu_rmsnorm(ctx->xb + (size_t)t * c->dim, ctx->x + (size_t)t * c->dim, L->ffn_norm, c->dim, c->norm_eps);
+    if (cpu_matmul(&L->w_gate, ctx->xb, n, ctx->hb, &ctx->scratch) || cpu_matmul(&L->w_up, ctx->xb, n, ctx->hb2, &ctx->scratch))
+        return braid_error_set(err, "forward: out of memory in layer %d MLP", layer);
+    cpu_swiglu(ctx->hb, ctx->hb2, n * c->ff_dim);
+    if (cpu_matmul(&L->w_down, ctx->hb, n, ctx->xb, &ctx->scratch))
+        return braid_error_set(err, "forward: out of memory in layer %d MLP", layer);
+    cpu_add_inplace(ctx->x, ctx->xb, n * c->dim);
+    return 0;
+}
+
+int forward_run(ForwardContext *ctx, const ForwardBatch *b, float *logits, BraidError *err) {
+    const ModelWeights *w = ctx->weights;
+    const ModelConfig *c = &w->cfg;
+    if (validate_batch(ctx, b, err) || reserve(ctx, b->n_tokens, b->n_logits, err)) return -1;
+    int n = b->n_tokens, half = c->rope_dim / 2;
+    for (int t = 0; t < n; t++) {
+        cpu_matrix_row(&w->token_embd, b->tokens[t], ctx->x + (size_t)t * c->dim);
+        cpu_rope_angles(b->positions[t], c->rope_dim, c->rope_base, c->rope_position_scale, w->rope_freq_factors,
+                        ctx->rope_cos + (size_t)t * half, ctx->rope_sin + (size_t)t * half);
+        if (b->slot_mapping[t] >= 0) ctx->kv->slot_pos[b->slot_mapping[t]] = b->positions[t];
+    }
+    for (int l = 0; l < c->n_layers; l++)
+        if (attention_block(ctx, b, l, err) || mlp_block(ctx, n, l, err)) return -1;
+    if (b->n_logits == 0) return 0;
+    for (int i = 0; i < b->n_logits; i++)
+        cpu_rmsnorm(ctx->final_hidden + (size_t)i * c->dim, ctx->x + (size_t)b->logit_rows[i] * c->dim, w->output_norm,
+                    c->dim, c->norm_eps);
+    if (cpu_matmul(&w->output, ctx->final_hidden, b->n_logits, logits, &ctx->scratch))
+        return braid_error_set(err, "forward: out of memory in the output head");
+    return 0;
+}

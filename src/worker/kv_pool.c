@@ -1,0 +1,59 @@
+#include "worker/kv_pool.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+size_t kv_pool_block_bytes(const ModelConfig *cfg, int block_size) {
+    return 2u * (size_t)cfg->n_layers * (size_t)cfg->n_kv_heads * (size_t)block_size * (size_t)cfg->head_dim * sizeof(float);
+}
+
+int kv_pool_create(KvPool *pool, const ModelConfig *cfg, int n_blocks, int block_size, BraidError *err) {
+    memset(pool, 0, sizeof *pool);
+    if (n_blocks < 2 || block_size < 1)
+        return braid_error_set(err, "kv pool: need at least 2 blocks (one is the null block) of at least 1 slot, got %d x %d",
+                               n_blocks, block_size);
+    pool->n_layers = cfg->n_layers;
+    pool->n_blocks = n_blocks;
+    pool->block_size = block_size;
+    pool->n_kv_heads = cfg->n_kv_heads;
+    pool->head_dim = cfg->head_dim;
+    size_t per_layer = (size_t)n_blocks * cfg->n_kv_heads * block_size * cfg->head_dim;
+    pool->k = calloc((size_t)cfg->n_layers, sizeof *pool->k);
+    pool->v = calloc((size_t)cfg->n_layers, sizeof *pool->v);
+    pool->slot_pos = calloc((size_t)n_blocks * block_size, sizeof *pool->slot_pos);
+    if (!pool->k || !pool->v || !pool->slot_pos) goto oom;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        pool->k[l] = calloc(per_layer, sizeof(float));
+        pool->v[l] = calloc(per_layer, sizeof(float));
+        if (!pool->k[l] || !pool->v[l]) goto oom;
+    }
+    pool->bytes = 2 * per_layer * sizeof(float) * (size_t)cfg->n_layers;
+    return 0;
+oom:
+    kv_pool_destroy(pool);
+    return braid_error_set(err, "kv pool: out of memory for %d blocks of %d tokens (%.1f MiB)", n_blocks, block_size,
+                           (double)kv_pool_block_bytes(cfg, block_size) * n_blocks / (1 << 20));
+}
+
+void kv_pool_destroy(KvPool *pool) {
+    for (int l = 0; l < pool->n_layers; l++) {
+        if (pool->k) free(pool->k[l]);
+        if (pool->v) free(pool->v[l]);
+    }
+    free(pool->k);
+    free(pool->v);
+    free(pool->slot_pos);
+    memset(pool, 0, sizeof *pool);
+}
+
+KvLayerView kv_pool_layer(const KvPool *pool, int layer) {
+    KvLayerView view = {
+        .k = pool->k[layer],
+        .v = pool->v[layer],
+        .slot_pos = pool->slot_pos,
+        .block_size = pool->block_size,
+        .n_kv_heads = pool->n_kv_heads,
+        .head_dim = pool->head_dim,
+    };
+    return view;
+}

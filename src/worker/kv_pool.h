@@ -1,0 +1,33 @@
+/*
+ * kv_pool.h — the worker's paged KV memory (CPU backend: fp32).
+ *
+ * Owns: per layer K and V arrays (n_blocks, n_kv_heads, block_size, head_dim) and the per-slot
+ * recorded positions (n_blocks, block_size). Block 0 is the null block: valid memory that padding
+ * may write, never handed out by the cache. Which blocks belong to whom is decided elsewhere
+ * (src/cache); this module only holds the memory.
+ * Thread-safety: the forward pass writes slots of the sequences in its plan; no locking here.
+ */
+#ifndef BRAID_WORKER_KV_POOL_H
+#define BRAID_WORKER_KV_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "kernels/cpu/attention.h"
+#include "model/model_config.h"
+
+typedef struct {
+    int n_layers, n_blocks, block_size, n_kv_heads, head_dim;
+    float **k, **v;     /* per layer (n_blocks, n_kv_heads, block_size, head_dim) */
+    int32_t *slot_pos;  /* (n_blocks, block_size) position of the token in each slot */
+    size_t bytes;
+} KvPool;
+
+int kv_pool_create(KvPool *pool, const ModelConfig *cfg, int n_blocks, int block_size, BraidError *err);
+void kv_pool_destroy(KvPool *pool);
+KvLayerView kv_pool_layer(const KvPool *pool, int layer);
+/* Bytes one block takes across all layers (K + V). */
+size_t kv_pool_block_bytes(const ModelConfig *cfg, int block_size);
+
+#endif

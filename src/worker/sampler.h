@@ -1,0 +1,34 @@
+/*
+ * sampler.h — next-token choice from fp32 logits: greedy, or temperature + top-k + top-p, seeded.
+ *
+ * Order (as in HF transformers): divide logits by the temperature, keep the top_k largest, softmax,
+ * keep the smallest set whose probability reaches top_p, draw. temperature <= 0 means greedy
+ * (argmax, lowest id on ties). A given seed and logits sequence always give the same tokens.
+ * Owns: candidate buffers sized to the vocabulary. One Sampler per sequence; not thread-safe.
+ */
+#ifndef BRAID_WORKER_SAMPLER_H
+#define BRAID_WORKER_SAMPLER_H
+
+#include <stdint.h>
+
+typedef struct {
+    float temperature; /* <= 0: greedy */
+    float top_p;       /* (0, 1]; 1 disables */
+    int top_k;         /* <= 0 disables */
+    uint64_t seed;
+} SamplingParams;
+
+typedef struct {
+    uint64_t rng[4];
+    int vocab_size;
+    int32_t *ids;
+    float *probs;
+} Sampler;
+
+SamplingParams sampling_params_default(void);
+int sampler_init(Sampler *s, int vocab_size, uint64_t seed);
+void sampler_free(Sampler *s);
+int32_t sampler_sample(Sampler *s, const float *logits, const SamplingParams *params);
+int32_t sampler_argmax(const float *logits, int n);
+
+#endif

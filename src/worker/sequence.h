@@ -1,0 +1,40 @@
+/*
+ * sequence.h — runs one sequence through the forward pass on a private KV pool.
+ *
+ * The single-stream path used by `braid generate`, the golden tests and the CPU microbenchmark:
+ * tokens are appended at consecutive positions, prefill goes in chunks, and the block table is the
+ * identity over a pool sized for max_context tokens. The serving engine (scheduler + shared pool)
+ * builds ForwardBatches itself instead.
+ * Owns: its KV pool and forward context. Not thread-safe (one runner per thread of control).
+ */
+#ifndef BRAID_WORKER_SEQUENCE_H
+#define BRAID_WORKER_SEQUENCE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "model/model_weights.h"
+#include "worker/forward.h"
+#include "worker/kv_pool.h"
+
+typedef struct {
+    const ModelWeights *weights;
+    KvPool pool;
+    ForwardContext fwd;
+    int32_t *block_table; /* identity: logical block i is pool block i + 1 (block 0 is null) */
+    int max_context;
+    int n_context;        /* tokens already in the KV cache */
+    int prefill_chunk;
+} SequenceRunner;
+
+int sequence_runner_init(SequenceRunner *r, const ModelWeights *weights, int max_context, BraidError *err);
+void sequence_runner_free(SequenceRunner *r);
+void sequence_runner_reset(SequenceRunner *r);
+
+/* Appends tokens[0..n) at positions n_context.. and computes logits: for every token when
+ * all_logits (logits is (n, vocab)), else for the last one only (logits is (vocab)). Fails when the
+ * context would exceed max_context. */
+int sequence_runner_eval(SequenceRunner *r, const int32_t *tokens, int n, bool all_logits, float *logits, BraidError *err);
+
+#endif
