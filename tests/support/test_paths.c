@@ -1,0 +1,15 @@
+#include "test_paths.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+const char *test_model_path(void) {
+    const char *env = getenv("BRAID_TEST_MODEL");
+    return env && *env ? env : BRAID_TEST_MODEL_PATH;
+}
+
+const char *test_golden_path(const char *name) {
+    static char path[4096];
+    snprintf(path, sizeof path, "%s/%s", BRAID_TEST_GOLDEN_DIR, name);
+    return path;
+}

@@ -1,0 +1,10 @@
+/* test_paths.h — where the tests find the default model and the golden reference files. */
+#ifndef BRAID_TEST_PATHS_H
+#define BRAID_TEST_PATHS_H
+
+/* $BRAID_TEST_MODEL if set, else the model configured at build time. */
+const char *test_model_path(void);
+/* Absolute path of a file under tests/golden; returns a static buffer. */
+const char *test_golden_path(const char *name);
+
+#endif
