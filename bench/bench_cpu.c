@@ -1,7 +1,9 @@
 /*
- * bench_cpu — CPU microbenchmark: prefill tokens/s for an N-token prompt and single-stream decode
- * tokens/s, on a real GGUF model. Prints one JSON line per run to stdout (bench/run_cpu_bench.sh
- * collects them into the benchmark notes).
+ * bench_cpu — CPU microbenchmark on a real GGUF model, defined like llama-bench so the two compare:
+ *   pp: prefill of an N-token prompt into an empty context (tokens/s)
+ *   tg: single-stream decode of M tokens one at a time, starting from an empty context (tokens/s)
+ *   tg@N: the same decode after an N-token prompt (attention over a longer context)
+ * Prints one JSON line per repeat to stdout (bench/run_cpu_bench.sh collects them).
  *   bench_cpu --model PATH [--prompt-tokens 512] [--decode-tokens 128] [--threads 2] [--repeats 3]
  */
 #include <getopt.h>
@@ -54,19 +56,32 @@ int main(int argc, char **argv) {
         tokens[i] = (int32_t)(100 + (x >> 33) % (uint64_t)(cfg->vocab_size - 100));
     }
     for (long r = 0; r < repeats; r++) {
+        double pp = 0, tg = 0, tg_ctx = 0;
+        int32_t next = tokens[0];
+        /* pp: prefill only */
         sequence_runner_reset(&runner);
         double t0 = braid_now_seconds();
         if (sequence_runner_eval(&runner, tokens, (int)prompt_tokens, false, logits, &err)) break;
-        double t1 = braid_now_seconds();
-        int32_t next = sampler_argmax(logits, cfg->vocab_size);
+        pp = prompt_tokens / (braid_now_seconds() - t0);
+        /* tg@N: decode after the prompt */
+        t0 = braid_now_seconds();
+        for (long i = 0; i < decode_tokens; i++) {
+            next = sampler_argmax(logits, cfg->vocab_size);
+            if (sequence_runner_eval(&runner, &next, 1, false, logits, &err)) break;
+        }
+        tg_ctx = decode_tokens / (braid_now_seconds() - t0);
+        /* tg: decode from an empty context */
+        sequence_runner_reset(&runner);
+        next = tokens[0];
+        t0 = braid_now_seconds();
         for (long i = 0; i < decode_tokens; i++) {
             if (sequence_runner_eval(&runner, &next, 1, false, logits, &err)) break;
             next = sampler_argmax(logits, cfg->vocab_size);
         }
-        double t2 = braid_now_seconds();
-        printf("{\"engine\":\"braid\",\"threads\":%ld,\"prompt_tokens\":%ld,\"prefill_tok_s\":%.2f,\"decode_tokens\":%ld,"
-               "\"decode_tok_s\":%.2f}\n",
-               threads, prompt_tokens, prompt_tokens / (t1 - t0), decode_tokens, decode_tokens / (t2 - t1));
+        tg = decode_tokens / (braid_now_seconds() - t0);
+        printf("{\"engine\":\"braid\",\"threads\":%ld,\"pp_tokens\":%ld,\"pp_tok_s\":%.2f,\"tg_tokens\":%ld,\"tg_tok_s\":%.2f,"
+               "\"tg_after_pp_tok_s\":%.2f}\n",
+               threads, prompt_tokens, pp, decode_tokens, tg, tg_ctx);
         fflush(stdout);
     }
     sequence_runner_free(&runner);

@@ -21,35 +21,80 @@ void cpu_kv_store(const KvLayerView *kv, const int32_t *slot_mapping, const floa
     }
 }
 
-/* One (token, head): scores into `scores` (n_ctx), then the weighted sum of V into out (head_dim). */
+#if defined(__AVX2__) && defined(__FMA__)
+/* out[0..64) = Σ_j p_j · V_j[c0..c0+64): all 64 lanes in eight registers, one pass over the slots. */
+static void weighted_sum_v64(const float *v_head0, size_t block_stride, const int32_t *block_table, int bs, int hd, int n_ctx,
+                             const float *p, float *out) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int b = 0, j = 0; j < n_ctx; b++) {
+        const float *v = v_head0 + (size_t)block_table[b] * block_stride;
+        for (int off = 0; off < bs && j < n_ctx; off++, j++, v += hd) {
+            if (p[j] == 0.0f) continue;
+            __m256 w = _mm256_set1_ps(p[j]);
+            a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 0), a0);
+            a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8), a1);
+            a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 16), a2);
+            a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 24), a3);
+            a4 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 32), a4);
+            a5 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 40), a5);
+            a6 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 48), a6);
+            a7 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 56), a7);
+        }
+    }
+    _mm256_storeu_ps(out + 0, a0); _mm256_storeu_ps(out + 8, a1);
+    _mm256_storeu_ps(out + 16, a2); _mm256_storeu_ps(out + 24, a3);
+    _mm256_storeu_ps(out + 32, a4); _mm256_storeu_ps(out + 40, a5);
+    _mm256_storeu_ps(out + 48, a6); _mm256_storeu_ps(out + 56, a7);
+}
+#endif
+
+/* out (head_dim) = Σ_j p_j · V_j. Running sums stay in registers across slots (a load/store of
+ * out per slot would serialize on store forwarding). */
+static void weighted_sum_v(const KvLayerView *kv, const int32_t *block_table, int n_ctx, int kv_head, const float *p,
+                           float *out) {
+    int hd = kv->head_dim, bs = kv->block_size;
+    size_t head_stride = (size_t)bs * hd, block_stride = (size_t)kv->n_kv_heads * head_stride;
+    const float *v_head0 = kv->v + (size_t)kv_head * head_stride;
+    int c0 = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    for (; c0 + 64 <= hd; c0 += 64) weighted_sum_v64(v_head0 + c0, block_stride, block_table, bs, hd, n_ctx, p, out + c0);
+#endif
+    if (c0 == hd) return;
+    memset(out + c0, 0, (size_t)(hd - c0) * sizeof(float));
+    for (int b = 0, j = 0; j < n_ctx; b++) {
+        const float *v = v_head0 + (size_t)block_table[b] * block_stride;
+        for (int off = 0; off < bs && j < n_ctx; off++, j++)
+            if (p[j] != 0.0f) vec_axpy_f32(out + c0, p[j], v + (size_t)off * hd + c0, hd - c0);
+    }
+}
+
+/* One (token, head): scores into `scores` (n_ctx), then the weighted sum of V into out (head_dim).
+ * Walks the block table block by block so no per-slot division is needed. */
 static void attend_one(const KvLayerView *kv, const int32_t *block_table, int n_ctx, const float *q, int32_t q_pos,
                        int kv_head, float *scores, float *out) {
     int hd = kv->head_dim, bs = kv->block_size;
+    size_t head_stride = (size_t)bs * hd, block_stride = (size_t)kv->n_kv_heads * head_stride;
     float scale = 1.0f / sqrtf((float)hd), max = -INFINITY;
-    for (int j = 0; j < n_ctx; j++) {
-        int32_t block = block_table[j / bs], off = j % bs;
-        if (kv->slot_pos[(size_t)block * bs + off] > q_pos) {
-            scores[j] = -INFINITY;
-            continue;
+    for (int b = 0, j = 0; j < n_ctx; b++) {
+        const int32_t *pos = kv->slot_pos + (size_t)block_table[b] * bs;
+        const float *k = kv->k + (size_t)block_table[b] * block_stride + (size_t)kv_head * head_stride;
+        for (int off = 0; off < bs && j < n_ctx; off++, j++) {
+            if (pos[off] > q_pos) {
+                scores[j] = -INFINITY;
+                continue;
+            }
+            scores[j] = vec_dot_f32(q, k + (size_t)off * hd, hd) * scale;
+            if (scores[j] > max) max = scores[j];
         }
-        const float *k = kv->k + (((size_t)block * kv->n_kv_heads + kv_head) * bs + off) * hd;
-        scores[j] = vec_dot_f32(q, k, hd) * scale;
-        if (scores[j] > max) max = scores[j];
     }
     float sum = 0.0f;
     for (int j = 0; j < n_ctx; j++) {
         scores[j] = scores[j] == -INFINITY ? 0.0f : expf(scores[j] - max);
         sum += scores[j];
     }
-    memset(out, 0, (size_t)hd * sizeof(float));
     float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    for (int j = 0; j < n_ctx; j++) {
-        if (scores[j] == 0.0f) continue;
-        int32_t block = block_table[j / bs], off = j % bs;
-        const float *v = kv->v + (((size_t)block * kv->n_kv_heads + kv_head) * bs + off) * hd;
-        float p = scores[j] * inv;
-        vec_axpy_f32(out, p, v, hd);
-    }
+    for (int j = 0; j < n_ctx; j++) scores[j] *= inv;
+    weighted_sum_v(kv, block_table, n_ctx, kv_head, scores, out);
 }
 
 int cpu_attention(const KvLayerView *kv, const int32_t *block_table, int n_ctx, const float *q, const int32_t *q_pos,

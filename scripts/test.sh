@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Sets everything up on a fresh machine and runs the whole test suite:
+#   1. release build: every test (unit, golden against HF transformers, fuzz replay, CLI integration)
+#   2. ASan + UBSan build: unit, fuzz replay, golden tokenizer, CLI integration
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh build
+echo "[test] release build"
+ctest --test-dir build --output-on-failure -j2
+
+echo "[test] sanitizer build (ASan + UBSan)"
+cmake -S . -B build-asan -DBRAID_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > build-asan.cmake.log 2>&1 \
+  || { cat build-asan.cmake.log; exit 1; }
+cmake --build build-asan -j"$(nproc)"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j2 -E 'test_golden_logits'

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# CLI integration test: runs the real `braid` binary on the real model and checks what a user sees,
+# including clear errors for bad input. Usage: test_cli.sh BRAID_BINARY MODEL_PATH
+set -u
+braid=$1
+model=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+check() { # check NAME CONDITION-COMMAND...
+  local name=$1; shift
+  if "$@"; then passed=$((passed + 1)); echo "ok   $name"; else failed=$((failed + 1)); echo "FAIL $name"; fi
+}
+contains() { grep -qF -- "$2" "$1"; }
+exit_code_is() { [ "$1" = "$2" ]; }
+
+# --help is true: every command it lists exists and answers its own --help
+"$braid" --help > "$tmp/help" 2>&1; rc=$?
+check "braid --help exits 0" exit_code_is "$rc" 0
+for cmd in info generate tokenize detokenize; do
+  check "--help lists $cmd" contains "$tmp/help" "$cmd"
+  "$braid" "$cmd" --help > "$tmp/h_$cmd" 2>&1; rc=$?
+  check "braid $cmd --help exits 0" exit_code_is "$rc" 0
+done
+
+# info
+"$braid" info --model "$model" > "$tmp/info" 2>&1; rc=$?
+check "info exits 0" exit_code_is "$rc" 0
+check "info: architecture" contains "$tmp/info" "architecture:     llama"
+check "info: heads" contains "$tmp/info" "9 query, 3 key/value"
+check "info: rope" contains "$tmp/info" "base 100000"
+check "info: tensor types" contains "$tmp/info" "Q4_1"
+check "info: tokenizer" contains "$tmp/info" "pre-tokenizer smollm"
+check "info: chat template" contains "$tmp/info" "chat template:    chatml"
+
+# generate: the sensible greedy answer, stdout carries only the completion
+"$braid" generate --model "$model" --chat --prompt "What is the capital of France?" --max-tokens 32 \
+  > "$tmp/gen.out" 2> "$tmp/gen.err"; rc=$?
+check "generate --chat exits 0" exit_code_is "$rc" 0
+check "generate --chat answers Paris" contains "$tmp/gen.out" "Paris"
+check "generate: stats on stderr" contains "$tmp/gen.err" "tok/s"
+check "generate: no stats on stdout" bash -c "! grep -q 'tok/s' '$tmp/gen.out'"
+
+# sampling is reproducible under a seed and differs across seeds
+for s in 1 1 2; do
+  "$braid" generate --model "$model" --prompt "Once upon a time" --max-tokens 24 --temperature 0.9 --top-p 0.95 \
+    --top-k 40 --seed $s --ignore-eos > "$tmp/seed_$s.$RANDOM" 2>/dev/null
+done
+files=("$tmp"/seed_1.*)
+check "same seed, same text" cmp -s "${files[0]}" "${files[1]}"
+check "different seed, different text" bash -c "! cmp -s '${files[0]}' $tmp/seed_2.*"
+"$braid" generate --model "$model" --prompt "Count: one, two," --max-tokens 20 --ignore-eos > "$tmp/len" 2> "$tmp/len.err"
+check "--max-tokens bounds the completion" contains "$tmp/len.err" "completion 20 tokens"
+
+# tokenize / detokenize round trip, special tokens recognized
+printf 'Héllo, 世界! 🙂  tabs\tand\nnewlines 12345 <|im_start|>user' > "$tmp/text"
+"$braid" tokenize --model "$model" < "$tmp/text" > "$tmp/ids"; rc=$?
+check "tokenize exits 0" exit_code_is "$rc" 0
+check "tokenize recognizes <|im_start|> (id 1)" bash -c "grep -qE '(^| )1 ' '$tmp/ids'"
+"$braid" detokenize --model "$model" < "$tmp/ids" > "$tmp/back"
+check "detokenize(tokenize(s)) == s" cmp -s "$tmp/text" "$tmp/back"
+"$braid" tokenize --model "$model" --no-special < "$tmp/text" > "$tmp/ids_plain"
+check "--no-special keeps special text as text" bash -c "! grep -qE '(^| )1( |$)' '$tmp/ids_plain'"
+
+# clear errors for bad input, never a crash
+"$braid" info --model "$tmp/nope.gguf" > /dev/null 2> "$tmp/e1"; rc=$?
+check "missing model: exit 1" exit_code_is "$rc" 1
+check "missing model: names the path" contains "$tmp/e1" "nope.gguf"
+head -c 100000 "$model" > "$tmp/trunc.gguf"
+"$braid" info --model "$tmp/trunc.gguf" > /dev/null 2> "$tmp/e2"; rc=$?
+check "truncated model: exit 1" exit_code_is "$rc" 1
+check "truncated model: says truncated" contains "$tmp/e2" "truncated"
+printf 'not a model at all' > "$tmp/junk.gguf"
+"$braid" info --model "$tmp/junk.gguf" > /dev/null 2> "$tmp/e3"; rc=$?
+check "junk file: says not GGUF" contains "$tmp/e3" "not a GGUF file"
+"$braid" generate --model "$model" --prompt hi --max-tokens 0 > /dev/null 2> "$tmp/e4"; rc=$?
+check "--max-tokens 0: usage error 2" exit_code_is "$rc" 2
+check "--max-tokens 0: names the flag" contains "$tmp/e4" "--max-tokens"
+"$braid" generate --model "$model" --prompt hi --temperature abc > /dev/null 2>&1; rc=$?
+check "bad --temperature: exit 2" exit_code_is "$rc" 2
+"$braid" generate --model "$model" > /dev/null 2> "$tmp/e5"; rc=$?
+check "missing --prompt: exit 2" exit_code_is "$rc" 2
+"$braid" frobnicate > /dev/null 2>&1; rc=$?
+check "unknown command: exit 2" exit_code_is "$rc" 2
+echo "5 99999999" | "$braid" detokenize --model "$model" > /dev/null 2> "$tmp/e6"; rc=$?
+check "detokenize bad id: exit 1" exit_code_is "$rc" 1
+check "detokenize bad id: names it" contains "$tmp/e6" "99999999"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
