@@ -171,6 +171,50 @@ static float dot_q4_1(const BlockQ4_1 *b, const float *x, const float *xs, int64
 #endif
 }
 
+#ifdef QUANT_AVX2
+/* Σ q_i·x_i of one Q4_1 block against activations already in registers. */
+static inline __m256 q4_1_block_dot_x(const uint8_t *qs, __m256 x0, __m256 x1, __m256 x2, __m256 x3) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    __m128i lo = _mm_and_si128(raw, mask), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+    __m256 s01 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), x1,
+                                 _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), x0));
+    __m256 s23 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), x3,
+                                 _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), x2));
+    return _mm256_add_ps(s01, s23);
+}
+#endif
+
+/* Four Q4_1 rows against one activation vector: each activation block is loaded once for all four. */
+static void dot4_q4_1(const uint8_t *rows, size_t row_bytes, const float *x, const float *xs, int64_t nb, float *out) {
+    const BlockQ4_1 *r0 = (const BlockQ4_1 *)rows, *r1 = (const BlockQ4_1 *)(rows + row_bytes);
+    const BlockQ4_1 *r2 = (const BlockQ4_1 *)(rows + 2 * row_bytes), *r3 = (const BlockQ4_1 *)(rows + 3 * row_bytes);
+#ifdef QUANT_AVX2
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    float o0 = 0, o1 = 0, o2 = 0, o3 = 0;
+    for (int64_t i = 0; i < nb; i++, x += QK4_1) {
+        __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8), x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+        a0 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(r0[i].d)), q4_1_block_dot_x(r0[i].qs, x0, x1, x2, x3), a0);
+        a1 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(r1[i].d)), q4_1_block_dot_x(r1[i].qs, x0, x1, x2, x3), a1);
+        a2 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(r2[i].d)), q4_1_block_dot_x(r2[i].qs, x0, x1, x2, x3), a2);
+        a3 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(r3[i].d)), q4_1_block_dot_x(r3[i].qs, x0, x1, x2, x3), a3);
+        o0 += half_to_float(r0[i].m) * xs[i];
+        o1 += half_to_float(r1[i].m) * xs[i];
+        o2 += half_to_float(r2[i].m) * xs[i];
+        o3 += half_to_float(r3[i].m) * xs[i];
+    }
+    out[0] = vec_hsum256(a0) + o0;
+    out[1] = vec_hsum256(a1) + o1;
+    out[2] = vec_hsum256(a2) + o2;
+    out[3] = vec_hsum256(a3) + o3;
+#else
+    out[0] = dot_q4_1(r0, x, xs, nb);
+    out[1] = dot_q4_1(r1, x, xs, nb);
+    out[2] = dot_q4_1(r2, x, xs, nb);
+    out[3] = dot_q4_1(r3, x, xs, nb);
+#endif
+}
+
 static float dot_q4_0(const BlockQ4_0 *b, const float *x, int64_t nb) {
 #ifdef QUANT_AVX2
     __m256 acc = _mm256_setzero_ps();
@@ -235,4 +279,13 @@ float quant_dot_row(uint32_t type, const void *row, const float *x, const float 
     case TENSOR_Q8_0: return dot_q8_0(row, x, n / QK8_0);
     default: return dot_by_blocks(type, row, x, n);
     }
+}
+
+void quant_dot_rows4(uint32_t type, const void *rows, size_t row_bytes, const float *x, const float *x_block_sums, int64_t n,
+                     float *out) {
+    if (type == TENSOR_Q4_1) {
+        dot4_q4_1(rows, row_bytes, x, x_block_sums, n / QK4_1, out);
+        return;
+    }
+    for (int r = 0; r < 4; r++) out[r] = quant_dot_row(type, (const uint8_t *)rows + r * row_bytes, x, x_block_sums, n);
 }

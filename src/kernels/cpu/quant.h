@@ -10,6 +10,7 @@
 #ifndef BRAID_KERNELS_CPU_QUANT_H
 #define BRAID_KERNELS_CPU_QUANT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* out[0..n) = dequantized row; n must be a multiple of the type's block size. */
@@ -21,5 +22,9 @@ void quant_block_sums(const float *x, int64_t n, float *sums);
 
 /* Returns dot(row, x) over n elements; x_block_sums comes from quant_block_sums(x). */
 float quant_dot_row(uint32_t type, const void *row, const float *x, const float *x_block_sums, int64_t n);
+
+/* out[r] = dot(row r, x) for four consecutive rows `row_bytes` apart (shares activation loads). */
+void quant_dot_rows4(uint32_t type, const void *rows, size_t row_bytes, const float *x, const float *x_block_sums, int64_t n,
+                     float *out);
 
 #endif
