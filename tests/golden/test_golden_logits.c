@@ -104,12 +104,14 @@ static void test_logits_and_greedy(void **state) {
 
         /* Greedy continuation, teacher-forced on the reference tokens. */
         const float *step_logits = logits + (size_t)(n - 1) * cfg->vocab_size;
-        int mismatches = 0, ties = 0;
+        int mismatches = 0, ties = 0, ties_agreeing = 0;
         for (int s = 0; s < n_greedy; s++) {
             int32_t mine = sampler_argmax(step_logits, cfg->vocab_size);
             double margin = json_number_value(json_array_get(margins, (size_t)s));
-            if (margin < MARGIN_TIE) ties++;
-            else if (mine != greedy[s]) {
+            if (margin < MARGIN_TIE) {
+                ties++;
+                ties_agreeing += mine == greedy[s];
+            } else if (mine != greedy[s]) {
                 fprintf(stderr, "  %s: greedy step %d: braid %d, reference %d (margin %.4g)\n", name, s, mine, greedy[s], margin);
                 mismatches++;
             }
@@ -120,8 +122,8 @@ static void test_logits_and_greedy(void **state) {
         }
         greedy_steps += n_greedy;
         near_ties += ties;
-        fprintf(stderr, "logits golden: %-20s %4d tokens, max |diff| %.2e, mean %.2e; greedy %d/%d match, %d near-ties\n",
-                name, n, max_diff, mean, n_greedy - mismatches - ties, n_greedy, ties);
+        fprintf(stderr, "logits golden: %-20s %4d tokens, max |diff| %.2e, mean %.2e; greedy %d/%d match, %d near-ties (%d agree)\n",
+                name, n, max_diff, mean, n_greedy - mismatches - ties, n_greedy, ties, ties_agreeing);
         assert_true(max_diff <= LOGIT_TOLERANCE);
         assert_int_equal(mismatches, 0);
         sequence_runner_free(&runner);

@@ -1,6 +1,6 @@
 /*
  * golden_io.h — reads the JSONL reference files that tools/golden/make_golden.py writes from
- * HF transformers (tests/golden/*.jsonl). One parsed JSON object per line; caller json_decref()s.
+ * HF transformers (the .jsonl files in tests/golden). One parsed JSON object per line; caller json_decref()s.
  */
 #ifndef BRAID_TEST_GOLDEN_IO_H
 #define BRAID_TEST_GOLDEN_IO_H
