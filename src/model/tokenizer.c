@@ -217,12 +217,14 @@ static int bpe_rank(void *user, const char *text, size_t start, size_t left_len,
 static int emit_piece_or_bytes(const Tokenizer *tok, const char *piece, size_t len, TokenList *out) {
     int32_t id;
     if (strmap_get(tok->piece_ids, piece, len, &id)) return token_list_push(out, id);
-    /* A merged symbol always exists in a consistent vocabulary; fall back to single characters. */
+    /* A merged symbol always exists in a consistent vocabulary; otherwise fall back to its single
+     * byte-level characters. A byte the vocabulary has no token for (SmolLM2 lacks a few control
+     * bytes and the never-valid UTF-8 lead bytes) is dropped, as HF tokenizers' byte-level BPE does,
+     * rather than turned into an unknown/end-of-text token the model would act on. */
     for (size_t i = 0; i < len;) {
         uint32_t cp;
         int n = utf8_decode((const uint8_t *)piece + i, len - i, &cp);
-        if (!strmap_get(tok->piece_ids, piece + i, (size_t)n, &id)) id = tok->unk_id;
-        if (id >= 0 && token_list_push(out, id)) return -1;
+        if (strmap_get(tok->piece_ids, piece + i, (size_t)n, &id) && token_list_push(out, id)) return -1;
         i += (size_t)n;
     }
     return 0;
