@@ -223,7 +223,7 @@ static void test_real_model_random_roundtrip(void **state) {
     TokenList ids = {0};
     /* Bytes without a token (0x04, 0x1d, 0xff in SmolLM2) are dropped, as HF does: it encodes
      * "a\x04b" as [81, 82] ("a", "b": the control byte still separates the words). */
-    encode(&tok, "a\x04b\x1d\xff", false, false, &ids);
+    encode(&tok, "a\x04" "b\x1d\xff", false, false, &ids);
     assert_int_equal(ids.n, 2);
     assert_int_equal(ids.ids[0], 81);
     assert_int_equal(ids.ids[1], 82);
