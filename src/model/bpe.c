@@ -50,8 +50,9 @@ static BpeCandidate heap_pop(CandidateHeap *h) {
 }
 
 static int queue_pair(CandidateHeap *h, const char *text, const BpeSymbol *s, int left, BpeRankFn rank, void *user) {
+    if (left < 0) return 0;
     int right = s[left].next;
-    if (left < 0 || right < 0) return 0;
+    if (right < 0) return 0;
     double priority;
     if (!rank(user, text, s[left].start, s[left].len, s[right].len, &priority)) return 0;
     BpeCandidate c = {.priority = priority, .left = left, .merged = s[left].len + s[right].len};
