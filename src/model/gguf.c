@@ -370,7 +370,11 @@ int64_t gguf_array_get_int(const GgufValue *a, uint64_t i) {
     decode_scalar(a->arr.elem_type, a->arr.raw + i * scalar_size(a->arr.elem_type), &v);
     if (is_signed_type(v.type)) return v.i64;
     if (v.type == GGUF_TYPE_BOOL) return v.b;
-    if (v.type == GGUF_TYPE_FLOAT32 || v.type == GGUF_TYPE_FLOAT64) return (int64_t)v.f64;
+    if (v.type == GGUF_TYPE_FLOAT32 || v.type == GGUF_TYPE_FLOAT64) {
+        /* Out-of-range and NaN values would be undefined behaviour to convert. */
+        if (!(v.f64 > -9.2e18 && v.f64 < 9.2e18)) return 0;
+        return (int64_t)v.f64;
+    }
     return (int64_t)v.u64;
 }
 
