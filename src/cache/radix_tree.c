@@ -146,6 +146,26 @@ static void touch(RadixTree *t, RadixNode *n, int is_hit) {
     if (is_hit && t->policy->on_access) t->policy->on_access(t->policy_state, n);
 }
 
+/* One step down the tree: the child of node that continues tokens[pos..] (block granularity),
+ * split so that it ends where the match ends (at most max_blocks - pos blocks). Returns NULL with
+ * *status 0 when no child continues the sequence, or NULL with *status -1 when out of memory;
+ * *matched gets the child's block count after the split. */
+static RadixNode *descend(RadixTree *t, RadixNode *node, const int32_t *tokens, int pos, int max_blocks, int *matched, int *status) {
+    int bs = t->block_size;
+    *status = 0;
+    RadixNode *child = find_child(node, tokens + (size_t)pos * bs, bs);
+    if (!child) return NULL;
+    int k = 1;
+    while (k < child->n_blocks && pos + k < max_blocks && blocks_equal(child->tokens + (size_t)k * bs, tokens + (size_t)(pos + k) * bs, bs))
+        k++;
+    if (k < child->n_blocks && !(child = split_node(t, child, k))) {
+        *status = -1;
+        return NULL;
+    }
+    *matched = k;
+    return child;
+}
+
 /* ---- public API ---- */
 
 int radix_init(RadixTree *t, BlockPool *pool, int block_size, const EvictPolicy *policy, void *policy_state, BraidError *err) {
@@ -182,18 +202,14 @@ int radix_match_prefix(RadixTree *t, uint64_t ns, const int32_t *tokens, int n, 
         return braid_error_set(err, "radix: out of memory");
     }
     while (matched < limit) {
-        RadixNode *child = find_child(node, tokens + (size_t)matched * bs, bs);
+        int k, status;
+        RadixNode *child = descend(t, node, tokens, matched, limit, &k, &status);
+        if (status) return braid_error_set(err, "radix: out of memory");
         if (!child) break;
-        int k = 1;
-        while (k < child->n_blocks && matched + k < limit && blocks_equal(child->tokens + (size_t)k * bs, tokens + (size_t)(matched + k) * bs, bs))
-            k++;
-        int whole = k == child->n_blocks;
-        if (!whole && !(child = split_node(t, child, k))) return braid_error_set(err, "radix: out of memory");
         memcpy(out->blocks + matched, child->blocks, (size_t)k * sizeof *child->blocks);
         matched += k;
         touch(t, child, 1);
         node = child;
-        if (!whole) break;
     }
     out->node = node;
     out->n_blocks = matched;
@@ -208,12 +224,10 @@ int radix_insert(RadixTree *t, uint64_t ns, const int32_t *tokens, int n_blocks,
     RadixNode *node = get_root(t, ns);
     if (!node) return braid_error_set(err, "radix: out of memory");
     while (pos < n_blocks) {
-        RadixNode *child = find_child(node, tokens + (size_t)pos * bs, bs);
+        int k, status;
+        RadixNode *child = descend(t, node, tokens, pos, n_blocks, &k, &status);
+        if (status) return braid_error_set(err, "radix: out of memory");
         if (!child) break;
-        int k = 1;
-        while (k < child->n_blocks && pos + k < n_blocks && blocks_equal(child->tokens + (size_t)k * bs, tokens + (size_t)(pos + k) * bs, bs))
-            k++;
-        if (k < child->n_blocks && !(child = split_node(t, child, k))) return braid_error_set(err, "radix: out of memory");
         touch(t, child, 0);
         pos += k;
         node = child;
