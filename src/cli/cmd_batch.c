@@ -1,0 +1,274 @@
+/* braid batch — offline serving of a JSONL file of requests through one engine instance. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "common/timeutil.h"
+#include "model/model.h"
+#include "worker/engine.h"
+
+static const char batch_usage[] =
+    "usage: braid batch --input requests.jsonl --output results.jsonl [options]\n"
+    "  --model PATH             GGUF file (default: $BRAID_MODEL or " BRAID_DEFAULT_MODEL ")\n"
+    "  --kv-blocks N            KV pool size in blocks (default 512)\n"
+    "  --block-size B           tokens per block (default 16)\n"
+    "  --max-batch-tokens T     token budget per step, shared by prefill chunks and decodes (default 512)\n"
+    "  --max-running N          most sequences in flight (default 64)\n"
+    "  --cache radix|off        prefix cache (default radix)\n"
+    "  --policy lru             eviction policy (default lru)\n"
+    "  --events PATH            JSONL log of cache decisions (hit, insert, evict, preempt)\n"
+    "  --threads N              CPU threads (default: all cores)\n"
+    "Input lines: {\"id\", \"prompt\" | \"messages\", \"max_tokens\", \"temperature\", \"top_p\", \"top_k\", \"seed\",\n"
+    "              \"tenant\", \"adapter\", \"workflow_id\", \"agent\"}. Output lines, in input order:\n"
+    "{\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", \"cached_tokens\", \"ttft_ms\", \"latency_ms\",\n"
+    " \"preemptions\", \"finish_reason\"} (+ \"error\" for a rejected request). Summary on stderr.\n";
+
+typedef struct {
+    const char *model, *input, *output, *events_path;
+    long kv_blocks, block_size, max_batch_tokens, max_running, threads;
+    bool cache;
+    const EvictPolicy *policy;
+} BatchArgs;
+
+static int parse_args(int argc, char **argv, BatchArgs *a) {
+    enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
+        {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
+        {"max-batch-tokens", required_argument, 0, O_MBT}, {"max-running", required_argument, 0, O_RUN},
+        {"cache", required_argument, 0, O_CACHE}, {"policy", required_argument, 0, O_POLICY},
+        {"events", required_argument, 0, O_EVENTS}, {"threads", required_argument, 0, O_THREADS},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    *a = (BatchArgs){.kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
+                     .policy = &evict_policy_lru};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_MODEL: a->model = optarg; break;
+        case O_IN: a->input = optarg; break;
+        case O_OUT: a->output = optarg; break;
+        case O_EVENTS: a->events_path = optarg; break;
+        case O_BLOCKS: if (cli_parse_int("--kv-blocks", optarg, 2, 1 << 24, &a->kv_blocks)) return 2; break;
+        case O_BS: if (cli_parse_int("--block-size", optarg, 1, 1024, &a->block_size)) return 2; break;
+        case O_MBT: if (cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &a->max_batch_tokens)) return 2; break;
+        case O_RUN: if (cli_parse_int("--max-running", optarg, 1, 1 << 16, &a->max_running)) return 2; break;
+        case O_THREADS: if (cli_parse_int("--threads", optarg, 1, 1024, &a->threads)) return 2; break;
+        case O_CACHE:
+            if (strcmp(optarg, "radix") && strcmp(optarg, "off")) {
+                fprintf(stderr, "braid batch: --cache expects radix or off, got '%s'\n", optarg);
+                return 2;
+            }
+            a->cache = strcmp(optarg, "radix") == 0;
+            break;
+        case O_POLICY:
+            if (!(a->policy = evict_policy_find(optarg))) {
+                fprintf(stderr, "braid batch: unknown --policy '%s' (known: lru)\n", optarg);
+                return 2;
+            }
+            break;
+        case 'h': fputs(batch_usage, stdout); return 1;
+        default: fputs(batch_usage, stderr); return 2;
+        }
+    }
+    if (!a->input || !a->output) {
+        fprintf(stderr, "braid batch: --input and --output are required\n%s", batch_usage);
+        return 2;
+    }
+    return 0;
+}
+
+static uint32_t name_hash(const char *s) {
+    uint32_t h = 2166136261u;
+    for (; s && *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+    return s ? h : 0;
+}
+
+/* Reads one input object into a request; on a bad line fills r->error and returns -1. */
+static int load_request(const BraidModel *m, json_t *obj, int line, SchedRequest *r) {
+    json_t *id = json_object_get(obj, "id"), *prompt = json_object_get(obj, "prompt"), *messages = json_object_get(obj, "messages");
+    char idbuf[64];
+    if (json_is_string(id)) r->id = strdup(json_string_value(id));
+    else if (json_is_integer(id)) snprintf(idbuf, sizeof idbuf, "%lld", (long long)json_integer_value(id)), r->id = strdup(idbuf);
+    else snprintf(idbuf, sizeof idbuf, "line-%d", line), r->id = strdup(idbuf);
+    r->max_tokens = 128;
+    r->sampling = sampling_params_default();
+    json_t *v;
+    if ((v = json_object_get(obj, "max_tokens"))) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1) return snprintf(r->error, sizeof r->error, "max_tokens must be a positive integer"), -1;
+        r->max_tokens = (int)json_integer_value(v);
+    }
+    if ((v = json_object_get(obj, "temperature"))) r->sampling.temperature = (float)json_number_value(v);
+    if ((v = json_object_get(obj, "top_p"))) r->sampling.top_p = (float)json_number_value(v);
+    if ((v = json_object_get(obj, "top_k"))) r->sampling.top_k = (int)json_integer_value(v);
+    if ((v = json_object_get(obj, "seed"))) r->sampling.seed = (uint64_t)json_integer_value(v);
+    if (r->sampling.temperature < 0 || r->sampling.top_p <= 0 || r->sampling.top_p > 1)
+        return snprintf(r->error, sizeof r->error, "temperature must be >= 0 and top_p in (0, 1]"), -1;
+    r->ns = radix_namespace(name_hash(json_string_value(json_object_get(obj, "tenant"))),
+                            name_hash(json_string_value(json_object_get(obj, "adapter"))));
+    BraidError err;
+    TokenList ids = {0};
+    int rc;
+    if (json_is_string(prompt)) {
+        rc = tokenizer_encode(&m->tokenizer, json_string_value(prompt), json_string_length(prompt), false, m->tokenizer.add_bos, &ids, &err);
+    } else if (json_is_array(messages) && json_array_size(messages) > 0) {
+        size_t n = json_array_size(messages);
+        ChatMessage *msgs = calloc(n, sizeof *msgs);
+        for (size_t i = 0; msgs && i < n; i++) {
+            msgs[i].role = json_string_value(json_object_get(json_array_get(messages, i), "role"));
+            msgs[i].content = json_string_value(json_object_get(json_array_get(messages, i), "content"));
+        }
+        if (!msgs) return snprintf(r->error, sizeof r->error, "out of memory"), -1;
+        char *text = chat_template_render(&m->chat, msgs, (int)n, &err);
+        free(msgs);
+        if (!text) return snprintf(r->error, sizeof r->error, "%s", err.msg), -1;
+        rc = tokenizer_encode(&m->tokenizer, text, strlen(text), true, m->tokenizer.add_bos, &ids, &err);
+        free(text);
+    } else {
+        return snprintf(r->error, sizeof r->error, "each line needs a \"prompt\" string or a non-empty \"messages\" array"), -1;
+    }
+    if (rc) return snprintf(r->error, sizeof r->error, "%s", err.msg), -1;
+    if (ids.n == 0) return free(ids.ids), snprintf(r->error, sizeof r->error, "the prompt is empty"), -1;
+    r->tokens = ids.ids;
+    r->n_tokens = r->n_prompt = ids.n;
+    r->cap_tokens = ids.cap;
+    return 0;
+}
+
+static void write_result(FILE *out, const BraidModel *m, const SchedRequest *r, double t0) {
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(r->id ? r->id : ""));
+    int n_out = r->n_tokens > r->n_prompt ? r->n_tokens - r->n_prompt : 0;
+    size_t len = 0;
+    char *text = n_out ? tokenizer_decode(&m->tokenizer, r->tokens + r->n_prompt, n_out, &len) : strdup("");
+    json_object_set_new(o, "text", json_stringn_nocheck(text ? text : "", text ? len : 0));
+    free(text);
+    json_object_set_new(o, "prompt_tokens", json_integer(r->n_prompt));
+    json_object_set_new(o, "completion_tokens", json_integer(n_out));
+    json_object_set_new(o, "cached_tokens", json_integer(r->cached_tokens > 0 ? r->cached_tokens : 0));
+    json_object_set_new(o, "ttft_ms", json_real(r->t_first_token > 0 ? (r->t_first_token - t0) * 1e3 : 0));
+    json_object_set_new(o, "latency_ms", json_real(r->t_finish > 0 ? (r->t_finish - t0) * 1e3 : 0));
+    json_object_set_new(o, "preemptions", json_integer(r->preemptions));
+    json_object_set_new(o, "finish_reason", json_string(r->finish_reason ? r->finish_reason : "error"));
+    if (r->error[0]) json_object_set_new(o, "error", json_string(r->error));
+    char *line = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+    fprintf(out, "%s\n", line);
+    free(line);
+    json_decref(o);
+}
+
+static int read_requests(const BraidModel *m, const char *path, SchedRequest **out, int *n_out) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "braid batch: cannot open %s\n", path);
+        return -1;
+    }
+    SchedRequest *reqs = NULL;
+    int n = 0, cap = 0, line_no = 0;
+    char *line = NULL;
+    size_t line_cap = 0;
+    while (getline(&line, &line_cap, f) > 0) {
+        line_no++;
+        if (strspn(line, " \t\r\n") == strlen(line)) continue;
+        if (n == cap && !(reqs = realloc(reqs, (size_t)(cap = cap ? cap * 2 : 64) * sizeof *reqs))) break;
+        SchedRequest *r = &reqs[n++];
+        memset(r, 0, sizeof *r);
+        json_error_t jerr;
+        json_t *obj = json_loads(line, 0, &jerr);
+        if (!json_is_object(obj)) {
+            char idbuf[32];
+            snprintf(idbuf, sizeof idbuf, "line-%d", line_no);
+            r->id = strdup(idbuf);
+            snprintf(r->error, sizeof r->error, "line %d is not a JSON object: %s", line_no, obj ? "wrong type" : jerr.text);
+        } else {
+            load_request(m, obj, line_no, r);
+        }
+        if (r->error[0]) {
+            r->state = REQ_FINISHED;
+            r->finish_reason = "error";
+        }
+        json_decref(obj);
+    }
+    free(line);
+    fclose(f);
+    *out = reqs;
+    *n_out = n;
+    return reqs || n == 0 ? 0 : -1;
+}
+
+static void print_summary(const Engine *e, const SchedRequest *reqs, int n, double elapsed) {
+    const SchedCounters *c = &e->sched.counters;
+    int done = 0, failed = 0;
+    uint64_t prompt = 0;
+    for (int i = 0; i < n; i++) {
+        if (reqs[i].error[0]) failed++;
+        else done++;
+        prompt += (uint64_t)reqs[i].n_prompt;
+    }
+    uint64_t total_prompt = c->cached_prompt_tokens + c->computed_prompt_tokens;
+    fprintf(stderr,
+            "[batch] %d requests (%d completed, %d rejected) in %.2f s: %.1f generated tok/s, %.1f req/s\n"
+            "[batch] prompt tokens %llu, cached %llu (hit rate %.1f%%), evictions %llu blocks, preemptions %llu, "
+            "peak pool use %d of %d blocks, %llu steps\n",
+            n, done, failed, elapsed, e->generated_tokens / elapsed, done / elapsed, (unsigned long long)prompt,
+            (unsigned long long)c->cached_prompt_tokens, total_prompt ? 100.0 * c->cached_prompt_tokens / total_prompt : 0.0,
+            (unsigned long long)e->sched.tree.counters.evicted_blocks, (unsigned long long)c->preemptions, c->peak_in_use,
+            block_pool_total(&e->sched.pool), (unsigned long long)c->steps);
+}
+
+int cmd_batch(int argc, char **argv) {
+    BatchArgs a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc == 1 ? 0 : rc;
+    cli_set_threads((int)a.threads);
+    BraidModel model;
+    BraidError err;
+    if (braid_model_load(cli_model_path(a.model), &model, &err)) {
+        fprintf(stderr, "braid batch: %s\n", err.msg);
+        return 1;
+    }
+    SchedRequest *reqs = NULL;
+    int n = 0;
+    FILE *out = NULL, *events = NULL;
+    Engine engine;
+    EngineConfig cfg = {.n_blocks = (int)a.kv_blocks, .block_size = (int)a.block_size, .max_batch_tokens = (int)a.max_batch_tokens,
+                        .max_running = (int)a.max_running, .cache_enabled = a.cache, .policy = a.policy};
+    if (read_requests(&model, a.input, &reqs, &n) || engine_init(&engine, &model, &cfg, &err)) {
+        if (n >= 0 && reqs == NULL && n) fprintf(stderr, "braid batch: out of memory\n");
+        else fprintf(stderr, "braid batch: %s\n", err.msg);
+        braid_model_free(&model);
+        return 1;
+    }
+    if (a.events_path && !(events = fopen(a.events_path, "w"))) fprintf(stderr, "braid batch: cannot write %s\n", a.events_path);
+    engine.sched.events = events;
+    double t0 = braid_now_seconds();
+    for (int i = 0; i < n; i++)
+        if (!reqs[i].error[0]) engine_submit(&engine, &reqs[i]);
+    rc = 0;
+    while (!sched_idle(&engine.sched)) {
+        if (engine_step(&engine, &err) < 0) {
+            fprintf(stderr, "braid batch: %s\n", err.msg);
+            rc = 1;
+            break;
+        }
+    }
+    double elapsed = braid_now_seconds() - t0;
+    if (!(out = fopen(a.output, "w"))) {
+        fprintf(stderr, "braid batch: cannot write %s\n", a.output);
+        rc = 1;
+    } else {
+        for (int i = 0; i < n; i++) write_result(out, &model, &reqs[i], t0);
+        fclose(out);
+    }
+    print_summary(&engine, reqs, n, elapsed > 0 ? elapsed : 1e-9);
+    if (events) fclose(events);
+    engine_free(&engine);
+    for (int i = 0; i < n; i++) sched_request_free(&reqs[i]);
+    free(reqs);
+    braid_model_free(&model);
+    return rc;
+}

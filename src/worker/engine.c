@@ -1,0 +1,129 @@
+#include "worker/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, BraidError *err) {
+    memset(e, 0, sizeof *e);
+    e->model = model;
+    e->cfg = *cfg;
+    if (sched_init(&e->sched, cfg->n_blocks, cfg->block_size, cfg->max_batch_tokens, cfg->max_running, cfg->cache_enabled,
+                   cfg->policy, err))
+        return -1;
+    if (kv_pool_create(&e->kv, &model->weights.cfg, cfg->n_blocks, cfg->block_size, err)) {
+        sched_free(&e->sched);
+        return -1;
+    }
+    forward_init(&e->fwd, &model->weights, &e->kv);
+    return 0;
+}
+
+void engine_free(Engine *e) {
+    forward_free(&e->fwd);
+    kv_pool_destroy(&e->kv);
+    sched_free(&e->sched);
+    plan_free(&e->plan);
+    free(e->tokens); free(e->positions); free(e->slots); free(e->seq_start); free(e->seq_ctx); free(e->logit_rows);
+    free(e->tables); free(e->logits);
+    memset(e, 0, sizeof *e);
+}
+
+int engine_submit(Engine *e, SchedRequest *r) {
+    int context = e->model->weights.cfg.context_length;
+    if (r->n_prompt + r->max_tokens > context) r->max_tokens = context - r->n_prompt;
+    if (r->max_tokens < 1) {
+        snprintf(r->error, sizeof r->error, "prompt of %d tokens leaves no room in the model's context of %d", r->n_prompt, context);
+        r->state = REQ_FINISHED;
+        r->finish_reason = "error";
+        return -1;
+    }
+    if (sampler_init(&r->sampler, e->model->weights.cfg.vocab_size, r->sampling.seed)) {
+        snprintf(r->error, sizeof r->error, "out of memory");
+        r->state = REQ_FINISHED;
+        r->finish_reason = "error";
+        return -1;
+    }
+    return sched_add(&e->sched, r);
+}
+
+static int reserve(Engine *e, int n_tokens, int n_seqs, BraidError *err) {
+    if (n_tokens > e->cap_tokens) {
+        free(e->tokens); free(e->positions); free(e->slots);
+        e->tokens = malloc((size_t)n_tokens * sizeof *e->tokens);
+        e->positions = malloc((size_t)n_tokens * sizeof *e->positions);
+        e->slots = malloc((size_t)n_tokens * sizeof *e->slots);
+        e->cap_tokens = n_tokens;
+    }
+    if (n_seqs > e->cap_seqs) {
+        free(e->seq_start); free(e->seq_ctx); free(e->logit_rows); free(e->tables); free(e->logits);
+        e->seq_start = malloc((size_t)(n_seqs + 1) * sizeof *e->seq_start);
+        e->seq_ctx = malloc((size_t)n_seqs * sizeof *e->seq_ctx);
+        e->logit_rows = malloc((size_t)n_seqs * sizeof *e->logit_rows);
+        e->tables = malloc((size_t)n_seqs * sizeof *e->tables);
+        e->logits = malloc((size_t)n_seqs * e->model->weights.cfg.vocab_size * sizeof *e->logits);
+        e->cap_seqs = n_seqs;
+    }
+    if (!e->tokens || !e->positions || !e->slots || !e->seq_start || !e->seq_ctx || !e->logit_rows || !e->tables || !e->logits)
+        return braid_error_set(err, "engine: out of memory for a step of %d tokens", n_tokens);
+    return 0;
+}
+
+/* Flattens the plan into a ForwardBatch; returns the number of logit rows. */
+static int build_batch(Engine *e, ForwardBatch *b) {
+    const StepPlan *p = &e->plan;
+    int bs = e->cfg.block_size, t = 0, n_logits = 0;
+    for (int i = 0; i < p->n; i++) {
+        const PlanEntry *pe = &p->entries[i];
+        e->seq_start[i] = t;
+        for (int k = 0; k < pe->count; k++, t++) {
+            int pos = pe->start + k;
+            e->tokens[t] = pe->req->tokens[pos];
+            e->positions[t] = pos;
+            e->slots[t] = pe->req->blocks[pos / bs] * bs + pos % bs;
+        }
+        e->tables[i] = pe->req->blocks;
+        e->seq_ctx[i] = pe->start + pe->count;
+        if (pe->sample) e->logit_rows[n_logits++] = t - 1;
+    }
+    e->seq_start[p->n] = t;
+    *b = (ForwardBatch){
+        .n_tokens = t, .tokens = e->tokens, .positions = e->positions, .slot_mapping = e->slots,
+        .n_seqs = p->n, .seq_start = e->seq_start, .block_tables = e->tables, .seq_n_ctx = e->seq_ctx,
+        .n_logits = n_logits, .logit_rows = e->logit_rows,
+    };
+    return n_logits;
+}
+
+static void after_sample(Engine *e, SchedRequest *r, int32_t token) {
+    Scheduler *s = &e->sched;
+    if (r->n_tokens == r->n_prompt) r->t_first_token = s->clock();
+    if (tokenizer_is_stop(&e->model->tokenizer, token)) {
+        sched_finish(s, r, "stop");
+        return;
+    }
+    if (sched_append_token(r, token)) {
+        snprintf(r->error, sizeof r->error, "out of memory");
+        sched_finish(s, r, "error");
+        return;
+    }
+    e->generated_tokens++;
+    if (r->n_tokens - r->n_prompt >= r->max_tokens) sched_finish(s, r, "length");
+}
+
+int engine_step(Engine *e, BraidError *err) {
+    int n = sched_plan(&e->sched, &e->plan, err);
+    if (n <= 0) return n;
+    if (reserve(e, e->plan.n_tokens, e->plan.n, err)) return -1;
+    ForwardBatch batch;
+    int n_logits = build_batch(e, &batch);
+    if (forward_run(&e->fwd, &batch, e->logits, err)) return -1;
+    sched_commit(&e->sched, &e->plan);
+    size_t vocab = (size_t)e->model->weights.cfg.vocab_size;
+    for (int i = 0, row = 0; i < e->plan.n && row < n_logits; i++) {
+        PlanEntry *pe = &e->plan.entries[i];
+        if (!pe->sample) continue;
+        SchedRequest *r = pe->req;
+        after_sample(e, r, sampler_sample(&r->sampler, e->logits + (size_t)row++ * vocab, &r->sampling));
+    }
+    return n;
+}

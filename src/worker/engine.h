@@ -1,0 +1,48 @@
+/*
+ * engine.h — one serving instance in one process: scheduler + executor over a shared paged KV pool.
+ *
+ * engine_step() asks the scheduler for a step plan, turns it into a ForwardBatch (token ids,
+ * positions, slots through each sequence's block table), runs the forward pass, samples the next
+ * token of every sequence whose last token was computed, and applies stop rules (end-of-turn
+ * tokens, max_tokens, context length). `braid batch` drives it offline; the cluster's instance
+ * leader will drive the same loop from MPI messages.
+ * Owns: the scheduler, the KV memory and the forward scratch. Borrows the model and the requests.
+ * Not thread-safe.
+ */
+#ifndef BRAID_WORKER_ENGINE_H
+#define BRAID_WORKER_ENGINE_H
+
+#include "model/model.h"
+#include "worker/forward.h"
+#include "worker/kv_pool.h"
+#include "worker/scheduler.h"
+
+typedef struct {
+    int n_blocks, block_size, max_batch_tokens, max_running;
+    bool cache_enabled;
+    const EvictPolicy *policy;
+} EngineConfig;
+
+typedef struct {
+    const BraidModel *model;
+    EngineConfig cfg;
+    Scheduler sched;
+    KvPool kv;
+    ForwardContext fwd;
+    StepPlan plan;
+    int32_t *tokens, *positions, *slots, *seq_start, *seq_ctx, *logit_rows;
+    const int32_t **tables;
+    int cap_tokens, cap_seqs;
+    float *logits;
+    int cap_logits;
+    uint64_t generated_tokens;
+} Engine;
+
+int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, BraidError *err);
+void engine_free(Engine *e);
+/* Prepares and queues a request (prompt already tokenized into req->tokens / n_prompt). */
+int engine_submit(Engine *e, SchedRequest *req);
+/* Runs one step; returns the number of sequences in it (0 when idle), -1 on error. */
+int engine_step(Engine *e, BraidError *err);
+
+#endif

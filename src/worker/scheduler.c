@@ -1,0 +1,308 @@
+#include "worker/scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/timeutil.h"
+
+static int grow(void **array, int *cap, int need, size_t elem) {
+    if (need <= *cap) return 0;
+    int cap2 = *cap ? *cap * 2 : 16;
+    while (cap2 < need) cap2 *= 2;
+    void *p = realloc(*array, (size_t)cap2 * elem);
+    if (!p) return -1;
+    *array = p;
+    *cap = cap2;
+    return 0;
+}
+
+static void event(Scheduler *s, const char *kind, const SchedRequest *r, const char *fmt, int a, int b) {
+    if (!s->events) return;
+    fprintf(s->events, "{\"t\":%.6f,\"event\":\"%s\",\"req\":\"%s\",", s->clock(), kind, r ? r->id : "");
+    fprintf(s->events, fmt, a, b);
+    fprintf(s->events, "}\n");
+}
+
+int sched_init(Scheduler *s, int n_blocks, int block_size, int max_batch_tokens, int max_running, bool cache_enabled,
+               const EvictPolicy *policy, BraidError *err) {
+    memset(s, 0, sizeof *s);
+    s->block_size = block_size;
+    s->max_batch_tokens = max_batch_tokens;
+    s->max_running = max_running;
+    s->cache_enabled = cache_enabled;
+    s->clock = braid_now_seconds;
+    if (block_pool_init(&s->pool, n_blocks, err)) return -1;
+    if (radix_init(&s->tree, &s->pool, block_size, policy, NULL, err)) {
+        block_pool_free(&s->pool);
+        return -1;
+    }
+    return 0;
+}
+
+void sched_free(Scheduler *s) {
+    radix_free(&s->tree);
+    block_pool_free(&s->pool);
+    free(s->waiting);
+    free(s->running);
+    memset(s, 0, sizeof *s);
+}
+
+void plan_free(StepPlan *plan) {
+    free(plan->entries);
+    memset(plan, 0, sizeof *plan);
+}
+
+void sched_request_free(SchedRequest *r) {
+    free(r->id);
+    free(r->tokens);
+    free(r->blocks);
+    sampler_free(&r->sampler);
+    memset(r, 0, sizeof *r);
+}
+
+static int blocks_for(const Scheduler *s, int tokens) { return (tokens + s->block_size - 1) / s->block_size; }
+
+bool sched_idle(const Scheduler *s) { return s->n_waiting == 0 && s->n_running == 0; }
+
+static int queue_push_front(Scheduler *s, SchedRequest *r) {
+    if (grow((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof *s->waiting)) return -1;
+    memmove(s->waiting + 1, s->waiting, (size_t)s->n_waiting * sizeof *s->waiting);
+    s->waiting[0] = r;
+    s->n_waiting++;
+    return 0;
+}
+
+int sched_add(Scheduler *s, SchedRequest *r) {
+    r->state = REQ_WAITING;
+    r->cached_tokens = -1;
+    int need = blocks_for(s, r->n_prompt + r->max_tokens);
+    if (need > block_pool_total(&s->pool)) {
+        snprintf(r->error, sizeof r->error,
+                 "request needs %d KV blocks (%d prompt + %d max_tokens tokens) but the pool holds only %d; "
+                 "lower max_tokens or start with more --kv-blocks",
+                 need, r->n_prompt, r->max_tokens, block_pool_total(&s->pool));
+        r->state = REQ_FINISHED;
+        r->finish_reason = "error";
+        return -1;
+    }
+    if (grow((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof *s->waiting)) {
+        snprintf(r->error, sizeof r->error, "out of memory queueing the request");
+        r->state = REQ_FINISHED;
+        r->finish_reason = "error";
+        return -1;
+    }
+    s->waiting[s->n_waiting++] = r;
+    return 0;
+}
+
+/* Grows r's block table to cover `tokens` slots, evicting from the tree when the pool is short. */
+static int ensure_blocks(Scheduler *s, SchedRequest *r, int tokens) {
+    int need = blocks_for(s, tokens) - r->n_blocks;
+    if (need <= 0) return 0;
+    if (grow((void **)&r->blocks, &r->cap_blocks, r->n_blocks + need, sizeof *r->blocks)) return -1;
+    if (s->pool.n_free < need) {
+        int evicted = radix_evict(&s->tree, need - s->pool.n_free, NULL);
+        if (evicted) event(s, "evict", r, "\"blocks\":%d,\"free\":%d", evicted, s->pool.n_free);
+    }
+    if (block_pool_alloc(&s->pool, need, r->blocks + r->n_blocks)) return -1;
+    r->n_blocks += need;
+    int in_use = s->pool.n_in_use;
+    if (in_use > s->counters.peak_in_use) s->counters.peak_in_use = in_use;
+    return 0;
+}
+
+/* Inserts r's computed full blocks into the tree. With relock, r's lock moves to the node that
+ * ends them, so a running request keeps its cached prefix pinned while others reuse it. */
+static void cache_computed_prefix(Scheduler *s, SchedRequest *r, bool relock) {
+    int full = r->n_computed / s->block_size, cached = 0;
+    if (!s->cache_enabled || full == 0) return;
+    RadixNode *end = NULL;
+    BraidError err;
+    if (radix_insert(&s->tree, r->ns, r->tokens, full, r->blocks, &cached, &end, &err)) {
+        LOG_WARN("sched", "req %s: cache insert failed: %s", r->id, err.msg);
+        return;
+    }
+    if (full > cached) event(s, "insert", r, "\"blocks\":%d,\"already_cached\":%d", full - cached, cached);
+    if (relock && end != r->locked) {
+        radix_lock(&s->tree, end);
+        if (r->locked) radix_unlock(&s->tree, r->locked);
+        r->locked = end;
+    }
+}
+
+/* Gives back everything r holds; computed full blocks go into the tree first when caching. */
+static void release_request(Scheduler *s, SchedRequest *r) {
+    cache_computed_prefix(s, r, false);
+    for (int b = 0; b < r->n_blocks; b++) block_pool_release(&s->pool, r->blocks[b]);
+    r->n_blocks = 0;
+    r->n_held_prefix = 0;
+    if (r->locked) radix_unlock(&s->tree, r->locked);
+    r->locked = NULL;
+}
+
+static void remove_running(Scheduler *s, SchedRequest *r) {
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i] == r) {
+            memmove(s->running + i, s->running + i + 1, (size_t)(s->n_running - i - 1) * sizeof *s->running);
+            s->n_running--;
+            return;
+        }
+}
+
+static void preempt(Scheduler *s, SchedRequest *r) {
+    int kept = s->cache_enabled ? r->n_computed / s->block_size * s->block_size : 0;
+    release_request(s, r);
+    r->n_computed = 0;
+    r->state = REQ_WAITING;
+    r->preemptions++;
+    s->counters.preemptions++;
+    remove_running(s, r);
+    queue_push_front(s, r);
+    event(s, "preempt", r, "\"tokens_kept_in_tree\":%d,\"preemptions\":%d", kept, r->preemptions);
+    LOG_DEBUG("sched", "req %s: preempted, %d tokens kept in tree", r->id, kept);
+}
+
+void sched_finish(Scheduler *s, SchedRequest *r, const char *reason) {
+    release_request(s, r);
+    r->state = REQ_FINISHED;
+    r->finish_reason = reason;
+    r->t_finish = s->clock();
+    remove_running(s, r);
+}
+
+int sched_append_token(SchedRequest *r, int32_t token) {
+    if (grow((void **)&r->tokens, &r->cap_tokens, r->n_tokens + 1, sizeof *r->tokens)) return -1;
+    r->tokens[r->n_tokens++] = token;
+    return 0;
+}
+
+static int plan_add(StepPlan *p, SchedRequest *r, int start, int count, bool sample) {
+    if (grow((void **)&p->entries, &p->cap, p->n + 1, sizeof *p->entries)) return -1;
+    p->entries[p->n++] = (PlanEntry){r, start, count, sample};
+    p->n_tokens += count;
+    return 0;
+}
+
+static bool in_plan(const StepPlan *p, const SchedRequest *r) {
+    for (int i = 0; i < p->n; i++)
+        if (p->entries[i].req == r) return true;
+    return false;
+}
+
+/* The running request with the least work done that this step has not planned yet. */
+static SchedRequest *pick_victim(Scheduler *s, const StepPlan *p) {
+    SchedRequest *victim = NULL;
+    for (int i = 0; i < s->n_running; i++) {
+        SchedRequest *r = s->running[i];
+        if (in_plan(p, r)) continue;
+        if (!victim || r->n_computed < victim->n_computed) victim = r;
+    }
+    return victim;
+}
+
+/* Admission: match the cached prefix, hold and lock it, reserve blocks for the rest of the
+ * sequence so far. Returns 0 when admitted, 1 when it does not fit now. */
+static int admit(Scheduler *s, SchedRequest *r, BraidError *err) {
+    RadixMatch m = {0};
+    if (s->cache_enabled) {
+        if (radix_match_prefix(&s->tree, r->ns, r->tokens, r->n_tokens, &m, err)) return -1;
+        radix_lock(&s->tree, m.node);
+        r->locked = m.node;
+    }
+    if (grow((void **)&r->blocks, &r->cap_blocks, blocks_for(s, r->n_tokens) + 1, sizeof *r->blocks)) {
+        free(m.blocks);
+        return braid_error_set(err, "sched: out of memory");
+    }
+    for (int b = 0; b < m.n_blocks; b++) {
+        block_pool_hold(&s->pool, m.blocks[b]);
+        r->blocks[b] = m.blocks[b];
+    }
+    r->n_blocks = r->n_held_prefix = m.n_blocks;
+    r->n_computed = m.n_blocks * s->block_size;
+    free(m.blocks);
+    if (ensure_blocks(s, r, r->n_tokens)) {
+        release_request(s, r);
+        r->n_computed = 0;
+        return 1;
+    }
+    if (r->cached_tokens < 0) {
+        r->cached_tokens = r->n_computed;
+        s->counters.cached_prompt_tokens += (uint64_t)r->n_computed;
+        s->counters.computed_prompt_tokens += (uint64_t)(r->n_prompt - r->n_computed);
+    }
+    if (r->n_computed > 0) event(s, "hit", r, "\"tokens\":%d,\"prompt\":%d", r->n_computed, r->n_tokens);
+    return 0;
+}
+
+static int plan_decodes(Scheduler *s, StepPlan *p, int *budget) {
+    for (int i = 0; i < s->n_running && *budget > 0; i++) {
+        SchedRequest *r = s->running[i];
+        if (r->n_computed != r->n_tokens - 1 || in_plan(p, r)) continue; /* still prefilling */
+        while (ensure_blocks(s, r, r->n_tokens)) {
+            SchedRequest *victim = pick_victim(s, p);
+            if (!victim) return 0;
+            int self = victim == r;
+            preempt(s, victim);
+            i = -1; /* the running list changed: rescan (planned requests are skipped) */
+            if (self) break;
+        }
+        if (r->state != REQ_RUNNING) continue;
+        if (plan_add(p, r, r->n_computed, 1, true)) return -1;
+        (*budget)--;
+    }
+    return 0;
+}
+
+static int plan_prefill_chunk(StepPlan *p, SchedRequest *r, int *budget) {
+    int remaining = r->n_tokens - r->n_computed, chunk = remaining < *budget ? remaining : *budget;
+    if (chunk <= 0) return 0;
+    if (plan_add(p, r, r->n_computed, chunk, chunk == remaining)) return -1;
+    *budget -= chunk;
+    return 0;
+}
+
+int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
+    p->n = 0;
+    p->n_tokens = 0;
+    int budget = s->max_batch_tokens;
+    if (plan_decodes(s, p, &budget)) return braid_error_set(err, "sched: out of memory");
+    for (int i = 0; i < s->n_running && budget > 0; i++) {
+        SchedRequest *r = s->running[i];
+        if (r->n_computed < r->n_tokens - 1 && !in_plan(p, r) && plan_prefill_chunk(p, r, &budget))
+            return braid_error_set(err, "sched: out of memory");
+    }
+    while (s->n_waiting > 0 && budget > 0 && s->n_running < s->max_running) {
+        SchedRequest *r = s->waiting[0];
+        int rc = admit(s, r, err);
+        if (rc < 0) return -1;
+        if (rc > 0) break; /* first come, first served: wait for blocks */
+        memmove(s->waiting, s->waiting + 1, (size_t)(s->n_waiting - 1) * sizeof *s->waiting);
+        s->n_waiting--;
+        if (grow((void **)&s->running, &s->cap_running, s->n_running + 1, sizeof *s->running))
+            return braid_error_set(err, "sched: out of memory");
+        s->running[s->n_running++] = r;
+        r->state = REQ_RUNNING;
+        if (plan_prefill_chunk(p, r, &budget)) return braid_error_set(err, "sched: out of memory");
+    }
+    if (p->n == 0 && s->n_waiting > 0 && s->n_running == 0) {
+        /* Nothing runs and the head cannot be admitted: only possible if the tree holds locked
+         * blocks, which an idle scheduler never has. Report rather than spin. */
+        return braid_error_set(err, "sched: request %s cannot be admitted with an idle pool", s->waiting[0]->id);
+    }
+    s->counters.steps++;
+    return p->n;
+}
+
+void sched_commit(Scheduler *s, const StepPlan *p) {
+    for (int i = 0; i < p->n; i++) {
+        SchedRequest *r = p->entries[i].req;
+        bool prefill = p->entries[i].start < r->n_prompt;
+        r->n_computed = p->entries[i].start + p->entries[i].count;
+        /* Prefill results are shared at once, so requests admitted in later steps reuse them
+         * while this one still runs; decoded blocks join the tree when the request ends. */
+        if (prefill) cache_computed_prefix(s, r, true);
+    }
+}
+
+int sched_check(const Scheduler *s, BraidError *err) { return radix_check(&s->tree, err); }

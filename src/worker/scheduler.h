@@ -1,0 +1,105 @@
+/*
+ * scheduler.h — continuous batching for one instance (runs on the instance leader).
+ *
+ * Owns: the waiting queue, the running set, the block pool accounting and the radix prefix cache.
+ * Each step, sched_plan() builds a StepPlan under a token budget: decodes of running requests
+ * first (one token each, growing their block tables), then chunks of unfinished prefills, then
+ * admission from the front of the waiting queue (longest cached prefix matched, locked and held,
+ * blocks for the rest of the prompt reserved, evicting from the tree when short). When a decode
+ * cannot get a block even after eviction, the running request with the least work done is
+ * preempted: its full blocks go into the tree first (so its recompute is a cache hit), everything
+ * is released, and it returns to the front of the queue with its generated tokens kept.
+ * A request that can never fit (prompt + max_tokens beyond the whole pool) is finished with an
+ * error at sched_add; nothing else is ever dropped.
+ * The executor (engine.c) runs the plan, then calls sched_commit() and, per sampled token,
+ * sched_append_token() / sched_finish().
+ * Not thread-safe.
+ */
+#ifndef BRAID_WORKER_SCHEDULER_H
+#define BRAID_WORKER_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "cache/block_pool.h"
+#include "cache/radix_tree.h"
+#include "common/error.h"
+#include "worker/sampler.h"
+
+typedef enum { REQ_WAITING = 0, REQ_RUNNING, REQ_FINISHED } RequestState;
+
+typedef struct SchedRequest {
+    char *id;
+    int32_t *tokens;     /* prompt, then generated tokens */
+    int n_tokens, cap_tokens;
+    int n_prompt, max_tokens;
+    uint64_t ns;         /* cache namespace (tenant, adapter) */
+    SamplingParams sampling;
+    Sampler sampler;
+    RequestState state;
+    RadixNode *locked;   /* matched prefix node, locked while running */
+    int32_t *blocks;     /* the sequence's block table */
+    int n_blocks, cap_blocks;
+    int n_held_prefix;   /* leading blocks held from the tree at admission */
+    int n_computed;      /* tokens whose K/V are in the blocks */
+    int cached_tokens;   /* prompt tokens served from the cache at first admission (-1 before) */
+    int preemptions;
+    double t_first_token, t_finish;
+    const char *finish_reason; /* "stop", "length", "error" */
+    char error[sizeof(BraidError)];
+} SchedRequest;
+
+typedef struct {
+    SchedRequest *req;
+    int start, count; /* compute tokens[start, start + count) */
+    bool sample;      /* the last token's logits pick the next token */
+} PlanEntry;
+
+typedef struct {
+    PlanEntry *entries;
+    int n, cap;
+    int n_tokens;
+} StepPlan;
+
+typedef struct {
+    uint64_t cached_prompt_tokens, computed_prompt_tokens, preemptions, steps;
+    int peak_in_use;
+} SchedCounters;
+
+typedef struct {
+    BlockPool pool;
+    RadixTree tree;
+    bool cache_enabled;
+    int block_size, max_batch_tokens, max_running;
+    SchedRequest **waiting; /* FIFO; preempted requests go back to the front */
+    int n_waiting, cap_waiting;
+    SchedRequest **running;
+    int n_running, cap_running;
+    SchedCounters counters;
+    FILE *events;           /* JSONL cache decisions, or NULL */
+    double (*clock)(void);
+} Scheduler;
+
+int sched_init(Scheduler *s, int n_blocks, int block_size, int max_batch_tokens, int max_running, bool cache_enabled,
+               const EvictPolicy *policy, BraidError *err);
+void sched_free(Scheduler *s);
+/* Queues a request (the scheduler does not own it). Returns -1 and finishes it with an error when
+ * it could never fit in the pool. */
+int sched_add(Scheduler *s, SchedRequest *req);
+/* Builds the next step into plan (reused across calls). Returns the number of entries. */
+int sched_plan(Scheduler *s, StepPlan *plan, BraidError *err);
+/* Marks the plan's tokens as computed (after the forward pass wrote their K/V). */
+void sched_commit(Scheduler *s, const StepPlan *plan);
+/* Appends a sampled token to a running request. */
+int sched_append_token(SchedRequest *req, int32_t token);
+/* Ends a running request: inserts its computed full blocks into the cache, releases the rest. */
+void sched_finish(Scheduler *s, SchedRequest *req, const char *reason);
+bool sched_idle(const Scheduler *s);
+/* Accounting invariant and tree consistency (tests, debug builds). */
+int sched_check(const Scheduler *s, BraidError *err);
+void plan_free(StepPlan *plan);
+/* Frees what a request owns (id, tokens, blocks array, sampler); the request must not be queued. */
+void sched_request_free(SchedRequest *req);
+
+#endif

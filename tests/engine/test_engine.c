@@ -1,0 +1,216 @@
+/*
+ * Serving engine on the real model: greedy outputs are the same with the radix cache on and off
+ * and the same as each request run alone; a pool small enough to force eviction and preemption
+ * every few steps still completes every request with the same outputs while the accounting
+ * invariant holds after every step; cached_tokens equals the block-aligned matched prefix.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "test_paths.h"
+#include "worker/engine.h"
+
+#define N_REQ 32
+#define MAX_TOKENS 12
+
+static BraidModel model;
+static TokenList prompts[N_REQ];
+
+static int setup(void **state) {
+    (void)state;
+    BraidError err;
+    if (braid_model_load(test_model_path(), &model, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    /* Four long shared prefixes (agents' system prompts), each with 8 different questions. */
+    static const char *const systems[4] = {
+        "You are the planner agent. Break the task into small steps and list them in order. Keep every step short. ",
+        "You are the coder agent. Write compact, correct C code for the step you are given, with no commentary at all. ",
+        "You are the tester agent. Report how many tests failed and why, in one line per failing test, nothing more. ",
+        "You are the analyst agent. Read the failure report and explain the most likely root cause in two sentences. ",
+    };
+    for (int i = 0; i < N_REQ; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, "%s%sTask %d: handle input number %d carefully.", systems[i % 4], systems[i % 4], i, i * 7);
+        if (tokenizer_encode(&model.tokenizer, text, strlen(text), false, false, &prompts[i], &err)) return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    for (int i = 0; i < N_REQ; i++) free(prompts[i].ids);
+    braid_model_free(&model);
+    return 0;
+}
+
+typedef struct {
+    int32_t tokens[N_REQ][MAX_TOKENS];
+    int n[N_REQ];
+    int cached[N_REQ];
+    int preemptions;
+    uint64_t evicted;
+} RunResult;
+
+/* Serves requests [first, first + count) through one engine; checks the invariant every step. */
+static void serve(const EngineConfig *cfg, int first, int count, RunResult *res) {
+    Engine e;
+    BraidError err;
+    if (engine_init(&e, &model, cfg, &err)) fail_msg("%s", err.msg);
+    SchedRequest reqs[N_REQ];
+    memset(reqs, 0, sizeof reqs);
+    for (int i = first; i < first + count; i++) {
+        SchedRequest *r = &reqs[i];
+        char id[16];
+        snprintf(id, sizeof id, "r%d", i);
+        r->id = strdup(id);
+        r->tokens = malloc((size_t)(prompts[i].n + MAX_TOKENS + 1) * sizeof *r->tokens);
+        memcpy(r->tokens, prompts[i].ids, (size_t)prompts[i].n * sizeof *r->tokens);
+        r->n_tokens = r->n_prompt = prompts[i].n;
+        r->cap_tokens = prompts[i].n + MAX_TOKENS + 1;
+        r->max_tokens = MAX_TOKENS;
+        r->sampling = sampling_params_default();
+        assert_int_equal(engine_submit(&e, r), 0);
+    }
+    while (!sched_idle(&e.sched)) {
+        if (engine_step(&e, &err) < 0) fail_msg("%s", err.msg);
+        if (sched_check(&e.sched, &err)) fail_msg("invariant after step: %s", err.msg);
+    }
+    for (int i = first; i < first + count; i++) {
+        SchedRequest *r = &reqs[i];
+        assert_int_equal(r->state, REQ_FINISHED);
+        assert_true(r->error[0] == '\0');
+        res->n[i] = r->n_tokens - r->n_prompt;
+        memcpy(res->tokens[i], r->tokens + r->n_prompt, (size_t)res->n[i] * sizeof(int32_t));
+        res->cached[i] = r->cached_tokens;
+        res->preemptions += r->preemptions;
+        sched_request_free(r);
+    }
+    res->evicted += e.sched.tree.counters.evicted_blocks;
+    assert_int_equal(e.sched.pool.n_in_use, 0); /* nothing held once idle */
+    engine_free(&e);
+}
+
+static void expect_same(const RunResult *a, const RunResult *b, const char *what) {
+    for (int i = 0; i < N_REQ; i++) {
+        if (a->n[i] != b->n[i] || memcmp(a->tokens[i], b->tokens[i], (size_t)a->n[i] * sizeof(int32_t)) != 0)
+            fail_msg("%s: request %d differs (%d vs %d tokens)", what, i, a->n[i], b->n[i]);
+    }
+}
+
+static void test_cache_on_off_alone(void **state) {
+    (void)state;
+    EngineConfig on = {.n_blocks = 512, .block_size = 16, .max_batch_tokens = 256, .max_running = 64, .cache_enabled = true,
+                       .policy = &evict_policy_lru};
+    EngineConfig off = on;
+    off.cache_enabled = false;
+    static RunResult radix, nocache, alone;
+    serve(&on, 0, N_REQ, &radix);
+    serve(&off, 0, N_REQ, &nocache);
+    for (int i = 0; i < N_REQ; i++) serve(&off, i, 1, &alone);
+    expect_same(&radix, &nocache, "radix vs off");
+    expect_same(&radix, &alone, "batched vs alone");
+    int hits = 0;
+    for (int i = 0; i < N_REQ; i++) {
+        hits += radix.cached[i] > 0;
+        assert_int_equal(radix.cached[i] % 16, 0);
+        assert_int_equal(nocache.cached[i], 0);
+    }
+    fprintf(stderr, "engine: %d of %d requests reused a cached prefix\n", hits, N_REQ);
+    assert_true(hits > 0);
+}
+
+static void test_pressure_evicts_and_preempts(void **state) {
+    (void)state;
+    /* ~40 tokens per prompt + 12 generated: 4 blocks per request of 16; 12 usable blocks force
+     * constant eviction and preemption with 32 requests in flight. */
+    EngineConfig tiny = {.n_blocks = 13, .block_size = 16, .max_batch_tokens = 64, .max_running = 8, .cache_enabled = true,
+                         .policy = &evict_policy_lru};
+    EngineConfig ample = {.n_blocks = 512, .block_size = 16, .max_batch_tokens = 64, .max_running = 8, .cache_enabled = true,
+                          .policy = &evict_policy_lru};
+    static RunResult small, big;
+    serve(&tiny, 0, N_REQ, &small);
+    serve(&ample, 0, N_REQ, &big);
+    fprintf(stderr, "engine pressure: %d preemptions, %llu evicted blocks\n", small.preemptions, (unsigned long long)small.evicted);
+    assert_true(small.preemptions > 0);
+    assert_true(small.evicted > 0);
+    expect_same(&small, &big, "tiny pool vs ample pool");
+}
+
+static void test_cached_tokens_exact(void **state) {
+    (void)state;
+    EngineConfig cfg = {.n_blocks = 256, .block_size = 16, .max_batch_tokens = 512, .max_running = 8, .cache_enabled = true,
+                        .policy = &evict_policy_lru};
+    Engine e;
+    BraidError err;
+    if (engine_init(&e, &model, &cfg, &err)) fail_msg("%s", err.msg);
+    /* Request A, then B = A's prompt + more: B's cached tokens = A's computed full blocks, capped
+     * below B's length. Then C = exactly A's prompt: never the whole prompt. */
+    SchedRequest a = {0}, b = {0}, c = {0};
+    const TokenList *p = &prompts[0];
+    SchedRequest *all[3] = {&a, &b, &c};
+    int lens[3] = {p->n, p->n, p->n};
+    for (int k = 0; k < 3; k++) {
+        SchedRequest *r = all[k];
+        r->id = strdup(k == 0 ? "a" : k == 1 ? "b" : "c");
+        r->tokens = malloc((size_t)(p->n + 64) * sizeof *r->tokens);
+        r->cap_tokens = p->n + 64;
+        memcpy(r->tokens, p->ids, (size_t)p->n * sizeof *r->tokens);
+        r->max_tokens = 1;
+        r->sampling = sampling_params_default();
+    }
+    for (int i = 0; i < 20; i++) b.tokens[p->n + i] = 100 + i;
+    lens[1] = p->n + 20;
+    for (int k = 0; k < 3; k++) {
+        all[k]->n_tokens = all[k]->n_prompt = lens[k];
+        assert_int_equal(engine_submit(&e, all[k]), 0);
+        while (!sched_idle(&e.sched))
+            if (engine_step(&e, &err) < 0) fail_msg("%s", err.msg);
+    }
+    int a_full = (p->n / 16) * 16; /* A computed p->n prompt tokens; its full blocks are cached */
+    assert_int_equal(a.cached_tokens, 0);
+    assert_int_equal(b.cached_tokens, a_full < lens[1] ? a_full : (lens[1] - 1) / 16 * 16);
+    assert_int_equal(c.cached_tokens, (p->n - 1) / 16 * 16);
+    for (int k = 0; k < 3; k++) sched_request_free(all[k]);
+    engine_free(&e);
+}
+
+static void test_rejects_what_never_fits(void **state) {
+    (void)state;
+    EngineConfig cfg = {.n_blocks = 4, .block_size = 16, .max_batch_tokens = 64, .max_running = 8, .cache_enabled = true,
+                        .policy = &evict_policy_lru};
+    Engine e;
+    BraidError err;
+    if (engine_init(&e, &model, &cfg, &err)) fail_msg("%s", err.msg);
+    SchedRequest r = {0};
+    r.id = strdup("big");
+    r.tokens = malloc(64 * sizeof *r.tokens);
+    for (int i = 0; i < 60; i++) r.tokens[i] = 100 + i;
+    r.n_tokens = r.n_prompt = 60;
+    r.max_tokens = 10; /* 70 tokens = 5 blocks > 3 usable */
+    r.sampling = sampling_params_default();
+    assert_int_equal(engine_submit(&e, &r), -1);
+    assert_string_equal(r.finish_reason, "error");
+    assert_non_null(strstr(r.error, "KV blocks"));
+    assert_true(sched_idle(&e.sched));
+    sched_request_free(&r);
+    engine_free(&e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cache_on_off_alone),
+        cmocka_unit_test(test_pressure_evicts_and_preempts),
+        cmocka_unit_test(test_cached_tokens_exact),
+        cmocka_unit_test(test_rejects_what_never_fits),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
