@@ -106,6 +106,7 @@ static int load_request(const BraidModel *m, json_t *obj, int line, SchedRequest
     if ((v = json_object_get(obj, "top_p"))) r->sampling.top_p = (float)json_number_value(v);
     if ((v = json_object_get(obj, "top_k"))) r->sampling.top_k = (int)json_integer_value(v);
     if ((v = json_object_get(obj, "seed"))) r->sampling.seed = (uint64_t)json_integer_value(v);
+    if ((v = json_object_get(obj, "ignore_eos"))) r->ignore_eos = json_is_true(v);
     if (r->sampling.temperature < 0 || r->sampling.top_p <= 0 || r->sampling.top_p > 1)
         return snprintf(r->error, sizeof r->error, "temperature must be >= 0 and top_p in (0, 1]"), -1;
     r->ns = radix_namespace(name_hash(json_string_value(json_object_get(obj, "tenant"))),

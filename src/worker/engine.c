@@ -97,7 +97,7 @@ static int build_batch(Engine *e, ForwardBatch *b) {
 static void after_sample(Engine *e, SchedRequest *r, int32_t token) {
     Scheduler *s = &e->sched;
     if (r->n_tokens == r->n_prompt) r->t_first_token = s->clock();
-    if (tokenizer_is_stop(&e->model->tokenizer, token)) {
+    if (!r->ignore_eos && tokenizer_is_stop(&e->model->tokenizer, token)) {
         sched_finish(s, r, "stop");
         return;
     }

@@ -36,6 +36,7 @@ typedef struct SchedRequest {
     int n_prompt, max_tokens;
     uint64_t ns;         /* cache namespace (tenant, adapter) */
     SamplingParams sampling;
+    bool ignore_eos;     /* keep generating past end-of-turn tokens (benchmarks) */
     Sampler sampler;
     RequestState state;
     RadixNode *locked;   /* matched prefix node, locked while running */

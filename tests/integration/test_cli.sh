@@ -88,5 +88,26 @@ echo "5 99999999" | "$braid" detokenize --model "$model" > /dev/null 2> "$tmp/e6
 check "detokenize bad id: exit 1" exit_code_is "$rc" 1
 check "detokenize bad id: names it" contains "$tmp/e6" "99999999"
 
+# batch: offline serving with per-line errors that never stop the run
+{
+  for i in 1 2 3; do printf '{"id":"q%d","prompt":"The same long shared preamble for every request. Question %d:","max_tokens":8}\n' $i $i; done
+  printf '{"id":"nomsg","max_tokens":4}\n'
+  printf 'garbage\n'
+  printf '{"id":"chat","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":16}\n'
+  printf '{"id":"huge","prompt":"hi","max_tokens":100000}\n'
+} > "$tmp/req.jsonl"
+"$braid" batch --model "$model" --input "$tmp/req.jsonl" --output "$tmp/res.jsonl" --kv-blocks 64 --events "$tmp/ev.jsonl" \
+  > /dev/null 2> "$tmp/batch.err"; rc=$?
+check "batch exits 0" exit_code_is "$rc" 0
+check "batch: one output line per input line" bash -c "[ \$(wc -l < '$tmp/res.jsonl') -eq 7 ]"
+check "batch: chat answer" bash -c "grep '\"id\":\"chat\"' '$tmp/res.jsonl' | grep -q Paris"
+check "batch: missing prompt is a clear error" bash -c "grep '\"id\":\"nomsg\"' '$tmp/res.jsonl' | grep -q 'needs a'"
+check "batch: bad JSON line is reported" bash -c "grep -q 'not a JSON object' '$tmp/res.jsonl'"
+check "batch: oversized request rejected with a reason" bash -c "grep '\"id\":\"huge\"' '$tmp/res.jsonl' | grep -q 'KV blocks'"
+check "batch: summary on stderr" contains "$tmp/batch.err" "hit rate"
+check "batch: events logged" bash -c "grep -q '\"event\":\"insert\"' '$tmp/ev.jsonl'"
+"$braid" batch --model "$model" --input "$tmp/req.jsonl" --output "$tmp/r2.jsonl" --cache lfu > /dev/null 2>&1; rc=$?
+check "batch: bad --cache is a usage error" exit_code_is "$rc" 2
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -178,8 +178,12 @@ static void test_dot_matches_dequantized(void **state) {
             for (int i = 0; i < n; i++) x[i] = rnd_float(-2, 2);
             quant_block_sums(x, n, sums);
             fill_random(types[ti], rows, 4 * row_bytes);
-            float four[4];
-            quant_dot_rows4(types[ti], rows, row_bytes, x, sums, n, four);
+            /* the same row against four activation vectors: x, then three shifted copies */
+            float *xb = malloc(4 * (size_t)n * sizeof *xb), *sb = malloc(4 * (size_t)n / 32 * sizeof *sb), four[4];
+            for (int t = 0; t < 4; t++) {
+                for (int i = 0; i < n; i++) xb[t * n + i] = t == 0 ? x[i] : x[(i + t) % n];
+                quant_block_sums(xb + t * n, n, sb + t * (n / 32));
+            }
             for (int r = 0; r < 4; r++) {
                 quant_dequantize_row(types[ti], rows + r * row_bytes, w, n);
                 double ref = 0, mag = 0;
@@ -189,10 +193,17 @@ static void test_dot_matches_dequantized(void **state) {
                 }
                 float got = quant_dot_row(types[ti], rows + r * row_bytes, x, sums, n);
                 double tol = 1e-5 * mag + 1e-6;
-                if (fabs(got - ref) > tol || fabs(four[r] - ref) > tol)
-                    fail_msg("%s n=%d row %d: dot %g, rows4 %g, reference %g", tensor_type_name(types[ti]), n, r, got, four[r], ref);
+                if (fabs(got - ref) > tol) fail_msg("%s n=%d row %d: dot %g, reference %g", tensor_type_name(types[ti]), n, r, got, ref);
+                /* batched: every token count gives bit-identical results to the single-token dot */
+                for (int nt = 1; nt <= 4; nt++) {
+                    quant_dot_row_tokens(types[ti], rows + r * row_bytes, xb, (size_t)n, sb, (size_t)n / 32, nt, n, four);
+                    for (int t = 0; t < nt; t++) {
+                        float single = quant_dot_row(types[ti], rows + r * row_bytes, xb + t * n, sb + t * (n / 32), n);
+                        if (four[t] != single) fail_msg("%s n=%d: token %d of %d differs from the single-token dot", tensor_type_name(types[ti]), n, t, nt);
+                    }
+                }
             }
-            free(rows); free(x); free(w); free(sums);
+            free(rows); free(x); free(w); free(sums); free(xb); free(sb);
         }
     }
 }

@@ -33,21 +33,15 @@ static int matmul_by_rows(const WeightMatrix *w, const float *x, int n_tokens, f
     if (ensure_capacity(&s->x_block_sums, &s->x_block_sums_cap, (size_t)(n_tokens * nb + 1))) return -1;
     for (int t = 0; t < n_tokens; t++) quant_block_sums(x + t * cols, cols, s->x_block_sums + t * nb);
     const float *xs = s->x_block_sums;
-    /* Rows go in groups of four so each activation block is loaded once per group. */
-    int64_t groups = (rows + 3) / 4;
+    /* Each row is widened once per group of up to four tokens. */
 #pragma omp parallel for schedule(static)
-    for (int64_t g = 0; g < groups; g++) {
-        int64_t r0 = g * 4;
-        const uint8_t *row = w->data + (size_t)r0 * w->row_bytes;
-        for (int t = 0; t < n_tokens; t++) {
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+        for (int t0 = 0; t0 < n_tokens; t0 += 4) {
             float out[4];
-            if (r0 + 4 <= rows) {
-                quant_dot_rows4(w->type, row, w->row_bytes, x + t * cols, xs + t * nb, cols, out);
-                for (int k = 0; k < 4; k++) y[(size_t)t * rows + r0 + k] = out[k];
-            } else {
-                for (int64_t r = r0; r < rows; r++)
-                    y[(size_t)t * rows + r] = quant_dot_row(w->type, w->data + (size_t)r * w->row_bytes, x + t * cols, xs + t * nb, cols);
-            }
+            int nt = n_tokens - t0 < 4 ? n_tokens - t0 : 4;
+            quant_dot_row_tokens(w->type, row, x + (size_t)t0 * cols, (size_t)cols, xs + (size_t)t0 * nb, (size_t)nb, nt, cols, out);
+            for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * rows + r] = out[t];
         }
     }
     return 0;

@@ -24,7 +24,7 @@ typedef struct {
 void cpu_scratch_free(CpuScratch *scratch);
 
 /* Batches of at least this many tokens take the dequantize + sgemm path. */
-#define CPU_MATMUL_GEMM_MIN_TOKENS 8
+#define CPU_MATMUL_GEMM_MIN_TOKENS 32
 
 /* Returns 0, or -1 when the scratch cannot grow (out of memory). */
 int cpu_matmul(const WeightMatrix *w, const float *x, int n_tokens, float *y, CpuScratch *scratch);

@@ -1,6 +1,7 @@
 #include "kernels/cpu/quant.h"
 
 #include <assert.h>
+#include <math.h>
 #include <string.h>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -144,22 +145,8 @@ static inline __m256 nibble_block_dot(const uint8_t *qs, const float *x, int bia
 }
 #endif
 
+#ifndef QUANT_AVX2 /* the AVX2 build uses the shared row-tokens kernels below */
 static float dot_q4_1(const BlockQ4_1 *b, const float *x, const float *xs, int64_t nb) {
-#ifdef QUANT_AVX2
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    float offset = 0.0f;
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2, x += 2 * QK4_1) {
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b[i].d)), nibble_block_dot(b[i].qs, x, 0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b[i + 1].d)), nibble_block_dot(b[i + 1].qs, x + QK4_1, 0), acc1);
-        offset += half_to_float(b[i].m) * xs[i] + half_to_float(b[i + 1].m) * xs[i + 1];
-    }
-    for (; i < nb; i++, x += QK4_1) {
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b[i].d)), nibble_block_dot(b[i].qs, x, 0), acc0);
-        offset += half_to_float(b[i].m) * xs[i];
-    }
-    return vec_hsum256(_mm256_add_ps(acc0, acc1)) + offset;
-#else
     float sum = 0.0f;
     for (int64_t i = 0; i < nb; i++, x += QK4_1) {
         float s = 0.0f;
@@ -168,8 +155,8 @@ static float dot_q4_1(const BlockQ4_1 *b, const float *x, const float *xs, int64
         sum += half_to_float(b[i].d) * s + half_to_float(b[i].m) * xs[i];
     }
     return sum;
-#endif
 }
+#endif
 
 #ifdef QUANT_AVX2
 /* Σ q_i·x_i of one Q4_1 block against activations already in registers. */
@@ -184,36 +171,6 @@ static inline __m256 q4_1_block_dot_x(const uint8_t *qs, __m256 x0, __m256 x1, _
     return _mm256_add_ps(s01, s23);
 }
 #endif
-
-/* Four Q4_1 rows against one activation vector: each activation block is loaded once for all four. */
-static void dot4_q4_1(const uint8_t *rows, size_t row_bytes, const float *x, const float *xs, int64_t nb, float *out) {
-    const BlockQ4_1 *r0 = (const BlockQ4_1 *)rows, *r1 = (const BlockQ4_1 *)(rows + row_bytes);
-    const BlockQ4_1 *r2 = (const BlockQ4_1 *)(rows + 2 * row_bytes), *r3 = (const BlockQ4_1 *)(rows + 3 * row_bytes);
-#ifdef QUANT_AVX2
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    float o0 = 0, o1 = 0, o2 = 0, o3 = 0;
-    for (int64_t i = 0; i < nb; i++, x += QK4_1) {
-        __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8), x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
-        a0 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(r0[i].d)), q4_1_block_dot_x(r0[i].qs, x0, x1, x2, x3), a0);
-        a1 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(r1[i].d)), q4_1_block_dot_x(r1[i].qs, x0, x1, x2, x3), a1);
-        a2 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(r2[i].d)), q4_1_block_dot_x(r2[i].qs, x0, x1, x2, x3), a2);
-        a3 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(r3[i].d)), q4_1_block_dot_x(r3[i].qs, x0, x1, x2, x3), a3);
-        o0 += half_to_float(r0[i].m) * xs[i];
-        o1 += half_to_float(r1[i].m) * xs[i];
-        o2 += half_to_float(r2[i].m) * xs[i];
-        o3 += half_to_float(r3[i].m) * xs[i];
-    }
-    out[0] = vec_hsum256(a0) + o0;
-    out[1] = vec_hsum256(a1) + o1;
-    out[2] = vec_hsum256(a2) + o2;
-    out[3] = vec_hsum256(a3) + o3;
-#else
-    out[0] = dot_q4_1(r0, x, xs, nb);
-    out[1] = dot_q4_1(r1, x, xs, nb);
-    out[2] = dot_q4_1(r2, x, xs, nb);
-    out[3] = dot_q4_1(r3, x, xs, nb);
-#endif
-}
 
 static float dot_q4_0(const BlockQ4_0 *b, const float *x, int64_t nb) {
 #ifdef QUANT_AVX2
@@ -233,20 +190,8 @@ static float dot_q4_0(const BlockQ4_0 *b, const float *x, int64_t nb) {
 #endif
 }
 
+#ifndef QUANT_AVX2 /* the AVX2 build uses the shared row-tokens kernels below */
 static float dot_q8_0(const BlockQ8_0 *b, const float *x, int64_t nb) {
-#ifdef QUANT_AVX2
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; i++, x += QK8_0) {
-        __m128i q01 = _mm_loadu_si128((const __m128i *)b[i].qs);
-        __m128i q23 = _mm_loadu_si128((const __m128i *)(b[i].qs + 16));
-        __m256 s01 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q01)), _mm256_loadu_ps(x));
-        s01 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q01, 8))), _mm256_loadu_ps(x + 8), s01);
-        __m256 s23 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q23)), _mm256_loadu_ps(x + 16));
-        s23 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q23, 8))), _mm256_loadu_ps(x + 24), s23);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b[i].d)), _mm256_add_ps(s01, s23), acc);
-    }
-    return vec_hsum256(acc);
-#else
     float sum = 0.0f;
     for (int64_t i = 0; i < nb; i++, x += QK8_0) {
         float s = 0.0f;
@@ -254,8 +199,8 @@ static float dot_q8_0(const BlockQ8_0 *b, const float *x, int64_t nb) {
         sum += half_to_float(b[i].d) * s;
     }
     return sum;
-#endif
 }
+#endif
 
 /* Types without a fused path: dequantize one superblock at a time and dot in fp32. */
 static float dot_by_blocks(uint32_t type, const uint8_t *row, const float *x, int64_t n) {
@@ -275,17 +220,94 @@ float quant_dot_row(uint32_t type, const void *row, const float *x, const float 
     switch (type) {
     case TENSOR_F32: return vec_dot_f32(row, x, n);
     case TENSOR_Q4_0: return dot_q4_0(row, x, n / QK4_0);
+#ifdef QUANT_AVX2
+    case TENSOR_Q4_1: case TENSOR_Q8_0: {
+        float out;
+        quant_dot_row_tokens(type, row, x, 0, xs, 0, 1, n, &out);
+        return out;
+    }
+#else
     case TENSOR_Q4_1: return dot_q4_1(row, x, xs, n / QK4_1);
     case TENSOR_Q8_0: return dot_q8_0(row, x, n / QK8_0);
+#endif
     default: return dot_by_blocks(type, row, x, n);
     }
 }
 
-void quant_dot_rows4(uint32_t type, const void *rows, size_t row_bytes, const float *x, const float *x_block_sums, int64_t n,
-                     float *out) {
-    if (type == TENSOR_Q4_1) {
-        dot4_q4_1(rows, row_bytes, x, x_block_sums, n / QK4_1, out);
-        return;
+
+#ifdef QUANT_AVX2
+/* One Q4_1 row against nt (1..4) activation vectors x + t*x_stride. The nibbles of each block are
+ * widened once for all tokens; every (row, token) result follows the same sequence of operations
+ * whatever nt is, so a token's logits do not depend on what else is in its batch. */
+static inline __attribute__((always_inline)) void q4_1_row_tokens(const BlockQ4_1 *b, const float *x, size_t x_stride,
+                                                                   const float *xs, size_t xs_stride, int nt, int64_t nb,
+                                                                   float *out) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    /* Two chains per token (even and odd blocks) halve the FMA latency on the critical path. */
+    __m256 acc[2][4] = {{_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()},
+                        {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}};
+    float offset[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    for (int64_t i = 0; i < nb; i++) {
+        int chain = (int)(i & 1);
+        __m128i raw = _mm_loadu_si128((const __m128i *)b[i].qs);
+        __m128i lo = _mm_and_si128(raw, mask), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+        __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+        __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+        __m256 q2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+        __m256 q3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+        __m256 d = _mm256_set1_ps(half_to_float(b[i].d));
+        float m = half_to_float(b[i].m);
+        for (int t = 0; t < nt; t++) {
+            const float *xt = x + t * x_stride + i * QK4_1;
+            __m256 s01 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xt + 8), _mm256_mul_ps(q0, _mm256_loadu_ps(xt)));
+            __m256 s23 = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xt + 24), _mm256_mul_ps(q2, _mm256_loadu_ps(xt + 16)));
+            acc[chain][t] = _mm256_fmadd_ps(d, _mm256_add_ps(s01, s23), acc[chain][t]);
+            offset[chain][t] = fmaf(m, xs[t * xs_stride + i], offset[chain][t]);
+        }
     }
-    for (int r = 0; r < 4; r++) out[r] = quant_dot_row(type, (const uint8_t *)rows + r * row_bytes, x, x_block_sums, n);
+    for (int t = 0; t < nt; t++) out[t] = vec_hsum256(_mm256_add_ps(acc[0][t], acc[1][t])) + (offset[0][t] + offset[1][t]);
+}
+
+/* One Q8_0 row against nt (1..4) activation vectors, same contract as q4_1_row_tokens. */
+static inline __attribute__((always_inline)) void q8_0_row_tokens(const BlockQ8_0 *b, const float *x, size_t x_stride, int nt,
+                                                                   int64_t nb, float *out) {
+    __m256 acc[2][4] = {{_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()},
+                        {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}};
+    for (int64_t i = 0; i < nb; i++) {
+        int chain = (int)(i & 1);
+        __m128i q01 = _mm_loadu_si128((const __m128i *)b[i].qs), q23 = _mm_loadu_si128((const __m128i *)(b[i].qs + 16));
+        __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q01));
+        __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q01, 8)));
+        __m256 q2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q23));
+        __m256 q3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q23, 8)));
+        __m256 d = _mm256_set1_ps(half_to_float(b[i].d));
+        for (int t = 0; t < nt; t++) {
+            const float *xt = x + t * x_stride + i * QK8_0;
+            __m256 s01 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xt + 8), _mm256_mul_ps(q0, _mm256_loadu_ps(xt)));
+            __m256 s23 = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xt + 24), _mm256_mul_ps(q2, _mm256_loadu_ps(xt + 16)));
+            acc[chain][t] = _mm256_fmadd_ps(d, _mm256_add_ps(s01, s23), acc[chain][t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) out[t] = vec_hsum256(_mm256_add_ps(acc[0][t], acc[1][t]));
+}
+#endif
+
+void quant_dot_row_tokens(uint32_t type, const void *row, const float *x, size_t x_stride, const float *x_block_sums,
+                          size_t sums_stride, int n_tokens, int64_t n, float *out) {
+#ifdef QUANT_AVX2
+    /* Constant token counts let the compiler keep the accumulators in registers. */
+#define ROW_TOKENS(NT)                                                                                              \
+    (type == TENSOR_Q4_1 ? q4_1_row_tokens(row, x, x_stride, x_block_sums, sums_stride, NT, n / QK4_1, out)       \
+                         : q8_0_row_tokens(row, x, x_stride, NT, n / QK8_0, out))
+    if (type == TENSOR_Q4_1 || type == TENSOR_Q8_0) {
+        switch (n_tokens) {
+        case 1: ROW_TOKENS(1); return;
+        case 2: ROW_TOKENS(2); return;
+        case 3: ROW_TOKENS(3); return;
+        default: ROW_TOKENS(4); return;
+        }
+    }
+#undef ROW_TOKENS
+#endif
+    for (int t = 0; t < n_tokens; t++) out[t] = quant_dot_row(type, row, x + t * x_stride, x_block_sums + t * sums_stride, n);
 }

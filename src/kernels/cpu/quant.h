@@ -23,8 +23,10 @@ void quant_block_sums(const float *x, int64_t n, float *sums);
 /* Returns dot(row, x) over n elements; x_block_sums comes from quant_block_sums(x). */
 float quant_dot_row(uint32_t type, const void *row, const float *x, const float *x_block_sums, int64_t n);
 
-/* out[r] = dot(row r, x) for four consecutive rows `row_bytes` apart (shares activation loads). */
-void quant_dot_rows4(uint32_t type, const void *rows, size_t row_bytes, const float *x, const float *x_block_sums, int64_t n,
-                     float *out);
+/* out[t] = dot(row, x + t*x_stride) for n_tokens (1..4) activation vectors, with their block sums
+ * at x_block_sums + t*sums_stride. Each block is widened once for all tokens, and each result is
+ * computed exactly as quant_dot_row computes it, so batching never changes a value. */
+void quant_dot_row_tokens(uint32_t type, const void *row, const float *x, size_t x_stride, const float *x_block_sums,
+                          size_t sums_stride, int n_tokens, int64_t n, float *out);
 
 #endif
