@@ -125,5 +125,9 @@ int engine_step(Engine *e, BraidError *err) {
         SchedRequest *r = pe->req;
         after_sample(e, r, sampler_sample(&r->sampler, e->logits + (size_t)row++ * vocab, &r->sampling));
     }
+#ifndef NDEBUG
+    /* Debug builds verify the pool accounting and the tree after every step. */
+    if (sched_check(&e->sched, err)) return -1;
+#endif
     return n;
 }
