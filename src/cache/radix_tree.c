@@ -4,18 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint64_t radix_namespace(uint32_t tenant, uint32_t adapter) { return ((uint64_t)tenant << 32) | adapter; }
+#include "common/grow.h"
 
-static int grow(void **array, int *cap, int need, size_t elem) {
-    if (need <= *cap) return 0;
-    int cap2 = *cap ? *cap * 2 : 8;
-    while (cap2 < need) cap2 *= 2;
-    void *p = realloc(*array, (size_t)cap2 * elem);
-    if (!p) return -1;
-    *array = p;
-    *cap = cap2;
-    return 0;
-}
+uint64_t radix_namespace(uint32_t tenant, uint32_t adapter) { return ((uint64_t)tenant << 32) | adapter; }
 
 /* ---- evictable-leaf set ---- */
 
@@ -27,7 +18,7 @@ static int should_be_evictable(const RadixNode *n) {
 
 static int evictable_add(RadixTree *t, RadixNode *n) {
     if (n->evictable_index >= 0) return 0;
-    if (grow((void **)&t->evictable, &t->cap_evictable, t->n_evictable + 1, sizeof *t->evictable)) return -1;
+    if (braid_grow((void **)&t->evictable, &t->cap_evictable, t->n_evictable + 1, sizeof *t->evictable)) return -1;
     n->evictable_index = t->n_evictable;
     t->evictable[t->n_evictable++] = n;
     return 0;
@@ -77,7 +68,7 @@ static void node_destroy(RadixNode *n) {
 }
 
 static int add_child(RadixNode *parent, RadixNode *child) {
-    if (grow((void **)&parent->children, &parent->cap_children, parent->n_children + 1, sizeof *parent->children)) return -1;
+    if (braid_grow((void **)&parent->children, &parent->cap_children, parent->n_children + 1, sizeof *parent->children)) return -1;
     parent->children[parent->n_children++] = child;
     child->parent = parent;
     return 0;
@@ -132,7 +123,7 @@ static RadixNode *split_node(RadixTree *t, RadixNode *node, int k) {
 static RadixNode *get_root(RadixTree *t, uint64_t ns) {
     for (int i = 0; i < t->n_roots; i++)
         if (t->roots[i].ns == ns) return t->roots[i].root;
-    if (grow((void **)&t->roots, &t->cap_roots, t->n_roots + 1, sizeof *t->roots)) return NULL;
+    if (braid_grow((void **)&t->roots, &t->cap_roots, t->n_roots + 1, sizeof *t->roots)) return NULL;
     RadixNode *root = node_new(ns, 0, t->block_size);
     if (!root) return NULL;
     t->roots[t->n_roots].ns = ns;

@@ -3,19 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
+
 #include "common/log.h"
 #include "common/timeutil.h"
-
-static int grow(void **array, int *cap, int need, size_t elem) {
-    if (need <= *cap) return 0;
-    int cap2 = *cap ? *cap * 2 : 16;
-    while (cap2 < need) cap2 *= 2;
-    void *p = realloc(*array, (size_t)cap2 * elem);
-    if (!p) return -1;
-    *array = p;
-    *cap = cap2;
-    return 0;
-}
 
 static void event(Scheduler *s, const char *kind, const SchedRequest *r, const char *fmt, int a, int b) {
     if (!s->events) return;
@@ -66,7 +57,7 @@ static int blocks_for(const Scheduler *s, int tokens) { return (tokens + s->bloc
 bool sched_idle(const Scheduler *s) { return s->n_waiting == 0 && s->n_running == 0; }
 
 static int queue_push_front(Scheduler *s, SchedRequest *r) {
-    if (grow((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof *s->waiting)) return -1;
+    if (braid_grow((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof *s->waiting)) return -1;
     memmove(s->waiting + 1, s->waiting, (size_t)s->n_waiting * sizeof *s->waiting);
     s->waiting[0] = r;
     s->n_waiting++;
@@ -86,7 +77,7 @@ int sched_add(Scheduler *s, SchedRequest *r) {
         r->finish_reason = "error";
         return -1;
     }
-    if (grow((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof *s->waiting)) {
+    if (braid_grow((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof *s->waiting)) {
         snprintf(r->error, sizeof r->error, "out of memory queueing the request");
         r->state = REQ_FINISHED;
         r->finish_reason = "error";
@@ -100,7 +91,7 @@ int sched_add(Scheduler *s, SchedRequest *r) {
 static int ensure_blocks(Scheduler *s, SchedRequest *r, int tokens) {
     int need = blocks_for(s, tokens) - r->n_blocks;
     if (need <= 0) return 0;
-    if (grow((void **)&r->blocks, &r->cap_blocks, r->n_blocks + need, sizeof *r->blocks)) return -1;
+    if (braid_grow((void **)&r->blocks, &r->cap_blocks, r->n_blocks + need, sizeof *r->blocks)) return -1;
     if (s->pool.n_free < need) {
         int evicted = radix_evict(&s->tree, need - s->pool.n_free, NULL);
         if (evicted) event(s, "evict", r, "\"blocks\":%d,\"free\":%d", evicted, s->pool.n_free);
@@ -172,13 +163,13 @@ void sched_finish(Scheduler *s, SchedRequest *r, const char *reason) {
 }
 
 int sched_append_token(SchedRequest *r, int32_t token) {
-    if (grow((void **)&r->tokens, &r->cap_tokens, r->n_tokens + 1, sizeof *r->tokens)) return -1;
+    if (braid_grow((void **)&r->tokens, &r->cap_tokens, r->n_tokens + 1, sizeof *r->tokens)) return -1;
     r->tokens[r->n_tokens++] = token;
     return 0;
 }
 
 static int plan_add(StepPlan *p, SchedRequest *r, int start, int count, bool sample) {
-    if (grow((void **)&p->entries, &p->cap, p->n + 1, sizeof *p->entries)) return -1;
+    if (braid_grow((void **)&p->entries, &p->cap, p->n + 1, sizeof *p->entries)) return -1;
     p->entries[p->n++] = (PlanEntry){r, start, count, sample};
     p->n_tokens += count;
     return 0;
@@ -210,7 +201,7 @@ static int admit(Scheduler *s, SchedRequest *r, BraidError *err) {
         radix_lock(&s->tree, m.node);
         r->locked = m.node;
     }
-    if (grow((void **)&r->blocks, &r->cap_blocks, blocks_for(s, r->n_tokens) + 1, sizeof *r->blocks)) {
+    if (braid_grow((void **)&r->blocks, &r->cap_blocks, blocks_for(s, r->n_tokens) + 1, sizeof *r->blocks)) {
         free(m.blocks);
         return braid_error_set(err, "sched: out of memory");
     }
@@ -279,7 +270,7 @@ int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
         if (rc > 0) break; /* first come, first served: wait for blocks */
         memmove(s->waiting, s->waiting + 1, (size_t)(s->n_waiting - 1) * sizeof *s->waiting);
         s->n_waiting--;
-        if (grow((void **)&s->running, &s->cap_running, s->n_running + 1, sizeof *s->running))
+        if (braid_grow((void **)&s->running, &s->cap_running, s->n_running + 1, sizeof *s->running))
             return braid_error_set(err, "sched: out of memory");
         s->running[s->n_running++] = r;
         r->state = REQ_RUNNING;
