@@ -33,15 +33,21 @@ static int matmul_by_rows(const WeightMatrix *w, const float *x, int n_tokens, f
     if (ensure_capacity(&s->x_block_sums, &s->x_block_sums_cap, (size_t)(n_tokens * nb + 1))) return -1;
     for (int t = 0; t < n_tokens; t++) quant_block_sums(x + t * cols, cols, s->x_block_sums + t * nb);
     const float *xs = s->x_block_sums;
-    /* Each row is widened once per group of up to four tokens. */
+    /* Rows go in groups; within a group each chunk of up to four tokens stays in L1 while the
+     * group's rows pass over it (re-reading a ~1 KB weight row from L2 is cheaper than re-reading
+     * every token's activations for every row). Each row is widened once per chunk. */
+    const int64_t group = 32;
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+    for (int64_t r0 = 0; r0 < rows; r0 += group) {
+        int64_t r_end = r0 + group < rows ? r0 + group : rows;
         for (int t0 = 0; t0 < n_tokens; t0 += 4) {
-            float out[4];
             int nt = n_tokens - t0 < 4 ? n_tokens - t0 : 4;
-            quant_dot_row_tokens(w->type, row, x + (size_t)t0 * cols, (size_t)cols, xs + (size_t)t0 * nb, (size_t)nb, nt, cols, out);
-            for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * rows + r] = out[t];
+            for (int64_t r = r0; r < r_end; r++) {
+                float out[4];
+                quant_dot_row_tokens(w->type, w->data + (size_t)r * w->row_bytes, x + (size_t)t0 * cols, (size_t)cols,
+                                     xs + (size_t)t0 * nb, (size_t)nb, nt, cols, out);
+                for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * rows + r] = out[t];
+            }
         }
     }
     return 0;

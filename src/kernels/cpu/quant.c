@@ -236,59 +236,56 @@ float quant_dot_row(uint32_t type, const void *row, const float *x, const float 
 
 
 #ifdef QUANT_AVX2
-/* One Q4_1 row against nt (1..4) activation vectors x + t*x_stride. The nibbles of each block are
- * widened once for all tokens; every (row, token) result follows the same sequence of operations
- * whatever nt is, so a token's logits do not depend on what else is in its batch. */
+/* One Q4_1 row against nt (1..4) activation vectors x + t*x_stride. Each block is widened and
+ * scaled by d once for all tokens; per token it then costs four multiply-adds and one scalar
+ * offset term. Every (row, token) result follows the same sequence of operations whatever nt is,
+ * so a token's logits do not depend on what else is in its batch. */
 static inline __attribute__((always_inline)) void q4_1_row_tokens(const BlockQ4_1 *b, const float *x, size_t x_stride,
                                                                    const float *xs, size_t xs_stride, int nt, int64_t nb,
                                                                    float *out) {
     const __m128i mask = _mm_set1_epi8(0x0F);
-    /* Two chains per token (even and odd blocks) halve the FMA latency on the critical path. */
-    __m256 acc[2][4] = {{_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()},
-                        {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}};
-    float offset[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    /* Two chains per token (low and high nibble halves) keep FMA latency off the critical path. */
+    __m256 lo_acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 hi_acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    float offset[4] = {0, 0, 0, 0};
     for (int64_t i = 0; i < nb; i++) {
-        int chain = (int)(i & 1);
         __m128i raw = _mm_loadu_si128((const __m128i *)b[i].qs);
         __m128i lo = _mm_and_si128(raw, mask), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
-        __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
-        __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
-        __m256 q2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
-        __m256 q3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
         __m256 d = _mm256_set1_ps(half_to_float(b[i].d));
+        __m256 w0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)));
+        __m256 w1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))));
+        __m256 w2 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)));
+        __m256 w3 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))));
         float m = half_to_float(b[i].m);
         for (int t = 0; t < nt; t++) {
             const float *xt = x + t * x_stride + i * QK4_1;
-            __m256 s01 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xt + 8), _mm256_mul_ps(q0, _mm256_loadu_ps(xt)));
-            __m256 s23 = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xt + 24), _mm256_mul_ps(q2, _mm256_loadu_ps(xt + 16)));
-            acc[chain][t] = _mm256_fmadd_ps(d, _mm256_add_ps(s01, s23), acc[chain][t]);
-            offset[chain][t] = fmaf(m, xs[t * xs_stride + i], offset[chain][t]);
+            lo_acc[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), lo_acc[t]));
+            hi_acc[t] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xt + 24), _mm256_fmadd_ps(w2, _mm256_loadu_ps(xt + 16), hi_acc[t]));
+            offset[t] = fmaf(m, xs[t * xs_stride + i], offset[t]);
         }
     }
-    for (int t = 0; t < nt; t++) out[t] = vec_hsum256(_mm256_add_ps(acc[0][t], acc[1][t])) + (offset[0][t] + offset[1][t]);
+    for (int t = 0; t < nt; t++) out[t] = vec_hsum256(_mm256_add_ps(lo_acc[t], hi_acc[t])) + offset[t];
 }
 
 /* One Q8_0 row against nt (1..4) activation vectors, same contract as q4_1_row_tokens. */
 static inline __attribute__((always_inline)) void q8_0_row_tokens(const BlockQ8_0 *b, const float *x, size_t x_stride, int nt,
                                                                    int64_t nb, float *out) {
-    __m256 acc[2][4] = {{_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()},
-                        {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}};
+    __m256 lo_acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 hi_acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < nb; i++) {
-        int chain = (int)(i & 1);
         __m128i q01 = _mm_loadu_si128((const __m128i *)b[i].qs), q23 = _mm_loadu_si128((const __m128i *)(b[i].qs + 16));
-        __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q01));
-        __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q01, 8)));
-        __m256 q2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q23));
-        __m256 q3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q23, 8)));
         __m256 d = _mm256_set1_ps(half_to_float(b[i].d));
+        __m256 w0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q01)));
+        __m256 w1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q01, 8))));
+        __m256 w2 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q23)));
+        __m256 w3 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q23, 8))));
         for (int t = 0; t < nt; t++) {
             const float *xt = x + t * x_stride + i * QK8_0;
-            __m256 s01 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xt + 8), _mm256_mul_ps(q0, _mm256_loadu_ps(xt)));
-            __m256 s23 = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xt + 24), _mm256_mul_ps(q2, _mm256_loadu_ps(xt + 16)));
-            acc[chain][t] = _mm256_fmadd_ps(d, _mm256_add_ps(s01, s23), acc[chain][t]);
+            lo_acc[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), lo_acc[t]));
+            hi_acc[t] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xt + 24), _mm256_fmadd_ps(w2, _mm256_loadu_ps(xt + 16), hi_acc[t]));
         }
     }
-    for (int t = 0; t < nt; t++) out[t] = vec_hsum256(_mm256_add_ps(acc[0][t], acc[1][t]));
+    for (int t = 0; t < nt; t++) out[t] = vec_hsum256(_mm256_add_ps(lo_acc[t], hi_acc[t]));
 }
 #endif
 
