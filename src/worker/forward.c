@@ -93,13 +93,9 @@ static int attention_block(ForwardContext *ctx, const ForwardBatch *b, int layer
     }
     KvLayerView kv = kv_pool_layer(ctx->kv, layer);
     cpu_kv_store(&kv, b->slot_mapping, ctx->k, ctx->v, n);
-    for (int s = 0; s < b->n_seqs; s++) {
-        int start = b->seq_start[s], count = b->seq_start[s + 1] - start;
-        if (count <= 0) continue;
-        if (cpu_attention(&kv, b->block_tables[s], b->seq_n_ctx[s], ctx->q + (size_t)start * q_dim, b->positions + start,
-                          count, c->n_heads, ctx->att + (size_t)start * q_dim))
-            return braid_error_set(err, "forward: out of memory in attention");
-    }
+    const AttentionSeqs seqs = {.n_seqs = b->n_seqs, .seq_start = b->seq_start, .block_tables = b->block_tables, .n_ctx = b->seq_n_ctx};
+    if (cpu_attention_batch(&kv, &seqs, ctx->q, b->positions, n, c->n_heads, ctx->att))
+        return braid_error_set(err, "forward: out of memory in attention");
     if (cpu_matmul(&L->wo, ctx->att, n, ctx->xb, &ctx->scratch))
         return braid_error_set(err, "forward: out of memory in layer %d output projection", layer);
     cpu_add_inplace(ctx->x, ctx->xb, n * c->dim);

@@ -201,6 +201,29 @@ static void test_paged_attention(void **state) {
     free(vpool);
 }
 
+/* Two sequences in one batched call give exactly what two separate calls give. */
+static void test_attention_batch_matches_per_sequence(void **state) {
+    (void)state;
+    enum { BS = 4, NB = 8, NKV = 1, NH = 2, HD = 16 };
+    float *k = calloc(NB * NKV * BS * HD, sizeof(float)), *v = calloc(NB * NKV * BS * HD, sizeof(float));
+    int32_t slot_pos[NB * BS];
+    for (int i = 0; i < NB * NKV * BS * HD; i++) k[i] = rnd(), v[i] = rnd();
+    for (int i = 0; i < NB * BS; i++) slot_pos[i] = i % BS + (i / BS % 2) * BS; /* blocks pair up as positions 0..7 */
+    KvLayerView kv = {.k = k, .v = v, .slot_pos = slot_pos, .block_size = BS, .n_kv_heads = NKV, .head_dim = HD};
+    const int32_t t0[2] = {2, 3}, t1[2] = {6, 7};
+    const int32_t *tables[2] = {t0, t1};
+    int32_t seq_start[3] = {0, 3, 4}, n_ctx[2] = {8, 6}, pos[4] = {5, 6, 7, 5};
+    float q[4 * NH * HD], batched[4 * NH * HD], single[4 * NH * HD];
+    for (int i = 0; i < 4 * NH * HD; i++) q[i] = rnd();
+    AttentionSeqs seqs = {.n_seqs = 2, .seq_start = seq_start, .block_tables = tables, .n_ctx = n_ctx};
+    assert_int_equal(cpu_attention_batch(&kv, &seqs, q, pos, 4, NH, batched), 0);
+    assert_int_equal(cpu_attention(&kv, t0, 8, q, pos, 3, NH, single), 0);
+    assert_int_equal(cpu_attention(&kv, t1, 6, q + 3 * NH * HD, pos + 3, 1, NH, single + 3 * NH * HD), 0);
+    assert_memory_equal(batched, single, sizeof single);
+    free(k);
+    free(v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),
@@ -208,6 +231,7 @@ int main(void) {
         cmocka_unit_test(test_rope_against_reference),
         cmocka_unit_test(test_rope_properties),
         cmocka_unit_test(test_paged_attention),
+        cmocka_unit_test(test_attention_batch_matches_per_sequence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

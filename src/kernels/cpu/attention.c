@@ -97,23 +97,47 @@ static void attend_one(const KvLayerView *kv, const int32_t *block_table, int n_
     weighted_sum_v(kv, block_table, n_ctx, kv_head, scores, out);
 }
 
-int cpu_attention(const KvLayerView *kv, const int32_t *block_table, int n_ctx, const float *q, const int32_t *q_pos,
-                  int n_tokens, int n_heads, float *out) {
-    int hd = kv->head_dim, group = n_heads / kv->n_kv_heads, failed = 0;
+/* The sequence owning token t: seq_start is ascending, so a binary search. */
+static int sequence_of(const int32_t *seq_start, int n_seqs, int t) {
+    int lo = 0, hi = n_seqs - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (seq_start[mid] <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+int cpu_attention_batch(const KvLayerView *kv, const AttentionSeqs *seqs, const float *q, const int32_t *q_pos, int n_tokens,
+                        int n_heads, float *out) {
+    int hd = kv->head_dim, group = n_heads / kv->n_kv_heads, failed = 0, max_ctx = 1;
+    for (int s = 0; s < seqs->n_seqs; s++)
+        if (seqs->n_ctx[s] > max_ctx) max_ctx = seqs->n_ctx[s];
+    /* One parallel region for every sequence's (token, head) pairs: contexts differ in length, so
+     * the pairs are handed out dynamically. */
 #pragma omp parallel
     {
-        float *scores = malloc((size_t)(n_ctx > 0 ? n_ctx : 1) * sizeof *scores);
+        float *scores = malloc((size_t)max_ctx * sizeof *scores);
         if (!scores) {
 #pragma omp atomic write
             failed = 1;
         }
-#pragma omp for collapse(2) schedule(static)
-        for (int t = 0; t < n_tokens; t++)
-            for (int h = 0; h < n_heads; h++)
-                if (scores)
-                    attend_one(kv, block_table, n_ctx, q + ((size_t)t * n_heads + h) * hd, q_pos[t], h / group, scores,
-                               out + ((size_t)t * n_heads + h) * hd);
+#pragma omp for schedule(dynamic, 4)
+        for (int64_t i = 0; i < (int64_t)n_tokens * n_heads; i++) {
+            int t = (int)(i / n_heads), h = (int)(i % n_heads);
+            int s = sequence_of(seqs->seq_start, seqs->n_seqs, t);
+            if (scores)
+                attend_one(kv, seqs->block_tables[s], seqs->n_ctx[s], q + (size_t)i * hd, q_pos[t], h / group, scores,
+                           out + (size_t)i * hd);
+        }
         free(scores);
     }
     return failed ? -1 : 0;
+}
+
+int cpu_attention(const KvLayerView *kv, const int32_t *block_table, int n_ctx, const float *q, const int32_t *q_pos,
+                  int n_tokens, int n_heads, float *out) {
+    int32_t seq_start[2] = {0, n_tokens};
+    const AttentionSeqs one = {.n_seqs = 1, .seq_start = seq_start, .block_tables = &block_table, .n_ctx = &n_ctx};
+    return cpu_attention_batch(kv, &one, q, q_pos, n_tokens, n_heads, out);
 }

@@ -25,6 +25,20 @@ typedef struct {
 void cpu_kv_store(const KvLayerView *kv, const int32_t *slot_mapping, const float *k_new, const float *v_new,
                   int n_tokens);
 
+/* The sequences of a batch: tokens of sequence s are [seq_start[s], seq_start[s+1]), attending
+ * over the first n_ctx[s] slots of block_tables[s]. */
+typedef struct {
+    int n_seqs;
+    const int32_t *seq_start;            /* (n_seqs + 1) */
+    const int32_t *const *block_tables;  /* (n_seqs) */
+    const int32_t *n_ctx;                /* (n_seqs) */
+} AttentionSeqs;
+
+/* Attention for every token of a multi-sequence batch in one parallel region; q and out are
+ * (n_tokens, n_heads*head_dim), q_pos (n_tokens). */
+int cpu_attention_batch(const KvLayerView *kv, const AttentionSeqs *seqs, const float *q, const int32_t *q_pos, int n_tokens,
+                        int n_heads, float *out);
+
 /* out (n_tokens, n_heads*head_dim) = softmax(q·Kᵀ/√head_dim, causal by position) · V.
  * q is (n_tokens, n_heads*head_dim) with q_pos (n_tokens). */
 int cpu_attention(const KvLayerView *kv, const int32_t *block_table, int n_ctx, const float *q, const int32_t *q_pos,
