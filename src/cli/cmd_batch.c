@@ -175,7 +175,19 @@ static int read_requests(const BraidModel *m, const char *path, SchedRequest **o
     while (getline(&line, &line_cap, f) > 0) {
         line_no++;
         if (strspn(line, " \t\r\n") == strlen(line)) continue;
-        if (n == cap && !(reqs = realloc(reqs, (size_t)(cap = cap ? cap * 2 : 64) * sizeof *reqs))) break;
+        if (n == cap) {
+            SchedRequest *grown = realloc(reqs, (size_t)(cap ? cap * 2 : 64) * sizeof *reqs);
+            if (!grown) {
+                fprintf(stderr, "braid batch: out of memory reading %s at line %d\n", path, line_no);
+                for (int i = 0; i < n; i++) sched_request_free(&reqs[i]);
+                free(reqs);
+                free(line);
+                fclose(f);
+                return -1;
+            }
+            reqs = grown;
+            cap = cap ? cap * 2 : 64;
+        }
         SchedRequest *r = &reqs[n++];
         memset(r, 0, sizeof *r);
         json_error_t jerr;
@@ -198,7 +210,7 @@ static int read_requests(const BraidModel *m, const char *path, SchedRequest **o
     fclose(f);
     *out = reqs;
     *n_out = n;
-    return reqs || n == 0 ? 0 : -1;
+    return 0;
 }
 
 static void print_summary(const Engine *e, const SchedRequest *reqs, int n, double elapsed) {
@@ -238,13 +250,20 @@ int cmd_batch(int argc, char **argv) {
     Engine engine;
     EngineConfig cfg = {.n_blocks = (int)a.kv_blocks, .block_size = (int)a.block_size, .max_batch_tokens = (int)a.max_batch_tokens,
                         .max_running = (int)a.max_running, .cache_enabled = a.cache, .policy = a.policy};
-    if (read_requests(&model, a.input, &reqs, &n) || engine_init(&engine, &model, &cfg, &err)) {
-        if (n >= 0 && reqs == NULL && n) fprintf(stderr, "braid batch: out of memory\n");
-        else fprintf(stderr, "braid batch: %s\n", err.msg);
-        braid_model_free(&model);
-        return 1;
+    /* Outputs are opened before any work, so an unwritable path fails fast instead of after the run. */
+    if (!(out = fopen(a.output, "w"))) fprintf(stderr, "braid batch: cannot write %s\n", a.output);
+    else if (a.events_path && !(events = fopen(a.events_path, "w"))) fprintf(stderr, "braid batch: cannot write %s\n", a.events_path);
+    else if (read_requests(&model, a.input, &reqs, &n) == 0) {
+        if (engine_init(&engine, &model, &cfg, &err) == 0) goto serve;
+        fprintf(stderr, "braid batch: %s\n", err.msg);
+        for (int i = 0; i < n; i++) sched_request_free(&reqs[i]);
+        free(reqs);
     }
-    if (a.events_path && !(events = fopen(a.events_path, "w"))) fprintf(stderr, "braid batch: cannot write %s\n", a.events_path);
+    if (out) fclose(out);
+    if (events) fclose(events);
+    braid_model_free(&model);
+    return 1;
+serve:
     engine.sched.events = events;
     double t0 = braid_now_seconds();
     for (int i = 0; i < n; i++)
@@ -258,12 +277,10 @@ int cmd_batch(int argc, char **argv) {
         }
     }
     double elapsed = braid_now_seconds() - t0;
-    if (!(out = fopen(a.output, "w"))) {
-        fprintf(stderr, "braid batch: cannot write %s\n", a.output);
+    for (int i = 0; i < n; i++) write_result(out, &model, &reqs[i], t0);
+    if (fclose(out) != 0) {
+        fprintf(stderr, "braid batch: error writing %s\n", a.output);
         rc = 1;
-    } else {
-        for (int i = 0; i < n; i++) write_result(out, &model, &reqs[i], t0);
-        fclose(out);
     }
     print_summary(&engine, reqs, n, elapsed > 0 ? elapsed : 1e-9);
     if (events) fclose(events);

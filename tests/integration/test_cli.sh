@@ -108,6 +108,11 @@ check "batch: summary on stderr" contains "$tmp/batch.err" "hit rate"
 check "batch: events logged" bash -c "grep -q '\"event\":\"insert\"' '$tmp/ev.jsonl'"
 "$braid" batch --model "$model" --input "$tmp/req.jsonl" --output "$tmp/r2.jsonl" --cache lfu > /dev/null 2>&1; rc=$?
 check "batch: bad --cache is a usage error" exit_code_is "$rc" 2
+"$braid" batch --model "$model" --input "$tmp/req.jsonl" --output /nonexistent/dir/out.jsonl > /dev/null 2> "$tmp/e7"; rc=$?
+check "batch: unwritable output fails before serving" exit_code_is "$rc" 1
+check "batch: unwritable output is named" contains "$tmp/e7" "/nonexistent/dir/out.jsonl"
+"$braid" batch --model "$model" --input "$tmp/none.jsonl" --output "$tmp/o3.jsonl" > /dev/null 2> "$tmp/e8"; rc=$?
+check "batch: missing input is named" contains "$tmp/e8" "none.jsonl"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
