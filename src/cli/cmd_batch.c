@@ -88,6 +88,24 @@ static uint32_t name_hash(const char *s) {
     return s ? h : 0;
 }
 
+/* Reads an optional numeric field into *out; a wrong type or a value outside [lo, hi] (or not an
+ * integer when `integer`) fills r->error naming the field and returns -1. */
+static int json_field_number(json_t *obj, const char *key, double lo, double hi, bool integer, double *out, SchedRequest *r) {
+    json_t *v = json_object_get(obj, key);
+    if (!v) return 0;
+    if (!json_is_number(v) || (integer && !json_is_integer(v))) {
+        snprintf(r->error, sizeof r->error, "%s must be %s", key, integer ? "an integer" : "a number");
+        return -1;
+    }
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) {
+        snprintf(r->error, sizeof r->error, "%s = %g is outside [%g, %g]", key, x, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
 /* Reads one input object into a request; on a bad line fills r->error and returns -1. */
 static int load_request(const BraidModel *m, json_t *obj, int line, SchedRequest *r) {
     json_t *id = json_object_get(obj, "id"), *prompt = json_object_get(obj, "prompt"), *messages = json_object_get(obj, "messages");
@@ -97,18 +115,23 @@ static int load_request(const BraidModel *m, json_t *obj, int line, SchedRequest
     else snprintf(idbuf, sizeof idbuf, "line-%d", line), r->id = strdup(idbuf);
     r->max_tokens = 128;
     r->sampling = sampling_params_default();
-    json_t *v;
-    if ((v = json_object_get(obj, "max_tokens"))) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1) return snprintf(r->error, sizeof r->error, "max_tokens must be a positive integer"), -1;
-        r->max_tokens = (int)json_integer_value(v);
+    double max_tokens = 128, temperature = 0, top_p = 1, top_k = 0, seed = 0;
+    if (json_field_number(obj, "max_tokens", 1, 1 << 20, true, &max_tokens, r) ||
+        json_field_number(obj, "temperature", 0, 100, false, &temperature, r) ||
+        json_field_number(obj, "top_p", 1e-9, 1, false, &top_p, r) ||
+        json_field_number(obj, "top_k", 0, 1 << 24, true, &top_k, r) ||
+        json_field_number(obj, "seed", 0, 9007199254740992.0, true, &seed, r))
+        return -1;
+    r->max_tokens = (int)max_tokens;
+    r->sampling = (SamplingParams){.temperature = (float)temperature, .top_p = (float)top_p, .top_k = (int)top_k, .seed = (uint64_t)seed};
+    json_t *v = json_object_get(obj, "ignore_eos");
+    if (v && !json_is_boolean(v)) return snprintf(r->error, sizeof r->error, "ignore_eos must be true or false"), -1;
+    r->ignore_eos = json_is_true(v);
+    static const char *const text_fields[] = {"tenant", "adapter", "workflow_id", "agent"};
+    for (size_t i = 0; i < sizeof text_fields / sizeof text_fields[0]; i++) {
+        json_t *t = json_object_get(obj, text_fields[i]);
+        if (t && !json_is_string(t)) return snprintf(r->error, sizeof r->error, "%s must be a string", text_fields[i]), -1;
     }
-    if ((v = json_object_get(obj, "temperature"))) r->sampling.temperature = (float)json_number_value(v);
-    if ((v = json_object_get(obj, "top_p"))) r->sampling.top_p = (float)json_number_value(v);
-    if ((v = json_object_get(obj, "top_k"))) r->sampling.top_k = (int)json_integer_value(v);
-    if ((v = json_object_get(obj, "seed"))) r->sampling.seed = (uint64_t)json_integer_value(v);
-    if ((v = json_object_get(obj, "ignore_eos"))) r->ignore_eos = json_is_true(v);
-    if (r->sampling.temperature < 0 || r->sampling.top_p <= 0 || r->sampling.top_p > 1)
-        return snprintf(r->error, sizeof r->error, "temperature must be >= 0 and top_p in (0, 1]"), -1;
     r->ns = radix_namespace(name_hash(json_string_value(json_object_get(obj, "tenant"))),
                             name_hash(json_string_value(json_object_get(obj, "adapter"))));
     BraidError err;

@@ -95,11 +95,13 @@ check "detokenize bad id: names it" contains "$tmp/e6" "99999999"
   printf 'garbage\n'
   printf '{"id":"chat","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":16}\n'
   printf '{"id":"huge","prompt":"hi","max_tokens":100000}\n'
+  printf '{"id":"hot","prompt":"hi","temperature":"hot"}\n'
 } > "$tmp/req.jsonl"
 "$braid" batch --model "$model" --input "$tmp/req.jsonl" --output "$tmp/res.jsonl" --kv-blocks 64 --events "$tmp/ev.jsonl" \
   > /dev/null 2> "$tmp/batch.err"; rc=$?
 check "batch exits 0" exit_code_is "$rc" 0
-check "batch: one output line per input line" bash -c "[ \$(wc -l < '$tmp/res.jsonl') -eq 7 ]"
+check "batch: one output line per input line" bash -c "[ \$(wc -l < '$tmp/res.jsonl') -eq 8 ]"
+check "batch: wrong field type is named" bash -c "grep '\"id\":\"hot\"' '$tmp/res.jsonl' | grep -q 'temperature must be a number'"
 check "batch: chat answer" bash -c "grep '\"id\":\"chat\"' '$tmp/res.jsonl' | grep -q Paris"
 check "batch: missing prompt is a clear error" bash -c "grep '\"id\":\"nomsg\"' '$tmp/res.jsonl' | grep -q 'needs a'"
 check "batch: bad JSON line is reported" bash -c "grep -q 'not a JSON object' '$tmp/res.jsonl'"
