@@ -8,7 +8,7 @@ build_dir=${1:-build}
 shift || true
 
 packages=(build-essential cmake pkg-config python3 python3-pip
-          libopenblas-openmp-dev libcmocka-dev libjansson-dev)
+          libopenblas-openmp-dev libcmocka-dev libjansson-dev libxxhash-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")

@@ -15,6 +15,7 @@ static const char usage[] =
     "  tokenize    text on stdin -> token ids on stdout\n"
     "  detokenize  token ids on stdin -> text on stdout\n"
     "  batch       serve a JSONL file of requests offline (paged KV pool, radix prefix cache, continuous batching)\n"
+    "  sim         replay a request trace through the cache code (LRU or the Belady bound), no model\n"
     "\n"
     "Run 'braid <command> --help' for the options of one command.\n"
     "The model defaults to $BRAID_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf.\n";
@@ -25,7 +26,7 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     static const struct { const char *name; int (*run)(int, char **); } commands[] = {
-        {"info", cmd_info}, {"generate", cmd_generate}, {"tokenize", cmd_tokenize}, {"detokenize", cmd_detokenize}, {"batch", cmd_batch},
+        {"info", cmd_info}, {"generate", cmd_generate}, {"tokenize", cmd_tokenize}, {"detokenize", cmd_detokenize}, {"batch", cmd_batch}, {"sim", cmd_sim},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);

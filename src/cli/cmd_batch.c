@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "common/timeutil.h"
 #include "model/model.h"
+#include "cache/content_hash.h"
 #include "worker/engine.h"
 
 static const char batch_usage[] =
@@ -21,6 +22,7 @@ static const char batch_usage[] =
     "  --cache radix|off        prefix cache (default radix)\n"
     "  --policy lru             eviction policy (default lru)\n"
     "  --events PATH            JSONL log of cache decisions (hit, insert, evict, preempt)\n"
+    "  --trace-out PATH         write a replayable trace (docs/TRACE_FORMAT.md) for braid sim\n"
     "  --threads N              CPU threads (default: all cores)\n"
     "Input lines: {\"id\", \"prompt\" | \"messages\", \"max_tokens\", \"temperature\", \"top_p\", \"top_k\", \"seed\",\n"
     "              \"tenant\", \"adapter\", \"workflow_id\", \"agent\"}. Output lines, in input order:\n"
@@ -28,20 +30,21 @@ static const char batch_usage[] =
     " \"preemptions\", \"finish_reason\"} (+ \"error\" for a rejected request). Summary on stderr.\n";
 
 typedef struct {
-    const char *model, *input, *output, *events_path;
+    const char *model, *input, *output, *events_path, *trace_path;
     long kv_blocks, block_size, max_batch_tokens, max_running, threads;
     bool cache;
     const EvictPolicy *policy;
 } BatchArgs;
 
 static int parse_args(int argc, char **argv, BatchArgs *a) {
-    enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS };
+    enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
         {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
         {"max-batch-tokens", required_argument, 0, O_MBT}, {"max-running", required_argument, 0, O_RUN},
         {"cache", required_argument, 0, O_CACHE}, {"policy", required_argument, 0, O_POLICY},
         {"events", required_argument, 0, O_EVENTS}, {"threads", required_argument, 0, O_THREADS},
+        {"trace-out", required_argument, 0, O_TRACE},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (BatchArgs){.kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
                      .policy = &evict_policy_lru};
@@ -53,6 +56,7 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         case O_IN: a->input = optarg; break;
         case O_OUT: a->output = optarg; break;
         case O_EVENTS: a->events_path = optarg; break;
+        case O_TRACE: a->trace_path = optarg; break;
         case O_BLOCKS: if (cli_parse_int("--kv-blocks", optarg, 2, 1 << 24, &a->kv_blocks)) return 2; break;
         case O_BS: if (cli_parse_int("--block-size", optarg, 1, 1024, &a->block_size)) return 2; break;
         case O_MBT: if (cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &a->max_batch_tokens)) return 2; break;
@@ -163,6 +167,44 @@ static int load_request(const BraidModel *m, json_t *obj, int line, SchedRequest
     return 0;
 }
 
+/* Strings the trace records next to each request (the scheduler only keeps the namespace). */
+typedef struct {
+    char *workflow, *agent, *tenant, *adapter;
+} RequestLabels;
+
+static char *json_string_or_empty(json_t *obj, const char *key) {
+    const char *v = json_string_value(json_object_get(obj, key));
+    return strdup(v ? v : "");
+}
+
+static void write_hashes(FILE *f, const char *key, const uint64_t *h, int n) {
+    fprintf(f, ",\"%s\":[", key);
+    for (int i = 0; i < n; i++) fprintf(f, i ? ",\"%016llx\"" : "\"%016llx\"", (unsigned long long)h[i]);
+    fputc(']', f);
+}
+
+static void write_trace_line(FILE *f, const SchedRequest *r, const RequestLabels *l, int seq, int block_size) {
+    json_t *o = json_pack("{s:s, s:i, s:f, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i}", "type", "request", "seq", seq, "t", 0.0,
+                          "id", r->id ? r->id : "", "workflow", l->workflow, "agent", l->agent, "tenant", l->tenant,
+                          "adapter", l->adapter, "prompt_tokens", r->n_prompt,
+                          "output_tokens", r->n_tokens > r->n_prompt ? r->n_tokens - r->n_prompt : 0, "block_size", block_size);
+    char *head = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    int n_blocks = r->n_prompt / block_size;
+    uint64_t *chained = malloc((size_t)(n_blocks + 1) * sizeof *chained), *chunk = malloc((size_t)(n_blocks + 1) * sizeof *chunk);
+    if (head && chained && chunk) {
+        content_hash_blocks(r->ns, r->tokens, n_blocks, block_size, chained, chunk);
+        head[strlen(head) - 1] = '\0'; /* reopen the object to append the hash arrays */
+        fputs(head, f);
+        write_hashes(f, "blocks", chained, n_blocks);
+        write_hashes(f, "chunks", chunk, n_blocks);
+        fputs("}\n", f);
+    }
+    free(head);
+    free(chained);
+    free(chunk);
+}
+
 static void write_result(FILE *out, const BraidModel *m, const SchedRequest *r, double t0) {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(r->id ? r->id : ""));
@@ -185,13 +227,14 @@ static void write_result(FILE *out, const BraidModel *m, const SchedRequest *r, 
     json_decref(o);
 }
 
-static int read_requests(const BraidModel *m, const char *path, SchedRequest **out, int *n_out) {
+static int read_requests(const BraidModel *m, const char *path, SchedRequest **out, RequestLabels **labels_out, int *n_out) {
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(stderr, "braid batch: cannot open %s\n", path);
         return -1;
     }
     SchedRequest *reqs = NULL;
+    RequestLabels *labels = NULL;
     int n = 0, cap = 0, line_no = 0;
     char *line = NULL;
     size_t line_cap = 0;
@@ -200,21 +243,30 @@ static int read_requests(const BraidModel *m, const char *path, SchedRequest **o
         if (strspn(line, " \t\r\n") == strlen(line)) continue;
         if (n == cap) {
             SchedRequest *grown = realloc(reqs, (size_t)(cap ? cap * 2 : 64) * sizeof *reqs);
-            if (!grown) {
+            RequestLabels *grown_labels = grown ? realloc(labels, (size_t)(cap ? cap * 2 : 64) * sizeof *labels) : NULL;
+            if (grown) reqs = grown;
+            if (grown_labels) labels = grown_labels;
+            if (!grown || !grown_labels) {
                 fprintf(stderr, "braid batch: out of memory reading %s at line %d\n", path, line_no);
                 for (int i = 0; i < n; i++) sched_request_free(&reqs[i]);
                 free(reqs);
+                for (int i = 0; i < n; i++) free(labels[i].workflow), free(labels[i].agent), free(labels[i].tenant), free(labels[i].adapter);
+                free(labels);
                 free(line);
                 fclose(f);
                 return -1;
             }
-            reqs = grown;
             cap = cap ? cap * 2 : 64;
         }
-        SchedRequest *r = &reqs[n++];
+        SchedRequest *r = &reqs[n];
         memset(r, 0, sizeof *r);
         json_error_t jerr;
         json_t *obj = json_loads(line, 0, &jerr);
+        labels[n].workflow = json_string_or_empty(obj, "workflow_id");
+        labels[n].agent = json_string_or_empty(obj, "agent");
+        labels[n].tenant = json_string_or_empty(obj, "tenant");
+        labels[n].adapter = json_string_or_empty(obj, "adapter");
+        n++;
         if (!json_is_object(obj)) {
             char idbuf[32];
             snprintf(idbuf, sizeof idbuf, "line-%d", line_no);
@@ -232,6 +284,7 @@ static int read_requests(const BraidModel *m, const char *path, SchedRequest **o
     free(line);
     fclose(f);
     *out = reqs;
+    *labels_out = labels;
     *n_out = n;
     return 0;
 }
@@ -256,42 +309,39 @@ static void print_summary(const Engine *e, const SchedRequest *reqs, int n, doub
             block_pool_total(&e->sched.pool), (unsigned long long)c->steps);
 }
 
-int cmd_batch(int argc, char **argv) {
-    BatchArgs a;
-    int rc = parse_args(argc, argv, &a);
-    if (rc) return rc == 1 ? 0 : rc;
-    cli_set_threads((int)a.threads);
-    BraidModel model;
-    BraidError err;
-    if (braid_model_load(cli_model_path(a.model), &model, &err)) {
-        fprintf(stderr, "braid batch: %s\n", err.msg);
-        return 1;
+static void free_labels(RequestLabels *labels, int n) {
+    for (int i = 0; labels && i < n; i++) {
+        free(labels[i].workflow);
+        free(labels[i].agent);
+        free(labels[i].tenant);
+        free(labels[i].adapter);
     }
+    free(labels);
+}
+
+typedef struct {
+    FILE *out, *events, *trace;
+} BatchFiles;
+
+/* Reads the requests, serves them all, writes results (and the trace). Returns the exit status. */
+static int serve_batch(const BraidModel *model, const BatchArgs *a, BatchFiles *files) {
     SchedRequest *reqs = NULL;
-    int n = 0;
-    FILE *out = NULL, *events = NULL;
+    RequestLabels *labels = NULL;
+    int n = 0, rc = 0;
+    if (read_requests(model, a->input, &reqs, &labels, &n)) return 1;
     Engine engine;
-    EngineConfig cfg = {.n_blocks = (int)a.kv_blocks, .block_size = (int)a.block_size, .max_batch_tokens = (int)a.max_batch_tokens,
-                        .max_running = (int)a.max_running, .cache_enabled = a.cache, .policy = a.policy};
-    /* Outputs are opened before any work, so an unwritable path fails fast instead of after the run. */
-    if (!(out = fopen(a.output, "w"))) fprintf(stderr, "braid batch: cannot write %s\n", a.output);
-    else if (a.events_path && !(events = fopen(a.events_path, "w"))) fprintf(stderr, "braid batch: cannot write %s\n", a.events_path);
-    else if (read_requests(&model, a.input, &reqs, &n) == 0) {
-        if (engine_init(&engine, &model, &cfg, &err) == 0) goto serve;
+    BraidError err;
+    EngineConfig cfg = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
+                        .max_running = (int)a->max_running, .cache_enabled = a->cache, .policy = a->policy};
+    if (engine_init(&engine, model, &cfg, &err)) {
         fprintf(stderr, "braid batch: %s\n", err.msg);
-        for (int i = 0; i < n; i++) sched_request_free(&reqs[i]);
-        free(reqs);
+        rc = 1;
+        goto done;
     }
-    if (out) fclose(out);
-    if (events) fclose(events);
-    braid_model_free(&model);
-    return 1;
-serve:
-    engine.sched.events = events;
+    engine.sched.events = files->events;
     double t0 = braid_now_seconds();
     for (int i = 0; i < n; i++)
         if (!reqs[i].error[0]) engine_submit(&engine, &reqs[i]);
-    rc = 0;
     while (!sched_idle(&engine.sched)) {
         if (engine_step(&engine, &err) < 0) {
             fprintf(stderr, "braid batch: %s\n", err.msg);
@@ -300,16 +350,47 @@ serve:
         }
     }
     double elapsed = braid_now_seconds() - t0;
-    for (int i = 0; i < n; i++) write_result(out, &model, &reqs[i], t0);
-    if (fclose(out) != 0) {
-        fprintf(stderr, "braid batch: error writing %s\n", a.output);
-        rc = 1;
-    }
+    for (int i = 0; i < n; i++) write_result(files->out, model, &reqs[i], t0);
+    for (int i = 0; files->trace && i < n; i++)
+        if (!reqs[i].error[0]) write_trace_line(files->trace, &reqs[i], &labels[i], i, (int)a->block_size);
     print_summary(&engine, reqs, n, elapsed > 0 ? elapsed : 1e-9);
-    if (events) fclose(events);
     engine_free(&engine);
+done:
     for (int i = 0; i < n; i++) sched_request_free(&reqs[i]);
     free(reqs);
-    braid_model_free(&model);
+    free_labels(labels, n);
+    return rc;
+}
+
+static int close_file(FILE *f, const char *path) {
+    if (!f || fclose(f) == 0) return 0;
+    fprintf(stderr, "braid batch: error writing %s\n", path);
+    return 1;
+}
+
+int cmd_batch(int argc, char **argv) {
+    BatchArgs a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc == 1 ? 0 : rc;
+    cli_set_threads((int)a.threads);
+    /* Outputs are opened before any work, so an unwritable path fails fast instead of after the run. */
+    BatchFiles files = {0};
+    const char *bad = NULL;
+    if (!(files.out = fopen(a.output, "w"))) bad = a.output;
+    else if (a.events_path && !(files.events = fopen(a.events_path, "w"))) bad = a.events_path;
+    else if (a.trace_path && !(files.trace = fopen(a.trace_path, "w"))) bad = a.trace_path;
+    BraidModel model;
+    BraidError err;
+    if (bad) {
+        fprintf(stderr, "braid batch: cannot write %s\n", bad);
+        rc = 1;
+    } else if (braid_model_load(cli_model_path(a.model), &model, &err)) {
+        fprintf(stderr, "braid batch: %s\n", err.msg);
+        rc = 1;
+    } else {
+        rc = serve_batch(&model, &a, &files);
+        braid_model_free(&model);
+    }
+    rc |= close_file(files.out, a.output) | close_file(files.events, a.events_path) | close_file(files.trace, a.trace_path);
     return rc;
 }

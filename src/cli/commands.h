@@ -11,5 +11,6 @@ int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
+int cmd_sim(int argc, char **argv);
 
 #endif

@@ -90,7 +90,8 @@ check "detokenize bad id: names it" contains "$tmp/e6" "99999999"
 
 # batch: offline serving with per-line errors that never stop the run
 {
-  for i in 1 2 3; do printf '{"id":"q%d","prompt":"The same long shared preamble for every request. Question %d:","max_tokens":8}\n' $i $i; done
+  pre="The same long shared preamble for every request, long enough to fill several KV blocks of sixteen tokens each."
+  for i in 1 2 3; do printf '{"id":"q%d","prompt":"%s %s Question %d:","max_tokens":8}\n' $i "$pre" "$pre" $i; done
   printf '{"id":"nomsg","max_tokens":4}\n'
   printf 'garbage\n'
   printf '{"id":"chat","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":16}\n'
@@ -115,6 +116,18 @@ check "batch: unwritable output fails before serving" exit_code_is "$rc" 1
 check "batch: unwritable output is named" contains "$tmp/e7" "/nonexistent/dir/out.jsonl"
 "$braid" batch --model "$model" --input "$tmp/none.jsonl" --output "$tmp/o3.jsonl" > /dev/null 2> "$tmp/e8"; rc=$?
 check "batch: missing input is named" contains "$tmp/e8" "none.jsonl"
+
+# trace round trip: batch writes a trace, sim replays it through the cache code
+"$braid" batch --model "$model" --input "$tmp/req.jsonl" --output "$tmp/r4.jsonl" --trace-out "$tmp/trace.jsonl" > /dev/null 2>&1
+check "batch --trace-out: one line per served request" bash -c "[ \$(wc -l < '$tmp/trace.jsonl') -eq 4 ]"
+"$braid" sim --trace "$tmp/trace.jsonl" --kv-tokens 4096 --json > "$tmp/sim.json" 2> "$tmp/sim.err"; rc=$?
+check "sim exits 0" exit_code_is "$rc" 0
+check "sim: JSON last line with hit_rate" bash -c "tail -1 '$tmp/sim.json' | grep -q '\"hit_rate\":0\.[1-9]'"
+"$braid" sim --trace "$tmp/trace.jsonl" --kv-tokens 4096 --policy random > /dev/null 2>&1; rc=$?
+check "sim: unknown policy is a usage error" exit_code_is "$rc" 2
+printf 'oops\n' > "$tmp/bad_trace.jsonl"
+"$braid" sim --trace "$tmp/bad_trace.jsonl" --kv-tokens 64 > /dev/null 2> "$tmp/e9"; rc=$?
+check "sim: bad trace names file and line" bash -c "[ $rc -eq 1 ] && grep -q 'bad_trace.jsonl:1' '$tmp/e9'"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

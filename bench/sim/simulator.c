@@ -1,0 +1,168 @@
+#include "simulator.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/block_pool.h"
+#include "cache/radix_tree.h"
+#include "common/grow.h"
+#include "common/strmap.h"
+
+SimConfig sim_config_default(void) {
+    /* Defaults measured on the 2-core CPU with SmolLM2-135M (bench/RESULTS.md): ~400 prefill tok/s,
+     * ~100 decode tok/s. Any other machine: pass your own. */
+    SimConfig c = {.kv_tokens = 8192, .policy = "lru", .prefill_s_per_token = 1.0 / 400, .decode_s_per_token = 1.0 / 100};
+    return c;
+}
+
+/* In the tree a block is two int32 "tokens": the two halves of its chained hash. */
+enum { SIM_TOKENS_PER_BLOCK = 2 };
+
+static void hash_tokens(const uint64_t *blocks, int n, int32_t *out) {
+    for (int i = 0; i < n; i++) {
+        out[2 * i] = (int32_t)(uint32_t)(blocks[i] >> 32);
+        out[2 * i + 1] = (int32_t)(uint32_t)blocks[i];
+    }
+}
+
+/* ---- Belady: next use of each block hash, from the whole trace ---- */
+
+typedef struct {
+    int *at; /* ascending request indices that use the hash */
+    int n, cap;
+} HashUses;
+
+typedef struct {
+    StrMap *index;    /* hash -> position in uses */
+    HashUses *uses;
+    int n_hashes, cap_hashes;
+    int current;      /* request being served */
+} BeladyState;
+
+static int belady_build(BeladyState *b, const Trace *t) {
+    memset(b, 0, sizeof *b);
+    if (!(b->index = strmap_create(1024))) return -1;
+    for (int r = 0; r < t->n; r++)
+        for (int i = 0; i < t->reqs[r].n_blocks; i++) {
+            uint64_t h = t->reqs[r].blocks[i];
+            int32_t slot;
+            if (!strmap_get(b->index, (const char *)&h, sizeof h, &slot)) {
+                slot = b->n_hashes;
+                if (braid_grow((void **)&b->uses, &b->cap_hashes, slot + 1, sizeof *b->uses) ||
+                    strmap_put(b->index, (const char *)&h, sizeof h, slot))
+                    return -1;
+                b->uses[slot] = (HashUses){0};
+                b->n_hashes++;
+            }
+            HashUses *u = &b->uses[slot];
+            if (u->n > 0 && u->at[u->n - 1] == r) continue;
+            if (braid_grow((void **)&u->at, &u->cap, u->n + 1, sizeof *u->at)) return -1;
+            u->at[u->n++] = r;
+        }
+    return 0;
+}
+
+static void belady_free(BeladyState *b) {
+    for (int i = 0; i < b->n_hashes; i++) free(b->uses[i].at);
+    free(b->uses);
+    strmap_destroy(b->index);
+}
+
+/* Lower scores are evicted first: the farthest next use of the node's first block goes first, and
+ * a block never used again before anything else. */
+static double belady_score(void *state, const RadixNode *node) {
+    const BeladyState *b = state;
+    uint64_t h = ((uint64_t)(uint32_t)node->tokens[0] << 32) | (uint32_t)node->tokens[1];
+    int32_t slot;
+    if (!strmap_get(b->index, (const char *)&h, sizeof h, &slot)) return -INFINITY;
+    const HashUses *u = &b->uses[slot];
+    int lo = 0, hi = u->n;
+    while (lo < hi) { /* first use after the current request */
+        int mid = (lo + hi) / 2;
+        if (u->at[mid] <= b->current) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo == u->n ? -INFINITY : -(double)u->at[lo];
+}
+
+static const EvictPolicy belady_policy = {.name = "belady", .score = belady_score};
+
+/* ---- replay ---- */
+
+static int serve_one(RadixTree *tree, BlockPool *pool, const TraceRequest *r, int bs, int32_t *tokens, int32_t *blocks,
+                     int *cached_blocks) {
+    BraidError err;
+    /* Match at most the prompt's full blocks, and never the whole prompt. */
+    int limit = r->prompt_tokens > 0 ? (r->prompt_tokens - 1) / bs : 0;
+    if (limit > r->n_blocks) limit = r->n_blocks;
+    hash_tokens(r->blocks, r->n_blocks, tokens);
+    RadixMatch m;
+    if (radix_match_prefix(tree, r->ns, tokens, limit * SIM_TOKENS_PER_BLOCK + 1, &m, &err)) return -1;
+    radix_lock(tree, m.node);
+    for (int i = 0; i < m.n_blocks; i++) {
+        block_pool_hold(pool, m.blocks[i]);
+        blocks[i] = m.blocks[i];
+    }
+    *cached_blocks = m.n_blocks;
+    free(m.blocks);
+    int total = (r->prompt_tokens + r->output_tokens + bs - 1) / bs, need = total - *cached_blocks, ok = 1;
+    if (need > pool->n_free) radix_evict(tree, need - pool->n_free, NULL);
+    if (block_pool_alloc(pool, need, blocks + *cached_blocks)) ok = 0;
+    int held = ok ? total : *cached_blocks;
+    if (ok) {
+        int already;
+        radix_insert(tree, r->ns, tokens, r->n_blocks, blocks, &already, NULL, &err);
+    }
+    for (int i = 0; i < held; i++) block_pool_release(pool, blocks[i]);
+    radix_unlock(tree, m.node);
+    return ok;
+}
+
+int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *err) {
+    memset(res, 0, sizeof *res);
+    int bs = t->block_size > 0 ? t->block_size : 16, n_blocks = cfg->kv_tokens / bs + 1;
+    bool belady = strcmp(cfg->policy, "belady") == 0;
+    const EvictPolicy *policy = belady ? &belady_policy : evict_policy_find(cfg->policy);
+    if (!policy) return braid_error_set(err, "sim: unknown policy '%s' (lru, belady)", cfg->policy);
+    BlockPool pool;
+    RadixTree tree;
+    BeladyState bstate = {0};
+    if (belady && belady_build(&bstate, t)) return braid_error_set(err, "sim: out of memory indexing the trace");
+    if (block_pool_init(&pool, n_blocks, err) || radix_init(&tree, &pool, SIM_TOKENS_PER_BLOCK, policy, belady ? &bstate : NULL, err))
+        return -1;
+    int max_blocks = 1;
+    for (int i = 0; i < t->n; i++) {
+        int need = (t->reqs[i].prompt_tokens + t->reqs[i].output_tokens + bs - 1) / bs + t->reqs[i].n_blocks + 1;
+        if (need > max_blocks) max_blocks = need;
+    }
+    int32_t *tokens = malloc((size_t)max_blocks * SIM_TOKENS_PER_BLOCK * sizeof *tokens), *blocks = malloc((size_t)max_blocks * sizeof *blocks);
+    int rc = tokens && blocks ? 0 : braid_error_set(err, "sim: out of memory");
+    double ttft_sum = 0;
+    for (int i = 0; rc == 0 && i < t->n; i++) {
+        const TraceRequest *r = &t->reqs[i];
+        bstate.current = i;
+        int cached_blocks = 0, ok = serve_one(&tree, &pool, r, bs, tokens, blocks, &cached_blocks);
+        if (ok < 0) {
+            rc = braid_error_set(err, "sim: out of memory");
+            break;
+        }
+        if (!ok) res->too_large++;
+        int cached = cached_blocks * bs, computed = r->prompt_tokens - cached;
+        double ttft = computed * cfg->prefill_s_per_token;
+        res->requests++;
+        res->prompt_tokens += (uint64_t)r->prompt_tokens;
+        res->cached_tokens += (uint64_t)cached;
+        ttft_sum += ttft;
+        res->modeled_latency_s += ttft + r->output_tokens * cfg->decode_s_per_token;
+    }
+    res->evicted_blocks = tree.counters.evicted_blocks;
+    res->hit_rate = res->prompt_tokens ? (double)res->cached_tokens / (double)res->prompt_tokens : 0.0;
+    res->mean_ttft_s = res->requests ? ttft_sum / res->requests : 0.0;
+    free(tokens);
+    free(blocks);
+    radix_free(&tree);
+    block_pool_free(&pool);
+    if (belady) belady_free(&bstate);
+    return rc;
+}

@@ -1,0 +1,121 @@
+#include "trace.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/radix_tree.h"
+#include "common/grow.h"
+
+static uint32_t label_hash(const char *s) {
+    uint32_t h = 2166136261u;
+    for (; s && *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+    return s ? h : 0;
+}
+
+static char *dup_field(json_t *obj, const char *key) {
+    const char *v = json_string_value(json_object_get(obj, key));
+    return strdup(v ? v : "");
+}
+
+void trace_request_free(TraceRequest *r) {
+    free(r->id);
+    free(r->workflow);
+    free(r->agent);
+    free(r->blocks);
+    memset(r, 0, sizeof *r);
+}
+
+static int parse_request(json_t *o, TraceRequest *r, int *block_size, BraidError *err) {
+    json_t *blocks = json_object_get(o, "blocks"), *bs = json_object_get(o, "block_size");
+    json_t *pt = json_object_get(o, "prompt_tokens"), *ot = json_object_get(o, "output_tokens");
+    if (!json_is_array(blocks) || !json_is_integer(bs) || !json_is_integer(pt) || !json_is_integer(ot))
+        return braid_error_set(err, "request needs blocks, block_size, prompt_tokens and output_tokens");
+    if (json_integer_value(bs) < 1 || json_integer_value(pt) < 0 || json_integer_value(ot) < 0 ||
+        json_integer_value(pt) > (1 << 24) || json_integer_value(ot) > (1 << 24) || json_integer_value(bs) > 4096)
+        return braid_error_set(err, "block_size, prompt_tokens or output_tokens out of range");
+    if (*block_size && *block_size != (int)json_integer_value(bs))
+        return braid_error_set(err, "block_size %lld differs from earlier lines (%d)", (long long)json_integer_value(bs), *block_size);
+    *block_size = (int)json_integer_value(bs);
+    r->prompt_tokens = (int)json_integer_value(pt);
+    r->output_tokens = (int)json_integer_value(ot);
+    r->n_blocks = (int)json_array_size(blocks);
+    if (r->n_blocks > r->prompt_tokens / *block_size) return braid_error_set(err, "more blocks than full prompt blocks");
+    r->blocks = malloc((size_t)(r->n_blocks + 1) * sizeof *r->blocks);
+    if (!r->blocks) return braid_error_set(err, "out of memory");
+    for (int i = 0; i < r->n_blocks; i++) {
+        const char *hex = json_string_value(json_array_get(blocks, (size_t)i));
+        char *end;
+        if (!hex || !*hex || strlen(hex) > 16) return braid_error_set(err, "block hash %d is not a 64-bit hex string", i);
+        r->blocks[i] = strtoull(hex, &end, 16);
+        if (*end) return braid_error_set(err, "block hash %d is not a 64-bit hex string", i);
+    }
+    json_t *seq = json_object_get(o, "seq"), *t = json_object_get(o, "t");
+    r->seq = json_is_integer(seq) ? (int)json_integer_value(seq) : 0;
+    r->t = json_is_number(t) ? json_number_value(t) : 0.0;
+    r->id = dup_field(o, "id");
+    r->workflow = dup_field(o, "workflow");
+    r->agent = dup_field(o, "agent");
+    r->ns = radix_namespace(label_hash(json_string_value(json_object_get(o, "tenant"))),
+                            label_hash(json_string_value(json_object_get(o, "adapter"))));
+    if (!r->id || !r->workflow || !r->agent) return braid_error_set(err, "out of memory");
+    return 1;
+}
+
+int trace_parse_line(const char *line, TraceRequest *r, int *block_size, BraidError *err) {
+    memset(r, 0, sizeof *r);
+    json_error_t jerr;
+    json_t *o = json_loads(line, 0, &jerr);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return braid_error_set(err, "not a JSON object (%s)", o ? "wrong type" : jerr.text);
+    }
+    const char *type = json_string_value(json_object_get(o, "type"));
+    int rc = type && strcmp(type, "request") == 0 ? parse_request(o, r, block_size, err) : 0;
+    if (rc <= 0) trace_request_free(r);
+    json_decref(o);
+    return rc;
+}
+
+static int by_time(const void *a, const void *b) {
+    const TraceRequest *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+int trace_load(const char *path, Trace *trace, BraidError *err) {
+    memset(trace, 0, sizeof *trace);
+    FILE *f = fopen(path, "r");
+    if (!f) return braid_error_set(err, "trace: cannot open %s", path);
+    char *line = NULL;
+    size_t cap = 0;
+    int line_no = 0, rc = 0;
+    while (rc == 0 && getline(&line, &cap, f) > 0) {
+        line_no++;
+        if (strspn(line, " \t\r\n") == strlen(line)) continue;
+        TraceRequest r;
+        int got = trace_parse_line(line, &r, &trace->block_size, err);
+        if (got < 0) rc = braid_error_wrap(err, "trace: %s:%d", path, line_no);
+        else if (got > 0 && braid_grow((void **)&trace->reqs, &trace->cap, trace->n + 1, sizeof *trace->reqs)) {
+            trace_request_free(&r);
+            rc = braid_error_set(err, "trace: out of memory");
+        } else if (got > 0) {
+            trace->reqs[trace->n++] = r;
+        }
+    }
+    free(line);
+    fclose(f);
+    if (rc) {
+        trace_free(trace);
+        return -1;
+    }
+    qsort(trace->reqs, (size_t)trace->n, sizeof *trace->reqs, by_time);
+    return 0;
+}
+
+void trace_free(Trace *trace) {
+    for (int i = 0; i < trace->n; i++) trace_request_free(&trace->reqs[i]);
+    free(trace->reqs);
+    memset(trace, 0, sizeof *trace);
+}
