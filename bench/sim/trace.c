@@ -8,12 +8,6 @@
 #include "cache/radix_tree.h"
 #include "common/grow.h"
 
-static uint32_t label_hash(const char *s) {
-    uint32_t h = 2166136261u;
-    for (; s && *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
-    return s ? h : 0;
-}
-
 static char *dup_field(json_t *obj, const char *key) {
     const char *v = json_string_value(json_object_get(obj, key));
     return strdup(v ? v : "");
@@ -57,8 +51,8 @@ static int parse_request(json_t *o, TraceRequest *r, int *block_size, BraidError
     r->id = dup_field(o, "id");
     r->workflow = dup_field(o, "workflow");
     r->agent = dup_field(o, "agent");
-    r->ns = radix_namespace(label_hash(json_string_value(json_object_get(o, "tenant"))),
-                            label_hash(json_string_value(json_object_get(o, "adapter"))));
+    r->ns = radix_namespace_for(json_string_value(json_object_get(o, "tenant")),
+                                json_string_value(json_object_get(o, "adapter")));
     if (!r->id || !r->workflow || !r->agent) return braid_error_set(err, "out of memory");
     return 1;
 }

@@ -8,6 +8,17 @@
 
 uint64_t radix_namespace(uint32_t tenant, uint32_t adapter) { return ((uint64_t)tenant << 32) | adapter; }
 
+static uint32_t label_hash(const char *s) {
+    if (!s || !*s) return 0;
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+uint64_t radix_namespace_for(const char *tenant, const char *adapter) {
+    return radix_namespace(label_hash(tenant), label_hash(adapter));
+}
+
 /* ---- evictable-leaf set ---- */
 
 static int is_root(const RadixNode *n) { return n->parent == NULL; }

@@ -68,6 +68,9 @@ typedef struct {
 
 /* Builds the namespace key of a (tenant, adapter) pair. */
 uint64_t radix_namespace(uint32_t tenant, uint32_t adapter);
+/* The namespace of tenant and adapter names (NULL or "" = none); every producer of cache keys and
+ * traces uses this one mapping so the same names always meet in the same namespace. */
+uint64_t radix_namespace_for(const char *tenant, const char *adapter);
 
 int radix_init(RadixTree *tree, BlockPool *pool, int block_size, const EvictPolicy *policy, void *policy_state, BraidError *err);
 void radix_free(RadixTree *tree);

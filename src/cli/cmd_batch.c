@@ -86,12 +86,6 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
     return 0;
 }
 
-static uint32_t name_hash(const char *s) {
-    uint32_t h = 2166136261u;
-    for (; s && *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
-    return s ? h : 0;
-}
-
 /* Reads an optional numeric field into *out; a wrong type or a value outside [lo, hi] (or not an
  * integer when `integer`) fills r->error naming the field and returns -1. */
 static int json_field_number(json_t *obj, const char *key, double lo, double hi, bool integer, double *out, SchedRequest *r) {
@@ -136,8 +130,8 @@ static int load_request(const BraidModel *m, json_t *obj, int line, SchedRequest
         json_t *t = json_object_get(obj, text_fields[i]);
         if (t && !json_is_string(t)) return snprintf(r->error, sizeof r->error, "%s must be a string", text_fields[i]), -1;
     }
-    r->ns = radix_namespace(name_hash(json_string_value(json_object_get(obj, "tenant"))),
-                            name_hash(json_string_value(json_object_get(obj, "adapter"))));
+    r->ns = radix_namespace_for(json_string_value(json_object_get(obj, "tenant")),
+                                json_string_value(json_object_get(obj, "adapter")));
     BraidError err;
     TokenList ids = {0};
     int rc;

@@ -5,19 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "model/bpe.h"
 #include "model/unicode.h"
 
 #define SPM_SPACE "\xE2\x96\x81" /* U+2581 ▁ */
 
 int token_list_push(TokenList *list, int32_t id) {
-    if (list->n == list->cap) {
-        int cap = list->cap ? list->cap * 2 : 64;
-        int32_t *ids = realloc(list->ids, (size_t)cap * sizeof *ids);
-        if (!ids) return -1;
-        list->ids = ids;
-        list->cap = cap;
-    }
+    if (braid_grow((void **)&list->ids, &list->cap, list->n + 1, sizeof *list->ids)) return -1;
     list->ids[list->n++] = id;
     return 0;
 }

@@ -1,5 +1,6 @@
 #include "worker/scheduler.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,12 +57,13 @@ static int blocks_for(const Scheduler *s, int tokens) { return (tokens + s->bloc
 
 bool sched_idle(const Scheduler *s) { return s->n_waiting == 0 && s->n_running == 0; }
 
-static int queue_push_front(Scheduler *s, SchedRequest *r) {
-    if (braid_grow((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof *s->waiting)) return -1;
+/* sched_add reserves room for every request in flight, so this never needs to grow and a
+ * preempted request can never be lost to an allocation failure. */
+static void queue_push_front(Scheduler *s, SchedRequest *r) {
+    assert(s->n_waiting < s->cap_waiting);
     memmove(s->waiting + 1, s->waiting, (size_t)s->n_waiting * sizeof *s->waiting);
     s->waiting[0] = r;
     s->n_waiting++;
-    return 0;
 }
 
 int sched_add(Scheduler *s, SchedRequest *r) {
@@ -77,7 +79,8 @@ int sched_add(Scheduler *s, SchedRequest *r) {
         r->finish_reason = "error";
         return -1;
     }
-    if (braid_grow((void **)&s->waiting, &s->cap_waiting, s->n_waiting + 1, sizeof *s->waiting)) {
+    /* Room for every request in flight to be waiting at once (see queue_push_front). */
+    if (braid_grow((void **)&s->waiting, &s->cap_waiting, s->n_waiting + s->n_running + 1, sizeof *s->waiting)) {
         snprintf(r->error, sizeof r->error, "out of memory queueing the request");
         r->state = REQ_FINISHED;
         r->finish_reason = "error";
@@ -127,7 +130,6 @@ static void release_request(Scheduler *s, SchedRequest *r) {
     cache_computed_prefix(s, r, false);
     for (int b = 0; b < r->n_blocks; b++) block_pool_release(&s->pool, r->blocks[b]);
     r->n_blocks = 0;
-    r->n_held_prefix = 0;
     if (r->locked) radix_unlock(&s->tree, r->locked);
     r->locked = NULL;
 }
@@ -209,7 +211,7 @@ static int admit(Scheduler *s, SchedRequest *r, BraidError *err) {
         block_pool_hold(&s->pool, m.blocks[b]);
         r->blocks[b] = m.blocks[b];
     }
-    r->n_blocks = r->n_held_prefix = m.n_blocks;
+    r->n_blocks = m.n_blocks;
     r->n_computed = m.n_blocks * s->block_size;
     free(m.blocks);
     if (ensure_blocks(s, r, r->n_tokens)) {
@@ -268,10 +270,14 @@ int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
         int rc = admit(s, r, err);
         if (rc < 0) return -1;
         if (rc > 0) break; /* first come, first served: wait for blocks */
+        /* Room in the running set first, so a failure leaves the request queued, not lost. */
+        if (braid_grow((void **)&s->running, &s->cap_running, s->n_running + 1, sizeof *s->running)) {
+            release_request(s, r);
+            r->n_computed = 0;
+            return braid_error_set(err, "sched: out of memory");
+        }
         memmove(s->waiting, s->waiting + 1, (size_t)(s->n_waiting - 1) * sizeof *s->waiting);
         s->n_waiting--;
-        if (braid_grow((void **)&s->running, &s->cap_running, s->n_running + 1, sizeof *s->running))
-            return braid_error_set(err, "sched: out of memory");
         s->running[s->n_running++] = r;
         r->state = REQ_RUNNING;
         if (plan_prefill_chunk(p, r, &budget)) return braid_error_set(err, "sched: out of memory");

@@ -42,7 +42,6 @@ typedef struct SchedRequest {
     RadixNode *locked;   /* matched prefix node, locked while running */
     int32_t *blocks;     /* the sequence's block table */
     int n_blocks, cap_blocks;
-    int n_held_prefix;   /* leading blocks held from the tree at admission */
     int n_computed;      /* tokens whose K/V are in the blocks */
     int cached_tokens;   /* prompt tokens served from the cache at first admission (-1 before) */
     int preemptions;

@@ -158,20 +158,6 @@ static float dot_q4_1(const BlockQ4_1 *b, const float *x, const float *xs, int64
 }
 #endif
 
-#ifdef QUANT_AVX2
-/* Σ q_i·x_i of one Q4_1 block against activations already in registers. */
-static inline __m256 q4_1_block_dot_x(const uint8_t *qs, __m256 x0, __m256 x1, __m256 x2, __m256 x3) {
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
-    __m128i lo = _mm_and_si128(raw, mask), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
-    __m256 s01 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), x1,
-                                 _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), x0));
-    __m256 s23 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), x3,
-                                 _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), x2));
-    return _mm256_add_ps(s01, s23);
-}
-#endif
-
 static float dot_q4_0(const BlockQ4_0 *b, const float *x, int64_t nb) {
 #ifdef QUANT_AVX2
     __m256 acc = _mm256_setzero_ps();
