@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
     int32_t *tokens = malloc((size_t)prompt_tokens * sizeof *tokens);
     float *logits = malloc((size_t)cfg->vocab_size * sizeof *logits);
     SequenceRunner runner;
-    if (!tokens || !logits || sequence_runner_init(&runner, &model.weights, (int)(prompt_tokens + decode_tokens), &err)) {
+    if (!tokens || !logits || sequence_runner_init(&runner, &model.weights, (int)(prompt_tokens + decode_tokens), BACKEND_CPU, &err)) {
         fprintf(stderr, "bench_cpu: %s\n", tokens && logits ? err.msg : "out of memory");
         return 1;
     }

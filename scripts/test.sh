@@ -10,7 +10,7 @@ echo "[test] release build"
 ctest --test-dir build --output-on-failure -j2
 
 echo "[test] sanitizer build (ASan + UBSan)"
-cmake -S . -B build-asan -DBRAID_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > build-asan.cmake.log 2>&1 \
+cmake -S . -B build-asan -DBRAID_SANITIZE=ON -DBRAID_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo > build-asan.cmake.log 2>&1 \
   || { cat build-asan.cmake.log; exit 1; }
 cmake --build build-asan -j"$(nproc)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \

@@ -24,6 +24,8 @@ static const char batch_usage[] =
     "  --events PATH            JSONL log of cache decisions (hit, insert, evict, preempt)\n"
     "  --trace-out PATH         write a replayable trace (docs/TRACE_FORMAT.md) for braid sim\n"
     "  --threads N              CPU threads (default: all cores)\n"
+    "  --device D               cpu, cuda or auto = cuda when built with it and a GPU is visible (default auto)\n"
+    "  --no-cuda-graphs         CUDA: launch decode steps directly instead of replaying captured graphs\n"
     "Input lines: {\"id\", \"prompt\" | \"messages\", \"max_tokens\", \"temperature\", \"top_p\", \"top_k\", \"seed\",\n"
     "              \"tenant\", \"adapter\", \"workflow_id\", \"agent\"}. Output lines, in input order:\n"
     "{\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", \"cached_tokens\", \"ttft_ms\", \"latency_ms\",\n"
@@ -32,23 +34,25 @@ static const char batch_usage[] =
 typedef struct {
     const char *model, *input, *output, *events_path, *trace_path;
     long kv_blocks, block_size, max_batch_tokens, max_running, threads;
-    bool cache;
+    bool cache, no_graphs;
+    BackendKind device;
     const EvictPolicy *policy;
 } BatchArgs;
 
 static int parse_args(int argc, char **argv, BatchArgs *a) {
-    enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE };
+    enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE, O_DEVICE, O_NO_GRAPHS };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
         {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
         {"max-batch-tokens", required_argument, 0, O_MBT}, {"max-running", required_argument, 0, O_RUN},
         {"cache", required_argument, 0, O_CACHE}, {"policy", required_argument, 0, O_POLICY},
         {"events", required_argument, 0, O_EVENTS}, {"threads", required_argument, 0, O_THREADS},
-        {"trace-out", required_argument, 0, O_TRACE},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"trace-out", required_argument, 0, O_TRACE}, {"device", required_argument, 0, O_DEVICE},
+        {"no-cuda-graphs", no_argument, 0, O_NO_GRAPHS}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (BatchArgs){.kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
-                     .policy = &evict_policy_lru};
+                     .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU};
     int c;
+    BraidError err;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -62,6 +66,13 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         case O_MBT: if (cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &a->max_batch_tokens)) return 2; break;
         case O_RUN: if (cli_parse_int("--max-running", optarg, 1, 1 << 16, &a->max_running)) return 2; break;
         case O_THREADS: if (cli_parse_int("--threads", optarg, 1, 1024, &a->threads)) return 2; break;
+        case O_NO_GRAPHS: a->no_graphs = true; break;
+        case O_DEVICE:
+            if (backend_parse_kind(optarg, &a->device, &err)) {
+                fprintf(stderr, "braid batch: --device: %s\n", err.msg);
+                return 2;
+            }
+            break;
         case O_CACHE:
             if (strcmp(optarg, "radix") && strcmp(optarg, "off")) {
                 fprintf(stderr, "braid batch: --cache expects radix or off, got '%s'\n", optarg);
@@ -326,7 +337,8 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, BatchFiles *
     Engine engine;
     BraidError err;
     EngineConfig cfg = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
-                        .max_running = (int)a->max_running, .cache_enabled = a->cache, .policy = a->policy};
+                        .max_running = (int)a->max_running, .cache_enabled = a->cache, .policy = a->policy,
+                        .device = a->device, .cuda_graphs_off = a->no_graphs};
     if (engine_init(&engine, model, &cfg, &err)) {
         fprintf(stderr, "braid batch: %s\n", err.msg);
         rc = 1;

@@ -24,28 +24,32 @@ static const char generate_usage[] =
     "  --seed S            sampling seed (default 0)\n"
     "  --ignore-eos        keep generating past end-of-turn tokens (for benchmarks)\n"
     "  --threads N         CPU threads (default: all cores)\n"
+    "  --device D          cpu, cuda or auto = cuda when this build has it and a GPU is visible (default auto)\n"
     "The completion alone goes to stdout; timings go to stderr.\n";
 
 typedef struct {
     const char *model, *prompt, *system;
+    BackendKind device;
     int chat, ignore_eos, threads;
     long max_tokens;
     SamplingParams sampling;
 } GenerateArgs;
 
 static int parse_args(int argc, char **argv, GenerateArgs *a) {
-    enum { OPT_SYSTEM = 256, OPT_MAX, OPT_TEMP, OPT_TOPP, OPT_TOPK, OPT_SEED, OPT_IGNORE_EOS, OPT_THREADS };
+    enum { OPT_SYSTEM = 256, OPT_MAX, OPT_TEMP, OPT_TOPP, OPT_TOPK, OPT_SEED, OPT_IGNORE_EOS, OPT_THREADS, OPT_DEVICE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"chat", no_argument, 0, 'c'},
         {"system", required_argument, 0, OPT_SYSTEM}, {"max-tokens", required_argument, 0, OPT_MAX},
         {"temperature", required_argument, 0, OPT_TEMP}, {"top-p", required_argument, 0, OPT_TOPP},
         {"top-k", required_argument, 0, OPT_TOPK}, {"seed", required_argument, 0, OPT_SEED},
         {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS}, {"threads", required_argument, 0, OPT_THREADS},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"device", required_argument, 0, OPT_DEVICE}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     memset(a, 0, sizeof *a);
     a->max_tokens = 128;
     a->sampling = sampling_params_default();
+    a->device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU;
     int c;
+    BraidError err;
     long v;
     double d;
     optind = 1;
@@ -62,6 +66,12 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
         case OPT_SEED: if (cli_parse_int("--seed", optarg, 0, __LONG_MAX__, &v)) return 2; a->sampling.seed = (uint64_t)v; break;
         case OPT_IGNORE_EOS: a->ignore_eos = 1; break;
         case OPT_THREADS: if (cli_parse_int("--threads", optarg, 1, 1024, &v)) return 2; a->threads = (int)v; break;
+        case OPT_DEVICE:
+            if (backend_parse_kind(optarg, &a->device, &err)) {
+                fprintf(stderr, "braid generate: --device: %s\n", err.msg);
+                return 2;
+            }
+            break;
         case 'h': fputs(generate_usage, stdout); return 1;
         default: fputs(generate_usage, stderr); return 2;
         }
@@ -109,7 +119,7 @@ static int run_generation(const BraidModel *m, const GenerateArgs *a, const Toke
         free(logits);
         return braid_error_set(err, "out of memory");
     }
-    if (sequence_runner_init(&runner, &m->weights, prompt->n + budget, err)) {
+    if (sequence_runner_init(&runner, &m->weights, prompt->n + budget, a->device, err)) {
         free(logits);
         sampler_free(&sampler);
         return -1;
@@ -170,8 +180,9 @@ int cmd_generate(int argc, char **argv) {
         free(stdin_prompt);
         return 1;
     }
-    fprintf(stderr, "[generate] loaded %s (%d layers, %.1f MiB) in %.2f s, %d threads\n", model.weights.cfg.name,
-            model.weights.cfg.n_layers, (double)model.weights.total_bytes / (1 << 20), braid_now_seconds() - t0, threads);
+    fprintf(stderr, "[generate] loaded %s (%d layers, %.1f MiB) in %.2f s, device %s, %d threads\n", model.weights.cfg.name,
+            model.weights.cfg.n_layers, (double)model.weights.total_bytes / (1 << 20), braid_now_seconds() - t0,
+            backend_kind_name(a.device), threads);
     TokenList prompt = {0};
     rc = build_prompt(&model, &a, text, &prompt, &err) || run_generation(&model, &a, &prompt, &err) ? 1 : 0;
     if (rc) fprintf(stderr, "braid generate: %s\n", err.msg);

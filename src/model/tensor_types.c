@@ -131,3 +131,10 @@ float bf16_to_fp32(uint16_t b) {
     memcpy(&f, &bits, sizeof f);
     return f;
 }
+
+uint16_t fp32_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu)) return (uint16_t)((bits >> 16) | 0x0040u);
+    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}

@@ -48,5 +48,7 @@ size_t tensor_row_bytes(uint32_t type, uint64_t n);
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);
 float bf16_to_fp32(uint16_t b);
+/* Round-to-nearest-even bf16 bit pattern of f (NaN stays a quiet NaN). */
+uint16_t fp32_to_bf16(float f);
 
 #endif

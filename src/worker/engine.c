@@ -10,21 +10,23 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
     if (sched_init(&e->sched, cfg->n_blocks, cfg->block_size, cfg->max_batch_tokens, cfg->max_running, cfg->cache_enabled,
                    cfg->policy, err))
         return -1;
-    if (kv_pool_create(&e->kv, &model->weights.cfg, cfg->n_blocks, cfg->block_size, err)) {
+    BackendConfig bc = backend_config_default(cfg->device, &model->weights.cfg, cfg->n_blocks, cfg->block_size,
+                                              cfg->max_batch_tokens);
+    bc.max_seqs = cfg->max_running > 0 && cfg->max_running < cfg->max_batch_tokens ? cfg->max_running : cfg->max_batch_tokens;
+    bc.cuda_graphs = !cfg->cuda_graphs_off;
+    if (backend_create(&e->backend, &model->weights, &bc, err)) {
         sched_free(&e->sched);
         return -1;
     }
-    forward_init(&e->fwd, &model->weights, &e->kv);
     return 0;
 }
 
 void engine_free(Engine *e) {
-    forward_free(&e->fwd);
-    kv_pool_destroy(&e->kv);
+    backend_destroy(&e->backend);
     sched_free(&e->sched);
     plan_free(&e->plan);
     free(e->tokens); free(e->positions); free(e->slots); free(e->seq_start); free(e->seq_ctx); free(e->logit_rows);
-    free(e->tables); free(e->logits);
+    free(e->tables); free(e->logits); free(e->argmax); free(e->want_logits);
     memset(e, 0, sizeof *e);
 }
 
@@ -56,14 +58,18 @@ static int reserve(Engine *e, int n_tokens, int n_seqs, BraidError *err) {
     }
     if (n_seqs > e->cap_seqs) {
         free(e->seq_start); free(e->seq_ctx); free(e->logit_rows); free(e->tables); free(e->logits);
+        free(e->argmax); free(e->want_logits);
         e->seq_start = malloc((size_t)(n_seqs + 1) * sizeof *e->seq_start);
         e->seq_ctx = malloc((size_t)n_seqs * sizeof *e->seq_ctx);
         e->logit_rows = malloc((size_t)n_seqs * sizeof *e->logit_rows);
         e->tables = malloc((size_t)n_seqs * sizeof *e->tables);
         e->logits = malloc((size_t)n_seqs * e->model->weights.cfg.vocab_size * sizeof *e->logits);
+        e->argmax = malloc((size_t)n_seqs * sizeof *e->argmax);
+        e->want_logits = malloc((size_t)n_seqs);
         e->cap_seqs = n_seqs;
     }
-    if (!e->tokens || !e->positions || !e->slots || !e->seq_start || !e->seq_ctx || !e->logit_rows || !e->tables || !e->logits)
+    if (!e->tokens || !e->positions || !e->slots || !e->seq_start || !e->seq_ctx || !e->logit_rows || !e->tables || !e->logits ||
+        !e->argmax || !e->want_logits)
         return braid_error_set(err, "engine: out of memory for a step of %d tokens", n_tokens);
     return 0;
 }
@@ -83,7 +89,11 @@ static int build_batch(Engine *e, ForwardBatch *b) {
         }
         e->tables[i] = pe->req->blocks;
         e->seq_ctx[i] = pe->start + pe->count;
-        if (pe->sample) e->logit_rows[n_logits++] = t - 1;
+        if (pe->sample) {
+            /* Greedy requests need only the device's argmax; others need their logits on the host. */
+            e->want_logits[n_logits] = pe->req->sampling.temperature > 0.0f;
+            e->logit_rows[n_logits++] = t - 1;
+        }
     }
     e->seq_start[p->n] = t;
     *b = (ForwardBatch){
@@ -116,14 +126,18 @@ int engine_step(Engine *e, BraidError *err) {
     if (reserve(e, e->plan.n_tokens, e->plan.n, err)) return -1;
     ForwardBatch batch;
     int n_logits = build_batch(e, &batch);
-    if (forward_run(&e->fwd, &batch, e->logits, err)) return -1;
+    ForwardOutput out = {.argmax = e->argmax, .logits = e->logits, .want_logits = e->want_logits};
+    if (backend_forward(&e->backend, &batch, &out, err)) return -1;
     sched_commit(&e->sched, &e->plan);
     size_t vocab = (size_t)e->model->weights.cfg.vocab_size;
     for (int i = 0, row = 0; i < e->plan.n && row < n_logits; i++) {
         PlanEntry *pe = &e->plan.entries[i];
         if (!pe->sample) continue;
         SchedRequest *r = pe->req;
-        after_sample(e, r, sampler_sample(&r->sampler, e->logits + (size_t)row++ * vocab, &r->sampling));
+        int32_t token = e->want_logits[row] ? sampler_sample(&r->sampler, e->logits + (size_t)row * vocab, &r->sampling)
+                                            : e->argmax[row];
+        row++;
+        after_sample(e, r, token);
     }
 #ifndef NDEBUG
     /* Debug builds verify the pool accounting and the tree after every step. */

@@ -6,35 +6,36 @@
  * token of every sequence whose last token was computed, and applies stop rules (end-of-turn
  * tokens, max_tokens, context length). `braid batch` drives it offline; the cluster's instance
  * leader will drive the same loop from MPI messages.
- * Owns: the scheduler, the KV memory and the forward scratch. Borrows the model and the requests.
+ * Owns: the scheduler and the backend (KV memory, forward scratch) on the configured device. Borrows the model and the requests.
  * Not thread-safe.
  */
 #ifndef BRAID_WORKER_ENGINE_H
 #define BRAID_WORKER_ENGINE_H
 
 #include "model/model.h"
-#include "worker/forward.h"
-#include "worker/kv_pool.h"
+#include "worker/backend.h"
 #include "worker/scheduler.h"
 
 typedef struct {
     int n_blocks, block_size, max_batch_tokens, max_running;
     bool cache_enabled;
     const EvictPolicy *policy;
+    BackendKind device;  /* BACKEND_CPU (the zero value) or BACKEND_CUDA */
+    bool cuda_graphs_off; /* CUDA: launch decode steps directly instead of replaying graphs */
 } EngineConfig;
 
 typedef struct {
     const BraidModel *model;
     EngineConfig cfg;
     Scheduler sched;
-    KvPool kv;
-    ForwardContext fwd;
+    Backend backend;
     StepPlan plan;
     int32_t *tokens, *positions, *slots, *seq_start, *seq_ctx, *logit_rows;
     const int32_t **tables;
     int cap_tokens, cap_seqs;
-    float *logits;
-    int cap_logits;
+    float *logits;       /* (cap_seqs, vocab) rows of sampled (non-greedy) requests */
+    int32_t *argmax;     /* (cap_seqs) */
+    uint8_t *want_logits; /* (cap_seqs) */
     uint64_t generated_tokens;
 } Engine;
 

@@ -6,27 +6,31 @@
 #define SEQUENCE_BLOCK_SIZE 16
 #define SEQUENCE_PREFILL_CHUNK 512
 
-int sequence_runner_init(SequenceRunner *r, const ModelWeights *weights, int max_context, BraidError *err) {
+int sequence_runner_init(SequenceRunner *r, const ModelWeights *weights, int max_context, BackendKind device,
+                         BraidError *err) {
     memset(r, 0, sizeof *r);
     r->weights = weights;
     r->max_context = max_context;
     r->prefill_chunk = SEQUENCE_PREFILL_CHUNK;
     int n_blocks = (max_context + SEQUENCE_BLOCK_SIZE - 1) / SEQUENCE_BLOCK_SIZE;
-    if (kv_pool_create(&r->pool, &weights->cfg, n_blocks + 1, SEQUENCE_BLOCK_SIZE, err)) return -1;
+    BackendConfig bc = backend_config_default(device, &weights->cfg, n_blocks + 1, SEQUENCE_BLOCK_SIZE, r->prefill_chunk);
+    bc.max_seqs = 1;
+    bc.max_context = max_context;
+    if (backend_create(&r->backend, weights, &bc, err)) return -1;
     r->block_table = malloc((size_t)n_blocks * sizeof *r->block_table);
-    if (!r->block_table) {
-        kv_pool_destroy(&r->pool);
+    r->argmax = malloc((size_t)r->prefill_chunk * sizeof *r->argmax);
+    if (!r->block_table || !r->argmax) {
+        sequence_runner_free(r);
         return braid_error_set(err, "sequence: out of memory");
     }
     for (int i = 0; i < n_blocks; i++) r->block_table[i] = i + 1;
-    forward_init(&r->fwd, weights, &r->pool);
     return 0;
 }
 
 void sequence_runner_free(SequenceRunner *r) {
-    forward_free(&r->fwd);
-    kv_pool_destroy(&r->pool);
+    backend_destroy(&r->backend);
     free(r->block_table);
+    free(r->argmax);
     memset(r, 0, sizeof *r);
 }
 
@@ -52,7 +56,8 @@ static int eval_chunk(SequenceRunner *r, const int32_t *tokens, int n, bool all_
         .n_seqs = 1, .seq_start = seq_start, .block_tables = tables, .seq_n_ctx = &n_ctx,
         .n_logits = all_logits ? n : 1, .logit_rows = all_logits ? rows : &rows[n - 1],
     };
-    int rc = forward_run(&r->fwd, &b, logits, err);
+    ForwardOutput out = {.argmax = r->argmax, .logits = logits, .want_logits = NULL};
+    int rc = backend_forward(&r->backend, &b, &out, err);
     if (rc == 0) r->n_context += n;
     free(positions); free(slots); free(rows);
     return rc;

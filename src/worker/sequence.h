@@ -5,7 +5,7 @@
  * tokens are appended at consecutive positions, prefill goes in chunks, and the block table is the
  * identity over a pool sized for max_context tokens. The serving engine (scheduler + shared pool)
  * builds ForwardBatches itself instead.
- * Owns: its KV pool and forward context. Not thread-safe (one runner per thread of control).
+ * Owns: its backend (KV pool and forward scratch on the chosen device). Not thread-safe (one runner per thread of control).
  */
 #ifndef BRAID_WORKER_SEQUENCE_H
 #define BRAID_WORKER_SEQUENCE_H
@@ -15,20 +15,20 @@
 
 #include "common/error.h"
 #include "model/model_weights.h"
-#include "worker/forward.h"
-#include "worker/kv_pool.h"
+#include "worker/backend.h"
 
 typedef struct {
     const ModelWeights *weights;
-    KvPool pool;
-    ForwardContext fwd;
+    Backend backend;
+    int32_t *argmax;      /* (prefill_chunk) */
     int32_t *block_table; /* identity: logical block i is pool block i + 1 (block 0 is null) */
     int max_context;
     int n_context;        /* tokens already in the KV cache */
     int prefill_chunk;
 } SequenceRunner;
 
-int sequence_runner_init(SequenceRunner *r, const ModelWeights *weights, int max_context, BraidError *err);
+int sequence_runner_init(SequenceRunner *r, const ModelWeights *weights, int max_context, BackendKind device,
+                         BraidError *err);
 void sequence_runner_free(SequenceRunner *r);
 void sequence_runner_reset(SequenceRunner *r);
 

@@ -95,7 +95,7 @@ static void test_logits_and_greedy(void **state) {
         free(ours.ids);
 
         SequenceRunner runner;
-        assert_int_equal(sequence_runner_init(&runner, &fx->model.weights, n + n_greedy + 1, &err), 0);
+        assert_int_equal(sequence_runner_init(&runner, &fx->model.weights, n + n_greedy + 1, BACKEND_CPU, &err), 0);
         float *logits = malloc((size_t)n * cfg->vocab_size * sizeof *logits);
         assert_non_null(logits);
         assert_int_equal(sequence_runner_eval(&runner, ids, n, true, logits, &err), 0);

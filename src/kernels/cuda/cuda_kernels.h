@@ -1,0 +1,111 @@
+/*
+ * cuda_kernels.h — plain C entry points of Braid's CUDA kernels (the .cu files beside it).
+ *
+ * Every function enqueues work on `stream` and returns the launch status; none synchronizes.
+ * Tensors are raw device pointers: bf16 values travel as uint16_t bit patterns so that C code
+ * needs no CUDA C++ headers. Layouts match the CPU backend: activations are row-major
+ * (token, feature); a layer's K and V caches are (n_blocks, n_kv_heads, block_size, head_dim);
+ * slot s of the pool is block s / block_size, offset s % block_size; slot -1 means "write nowhere".
+ * Accumulation is fp32 everywhere.
+ * Thread-safety: launches on one stream are ordered; the kernels hold no state.
+ */
+#ifndef BRAID_KERNELS_CUDA_KERNELS_H
+#define BRAID_KERNELS_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Raises the shared-memory limits the attention kernels need; call once per device before use. */
+cudaError_t cuda_kernels_init(void);
+/* True when the kernels support this attention shape (head_dim 64 or 128; query heads per KV
+ * head 1, 2, 3, 4 or 8). */
+int cuda_kernels_shape_supported(int head_dim, int n_heads, int n_kv_heads);
+
+/* x[t, :] = fp32(table[tokens[t], :]) for t < n. */
+cudaError_t cuda_embed(const uint16_t *table, const int32_t *tokens, int n, int dim, float *x, cudaStream_t stream);
+
+/* out[r, :] = bf16(x[row(r), :] / rms(x[row(r), :]) * weight), row(r) = rows ? rows[r] : r. */
+cudaError_t cuda_rmsnorm(const float *x, const int32_t *rows, int n, int dim, const float *weight, float eps,
+                         uint16_t *out, cudaStream_t stream);
+
+/* out[t, i] = bf16(silu(gate_up[t, i]) * gate_up[t, ff + i]) for i < ff. */
+cudaError_t cuda_swiglu(const uint16_t *gate_up, int n, int ff, uint16_t *out, cudaStream_t stream);
+
+typedef struct {
+    int n_heads, n_kv_heads, head_dim, rope_dim;
+    int interleaved;          /* 1: pairs (2i, 2i+1); 0: pairs (i, i + rope_dim/2) */
+    float position_scale;     /* linear RoPE scaling */
+    const float *inv_freq;    /* (rope_dim/2) device: angle = pos * position_scale * inv_freq[i] */
+} CudaRopeShape;
+
+/* qkv (n, (n_heads + 2 n_kv_heads) head_dim) fp32 from the fused projection. Rotates Q and K,
+ * writes Q as bf16 to q_out (n, n_heads head_dim) and K/V as bf16 into the caches at slots[t]. */
+cudaError_t cuda_rope_kv_store(const float *qkv, const int32_t *positions, const int32_t *slots, int n,
+                               const CudaRopeShape *shape, uint16_t *q_out, uint16_t *k_cache, uint16_t *v_cache,
+                               int block_size, cudaStream_t stream);
+
+/* slot_pos[slots[t]] = positions[t] for slots >= 0. */
+cudaError_t cuda_record_slot_positions(const int32_t *positions, const int32_t *slots, int n, int32_t *slot_pos,
+                                       cudaStream_t stream);
+
+/* Where attention reads a step's sequences (all device pointers). Query token t of sequence s is
+ * row seq_start[s] + r; its context is slots [0, seq_n_ctx[s]) of block table row s, and key j is
+ * visible when slot_pos[key j] <= positions[t]. */
+typedef struct {
+    const uint16_t *q;            /* (n_tokens, n_heads head_dim) bf16, after RoPE */
+    uint16_t *out;                /* (n_tokens, n_heads head_dim) bf16 */
+    const uint16_t *k_cache, *v_cache;
+    const int32_t *slot_pos;
+    const int32_t *positions;
+    const int32_t *seq_start;     /* (n_seqs + 1) */
+    const int32_t *seq_n_ctx;     /* (n_seqs) */
+    const int32_t *block_tables;  /* (n_seqs, table_stride) */
+    int table_stride;
+    int n_heads, n_kv_heads, head_dim, block_size;
+} CudaAttention;
+
+/* Tiled causal attention for multi-token queries: tiles is (n_tiles, 2) = (sequence, first query
+ * row of a 64-row tile). Tensor-core (bf16 WMMA) products, online softmax in fp32. */
+cudaError_t cuda_attention_prefill(const CudaAttention *a, const int32_t *tiles, int n_tiles, cudaStream_t stream);
+
+/* One query token per listed sequence (its row is seq_start[s]); the context is split into
+ * n_splits parts computed in parallel and merged. partials holds
+ * n_dec * n_heads * n_splits * (head_dim + 2) floats. */
+cudaError_t cuda_attention_decode(const CudaAttention *a, const int32_t *dec_seqs, int n_dec, int n_splits,
+                                  float *partials, cudaStream_t stream);
+/* Largest n_splits cuda_attention_decode accepts. */
+#define CUDA_DECODE_MAX_SPLITS 32
+
+/* y (n, out) = x (n, in) · wᵀ for 1 <= n <= CUDA_GEMV_MAX_TOKENS, w (out, in) and x bf16, in a
+ * multiple of 8; y fp32 (added to when accumulate) or bf16. The decode-step product. */
+#define CUDA_GEMV_MAX_TOKENS 8
+cudaError_t cuda_gemv_bf16(const uint16_t *w, int out, int in, const uint16_t *x, int n, void *y, int y_fp32,
+                           int accumulate, cudaStream_t stream);
+
+/* out[r] = index of the largest value of logits row r (lowest index on ties; NaN never wins).
+ * scratch holds n * CUDA_ARGMAX_PARTS * 8 bytes. */
+#define CUDA_ARGMAX_PARTS 32
+cudaError_t cuda_argmax(const float *logits, int n, int vocab, void *scratch, int32_t *out, cudaStream_t stream);
+
+/* For each pair i: copies block src[i] to block dst[i] in every layer's K and V cache and in
+ * slot_pos. k_layers/v_layers are device arrays of per-layer cache pointers. */
+cudaError_t cuda_copy_blocks(uint16_t *const *k_layers, uint16_t *const *v_layers, int n_layers, int32_t *slot_pos,
+                             const int32_t *src, const int32_t *dst, int n_pairs, int block_elems, int block_size,
+                             cudaStream_t stream);
+
+/* Deterministic pseudo-random bf16 values uniform in [-scale, scale) (synthetic models). */
+cudaError_t cuda_fill_random_bf16(uint16_t *p, size_t n, uint64_t seed, float scale, cudaStream_t stream);
+/* p[0..n) = value. */
+cudaError_t cuda_fill_f32(float *p, size_t n, float value, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

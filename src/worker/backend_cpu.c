@@ -1,0 +1,71 @@
+/*
+ * backend_cpu.c — the CPU backend: fp32 paged KV pool and the forward pass of worker/forward.c,
+ * with argmax taken on the host.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/backend.h"
+#include "worker/forward.h"
+#include "worker/kv_pool.h"
+#include "worker/sampler.h"
+
+typedef struct {
+    KvPool kv;
+    ForwardContext fwd;
+    float *logits; /* (cap_logits, vocab) when the caller wants fewer rows than computed */
+    int cap_logits;
+} CpuBackend;
+
+static int cpu_reserve_logits(CpuBackend *cb, int rows, int vocab, BraidError *err) {
+    if (rows <= cb->cap_logits) return 0;
+    float *p = realloc(cb->logits, (size_t)rows * vocab * sizeof(float));
+    if (!p) return braid_error_set(err, "cpu backend: out of memory for %d logit rows", rows);
+    cb->logits = p;
+    cb->cap_logits = rows;
+    return 0;
+}
+
+static int cpu_forward(Backend *b, const ForwardBatch *batch, ForwardOutput *out, BraidError *err) {
+    CpuBackend *cb = b->impl;
+    int vocab = b->weights->cfg.vocab_size;
+    bool direct = out->logits && !out->want_logits;
+    float *logits = out->logits;
+    if (!direct) {
+        if (cpu_reserve_logits(cb, batch->n_logits, vocab, err)) return -1;
+        logits = cb->logits;
+    }
+    if (forward_run(&cb->fwd, batch, logits, err)) return -1;
+    for (int i = 0; i < batch->n_logits; i++) {
+        const float *row = logits + (size_t)i * vocab;
+        out->argmax[i] = sampler_argmax(row, vocab);
+        if (!direct && out->logits && out->want_logits[i]) memcpy(out->logits + (size_t)i * vocab, row, (size_t)vocab * sizeof(float));
+    }
+    return 0;
+}
+
+static void cpu_destroy(Backend *b) {
+    CpuBackend *cb = b->impl;
+    if (!cb) return;
+    forward_free(&cb->fwd);
+    kv_pool_destroy(&cb->kv);
+    free(cb->logits);
+    free(cb);
+    b->impl = NULL;
+}
+
+static const BackendOps CPU_OPS = {.name = "cpu", .forward = cpu_forward, .destroy = cpu_destroy};
+
+int backend_cpu_create(Backend *b, BraidError *err) {
+    CpuBackend *cb = calloc(1, sizeof *cb);
+    if (!cb) return braid_error_set(err, "cpu backend: out of memory");
+    if (kv_pool_create(&cb->kv, &b->weights->cfg, b->cfg.n_blocks, b->cfg.block_size, err)) {
+        free(cb);
+        return -1;
+    }
+    forward_init(&cb->fwd, b->weights, &cb->kv);
+    b->impl = cb;
+    b->ops = &CPU_OPS;
+    b->kv_bytes = cb->kv.bytes;
+    return 0;
+}

@@ -1,0 +1,406 @@
+/*
+ * backend_cuda.c — the CUDA backend: bf16 weights and paged KV pool on one GPU, cuBLAS GEMMs
+ * (bf16 inputs, fp32 accumulation), Braid's kernels for the rest, decode steps replayed from
+ * CUDA graphs.
+ *
+ * A step's metadata (token ids, positions, slots, sequence bounds, block tables, attention work
+ * lists) is packed into one pinned host buffer with a layout fixed by the configured limits, so
+ * one copy moves it and a captured graph always finds it at the same addresses. Pure decode steps
+ * (one new token per sequence, every sequence sampled) replay the graph of the next ladder size,
+ * padding the extra rows; other steps launch the same kernel sequence directly. Only the greedy
+ * ids and the logit rows the caller asks for come back to the host.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "worker/backend.h"
+#include "worker/cuda_weights.h"
+#include "worker/graph_ladder.h"
+
+#define PREFILL_TILE 64
+#define CUBLAS_WORKSPACE_BYTES (32u << 20)
+
+/* Offsets (in int32 elements) of each array inside the metadata buffer. */
+typedef struct {
+    size_t tokens, positions, slots, logit_rows, seq_start, seq_ctx, dec_seqs, tiles, tables, total;
+    int table_stride, max_tiles;
+} MetaLayout;
+
+typedef struct {
+    cudaGraphExec_t exec;
+    int n_splits;
+} DecodeGraph;
+
+typedef struct {
+    int device, n_sms;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_workspace;
+    CudaWeights w;
+    uint16_t **k_cache, **v_cache; /* per layer */
+    int32_t *slot_pos;
+    /* activations, sized for max_batch_tokens rows */
+    float *x, *qkv, *logits, *partials;
+    uint16_t *xb, *q, *att, *gate_up, *h, *final_h;
+    int32_t *argmax_dev, *argmax_host;
+    void *argmax_scratch;
+    MetaLayout meta;
+    int32_t *meta_host, *meta_dev;
+    GraphLadder ladder;
+    DecodeGraph graphs[GRAPH_LADDER_MAX];
+} CudaBackend;
+
+/* What one launch of the kernel sequence covers. */
+typedef struct {
+    int n_tokens, n_seqs, n_dec, n_tiles, n_splits, n_logits;
+} StepShape;
+
+#define CUDA_TRY(call, what)                                                                                        \
+    do {                                                                                                            \
+        cudaError_t e_ = (call);                                                                                    \
+        if (e_ != cudaSuccess) return braid_error_set(err, "cuda backend: %s: %s", (what), cudaGetErrorString(e_)); \
+    } while (0)
+
+#define CUBLAS_TRY(call, what)                                                                                      \
+    do {                                                                                                            \
+        cublasStatus_t s_ = (call);                                                                                 \
+        if (s_ != CUBLAS_STATUS_SUCCESS) return braid_error_set(err, "cuda backend: %s: cuBLAS status %d", (what), (int)s_); \
+    } while (0)
+
+bool backend_cuda_available(void) {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+static void layout_meta(MetaLayout *m, const BackendConfig *c) {
+    size_t t = (size_t)c->max_batch_tokens, s = (size_t)c->max_seqs, at = 0;
+    m->table_stride = (c->max_context + c->block_size - 1) / c->block_size;
+    if (m->table_stride > c->n_blocks) m->table_stride = c->n_blocks;
+    m->max_tiles = c->max_batch_tokens / PREFILL_TILE + c->max_seqs;
+    m->tokens = at; at += t;
+    m->positions = at; at += t;
+    m->slots = at; at += t;
+    m->logit_rows = at; at += t;
+    m->seq_start = at; at += s + 1;
+    m->seq_ctx = at; at += s;
+    m->dec_seqs = at; at += s;
+    m->tiles = at; at += 2 * (size_t)m->max_tiles;
+    m->tables = at; at += s * (size_t)m->table_stride;
+    m->total = at;
+}
+
+static int alloc_dev(void **p, size_t bytes, const char *what, BraidError *err) {
+    CUDA_TRY(cudaMalloc(p, bytes ? bytes : 1), what);
+    return 0;
+}
+
+static int alloc_kv(CudaBackend *cb, const Backend *b, BraidError *err) {
+    const ModelConfig *c = &b->weights->cfg;
+    size_t slots = (size_t)b->cfg.n_blocks * b->cfg.block_size, layer_elems = slots * c->n_kv_heads * c->head_dim;
+    cb->k_cache = calloc((size_t)c->n_layers, sizeof *cb->k_cache);
+    cb->v_cache = calloc((size_t)c->n_layers, sizeof *cb->v_cache);
+    if (!cb->k_cache || !cb->v_cache) return braid_error_set(err, "cuda backend: out of memory");
+    for (int l = 0; l < c->n_layers; l++) {
+        if (alloc_dev((void **)&cb->k_cache[l], layer_elems * 2, "KV pool", err) ||
+            alloc_dev((void **)&cb->v_cache[l], layer_elems * 2, "KV pool", err))
+            return braid_error_wrap(err, "%d blocks of %d tokens do not fit on the GPU (use fewer --kv-blocks)",
+                                    b->cfg.n_blocks, b->cfg.block_size);
+        /* Zeroed so masked keys never bring NaN garbage into a product. */
+        CUDA_TRY(cudaMemset(cb->k_cache[l], 0, layer_elems * 2), "clearing the KV pool");
+        CUDA_TRY(cudaMemset(cb->v_cache[l], 0, layer_elems * 2), "clearing the KV pool");
+    }
+    if (alloc_dev((void **)&cb->slot_pos, slots * sizeof(int32_t), "slot positions", err)) return -1;
+    CUDA_TRY(cudaMemset(cb->slot_pos, 0, slots * sizeof(int32_t)), "clearing slot positions");
+    return 0;
+}
+
+static int alloc_activations(CudaBackend *cb, const Backend *b, BraidError *err) {
+    const ModelConfig *c = &b->weights->cfg;
+    size_t t = (size_t)b->cfg.max_batch_tokens, q_dim = (size_t)c->n_heads * c->head_dim;
+    size_t qkv_dim = q_dim + 2 * (size_t)c->n_kv_heads * c->head_dim;
+    size_t partial_floats = (size_t)b->cfg.max_seqs * c->n_heads * CUDA_DECODE_MAX_SPLITS * (c->head_dim + 2);
+    if (alloc_dev((void **)&cb->x, t * c->dim * 4, "activations", err) ||
+        alloc_dev((void **)&cb->qkv, t * qkv_dim * 4, "activations", err) ||
+        alloc_dev((void **)&cb->logits, t * c->vocab_size * 4, "logits", err) ||
+        alloc_dev((void **)&cb->partials, partial_floats * 4, "attention partials", err) ||
+        alloc_dev((void **)&cb->xb, t * c->dim * 2, "activations", err) ||
+        alloc_dev((void **)&cb->q, t * q_dim * 2, "activations", err) ||
+        alloc_dev((void **)&cb->att, t * q_dim * 2, "activations", err) ||
+        alloc_dev((void **)&cb->gate_up, t * 2 * c->ff_dim * 2, "activations", err) ||
+        alloc_dev((void **)&cb->h, t * c->ff_dim * 2, "activations", err) ||
+        alloc_dev((void **)&cb->final_h, t * c->dim * 2, "activations", err) ||
+        alloc_dev((void **)&cb->argmax_dev, t * 4, "argmax", err) ||
+        alloc_dev(&cb->argmax_scratch, t * CUDA_ARGMAX_PARTS * 8, "argmax", err) ||
+        alloc_dev((void **)&cb->meta_dev, cb->meta.total * 4, "step metadata", err))
+        return -1;
+    CUDA_TRY(cudaMallocHost((void **)&cb->meta_host, cb->meta.total * 4), "pinned step metadata");
+    CUDA_TRY(cudaMallocHost((void **)&cb->argmax_host, t * 4), "pinned argmax");
+    memset(cb->meta_host, 0, cb->meta.total * 4);
+    return 0;
+}
+
+/* Y (n, out) = X (n, in) · Wᵀ (+ Y when accumulate), X and W bf16, Y fp32 or bf16. A few tokens
+ * (decode) stream W through Braid's GEMV kernel; more go to cuBLAS. */
+static int gemm(CudaBackend *cb, const uint16_t *w, int out, int in, const uint16_t *x, int n, void *y, bool y_fp32,
+                bool accumulate, BraidError *err) {
+    if (n <= CUDA_GEMV_MAX_TOKENS) {
+        CUDA_TRY(cuda_gemv_bf16(w, out, in, x, n, y, y_fp32, accumulate, cb->stream), "GEMV");
+        return 0;
+    }
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    CUBLAS_TRY(cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, CUDA_R_16BF, in, x, CUDA_R_16BF, in,
+                            &beta, y, y_fp32 ? CUDA_R_32F : CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "GEMM");
+    return 0;
+}
+
+static CudaAttention attention_args(const CudaBackend *cb, const Backend *b, int layer) {
+    const ModelConfig *c = &b->weights->cfg;
+    const int32_t *m = cb->meta_dev;
+    return (CudaAttention){
+        .q = cb->q, .out = cb->att, .k_cache = cb->k_cache[layer], .v_cache = cb->v_cache[layer],
+        .slot_pos = cb->slot_pos, .positions = m + cb->meta.positions, .seq_start = m + cb->meta.seq_start,
+        .seq_n_ctx = m + cb->meta.seq_ctx, .block_tables = m + cb->meta.tables, .table_stride = cb->meta.table_stride,
+        .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .block_size = b->cfg.block_size,
+    };
+}
+
+static int encode_layer(CudaBackend *cb, const Backend *b, int l, const StepShape *s, BraidError *err) {
+    const ModelConfig *c = &b->weights->cfg;
+    const CudaLayerWeights *L = &cb->w.layers[l];
+    const int32_t *m = cb->meta_dev;
+    int n = s->n_tokens, q_dim = c->n_heads * c->head_dim, qkv_dim = q_dim + 2 * c->n_kv_heads * c->head_dim;
+    cudaStream_t st = cb->stream;
+    CudaRopeShape rope = {.n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+                          .rope_dim = c->rope_dim, .interleaved = c->rope_pairing == ROPE_PAIRING_INTERLEAVED,
+                          .position_scale = c->rope_position_scale, .inv_freq = cb->w.rope_inv_freq};
+    CudaAttention att = attention_args(cb, b, l);
+    CUDA_TRY(cuda_rmsnorm(cb->x, NULL, n, c->dim, L->attn_norm, c->norm_eps, cb->xb, st), "attention norm");
+    if (gemm(cb, L->wqkv, qkv_dim, c->dim, cb->xb, n, cb->qkv, true, false, err)) return -1;
+    CUDA_TRY(cuda_rope_kv_store(cb->qkv, m + cb->meta.positions, m + cb->meta.slots, n, &rope, cb->q, cb->k_cache[l],
+                                cb->v_cache[l], b->cfg.block_size, st), "RoPE and KV store");
+    CUDA_TRY(cuda_attention_prefill(&att, m + cb->meta.tiles, s->n_tiles, st), "prefill attention");
+    CUDA_TRY(cuda_attention_decode(&att, m + cb->meta.dec_seqs, s->n_dec, s->n_splits, cb->partials, st), "decode attention");
+    if (gemm(cb, L->wo, c->dim, q_dim, cb->att, n, cb->x, true, true, err)) return -1;
+    CUDA_TRY(cuda_rmsnorm(cb->x, NULL, n, c->dim, L->ffn_norm, c->norm_eps, cb->xb, st), "MLP norm");
+    if (gemm(cb, L->w_gate_up, 2 * c->ff_dim, c->dim, cb->xb, n, cb->gate_up, false, false, err)) return -1;
+    CUDA_TRY(cuda_swiglu(cb->gate_up, n, c->ff_dim, cb->h, st), "SwiGLU");
+    return gemm(cb, L->w_down, c->dim, c->ff_dim, cb->h, n, cb->x, true, true, err);
+}
+
+/* Enqueues the whole forward pass for a step already described in meta_dev. */
+static int encode_forward(CudaBackend *cb, const Backend *b, const StepShape *s, BraidError *err) {
+    const ModelConfig *c = &b->weights->cfg;
+    const int32_t *m = cb->meta_dev;
+    cudaStream_t st = cb->stream;
+    CUDA_TRY(cuda_embed(cb->w.token_embd, m + cb->meta.tokens, s->n_tokens, c->dim, cb->x, st), "embedding");
+    CUDA_TRY(cuda_record_slot_positions(m + cb->meta.positions, m + cb->meta.slots, s->n_tokens, cb->slot_pos, st),
+             "slot positions");
+    for (int l = 0; l < c->n_layers; l++)
+        if (encode_layer(cb, b, l, s, err)) return braid_error_wrap(err, "layer %d", l);
+    if (s->n_logits == 0) return 0;
+    CUDA_TRY(cuda_rmsnorm(cb->x, m + cb->meta.logit_rows, s->n_logits, c->dim, cb->w.output_norm, c->norm_eps, cb->final_h, st),
+             "output norm");
+    if (gemm(cb, cb->w.output, c->vocab_size, c->dim, cb->final_h, s->n_logits, cb->logits, true, false, err)) return -1;
+    CUDA_TRY(cuda_argmax(cb->logits, s->n_logits, c->vocab_size, cb->argmax_scratch, cb->argmax_dev, st), "argmax");
+    return 0;
+}
+
+/* Fills the pinned metadata from the batch; returns the step's shape. */
+static StepShape pack_batch(CudaBackend *cb, const Backend *b, const ForwardBatch *fb) {
+    MetaLayout *L = &cb->meta;
+    int32_t *m = cb->meta_host;
+    StepShape s = {.n_tokens = fb->n_tokens, .n_seqs = fb->n_seqs, .n_logits = fb->n_logits};
+    memcpy(m + L->tokens, fb->tokens, (size_t)fb->n_tokens * 4);
+    memcpy(m + L->positions, fb->positions, (size_t)fb->n_tokens * 4);
+    memcpy(m + L->slots, fb->slot_mapping, (size_t)fb->n_tokens * 4);
+    memcpy(m + L->logit_rows, fb->logit_rows, (size_t)fb->n_logits * 4);
+    memcpy(m + L->seq_start, fb->seq_start, (size_t)(fb->n_seqs + 1) * 4);
+    memcpy(m + L->seq_ctx, fb->seq_n_ctx, (size_t)fb->n_seqs * 4);
+    int max_ctx = 0;
+    for (int i = 0; i < fb->n_seqs; i++) {
+        int n_q = fb->seq_start[i + 1] - fb->seq_start[i], n_blocks = (fb->seq_n_ctx[i] + b->cfg.block_size - 1) / b->cfg.block_size;
+        memcpy(m + L->tables + (size_t)i * L->table_stride, fb->block_tables[i], (size_t)n_blocks * 4);
+        if (n_q == 1) {
+            m[L->dec_seqs + s.n_dec++] = i;
+            if (fb->seq_n_ctx[i] > max_ctx) max_ctx = fb->seq_n_ctx[i];
+            continue;
+        }
+        for (int r0 = 0; r0 < n_q; r0 += PREFILL_TILE) {
+            m[L->tiles + 2 * s.n_tiles] = i;
+            m[L->tiles + 2 * s.n_tiles + 1] = r0;
+            s.n_tiles++;
+        }
+    }
+    s.n_splits = decode_split_count(s.n_dec, b->weights->cfg.n_kv_heads, cb->n_sms, max_ctx, CUDA_DECODE_MAX_SPLITS);
+    return s;
+}
+
+/* Pads a pure-decode step of n sequences to `size` rows that write no slot and see no context. */
+static void pad_decode(CudaBackend *cb, int n, int size) {
+    MetaLayout *L = &cb->meta;
+    int32_t *m = cb->meta_host;
+    for (int i = n; i < size; i++) {
+        m[L->tokens + i] = 0;
+        m[L->positions + i] = 0;
+        m[L->slots + i] = -1;
+        m[L->logit_rows + i] = i;
+        m[L->seq_start + i + 1] = i + 1;
+        m[L->seq_ctx + i] = 0;
+        m[L->dec_seqs + i] = i;
+    }
+}
+
+static int upload_meta(CudaBackend *cb, int n_seqs, BraidError *err) {
+    size_t ints = cb->meta.tables + (size_t)n_seqs * cb->meta.table_stride;
+    CUDA_TRY(cudaMemcpyAsync(cb->meta_dev, cb->meta_host, ints * 4, cudaMemcpyHostToDevice, cb->stream), "metadata upload");
+    return 0;
+}
+
+static bool is_pure_decode(const ForwardBatch *fb) {
+    if (fb->n_tokens != fb->n_seqs || fb->n_logits != fb->n_seqs) return false;
+    for (int i = 0; i < fb->n_logits; i++)
+        if (fb->logit_rows[i] != i) return false;
+    return true;
+}
+
+static int capture_graph(CudaBackend *cb, const Backend *b, int idx, BraidError *err) {
+    int size = cb->ladder.sizes[idx];
+    int splits = decode_split_count(size, b->weights->cfg.n_kv_heads, cb->n_sms, b->cfg.max_context, CUDA_DECODE_MAX_SPLITS);
+    StepShape s = {.n_tokens = size, .n_seqs = size, .n_dec = size, .n_tiles = 0, .n_splits = splits, .n_logits = size};
+    cudaGraph_t graph;
+    CUDA_TRY(cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal), "starting graph capture");
+    int rc = encode_forward(cb, b, &s, err);
+    cudaError_t end = cudaStreamEndCapture(cb->stream, &graph);
+    if (rc) return braid_error_wrap(err, "capturing the decode graph for %d sequences", size);
+    CUDA_TRY(end, "ending graph capture");
+    cudaError_t inst = cudaGraphInstantiate(&cb->graphs[idx].exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_TRY(inst, "instantiating a decode graph");
+    cb->graphs[idx].n_splits = splits;
+    return 0;
+}
+
+/* Runs a pure-decode step through its graph; returns 1 when no graph applies. */
+static int run_decode_graph(CudaBackend *cb, const Backend *b, const ForwardBatch *fb, BraidError *err) {
+    int idx = graph_ladder_pick(&cb->ladder, fb->n_seqs);
+    if (!b->cfg.cuda_graphs || idx < 0 || !is_pure_decode(fb)) return 1;
+    int size = cb->ladder.sizes[idx];
+    if (size > b->cfg.max_batch_tokens) return 1;
+    pad_decode(cb, fb->n_seqs, size);
+    if (!cb->graphs[idx].exec && capture_graph(cb, b, idx, err)) return -1;
+    if (upload_meta(cb, size, err)) return -1;
+    CUDA_TRY(cudaGraphLaunch(cb->graphs[idx].exec, cb->stream), "launching a decode graph");
+    return 0;
+}
+
+static int copy_results(CudaBackend *cb, const Backend *b, const ForwardBatch *fb, ForwardOutput *out, BraidError *err) {
+    size_t vocab = (size_t)b->weights->cfg.vocab_size;
+    cudaStream_t st = cb->stream;
+    if (fb->n_logits == 0) return 0;
+    CUDA_TRY(cudaMemcpyAsync(cb->argmax_host, cb->argmax_dev, (size_t)fb->n_logits * 4, cudaMemcpyDeviceToHost, st),
+             "copying token ids");
+    if (out->logits && !out->want_logits) {
+        CUDA_TRY(cudaMemcpyAsync(out->logits, cb->logits, (size_t)fb->n_logits * vocab * 4, cudaMemcpyDeviceToHost, st),
+                 "copying logits");
+    } else if (out->logits) {
+        for (int i = 0; i < fb->n_logits; i++)
+            if (out->want_logits[i])
+                CUDA_TRY(cudaMemcpyAsync(out->logits + i * vocab, cb->logits + i * vocab, vocab * 4, cudaMemcpyDeviceToHost, st),
+                         "copying logits");
+    }
+    CUDA_TRY(cudaStreamSynchronize(st), "finishing the step");
+    memcpy(out->argmax, cb->argmax_host, (size_t)fb->n_logits * 4);
+    return 0;
+}
+
+static int cuda_forward(Backend *b, const ForwardBatch *fb, ForwardOutput *out, BraidError *err) {
+    CudaBackend *cb = b->impl;
+    CUDA_TRY(cudaSetDevice(cb->device), "selecting the device");
+    StepShape s = pack_batch(cb, b, fb);
+    int graph = run_decode_graph(cb, b, fb, err);
+    if (graph < 0) return -1;
+    if (graph > 0 && (upload_meta(cb, fb->n_seqs, err) || encode_forward(cb, b, &s, err))) return -1;
+    return copy_results(cb, b, fb, out, err);
+}
+
+static void cuda_destroy(Backend *b) {
+    CudaBackend *cb = b->impl;
+    if (!cb) return;
+    cudaSetDevice(cb->device);
+    cudaDeviceSynchronize();
+    for (int i = 0; i < GRAPH_LADDER_MAX; i++)
+        if (cb->graphs[i].exec) cudaGraphExecDestroy(cb->graphs[i].exec);
+    void *dev[] = {cb->x, cb->qkv, cb->logits, cb->partials, cb->xb, cb->q, cb->att, cb->gate_up, cb->h, cb->final_h,
+                   cb->argmax_dev, cb->argmax_scratch, cb->meta_dev, cb->slot_pos, cb->blas_workspace};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
+    cudaFreeHost(cb->meta_host);
+    cudaFreeHost(cb->argmax_host);
+    for (int l = 0; cb->k_cache && l < cb->w.n_layers; l++) {
+        cudaFree(cb->k_cache[l]);
+        cudaFree(cb->v_cache[l]);
+    }
+    free(cb->k_cache);
+    free(cb->v_cache);
+    cuda_weights_free(&cb->w);
+    if (cb->blas) cublasDestroy(cb->blas);
+    if (cb->stream) cudaStreamDestroy(cb->stream);
+    free(cb);
+    b->impl = NULL;
+}
+
+static const BackendOps CUDA_OPS = {.name = "cuda", .forward = cuda_forward, .destroy = cuda_destroy};
+
+static int check_shape(const Backend *b, BraidError *err) {
+    const ModelConfig *c = &b->weights->cfg;
+    if (!cuda_kernels_shape_supported(c->head_dim, c->n_heads, c->n_kv_heads))
+        return braid_error_set(err, "cuda backend: unsupported attention shape (head_dim %d, %d heads, %d KV heads); "
+                                    "supported: head_dim 64 or 128 with 1, 2, 3, 4 or 8 query heads per KV head",
+                               c->head_dim, c->n_heads, c->n_kv_heads);
+    if (c->dim % 8 || c->ff_dim % 8)
+        return braid_error_set(err, "cuda backend: model widths must be multiples of 8 (dim %d, ff %d)", c->dim, c->ff_dim);
+    return 0;
+}
+
+static int setup_device(CudaBackend *cb, const Backend *b, BraidError *err) {
+    int n_devices = 0;
+    if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0)
+        return braid_error_set(err, "cuda backend: no CUDA GPU is visible (use --device cpu)");
+    if (b->cfg.cuda_device < 0 || b->cfg.cuda_device >= n_devices)
+        return braid_error_set(err, "cuda backend: device %d does not exist (%d visible)", b->cfg.cuda_device, n_devices);
+    cb->device = b->cfg.cuda_device;
+    CUDA_TRY(cudaSetDevice(cb->device), "selecting the device");
+    CUDA_TRY(cudaDeviceGetAttribute(&cb->n_sms, cudaDevAttrMultiProcessorCount, cb->device), "reading the SM count");
+    CUDA_TRY(cuda_kernels_init(), "configuring kernels");
+    CUDA_TRY(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking), "creating a stream");
+    CUBLAS_TRY(cublasCreate(&cb->blas), "creating a cuBLAS handle");
+    CUBLAS_TRY(cublasSetStream(cb->blas, cb->stream), "binding cuBLAS to the stream");
+    /* A fixed workspace keeps cuBLAS from allocating while a graph is being captured. */
+    if (alloc_dev(&cb->blas_workspace, CUBLAS_WORKSPACE_BYTES, "cuBLAS workspace", err)) return -1;
+    CUBLAS_TRY(cublasSetWorkspace(cb->blas, cb->blas_workspace, CUBLAS_WORKSPACE_BYTES), "setting the cuBLAS workspace");
+    return 0;
+}
+
+int backend_cuda_create(Backend *b, BraidError *err) {
+    if (check_shape(b, err)) return -1;
+    CudaBackend *cb = calloc(1, sizeof *cb);
+    if (!cb) return braid_error_set(err, "cuda backend: out of memory");
+    b->impl = cb;
+    b->ops = &CUDA_OPS;
+    layout_meta(&cb->meta, &b->cfg);
+    graph_ladder_build(&cb->ladder, b->cfg.max_seqs);
+    if (setup_device(cb, b, err) || cuda_weights_upload(&cb->w, b->weights, 0x5eed, err) || alloc_kv(cb, b, err) ||
+        alloc_activations(cb, b, err)) {
+        cuda_destroy(b);
+        b->ops = NULL;
+        return -1;
+    }
+    const ModelConfig *c = &b->weights->cfg;
+    b->kv_bytes = 2 * (size_t)c->n_layers * b->cfg.n_blocks * b->cfg.block_size * c->n_kv_heads * c->head_dim * 2;
+    b->weight_bytes = cb->w.bytes;
+    return 0;
+}

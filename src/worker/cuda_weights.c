@@ -1,0 +1,115 @@
+#include "worker/cuda_weights.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "model/weight_convert.h"
+
+static int cuda_fail(cudaError_t e, const char *what, BraidError *err) {
+    return braid_error_set(err, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+
+static int device_alloc(void **p, size_t bytes, size_t *total, const char *what, BraidError *err) {
+    cudaError_t e = cudaMalloc(p, bytes);
+    if (e != cudaSuccess) return braid_error_set(err, "cuda: allocating %zu MiB for %s: %s", bytes >> 20, what, cudaGetErrorString(e));
+    *total += bytes;
+    return 0;
+}
+
+/* Uploads the given matrices stacked by rows into one bf16 device matrix (all share cols). */
+static int upload_stacked(uint16_t **dst, const WeightMatrix *const *parts, int n_parts, uint64_t seed, size_t *total,
+                          BraidError *err) {
+    int64_t rows = 0, cols = parts[0]->cols;
+    for (int i = 0; i < n_parts; i++) rows += parts[i]->rows;
+    size_t elems = (size_t)rows * cols;
+    if (device_alloc((void **)dst, elems * 2, total, parts[0]->name, err)) return -1;
+    if (!parts[0]->data) {
+        /* Synthetic: uniform with the variance of a 1/sqrt(fan-in) initialization. */
+        cudaError_t e = cuda_fill_random_bf16(*dst, elems, seed, sqrtf(3.0f / (float)cols), 0);
+        return e == cudaSuccess ? 0 : cuda_fail(e, "generating synthetic weights", err);
+    }
+    size_t offset = 0;
+    for (int i = 0; i < n_parts; i++) {
+        size_t part_elems = (size_t)parts[i]->rows * cols;
+        uint16_t *host = malloc(part_elems * 2);
+        if (!host) return braid_error_set(err, "cuda: out of host memory converting %s", parts[i]->name);
+        int rc = weight_to_bf16(parts[i], 0, parts[i]->rows, 0, cols, host, err);
+        cudaError_t e = rc ? cudaSuccess : cudaMemcpy(*dst + offset, host, part_elems * 2, cudaMemcpyHostToDevice);
+        free(host);
+        if (rc) return -1;
+        if (e != cudaSuccess) return cuda_fail(e, parts[i]->name, err);
+        offset += part_elems;
+    }
+    return 0;
+}
+
+static int upload_vector(float **dst, const float *src, int n, size_t *total, const char *what, BraidError *err) {
+    if (device_alloc((void **)dst, (size_t)n * sizeof(float), total, what, err)) return -1;
+    cudaError_t e = src ? cudaMemcpy(*dst, src, (size_t)n * sizeof(float), cudaMemcpyHostToDevice)
+                        : cuda_fill_f32(*dst, (size_t)n, 1.0f, 0);
+    return e == cudaSuccess ? 0 : cuda_fail(e, what, err);
+}
+
+static int upload_layer(CudaLayerWeights *cl, const LayerWeights *L, int dim, uint64_t seed, size_t *total, BraidError *err) {
+    const WeightMatrix *qkv[] = {&L->wq, &L->wk, &L->wv}, *gate_up[] = {&L->w_gate, &L->w_up};
+    const WeightMatrix *wo[] = {&L->wo}, *down[] = {&L->w_down};
+    return upload_stacked(&cl->wqkv, qkv, 3, seed + 1, total, err) || upload_stacked(&cl->wo, wo, 1, seed + 2, total, err) ||
+           upload_stacked(&cl->w_gate_up, gate_up, 2, seed + 3, total, err) ||
+           upload_stacked(&cl->w_down, down, 1, seed + 4, total, err) ||
+           upload_vector(&cl->attn_norm, L->attn_norm, dim, total, "attn_norm", err) ||
+           upload_vector(&cl->ffn_norm, L->ffn_norm, dim, total, "ffn_norm", err);
+}
+
+/* The CPU backend's inverse frequencies (worker/forward.c via cpu_rope_angles), computed once. */
+static int upload_rope(CudaWeights *cw, const ModelWeights *w, BraidError *err) {
+    const ModelConfig *c = &w->cfg;
+    int half = c->rope_dim / 2;
+    float *inv = malloc((size_t)half * sizeof *inv);
+    if (!inv) return braid_error_set(err, "cuda: out of memory");
+    for (int i = 0; i < half; i++) {
+        inv[i] = 1.0f / powf(c->rope_base, (float)(2 * i) / (float)c->rope_dim);
+        if (w->rope_freq_factors) inv[i] /= w->rope_freq_factors[i];
+    }
+    int rc = upload_vector(&cw->rope_inv_freq, inv, half, &cw->bytes, "rope frequencies", err);
+    free(inv);
+    return rc;
+}
+
+int cuda_weights_upload(CudaWeights *cw, const ModelWeights *w, uint64_t seed, BraidError *err) {
+    memset(cw, 0, sizeof *cw);
+    const ModelConfig *c = &w->cfg;
+    cw->layers = calloc((size_t)c->n_layers, sizeof *cw->layers);
+    if (!cw->layers) return braid_error_set(err, "cuda: out of memory");
+    cw->n_layers = c->n_layers;
+    for (int l = 0; l < c->n_layers; l++)
+        if (upload_layer(&cw->layers[l], &w->layers[l], c->dim, seed + 16 * (uint64_t)l, &cw->bytes, err))
+            return braid_error_wrap(err, "uploading layer %d", l);
+    const WeightMatrix *embd[] = {&w->token_embd}, *out[] = {&w->output};
+    if (upload_stacked(&cw->token_embd, embd, 1, seed + 9001, &cw->bytes, err)) return -1;
+    if (w->output_tied) {
+        cw->output = cw->token_embd;
+    } else if (upload_stacked(&cw->output, out, 1, seed + 9002, &cw->bytes, err)) {
+        return -1;
+    }
+    if (upload_vector(&cw->output_norm, w->output_norm, c->dim, &cw->bytes, "output_norm", err) || upload_rope(cw, w, err))
+        return -1;
+    cudaError_t e = cudaDeviceSynchronize();
+    return e == cudaSuccess ? 0 : cuda_fail(e, "uploading weights", err);
+}
+
+void cuda_weights_free(CudaWeights *cw) {
+    if (cw->layers)
+        for (int l = 0; l < cw->n_layers; l++) {
+            CudaLayerWeights *cl = &cw->layers[l];
+            cudaFree(cl->wqkv); cudaFree(cl->wo); cudaFree(cl->w_gate_up); cudaFree(cl->w_down);
+            cudaFree(cl->attn_norm); cudaFree(cl->ffn_norm);
+        }
+    free(cw->layers);
+    if (cw->output != cw->token_embd) cudaFree(cw->output);
+    cudaFree(cw->token_embd);
+    cudaFree(cw->output_norm);
+    cudaFree(cw->rope_inv_freq);
+    memset(cw, 0, sizeof *cw);
+}
