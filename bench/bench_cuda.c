@@ -32,22 +32,34 @@ typedef struct {
     bool ceilings, graphs;
 } BenchArgs;
 
+/* Device-side timing of the work enqueued between start and stop on the default stream. */
+static void timer_start(cudaEvent_t ev[2]) {
+    cudaEventCreate(&ev[0]);
+    cudaEventCreate(&ev[1]);
+    cudaEventRecord(ev[0], 0);
+}
+
+static float timer_stop_ms(cudaEvent_t ev[2]) {
+    float ms = 0;
+    cudaEventRecord(ev[1], 0);
+    cudaEventSynchronize(ev[1]);
+    cudaEventElapsedTime(&ms, ev[0], ev[1]);
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    return ms;
+}
+
 static double copy_bandwidth_gbs(void) {
     size_t bytes = (size_t)2 << 30;
     void *a = NULL, *b = NULL;
     if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) return -1;
     cudaMemset(a, 1, bytes);
-    cudaEvent_t t0, t1;
-    cudaEventCreate(&t0);
-    cudaEventCreate(&t1);
     cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
     int reps = 10;
-    cudaEventRecord(t0, 0);
+    cudaEvent_t ev[2];
+    timer_start(ev);
     for (int i = 0; i < reps; i++) cudaMemcpy(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(t1, 0);
-    cudaEventSynchronize(t1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, t0, t1);
+    float ms = timer_stop_ms(ev);
     cudaFree(a);
     cudaFree(b);
     return 2.0 * bytes * reps / (ms * 1e-3) / 1e9;
@@ -74,21 +86,16 @@ static double gemm_tflops(int m) {
     cublasHandle_t h;
     cublasCreate(&h);
     float alpha = 1, beta = 0;
-    cudaEvent_t t0, t1;
-    cudaEventCreate(&t0);
-    cudaEventCreate(&t1);
     for (int i = 0; i < 3; i++)
         cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, &alpha, a, CUDA_R_16BF, m, b, CUDA_R_16BF, m, &beta, c, CUDA_R_16BF, m,
                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     int reps = 20;
-    cudaEventRecord(t0, 0);
+    cudaEvent_t ev[2];
+    timer_start(ev);
     for (int i = 0; i < reps; i++)
         cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, &alpha, a, CUDA_R_16BF, m, b, CUDA_R_16BF, m, &beta, c, CUDA_R_16BF, m,
                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    cudaEventRecord(t1, 0);
-    cudaEventSynchronize(t1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, t0, t1);
+    float ms = timer_stop_ms(ev);
     cublasDestroy(h);
     cudaFree(a);
     cudaFree(b);

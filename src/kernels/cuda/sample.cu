@@ -17,10 +17,8 @@ __device__ __forceinline__ bool better(float v, int i, float best_v, int best_i)
     return v > best_v || (v == best_v && i < best_i);
 }
 
-/* Block-wide (value, index) reduction; thread 0 ends with the block's best. */
-__device__ void block_best(float &best_v, int &best_i) {
-    __shared__ float vals[32];
-    __shared__ int idxs[32];
+/* Warp-wide (value, index) reduction; every lane ends with the warp's best. */
+__device__ __forceinline__ void warp_best(float &best_v, int &best_i) {
     for (int o = 16; o > 0; o >>= 1) {
         float v = __shfl_xor_sync(0xffffffffu, best_v, o);
         int i = __shfl_xor_sync(0xffffffffu, best_i, o);
@@ -29,6 +27,13 @@ __device__ void block_best(float &best_v, int &best_i) {
             best_i = i;
         }
     }
+}
+
+/* Block-wide (value, index) reduction; thread 0 ends with the block's best. */
+__device__ void block_best(float &best_v, int &best_i) {
+    __shared__ float vals[32];
+    __shared__ int idxs[32];
+    warp_best(best_v, best_i);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) {
         vals[warp] = best_v;
@@ -71,14 +76,7 @@ __global__ void argmax_merge_kernel(const float2 *parts, int n_parts, int32_t *o
             best_i = i;
         }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        float v = __shfl_xor_sync(0xffffffffu, best_v, o);
-        int i = __shfl_xor_sync(0xffffffffu, best_i, o);
-        if (i >= 0 && better(v, i, best_v, best_i)) {
-            best_v = v;
-            best_i = i;
-        }
-    }
+    warp_best(best_v, best_i);
     if (threadIdx.x == 0) out[blockIdx.x] = best_i < 0 ? 0 : best_i;
 }
 
