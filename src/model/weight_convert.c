@@ -22,14 +22,3 @@ int weight_to_bf16(const WeightMatrix *m, int64_t row0, int64_t n_rows, int64_t 
     free(row);
     return 0;
 }
-
-int tp_shard_range(int64_t total, int64_t granule, int rank, int n_shards, int64_t *first, int64_t *count, BraidError *err) {
-    if (n_shards < 1 || rank < 0 || rank >= n_shards || granule < 1 || total % granule != 0)
-        return braid_error_set(err, "cannot split %lld items in granules of %lld into %d shards (rank %d)", (long long)total,
-                               (long long)granule, n_shards, rank);
-    int64_t units = total / granule, base = units / n_shards, extra = units % n_shards;
-    int64_t start = rank * base + (rank < extra ? rank : extra);
-    *first = start * granule;
-    *count = (base + (rank < extra ? 1 : 0)) * granule;
-    return 0;
-}

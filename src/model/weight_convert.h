@@ -20,8 +20,4 @@
 int weight_to_bf16(const WeightMatrix *m, int64_t row0, int64_t n_rows, int64_t col0, int64_t n_cols, uint16_t *out,
                    BraidError *err);
 
-/* The [first, first + count) part of `total` items that shard `rank` of `n_shards` holds:
- * contiguous, sizes differing by at most `granule` (items are split in whole granules, e.g. heads). */
-int tp_shard_range(int64_t total, int64_t granule, int rank, int n_shards, int64_t *first, int64_t *count, BraidError *err);
-
 #endif

@@ -11,11 +11,11 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "golden_io.h"
 #include "model/model.h"
 #include "test_paths.h"
 #include "worker/engine.h"
@@ -118,18 +118,10 @@ static double margin_after(int i, const int32_t *generated, int k) {
     if (sequence_runner_eval(&r, prompts[i].ids, prompts[i].n, false, logits, &err)) fail_msg("%s", err.msg);
     for (int t = 0; t < k; t++)
         if (sequence_runner_eval(&r, &generated[t], 1, false, logits, &err)) fail_msg("%s", err.msg);
-    float best = -INFINITY, second = -INFINITY;
-    for (int v = 0; v < c->vocab_size; v++) {
-        if (logits[v] > best) {
-            second = best;
-            best = logits[v];
-        } else if (logits[v] > second) {
-            second = logits[v];
-        }
-    }
+    double gap = golden_top2_gap(logits, c->vocab_size);
     free(logits);
     sequence_runner_free(&r);
-    return best - second;
+    return gap;
 }
 
 /* The CPU backend is batch-invariant, so outputs must be identical. On CUDA, bf16 rounding

@@ -24,28 +24,17 @@
 #define LOGIT_TOLERANCE 1e-3
 #define MARGIN_TIE 1e-3
 
-typedef struct {
-    BraidModel model;
-    json_t *prompts;
-} Fixture;
+typedef GoldenModel Fixture;
 
 static int setup(void **state) {
     static Fixture fx;
-    BraidError err;
-    if (braid_model_load(test_model_path(), &fx.model, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    fx.prompts = golden_read_jsonl(test_golden_path("logits.jsonl"));
-    if (!fx.prompts) return -1;
+    if (golden_model_load(&fx)) return -1;
     *state = &fx;
     return 0;
 }
 
 static int teardown(void **state) {
-    Fixture *fx = *state;
-    json_decref(fx->prompts);
-    braid_model_free(&fx->model);
+    golden_model_free(*state);
     return 0;
 }
 

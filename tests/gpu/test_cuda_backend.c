@@ -29,36 +29,28 @@
 #define LOGIT_MEAN_TOLERANCE 0.1  /* typical element (measured 0.06 on an H100) */
 
 typedef struct {
-    BraidModel model;
-    json_t *prompts;
+    GoldenModel golden;
     double noise; /* worst |cpu - cuda| logit seen by the first test */
 } Fixture;
 
 static int setup(void **state) {
     static Fixture fx;
-    BraidError err;
-    if (braid_model_load(test_model_path(), &fx.model, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    fx.prompts = golden_read_jsonl(test_golden_path("logits.jsonl"));
-    if (!fx.prompts) return -1;
+    if (golden_model_load(&fx.golden)) return -1;
     *state = &fx;
     return 0;
 }
 
 static int teardown(void **state) {
     Fixture *fx = *state;
-    json_decref(fx->prompts);
-    braid_model_free(&fx->model);
+    golden_model_free(&fx->golden);
     return 0;
 }
 
 static float *prompt_logits(const Fixture *fx, BackendKind kind, const int32_t *ids, int n) {
     SequenceRunner r;
     BraidError err;
-    if (sequence_runner_init(&r, &fx->model.weights, n + 1, kind, &err)) fail_msg("%s", err.msg);
-    float *logits = malloc((size_t)n * fx->model.weights.cfg.vocab_size * sizeof *logits);
+    if (sequence_runner_init(&r, &fx->golden.model.weights, n + 1, kind, &err)) fail_msg("%s", err.msg);
+    float *logits = malloc((size_t)n * fx->golden.model.weights.cfg.vocab_size * sizeof *logits);
     assert_non_null(logits);
     if (sequence_runner_eval(&r, ids, n, true, logits, &err)) fail_msg("%s", err.msg);
     sequence_runner_free(&r);
@@ -67,11 +59,11 @@ static float *prompt_logits(const Fixture *fx, BackendKind kind, const int32_t *
 
 static void test_logits_match_cpu(void **state) {
     Fixture *fx = *state;
-    size_t vocab = (size_t)fx->model.weights.cfg.vocab_size;
+    size_t vocab = (size_t)fx->golden.model.weights.cfg.vocab_size;
     double worst = 0.0, sum = 0.0, sq_diff = 0.0, sq_ref = 0.0;
     size_t count = 0;
-    for (size_t i = 0; i < json_array_size(fx->prompts); i++) {
-        json_t *p = json_array_get(fx->prompts, i);
+    for (size_t i = 0; i < json_array_size(fx->golden.prompts); i++) {
+        json_t *p = json_array_get(fx->golden.prompts, i);
         int n;
         int32_t *ids = golden_int_array(json_object_get(p, "ids"), &n);
         float *cpu = prompt_logits(fx, BACKEND_CPU, ids, n), *gpu = prompt_logits(fx, BACKEND_CUDA, ids, n);
@@ -107,21 +99,16 @@ static void test_logits_match_cpu(void **state) {
 
 /* Greedy continuation of ids on one backend; margins (optional) get the top-2 gap of each step. */
 static void greedy(const Fixture *fx, BackendKind kind, const int32_t *ids, int n, int32_t *out, float *margins) {
-    const ModelConfig *c = &fx->model.weights.cfg;
+    const ModelConfig *c = &fx->golden.model.weights.cfg;
     SequenceRunner r;
     BraidError err;
-    if (sequence_runner_init(&r, &fx->model.weights, n + GREEDY_STEPS + 1, kind, &err)) fail_msg("%s", err.msg);
+    if (sequence_runner_init(&r, &fx->golden.model.weights, n + GREEDY_STEPS + 1, kind, &err)) fail_msg("%s", err.msg);
     float *logits = malloc((size_t)c->vocab_size * sizeof *logits);
     assert_non_null(logits);
     if (sequence_runner_eval(&r, ids, n, false, logits, &err)) fail_msg("%s", err.msg);
     for (int s = 0; s < GREEDY_STEPS; s++) {
         int32_t best = sampler_argmax(logits, c->vocab_size);
-        if (margins) {
-            float second = -INFINITY;
-            for (int v = 0; v < c->vocab_size; v++)
-                if (v != best && logits[v] > second) second = logits[v];
-            margins[s] = logits[best] - second;
-        }
+        if (margins) margins[s] = (float)golden_top2_gap(logits, c->vocab_size);
         out[s] = best;
         if (s + 1 < GREEDY_STEPS && sequence_runner_eval(&r, &best, 1, false, logits, &err)) fail_msg("%s", err.msg);
     }
@@ -133,8 +120,8 @@ static void test_greedy_matches_cpu(void **state) {
     Fixture *fx = *state;
     double noise = fx->noise > 0.0 ? fx->noise : 0.5;
     int agree_all = 0, n_prompts = 0;
-    for (size_t i = 0; i < json_array_size(fx->prompts) && n_prompts < 8; i++, n_prompts++) {
-        json_t *p = json_array_get(fx->prompts, i);
+    for (size_t i = 0; i < json_array_size(fx->golden.prompts) && n_prompts < 8; i++, n_prompts++) {
+        json_t *p = json_array_get(fx->golden.prompts, i);
         int n;
         int32_t *ids = golden_int_array(json_object_get(p, "ids"), &n);
         int32_t cpu[GREEDY_STEPS], gpu[GREEDY_STEPS];
@@ -158,18 +145,18 @@ static void test_greedy_matches_cpu(void **state) {
 
 static void test_pieces_match_one_shot(void **state) {
     Fixture *fx = *state;
-    const ModelConfig *c = &fx->model.weights.cfg;
-    json_t *p = json_array_get(fx->prompts, 0);
-    for (size_t i = 0; i < json_array_size(fx->prompts); i++) /* the longest prompt */
-        if (json_array_size(json_object_get(json_array_get(fx->prompts, i), "ids")) >
+    const ModelConfig *c = &fx->golden.model.weights.cfg;
+    json_t *p = json_array_get(fx->golden.prompts, 0);
+    for (size_t i = 0; i < json_array_size(fx->golden.prompts); i++) /* the longest prompt */
+        if (json_array_size(json_object_get(json_array_get(fx->golden.prompts, i), "ids")) >
             json_array_size(json_object_get(p, "ids")))
-            p = json_array_get(fx->prompts, i);
+            p = json_array_get(fx->golden.prompts, i);
     int n;
     int32_t *ids = golden_int_array(json_object_get(p, "ids"), &n);
     float *whole = prompt_logits(fx, BACKEND_CUDA, ids, n);
     SequenceRunner r;
     BraidError err;
-    if (sequence_runner_init(&r, &fx->model.weights, n + 1, BACKEND_CUDA, &err)) fail_msg("%s", err.msg);
+    if (sequence_runner_init(&r, &fx->golden.model.weights, n + 1, BACKEND_CUDA, &err)) fail_msg("%s", err.msg);
     float *logits = malloc((size_t)c->vocab_size * sizeof *logits);
     assert_non_null(logits);
     /* 100-token chunk, a 67-token chunk over the cached prefix, then single tokens (decode path). */

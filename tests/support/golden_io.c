@@ -1,5 +1,8 @@
 #include "golden_io.h"
 
+#include "test_paths.h"
+
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,4 +41,34 @@ int32_t *golden_int_array(const json_t *array, int *n) {
     int32_t *out = malloc((size_t)(*n > 0 ? *n : 1) * sizeof *out);
     for (int i = 0; out && i < *n; i++) out[i] = (int32_t)json_integer_value(json_array_get(array, (size_t)i));
     return out;
+}
+
+int golden_model_load(GoldenModel *g) {
+    BraidError err;
+    if (braid_model_load(test_model_path(), &g->model, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    g->prompts = golden_read_jsonl(test_golden_path("logits.jsonl"));
+    if (g->prompts) return 0;
+    braid_model_free(&g->model);
+    return -1;
+}
+
+void golden_model_free(GoldenModel *g) {
+    json_decref(g->prompts);
+    braid_model_free(&g->model);
+}
+
+double golden_top2_gap(const float *logits, int n) {
+    float best = -INFINITY, second = -INFINITY;
+    for (int v = 0; v < n; v++) {
+        if (logits[v] > best) {
+            second = best;
+            best = logits[v];
+        } else if (logits[v] > second) {
+            second = logits[v];
+        }
+    }
+    return (double)best - second;
 }

@@ -1,7 +1,7 @@
 /*
  * Weight conversion for device backends: bf16 rounding (nearest even, NaN kept), a quantized
  * matrix converted whole and as a tensor-parallel rectangle equals its dequantized values rounded,
- * bad rectangles fail, and shard ranges tile the whole in head-sized granules.
+ * and bad rectangles fail.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -63,27 +63,10 @@ static void test_matrix_and_shard(void **state) {
     assert_int_equal(weight_to_bf16(&m, 0, 1, 60, 8, whole, &err), -1);
 }
 
-static void test_shard_ranges(void **state) {
-    (void)state;
-    BraidError err;
-    int64_t first, count, next = 0;
-    /* 9 heads of 64 over 2 shards: 5 heads then 4, contiguous. */
-    for (int rank = 0; rank < 2; rank++) {
-        assert_int_equal(tp_shard_range(9 * 64, 64, rank, 2, &first, &count, &err), 0);
-        assert_int_equal(first, next);
-        assert_int_equal(count, (rank == 0 ? 5 : 4) * 64);
-        next = first + count;
-    }
-    assert_int_equal(next, 9 * 64);
-    assert_int_equal(tp_shard_range(100, 64, 0, 2, &first, &count, &err), -1); /* not whole granules */
-    assert_int_equal(tp_shard_range(128, 64, 2, 2, &first, &count, &err), -1); /* rank out of range */
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_rounding),
         cmocka_unit_test(test_matrix_and_shard),
-        cmocka_unit_test(test_shard_ranges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

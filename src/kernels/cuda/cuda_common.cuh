@@ -6,7 +6,12 @@
 #define BRAID_KERNELS_CUDA_COMMON_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
 #include <stdint.h>
+
+/* Set-up hooks of individual kernel files, called by kernels_init.cu. */
+extern "C" cudaError_t cuda_attention_prefill_init(void);
+extern "C" int cuda_decode_group_supported(int group);
 
 namespace braid_cuda {
 

@@ -1,10 +1,8 @@
 /*
  * kernels_init.cu — one-time per-device set-up of the kernels and what they support.
  */
+#include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
-
-extern "C" cudaError_t cuda_attention_prefill_init(void);
-extern "C" int cuda_decode_group_supported(int group);
 
 extern "C" cudaError_t cuda_kernels_init(void) { return cuda_attention_prefill_init(); }
 
