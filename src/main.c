@@ -15,6 +15,7 @@ static const char usage[] =
     "  tokenize    text on stdin -> token ids on stdout\n"
     "  detokenize  token ids on stdin -> text on stdout\n"
     "  batch       serve a JSONL file of requests offline (paged KV pool, radix prefix cache, continuous batching)\n"
+    "  serve       the cluster under mpirun: OpenAI-compatible HTTP API on rank 0, model instances on the rest\n"
     "  sim         replay a request trace through the cache code (LRU or the Belady bound), no model\n"
     "\n"
     "Run 'braid <command> --help' for the options of one command.\n"
@@ -27,6 +28,7 @@ int main(int argc, char **argv) {
     }
     static const struct { const char *name; int (*run)(int, char **); } commands[] = {
         {"info", cmd_info}, {"generate", cmd_generate}, {"tokenize", cmd_tokenize}, {"detokenize", cmd_detokenize}, {"batch", cmd_batch}, {"sim", cmd_sim},
+        {"serve", cmd_serve},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);

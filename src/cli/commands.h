@@ -12,5 +12,6 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -35,14 +35,7 @@ static int load_vector(const GgufFile *f, const char *name, int64_t n, ModelWeig
     if (t->type != TENSOR_F32 && t->type != TENSOR_F16 && t->type != TENSOR_BF16)
         return braid_error_set(err, "model: vector '%s' has type %s; expected F32, F16 or BF16", name, tensor_type_name(t->type));
     float *v = malloc((size_t)n * sizeof *v);
-    float **owned = realloc(w->owned_vectors, (size_t)(w->n_owned + 1) * sizeof *owned);
-    if (!v || !owned) {
-        free(v);
-        if (owned) w->owned_vectors = owned;
-        return braid_error_set(err, "model: out of memory converting '%s'", name);
-    }
-    w->owned_vectors = owned;
-    w->owned_vectors[w->n_owned++] = v;
+    if (!v || model_weights_adopt(w, v, err)) return braid_error_set(err, "model: out of memory converting '%s'", name);
     const uint8_t *src = t->data;
     for (int64_t i = 0; i < n; i++) {
         uint16_t h;
@@ -99,9 +92,20 @@ fail:
     return -1;
 }
 
+int model_weights_adopt(ModelWeights *w, void *buffer, BraidError *err) {
+    void **grown = realloc(w->owned, (size_t)(w->n_owned + 1) * sizeof *grown);
+    if (!grown) {
+        free(buffer);
+        return braid_error_set(err, "model: out of memory");
+    }
+    w->owned = grown;
+    w->owned[w->n_owned++] = buffer;
+    return 0;
+}
+
 void model_weights_free(ModelWeights *w) {
-    for (int i = 0; i < w->n_owned; i++) free(w->owned_vectors[i]);
-    free(w->owned_vectors);
+    for (int i = 0; i < w->n_owned; i++) free(w->owned[i]);
+    free(w->owned);
     free(w->layers);
     memset(w, 0, sizeof *w);
 }

@@ -44,12 +44,14 @@ typedef struct {
     const float *output_norm; /* (dim) */
     const float *rope_freq_factors; /* (rope_dim/2) llama3-style divisors, or NULL */
     LayerWeights *layers;     /* (n_layers) */
-    float **owned_vectors;    /* fp32 copies made at load */
+    void **owned;             /* buffers this struct frees: fp32 copies made at load, repacked shards */
     int n_owned;
     size_t total_bytes;
 } ModelWeights;
 
 int model_weights_load(const GgufFile *file, const ModelConfig *cfg, ModelWeights *weights, BraidError *err);
 void model_weights_free(ModelWeights *weights);
+/* Hands a malloc'd buffer to the weights, freed by model_weights_free. On failure frees it and returns -1. */
+int model_weights_adopt(ModelWeights *weights, void *buffer, BraidError *err);
 
 #endif

@@ -31,6 +31,7 @@ typedef struct {
     int max_context;      /* longest context a sequence may reach (sizes block tables) */
     int cuda_device;      /* CUDA ordinal */
     bool cuda_graphs;     /* capture decode steps as CUDA graphs (CUDA only) */
+    struct TpCollective *tp; /* tensor parallelism: the weights are this rank's shard; NULL = whole model */
 } BackendConfig;
 
 typedef struct {

@@ -64,6 +64,7 @@ int backend_cpu_create(Backend *b, BraidError *err) {
         return -1;
     }
     forward_init(&cb->fwd, b->weights, &cb->kv);
+    cb->fwd.tp = b->cfg.tp;
     b->impl = cb;
     b->ops = &CPU_OPS;
     b->kv_bytes = cb->kv.bytes;

@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "transport/tp_collective.h"
 #include "worker/backend.h"
 #include "worker/cuda_weights.h"
 #include "worker/graph_ladder.h"
@@ -387,6 +388,8 @@ static int setup_device(CudaBackend *cb, const Backend *b, BraidError *err) {
 
 int backend_cuda_create(Backend *b, BraidError *err) {
     if (check_shape(b, err)) return -1;
+    if (b->cfg.tp && b->cfg.tp->size > 1)
+        return braid_error_set(err, "cuda backend: tensor parallelism (--tp > 1) runs on the CPU backend only so far; use --device cpu");
     CudaBackend *cb = calloc(1, sizeof *cb);
     if (!cb) return braid_error_set(err, "cuda backend: out of memory");
     b->impl = cb;

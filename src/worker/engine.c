@@ -14,7 +14,8 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
                                               cfg->max_batch_tokens);
     bc.max_seqs = cfg->max_running > 0 && cfg->max_running < cfg->max_batch_tokens ? cfg->max_running : cfg->max_batch_tokens;
     bc.cuda_graphs = !cfg->cuda_graphs_off;
-    if (backend_create(&e->backend, &model->weights, &bc, err)) {
+    bc.tp = cfg->tp;
+    if (backend_create(&e->backend, cfg->shard ? cfg->shard : &model->weights, &bc, err)) {
         sched_free(&e->sched);
         return -1;
     }
@@ -127,6 +128,7 @@ int engine_step(Engine *e, BraidError *err) {
     ForwardBatch batch;
     int n_logits = build_batch(e, &batch);
     ForwardOutput out = {.argmax = e->argmax, .logits = e->logits, .want_logits = e->want_logits};
+    if (e->cfg.before_forward && e->cfg.before_forward(e->cfg.before_forward_ctx, &batch, err)) return -1;
     if (backend_forward(&e->backend, &batch, &out, err)) return -1;
     sched_commit(&e->sched, &e->plan);
     size_t vocab = (size_t)e->model->weights.cfg.vocab_size;

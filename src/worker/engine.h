@@ -22,6 +22,12 @@ typedef struct {
     const EvictPolicy *policy;
     BackendKind device;  /* BACKEND_CPU (the zero value) or BACKEND_CUDA */
     bool cuda_graphs_off; /* CUDA: launch decode steps directly instead of replaying graphs */
+    /* Tensor parallelism (the cluster's instance leader): run on this rank's weight shard and
+     * all-reduce through tp; before each forward, before_forward hands the batch to the peers. */
+    const ModelWeights *shard;
+    struct TpCollective *tp;
+    int (*before_forward)(void *ctx, const ForwardBatch *batch, BraidError *err);
+    void *before_forward_ctx;
 } EngineConfig;
 
 typedef struct {

@@ -77,6 +77,12 @@ static int validate_batch(const ForwardContext *ctx, const ForwardBatch *b, Brai
     return 0;
 }
 
+/* Row-parallel projections leave each TP rank a partial sum; the all-reduce completes it. */
+static int tp_reduce(ForwardContext *ctx, float *partial, int n, BraidError *err) {
+    if (!ctx->tp || ctx->tp->size == 1) return 0;
+    return tp_allreduce_sum_f32(ctx->tp, partial, (size_t)n * ctx->weights->cfg.dim, err);
+}
+
 static int attention_block(ForwardContext *ctx, const ForwardBatch *b, int layer, BraidError *err) {
     const ModelWeights *w = ctx->weights;
     const ModelConfig *c = &w->cfg;
@@ -98,6 +104,7 @@ static int attention_block(ForwardContext *ctx, const ForwardBatch *b, int layer
         return braid_error_set(err, "forward: out of memory in attention");
     if (cpu_matmul(&L->wo, ctx->att, n, ctx->xb, &ctx->scratch))
         return braid_error_set(err, "forward: out of memory in layer %d output projection", layer);
+    if (tp_reduce(ctx, ctx->xb, n, err)) return -1;
     cpu_add_inplace(ctx->x, ctx->xb, n * c->dim);
     return 0;
 }
@@ -111,6 +118,7 @@ static int mlp_block(ForwardContext *ctx, int n, int layer, BraidError *err) {
     cpu_swiglu(ctx->hb, ctx->hb2, n * c->ff_dim);
     if (cpu_matmul(&L->w_down, ctx->hb, n, ctx->xb, &ctx->scratch))
         return braid_error_set(err, "forward: out of memory in layer %d MLP", layer);
+    if (tp_reduce(ctx, ctx->xb, n, err)) return -1;
     cpu_add_inplace(ctx->x, ctx->xb, n * c->dim);
     return 0;
 }

@@ -16,10 +16,12 @@
 #include "model/model_weights.h"
 #include "worker/forward_batch.h"
 #include "worker/kv_pool.h"
+#include "transport/tp_collective.h"
 
 typedef struct {
     const ModelWeights *weights;
     KvPool *kv;
+    TpCollective *tp;  /* tensor parallelism: weights are this rank's shard; NULL = the whole model */
     CpuScratch scratch;
     int capacity; /* tokens the activation buffers hold */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2; /* (capacity, ·) activations */

@@ -25,7 +25,14 @@ int sched_init(Scheduler *s, int n_blocks, int block_size, int max_batch_tokens,
     s->cache_enabled = cache_enabled;
     s->clock = braid_now_seconds;
     if (block_pool_init(&s->pool, n_blocks, err)) return -1;
+    /* Whole nodes are evicted, so one eviction can free up to the whole pool. */
+    s->evicted_ids = malloc((size_t)n_blocks * sizeof *s->evicted_ids);
+    if (!s->evicted_ids) {
+        block_pool_free(&s->pool);
+        return braid_error_set(err, "scheduler: out of memory");
+    }
     if (radix_init(&s->tree, &s->pool, block_size, policy, NULL, err)) {
+        free(s->evicted_ids);
         block_pool_free(&s->pool);
         return -1;
     }
@@ -37,6 +44,7 @@ void sched_free(Scheduler *s) {
     block_pool_free(&s->pool);
     free(s->waiting);
     free(s->running);
+    free(s->evicted_ids);
     memset(s, 0, sizeof *s);
 }
 
@@ -96,8 +104,9 @@ static int ensure_blocks(Scheduler *s, SchedRequest *r, int tokens) {
     if (need <= 0) return 0;
     if (braid_grow((void **)&r->blocks, &r->cap_blocks, r->n_blocks + need, sizeof *r->blocks)) return -1;
     if (s->pool.n_free < need) {
-        int evicted = radix_evict(&s->tree, need - s->pool.n_free, NULL);
+        int evicted = radix_evict(&s->tree, need - s->pool.n_free, s->evicted_ids);
         if (evicted) event(s, "evict", r, "\"blocks\":%d,\"free\":%d", evicted, s->pool.n_free);
+        if (evicted && s->observer.evicted) s->observer.evicted(s->observer.ctx, s->evicted_ids, evicted);
     }
     if (block_pool_alloc(&s->pool, need, r->blocks + r->n_blocks)) return -1;
     r->n_blocks += need;
@@ -118,6 +127,7 @@ static void cache_computed_prefix(Scheduler *s, SchedRequest *r, bool relock) {
         return;
     }
     if (full > cached) event(s, "insert", r, "\"blocks\":%d,\"already_cached\":%d", full - cached, cached);
+    if (full > cached && s->observer.stored) s->observer.stored(s->observer.ctx, r->ns, r->tokens, cached, full, r->blocks);
     if (relock && end != r->locked) {
         radix_lock(&s->tree, end);
         if (r->locked) radix_unlock(&s->tree, r->locked);
@@ -162,6 +172,18 @@ void sched_finish(Scheduler *s, SchedRequest *r, const char *reason) {
     r->finish_reason = reason;
     r->t_finish = s->clock();
     remove_running(s, r);
+}
+
+void sched_cancel(Scheduler *s, SchedRequest *r) {
+    if (r->state == REQ_FINISHED) return;
+    for (int i = 0; i < s->n_waiting; i++)
+        if (s->waiting[i] == r) {
+            memmove(s->waiting + i, s->waiting + i + 1, (size_t)(s->n_waiting - i - 1) * sizeof *s->waiting);
+            s->n_waiting--;
+            break;
+        }
+    sched_finish(s, r, "cancelled");
+    event(s, "cancel", r, "\"generated\":%d,\"preemptions\":%d", r->n_tokens - r->n_prompt, r->preemptions);
 }
 
 int sched_append_token(SchedRequest *r, int32_t token) {

@@ -67,6 +67,16 @@ typedef struct {
     int peak_in_use;
 } SchedCounters;
 
+/* Hooks for whoever mirrors the prefix cache elsewhere (the cluster's router index). Optional. */
+typedef struct {
+    void *ctx;
+    /* The sequence whose first n_full blocks hold tokens[0, n_full * block_size) now has blocks
+     * [first_block, n_full) in the tree (the earlier ones were there already). */
+    void (*stored)(void *ctx, uint64_t ns, const int32_t *tokens, int first_block, int n_full, const int32_t *blocks);
+    /* These blocks just left the tree. */
+    void (*evicted)(void *ctx, const int32_t *blocks, int n);
+} SchedObserver;
+
 typedef struct {
     BlockPool pool;
     RadixTree tree;
@@ -78,6 +88,8 @@ typedef struct {
     int n_running, cap_running;
     SchedCounters counters;
     FILE *events;           /* JSONL cache decisions, or NULL */
+    SchedObserver observer;
+    int32_t *evicted_ids;   /* (pool blocks) scratch for the observer's eviction reports */
     double (*clock)(void);
 } Scheduler;
 
@@ -95,6 +107,9 @@ void sched_commit(Scheduler *s, const StepPlan *plan);
 int sched_append_token(SchedRequest *req, int32_t token);
 /* Ends a running request: inserts its computed full blocks into the cache, releases the rest. */
 void sched_finish(Scheduler *s, SchedRequest *req, const char *reason);
+/* Ends a waiting or running request early (its client went away or a stop string matched):
+ * what it computed goes into the cache, its blocks are released, finish_reason = "cancelled". */
+void sched_cancel(Scheduler *s, SchedRequest *req);
 bool sched_idle(const Scheduler *s);
 /* Accounting invariant and tree consistency (tests, debug builds). */
 int sched_check(const Scheduler *s, BraidError *err);

@@ -1,0 +1,233 @@
+/* braid serve — the cluster under mpirun: rank 0 coordinates (HTTP API), the rest form instances. */
+#include <getopt.h>
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "common/log.h"
+#include "coord/coordinator.h"
+#include "coord/http_api.h"
+#include "coord/metrics.h"
+#include "model/model.h"
+#include "worker/instance_leader.h"
+
+static const char serve_usage[] =
+    "usage: mpirun -n 1+I*T braid serve [options]   (or launch/braid-local, which runs mpirun for you)\n"
+    "Rank 0 serves the OpenAI-compatible HTTP API; ranks 1.. form I instances of T tensor-parallel ranks.\n"
+    "  --model PATH             GGUF file (default: $BRAID_MODEL or " BRAID_DEFAULT_MODEL ")\n"
+    "  --tp T                   ranks per instance (default 1); I = (ranks - 1) / T\n"
+    "  --host ADDR              HTTP bind address (default 127.0.0.1)\n"
+    "  --port P                 HTTP port (default 8000)\n"
+    "  --served-model-name NAME the model id clients use (default: the GGUF file name without .gguf)\n"
+    "  --kv-blocks N            KV pool per instance, in blocks (default 512)\n"
+    "  --block-size B           tokens per block (default 16)\n"
+    "  --max-batch-tokens T     token budget per step (default 512)\n"
+    "  --max-running N          most sequences in flight per instance (default 64)\n"
+    "  --max-pending N          accepted unfinished requests before new ones get 429 (default 256)\n"
+    "  --max-body-bytes N       largest request body; more gets 413 (default 8388608)\n"
+    "  --cache radix|off        prefix cache (default radix)\n"
+    "  --policy lru             eviction policy (default lru)\n"
+    "  --route-slack N          router: skip an instance with N more requests than the least loaded (default 8)\n"
+    "  --events PATH            JSONL log of routing decisions\n"
+    "  --pid-file PATH          rank 0 writes its pid here (launch/braid-local signals it to drain)\n"
+    "  --threads N              CPU threads per worker rank (default: all cores)\n"
+    "  --device D               cpu, cuda or auto (default auto)\n"
+    "SIGINT / SIGTERM to rank 0 drains: new requests get 503, in-flight ones finish, then every rank exits.\n";
+
+typedef struct {
+    const char *model, *host, *served_name, *events_path, *pid_file;
+    long tp, port, kv_blocks, block_size, max_batch_tokens, max_running, max_pending, max_body, threads, route_slack;
+    bool cache;
+    BackendKind device;
+    const EvictPolicy *policy;
+} ServeArgs;
+
+static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
+    enum { O_MODEL = 256, O_TP, O_HOST, O_PORT, O_NAME, O_BLOCKS, O_BS, O_MBT, O_RUN, O_PENDING, O_BODY, O_CACHE, O_POLICY,
+           O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
+        {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
+        {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
+        {"max-batch-tokens", required_argument, 0, O_MBT}, {"max-running", required_argument, 0, O_RUN},
+        {"max-pending", required_argument, 0, O_PENDING}, {"max-body-bytes", required_argument, 0, O_BODY},
+        {"cache", required_argument, 0, O_CACHE}, {"policy", required_argument, 0, O_POLICY},
+        {"route-slack", required_argument, 0, O_SLACK}, {"events", required_argument, 0, O_EVENTS},
+        {"pid-file", required_argument, 0, O_PID}, {"threads", required_argument, 0, O_THREADS},
+        {"device", required_argument, 0, O_DEVICE}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
+                     .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
+                     .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU};
+    int c;
+    BraidError err;
+    optind = 1;
+    opterr = verbose;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        long *target = NULL, lo = 1, hi = 1 << 24;
+        const char *flag = NULL;
+        switch (c) {
+        case O_MODEL: a->model = optarg; break;
+        case O_HOST: a->host = optarg; break;
+        case O_NAME: a->served_name = optarg; break;
+        case O_EVENTS: a->events_path = optarg; break;
+        case O_PID: a->pid_file = optarg; break;
+        case O_TP: target = &a->tp, flag = "--tp", hi = 64; break;
+        case O_PORT: target = &a->port, flag = "--port", hi = 65535; break;
+        case O_BLOCKS: target = &a->kv_blocks, flag = "--kv-blocks", lo = 2; break;
+        case O_BS: target = &a->block_size, flag = "--block-size", hi = 1024; break;
+        case O_MBT: target = &a->max_batch_tokens, flag = "--max-batch-tokens", hi = 1 << 20; break;
+        case O_RUN: target = &a->max_running, flag = "--max-running", hi = 1 << 16; break;
+        case O_PENDING: target = &a->max_pending, flag = "--max-pending"; break;
+        case O_BODY: target = &a->max_body, flag = "--max-body-bytes", lo = 1024, hi = 1L << 30; break;
+        case O_SLACK: target = &a->route_slack, flag = "--route-slack", lo = 0; break;
+        case O_THREADS: target = &a->threads, flag = "--threads", hi = 1024; break;
+        case O_DEVICE:
+            if (backend_parse_kind(optarg, &a->device, &err)) {
+                if (verbose) fprintf(stderr, "braid serve: --device: %s\n", err.msg);
+                return 2;
+            }
+            break;
+        case O_CACHE:
+            if (strcmp(optarg, "radix") && strcmp(optarg, "off")) {
+                if (verbose) fprintf(stderr, "braid serve: --cache expects radix or off, got '%s'\n", optarg);
+                return 2;
+            }
+            a->cache = strcmp(optarg, "radix") == 0;
+            break;
+        case O_POLICY:
+            if (!(a->policy = evict_policy_find(optarg))) {
+                if (verbose) fprintf(stderr, "braid serve: unknown --policy '%s' (known: lru)\n", optarg);
+                return 2;
+            }
+            break;
+        case 'h': if (verbose) fputs(serve_usage, stdout); return 1;
+        default: if (verbose) fputs(serve_usage, stderr); return 2;
+        }
+        if (target && (verbose ? cli_parse_int(flag, optarg, lo, hi, target) : (*target = strtol(optarg, NULL, 10), 0))) return 2;
+    }
+    if (optind < argc) {
+        if (verbose) fprintf(stderr, "braid serve: unexpected argument '%s'\n%s", argv[optind], serve_usage);
+        return 2;
+    }
+    return 0;
+}
+
+/* "dir/SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct.Q4_1" */
+static void default_served_name(const char *path, char *out, size_t cap) {
+    const char *base = strrchr(path, '/');
+    snprintf(out, cap, "%s", base ? base + 1 : path);
+    size_t n = strlen(out);
+    if (n > 5 && strcmp(out + n - 5, ".gguf") == 0) out[n - 5] = '\0';
+}
+
+static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_instances, const sigset_t *stop) {
+    char name[256], ready_line[512];
+    if (a->served_name) snprintf(name, sizeof name, "%s", a->served_name);
+    else default_served_name(cli_model_path(a->model), name, sizeof name);
+    FILE *events = NULL;
+    if (a->events_path && !(events = fopen(a->events_path, "w")))
+        fprintf(stderr, "braid serve: cannot write %s; routing events are not logged\n", a->events_path);
+    snprintf(ready_line, sizeof ready_line, "braid: serving %s at http://%s:%ld/v1 (%d instance%s x %ld rank%s)", name, a->host,
+             a->port, n_instances, n_instances == 1 ? "" : "s", a->tp, a->tp == 1 ? "" : "s");
+    Metrics *metrics = metrics_create(n_instances, name);
+    Coordinator coord;
+    BraidError err;
+    CoordinatorConfig cc = {.n_instances = n_instances, .tp = (int)a->tp, .max_pending = (int)a->max_pending,
+                            .load_slack = (int)a->route_slack, .events = events, .ready_line = ready_line};
+    int rc = 1;
+    if (!metrics || coordinator_init(&coord, &cc, MPI_COMM_WORLD, metrics, &err)) {
+        fprintf(stderr, "braid serve: coordinator: out of memory\n");
+        /* The workers still wait for a SHUTDOWN; without a coordinator, mpirun's abort is the only way out. */
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        return 1;
+    }
+    HttpApiConfig hc = {.coord = &coord, .metrics = metrics, .model = model, .served_model = name, .host = a->host,
+                        .port = (int)a->port, .max_body_bytes = (size_t)a->max_body};
+    HttpApi *http = http_api_start(&hc, &err);
+    if (!http) {
+        fprintf(stderr, "braid serve: %s\n", err.msg);
+        /* Let the instances load and stop cleanly: drain right away. */
+        coord.draining = true;
+    }
+    if (coordinator_run(&coord, stop, &err)) fprintf(stderr, "braid serve: %s\n", err.msg);
+    else rc = http ? 0 : 1;
+    /* Every request has finished; let the last answers reach their clients before closing. */
+    int unsent = http_api_quiesce(http, 30.0);
+    if (unsent) fprintf(stderr, "braid serve: closing with %d responses still being sent\n", unsent);
+    http_api_stop(http);
+    coordinator_free(&coord);
+    metrics_destroy(metrics);
+    if (events) fclose(events);
+    return rc;
+}
+
+static int run_worker(const ServeArgs *a, const BraidModel *model, int rank, int tp, MPI_Comm tp_comm) {
+    cli_set_threads((int)a->threads);
+    WorkerRoleConfig cfg = {
+        .model = model, .world = MPI_COMM_WORLD, .tp_comm = tp_comm, .instance = (rank - 1) / tp,
+        .engine = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
+                   .max_running = (int)a->max_running, .cache_enabled = a->cache, .policy = a->policy, .device = a->device}};
+    int tp_rank = (rank - 1) % tp;
+    BraidError err;
+    int rc = tp_rank == 0 ? instance_leader_run(&cfg, &err) : tp_peer_run(&cfg, &err);
+    if (rc) fprintf(stderr, "braid serve: rank %d: %s\n", rank, err.msg);
+    return rc ? 1 : 0;
+}
+
+static int check_layout(int world, long tp, int rank) {
+    if (world >= 2 && (world - 1) % tp == 0) return 0;
+    if (rank == 0)
+        fprintf(stderr, "braid serve: %d ranks cannot form instances of --tp %ld: start 1 + I*%ld ranks "
+                        "(rank 0 coordinates), e.g. mpirun -n %ld\n", world, tp, tp, 1 + tp);
+    return 2;
+}
+
+int cmd_serve(int argc, char **argv) {
+    /* Signals are polled by the coordinator's MPI thread; every thread (MPI's, HTTP's) inherits the block. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    int provided = 0, rank = 0, world = 0;
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "braid serve: MPI_Init_thread failed\n");
+        return 1;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    ServeArgs a;
+    int rc = parse_args(argc, argv, &a, rank == 0);
+    bool help = rc == 1;
+    if (rc == 0) rc = check_layout(world, a.tp, rank);
+    BraidModel model;
+    BraidError err;
+    MPI_Comm tp_comm = MPI_COMM_NULL;
+    if (rc == 0) {
+        MPI_Comm_split(MPI_COMM_WORLD, rank == 0 ? 0 : 1 + (rank - 1) / (int)a.tp, rank, &tp_comm);
+        MPI_Comm_set_errhandler(tp_comm, MPI_ERRORS_RETURN);
+        if (rank == 0 && a.pid_file) {
+            FILE *f = fopen(a.pid_file, "w");
+            if (f) fprintf(f, "%ld\n", (long)getpid()), fclose(f);
+            else fprintf(stderr, "braid serve: cannot write --pid-file %s\n", a.pid_file);
+        }
+        /* Every rank maps the model: the coordinator for its tokenizer, the workers for weights. */
+        if (braid_model_load(cli_model_path(a.model), &model, &err)) {
+            fprintf(stderr, "braid serve: rank %d: %s\n", rank, err.msg);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+            return 1;
+        }
+        rc = rank == 0 ? run_coordinator(&a, &model, (world - 1) / (int)a.tp, &stop)
+                       : run_worker(&a, &model, rank, (int)a.tp, tp_comm);
+        braid_model_free(&model);
+        MPI_Comm_free(&tp_comm);
+    }
+    MPI_Finalize();
+    return help ? 0 : rc;
+}

@@ -1,0 +1,60 @@
+#include "coord/api_response.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+
+static json_t *usage_json(const ApiUsage *u) {
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", u->prompt_tokens, "completion_tokens", u->completion_tokens,
+                     "total_tokens", u->prompt_tokens + u->completion_tokens, "prompt_tokens_details", "cached_tokens",
+                     u->cached_tokens);
+}
+
+static json_t *head_json(const ApiResponseHead *h, bool chunk) {
+    const char *object = h->kind == API_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", h->id, "object", object, "created", (json_int_t)h->created, "model", h->model);
+}
+
+static char *dump(json_t *o) {
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+static json_t *finish_json(const char *finish_reason) { return finish_reason ? json_string(finish_reason) : json_null(); }
+
+char *api_response_full(const ApiResponseHead *h, const char *text, size_t len, const char *finish_reason, const ApiUsage *u) {
+    json_t *o = head_json(h, false), *choice = json_object();
+    if (h->kind == API_CHAT)
+        json_object_set_new(choice, "message", json_pack("{s:s, s:s%}", "role", "assistant", "content", text, len));
+    json_object_set_new(choice, "index", json_integer(0));
+    if (h->kind == API_COMPLETION) json_object_set_new(choice, "text", json_stringn(text, len));
+    json_object_set_new(choice, "logprobs", json_null());
+    json_object_set_new(choice, "finish_reason", finish_json(finish_reason));
+    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    json_object_set_new(o, "usage", usage_json(u));
+    return dump(o);
+}
+
+char *api_response_chunk(const ApiResponseHead *h, bool with_role, const char *text, size_t len, const char *finish_reason) {
+    json_t *o = head_json(h, true), *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(0));
+    if (h->kind == API_CHAT) {
+        json_t *delta = json_object();
+        if (with_role) json_object_set_new(delta, "role", json_string("assistant"));
+        if (len || !finish_reason) json_object_set_new(delta, "content", json_stringn(text, len));
+        json_object_set_new(choice, "delta", delta);
+    } else {
+        json_object_set_new(choice, "text", json_stringn(text, len));
+    }
+    json_object_set_new(choice, "logprobs", json_null());
+    json_object_set_new(choice, "finish_reason", finish_json(finish_reason));
+    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    return dump(o);
+}
+
+char *api_response_usage_chunk(const ApiResponseHead *h, const ApiUsage *u) {
+    json_t *o = head_json(h, true);
+    json_object_set_new(o, "choices", json_array());
+    json_object_set_new(o, "usage", usage_json(u));
+    return dump(o);
+}

@@ -1,0 +1,34 @@
+/*
+ * api_response.h — OpenAI response bodies: complete answers, streaming chunks, usage.
+ *
+ * Pure formatting with jansson; every function returns a malloc'd compact JSON string the caller
+ * frees (NULL when out of memory). `text` must be valid UTF-8 (text_stream.h guarantees it).
+ */
+#ifndef BRAID_COORD_API_RESPONSE_H
+#define BRAID_COORD_API_RESPONSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "coord/api_request.h"
+
+typedef struct {
+    ApiKind kind;
+    const char *id;      /* "chatcmpl-…" / "cmpl-…" */
+    const char *model;
+    time_t created;
+} ApiResponseHead;
+
+typedef struct {
+    int prompt_tokens, completion_tokens, cached_tokens;
+} ApiUsage;
+
+char *api_response_full(const ApiResponseHead *h, const char *text, size_t len, const char *finish_reason, const ApiUsage *u);
+/* One chunk: role (chat, first chunk only), text (may be empty), finish_reason (NULL = not yet). */
+char *api_response_chunk(const ApiResponseHead *h, bool with_role, const char *text, size_t len, const char *finish_reason);
+/* The closing usage chunk (stream_options.include_usage): empty choices plus usage. */
+char *api_response_usage_chunk(const ApiResponseHead *h, const ApiUsage *u);
+
+#endif

@@ -1,0 +1,65 @@
+#include "coord/coord_request.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/grow.h"
+
+CoordRequest *coord_request_create(void) {
+    CoordRequest *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->refs = 1;
+    r->instance = -1;
+    return r;
+}
+
+void coord_request_retain(CoordRequest *r) {
+    pthread_mutex_lock(&r->mu);
+    r->refs++;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void coord_request_release(CoordRequest *r) {
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    int left = --r->refs;
+    pthread_mutex_unlock(&r->mu);
+    if (left > 0) return;
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r->prompt);
+    free(r->block_hashes);
+    free(r->workflow);
+    free(r->agent);
+    free(r->tokens);
+    free(r);
+}
+
+int coord_request_push_token(CoordRequest *r, int32_t token, double now) {
+    pthread_mutex_lock(&r->mu);
+    int rc = braid_grow((void **)&r->tokens, &r->cap_tokens, r->n_tokens + 1, sizeof *r->tokens);
+    if (rc == 0) {
+        if (r->n_tokens == 0) r->t_first_token = now;
+        r->tokens[r->n_tokens++] = token;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+void coord_request_finish(CoordRequest *r, int reason, int prompt_tokens, int cached_tokens, int completion_tokens,
+                          int preemptions, const char *error) {
+    pthread_mutex_lock(&r->mu);
+    r->finished = true;
+    r->finish_reason = reason;
+    r->prompt_tokens = prompt_tokens;
+    r->cached_tokens = cached_tokens;
+    r->completion_tokens = completion_tokens;
+    r->preemptions = preemptions;
+    snprintf(r->error, sizeof r->error, "%s", error ? error : "");
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}

@@ -1,0 +1,53 @@
+/*
+ * coord_request.h — one accepted request as both coordinator threads see it.
+ *
+ * The HTTP thread that accepted it fills the submission part, hands it to the MPI thread
+ * (coordinator_submit), then waits on `cv` for tokens and the finish. The MPI thread appends the
+ * tokens the instance streams back and records the finish, under `mu`. Reference counted: each
+ * thread drops its reference when done with it, and the last one frees it.
+ */
+#ifndef BRAID_COORD_COORD_REQUEST_H
+#define BRAID_COORD_COORD_REQUEST_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct CoordRequest {
+    uint64_t id;
+    /* Submission (written by the HTTP thread before submit, read-only afterwards). */
+    int32_t *prompt;
+    int n_prompt, max_tokens;
+    float temperature, top_p;
+    int top_k;
+    uint64_t seed;
+    bool ignore_eos;
+    uint64_t ns;
+    uint64_t *block_hashes; /* chained hashes of the prompt's full blocks, for routing */
+    int n_hashes;
+    char *workflow, *agent;
+    double t_submit;
+    /* Progress (under mu). */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t *tokens;        /* generated so far */
+    int n_tokens, cap_tokens;
+    double t_first_token;
+    bool finished;
+    int finish_reason;      /* FinishReason */
+    int prompt_tokens, cached_tokens, completion_tokens, preemptions;
+    char error[256];
+    int instance;
+    int refs;
+} CoordRequest;
+
+/* A new request with one reference (the HTTP thread's); NULL when out of memory. */
+CoordRequest *coord_request_create(void);
+void coord_request_retain(CoordRequest *r);
+void coord_request_release(CoordRequest *r);
+/* MPI thread: appends a token / records the finish and wakes the waiter. */
+int coord_request_push_token(CoordRequest *r, int32_t token, double now);
+void coord_request_finish(CoordRequest *r, int reason, int prompt_tokens, int cached_tokens, int completion_tokens,
+                          int preemptions, const char *error);
+
+#endif

@@ -1,0 +1,359 @@
+#include "coord/coordinator.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/grow.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "transport/control_msg.h"
+
+static int leader_rank(const Coordinator *c, int instance) { return 1 + instance * c->cfg.tp; }
+
+static int instance_of_rank(const Coordinator *c, int rank) {
+    int i = (rank - 1) / c->cfg.tp;
+    return rank >= 1 && (rank - 1) % c->cfg.tp == 0 && i < c->cfg.n_instances ? i : -1;
+}
+
+int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm world, Metrics *metrics, BraidError *err) {
+    memset(c, 0, sizeof *c);
+    c->cfg = *cfg;
+    c->world = world;
+    c->metrics = metrics;
+    c->next_id = 1;
+    pthread_mutex_init(&c->mu, NULL);
+    ctrl_init(&c->ctrl, world);
+    if (router_init(&c->router, cfg->n_instances, cfg->load_slack)) return braid_error_set(err, "coordinator: out of memory");
+    return 0;
+}
+
+void coordinator_free(Coordinator *c) {
+    for (int i = 0; i < c->n_queue; i++) {
+        coord_request_release(c->queue[i].req);
+        free(c->queue[i].workflow);
+    }
+    free(c->queue);
+    for (int i = 0; i < c->n_table; i++) coord_request_release(c->table[i]);
+    free(c->table);
+    router_free(&c->router);
+    ctrl_free(&c->ctrl);
+    pthread_mutex_destroy(&c->mu);
+}
+
+/* ---- any thread ---- */
+
+static int enqueue_locked(Coordinator *c, CoordCommand cmd) {
+    if (braid_grow((void **)&c->queue, &c->cap_queue, c->n_queue + 1, sizeof *c->queue)) return -1;
+    c->queue[c->n_queue++] = cmd;
+    return 0;
+}
+
+SubmitResult coordinator_submit(Coordinator *c, CoordRequest *req) {
+    pthread_mutex_lock(&c->mu);
+    SubmitResult rc = SUBMIT_OK;
+    if (c->draining || c->failed || c->ready_instances < c->cfg.n_instances) rc = SUBMIT_UNAVAILABLE;
+    else if (c->inflight >= c->cfg.max_pending) rc = SUBMIT_BUSY;
+    if (rc == SUBMIT_OK) {
+        req->id = c->next_id++;
+        req->t_submit = braid_now_seconds();
+        coord_request_retain(req);
+        if (enqueue_locked(c, (CoordCommand){.kind = CMD_SUBMIT, .req = req})) {
+            coord_request_release(req);
+            rc = SUBMIT_BUSY;
+        } else {
+            c->inflight++;
+        }
+    }
+    if (rc == SUBMIT_OK) metrics_set_inflight(c->metrics, c->inflight);
+    pthread_mutex_unlock(&c->mu);
+    if (rc == SUBMIT_BUSY) metrics_count_rejected(c->metrics);
+    return rc;
+}
+
+void coordinator_cancel(Coordinator *c, uint64_t req_id) {
+    pthread_mutex_lock(&c->mu);
+    if (enqueue_locked(c, (CoordCommand){.kind = CMD_CANCEL, .req_id = req_id}))
+        LOG_WARN("coord", "req %llu: out of memory queueing its cancel", (unsigned long long)req_id);
+    pthread_mutex_unlock(&c->mu);
+}
+
+int coordinator_workflow_end(Coordinator *c, const char *workflow) {
+    char *copy = strdup(workflow);
+    pthread_mutex_lock(&c->mu);
+    int rc = copy ? enqueue_locked(c, (CoordCommand){.kind = CMD_WORKFLOW_END, .workflow = copy}) : -1;
+    pthread_mutex_unlock(&c->mu);
+    if (rc) free(copy);
+    return rc;
+}
+
+const char *coordinator_state(Coordinator *c) {
+    pthread_mutex_lock(&c->mu);
+    const char *s = c->failed ? "failed" : c->draining ? "draining" : c->ready_instances < c->cfg.n_instances ? "loading" : "ready";
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
+void coordinator_pool(Coordinator *c, int *pool_tokens, int *block_size) {
+    pthread_mutex_lock(&c->mu);
+    *pool_tokens = c->pool_tokens;
+    *block_size = c->block_size;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- MPI thread: the request table ---- */
+
+static int table_find(const Coordinator *c, uint64_t id) {
+    int lo = 0, hi = c->n_table - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (c->table[mid]->id == id) return mid;
+        if (c->table[mid]->id < id) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+static void table_remove(Coordinator *c, int at) {
+    coord_request_release(c->table[at]);
+    memmove(c->table + at, c->table + at + 1, (size_t)(c->n_table - at - 1) * sizeof *c->table);
+    c->n_table--;
+}
+
+static void request_done(Coordinator *c) {
+    pthread_mutex_lock(&c->mu);
+    c->inflight--;
+    metrics_set_inflight(c->metrics, c->inflight);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void log_route(Coordinator *c, const CoordRequest *r, RouteDecision d) {
+    if (!c->cfg.events) return;
+    fprintf(c->cfg.events, "{\"t\":%.6f,\"event\":\"route\",\"req\":%llu,\"workflow\":\"%s\",\"instance\":%d,"
+            "\"matched_blocks\":%d,\"prompt_blocks\":%d,\"reason\":\"%s\",\"loads\":[",
+            braid_now_seconds(), (unsigned long long)r->id, r->workflow ? r->workflow : "", d.instance, d.matched_blocks,
+            r->n_hashes, d.reason);
+    for (int i = 0; i < c->router.n_instances; i++) fprintf(c->cfg.events, i ? ",%d" : "%d", c->router.load[i]);
+    fputs("]}\n", c->cfg.events);
+    fflush(c->cfg.events);
+}
+
+static void fail_request(Coordinator *c, CoordRequest *r, const char *why) {
+    coord_request_finish(r, FINISH_ERROR, r->n_prompt, 0, 0, 0, why);
+    request_done(c);
+}
+
+static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
+    RouteDecision d = router_pick(&c->router, r->block_hashes, r->n_hashes, r->workflow);
+    if (braid_grow((void **)&c->table, &c->cap_table, c->n_table + 1, sizeof *c->table)) {
+        fail_request(c, r, "coordinator out of memory");
+        coord_request_release(r);
+        return 0;
+    }
+    r->instance = d.instance;
+    c->table[c->n_table++] = r; /* ids grow monotonically, so appending keeps the table sorted */
+    router_assigned(&c->router, d.instance, r->workflow);
+    log_route(c, r, d);
+    MsgSubmit m = {.req_id = r->id, .max_tokens = r->max_tokens, .temperature = r->temperature, .top_p = r->top_p,
+                   .top_k = r->top_k, .seed = r->seed, .ignore_eos = r->ignore_eos, .ns = r->ns, .workflow = r->workflow,
+                   .agent = r->agent, .tokens = r->prompt, .n_tokens = r->n_prompt};
+    WireBuf b = {0};
+    msg_submit_encode(&b, &m);
+    return ctrl_send(&c->ctrl, leader_rank(c, d.instance), MSG_SUBMIT, &b, err);
+}
+
+static int dispatch_cancel(Coordinator *c, uint64_t id, BraidError *err) {
+    int at = table_find(c, id);
+    if (at < 0) return 0; /* already finished */
+    WireBuf b = {0};
+    wire_put_u64(&b, id);
+    return ctrl_send(&c->ctrl, leader_rank(c, c->table[at]->instance), MSG_CANCEL, &b, err);
+}
+
+static int dispatch_workflow_end(Coordinator *c, const char *workflow, BraidError *err) {
+    for (int i = 0; i < c->cfg.n_instances; i++) {
+        WireBuf b = {0};
+        wire_put_str(&b, workflow);
+        if (ctrl_send(&c->ctrl, leader_rank(c, i), MSG_WORKFLOW_END, &b, err)) return -1;
+    }
+    return 0;
+}
+
+/* Takes the queued commands in one swap so HTTP threads wait on the mutex only for that. */
+static int drain_commands(Coordinator *c, BraidError *err) {
+    pthread_mutex_lock(&c->mu);
+    CoordCommand *cmds = c->queue;
+    int n = c->n_queue;
+    c->queue = NULL;
+    c->n_queue = c->cap_queue = 0;
+    pthread_mutex_unlock(&c->mu);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        CoordCommand *cmd = &cmds[i];
+        if (rc == 0 && cmd->kind == CMD_SUBMIT) rc = dispatch_submit(c, cmd->req, err);
+        else if (rc == 0 && cmd->kind == CMD_CANCEL) rc = dispatch_cancel(c, cmd->req_id, err);
+        else if (rc == 0 && cmd->kind == CMD_WORKFLOW_END) rc = dispatch_workflow_end(c, cmd->workflow, err);
+        else if (cmd->kind == CMD_SUBMIT) fail_request(c, cmd->req, "coordinator failed"), coord_request_release(cmd->req);
+        free(cmd->workflow);
+    }
+    free(cmds);
+    return n > 0 ? (rc ? -1 : 1) : 0;
+}
+
+/* ---- MPI thread: messages from the leaders ---- */
+
+static void on_ready(Coordinator *c, int instance, WireReader *rd) {
+    MsgReady m;
+    if (msg_ready_decode(rd, &m)) return;
+    pthread_mutex_lock(&c->mu);
+    if (!m.ok) {
+        c->failed = true;
+        snprintf(c->failure, sizeof c->failure, "instance %d failed to start: %s", instance, m.error);
+    } else {
+        int tokens = m.n_blocks * m.block_size;
+        if (c->pool_tokens == 0 || tokens < c->pool_tokens) c->pool_tokens = tokens;
+        c->block_size = m.block_size;
+        c->ready_instances++;
+    }
+    int ready = c->ready_instances;
+    pthread_mutex_unlock(&c->mu);
+    if (m.ok) LOG_INFO("coord", "instance %d ready (%d KV blocks); %d of %d up", instance, m.n_blocks, ready, c->cfg.n_instances);
+    if (m.ok && ready == c->cfg.n_instances && c->cfg.ready_line) {
+        printf("%s\n", c->cfg.ready_line);
+        fflush(stdout);
+    }
+    else LOG_ERROR("coord", "instance %d failed to start: %s", instance, m.error);
+    msg_ready_free(&m);
+}
+
+static void on_tokens(Coordinator *c, WireReader *rd) {
+    MsgTokens m;
+    if (msg_tokens_decode(rd, &m)) return;
+    double now = braid_now_seconds();
+    for (int i = 0; i < m.n; i++) {
+        int at = table_find(c, m.req_ids[i]);
+        if (at >= 0 && coord_request_push_token(c->table[at], m.tokens[i], now))
+            LOG_WARN("coord", "req %llu: out of memory storing a token", (unsigned long long)m.req_ids[i]);
+    }
+    msg_tokens_free(&m);
+}
+
+static void on_finish(Coordinator *c, int instance, WireReader *rd) {
+    MsgFinish m;
+    if (msg_finish_decode(rd, &m)) return;
+    int at = table_find(c, m.req_id);
+    if (at >= 0) {
+        coord_request_finish(c->table[at], m.reason, m.prompt_tokens, m.cached_tokens, m.completion_tokens, m.preemptions, m.error);
+        router_finished(&c->router, instance);
+        table_remove(c, at);
+        request_done(c);
+    }
+    msg_finish_free(&m);
+}
+
+static void on_stats(Coordinator *c, int instance, WireReader *rd) {
+    MsgStats m;
+    if (msg_stats_decode(rd, &m)) return;
+    InstanceStats s = {.waiting = m.waiting, .running = m.running, .pool_used_blocks = m.pool_used_blocks,
+                       .pool_total_blocks = m.pool_total_blocks, .cached_prompt_tokens = m.cached_prompt_tokens,
+                       .computed_prompt_tokens = m.computed_prompt_tokens, .evicted_blocks = m.evicted_blocks,
+                       .preemptions = m.preemptions, .generated_tokens = m.generated_tokens};
+    metrics_set_instance(c->metrics, instance, &s);
+}
+
+static void on_hashes(Coordinator *c, int instance, int type, WireReader *rd) {
+    MsgHashes m;
+    if (msg_hashes_decode(rd, &m)) return;
+    if (type == MSG_KV_STORED) router_stored(&c->router, instance, m.hashes, m.n);
+    else router_evicted(&c->router, instance, m.hashes, m.n);
+    msg_hashes_free(&m);
+}
+
+static void handle_message(Coordinator *c, int source, int type, const uint8_t *data, size_t len) {
+    int instance = instance_of_rank(c, source);
+    if (instance < 0) {
+        LOG_WARN("coord", "%s message from rank %d, which leads no instance, ignored", msg_type_name(type), source);
+        return;
+    }
+    WireReader rd = wire_reader(data, len);
+    switch (type) {
+    case MSG_READY: on_ready(c, instance, &rd); break;
+    case MSG_TOKENS: on_tokens(c, &rd); break;
+    case MSG_FINISH: on_finish(c, instance, &rd); break;
+    case MSG_STATS: on_stats(c, instance, &rd); break;
+    case MSG_KV_STORED:
+    case MSG_KV_EVICTED: on_hashes(c, instance, type, &rd); break;
+    default: LOG_WARN("coord", "unexpected %s message from rank %d ignored", msg_type_name(type), source);
+    }
+}
+
+static int poll_messages(Coordinator *c, BraidError *err) {
+    int source, type, got, n = 0;
+    uint8_t *data;
+    size_t len;
+    while ((got = ctrl_poll(&c->ctrl, &source, &type, &data, &len, err)) == 1) {
+        handle_message(c, source, type, data, len);
+        free(data);
+        n++;
+    }
+    return got < 0 ? -1 : n;
+}
+
+/* ---- MPI thread: the loop ---- */
+
+static bool stop_requested(const sigset_t *signals) {
+    struct timespec zero = {0, 0};
+    int sig = sigtimedwait(signals, NULL, &zero);
+    if (sig <= 0) return false;
+    LOG_INFO("coord", "signal %d: draining (new requests get 503), then shutting down", sig);
+    return true;
+}
+
+/* True once draining and nothing is left in flight. */
+static bool drained(Coordinator *c) {
+    pthread_mutex_lock(&c->mu);
+    bool done = (c->draining || c->failed) && c->inflight == 0 && c->n_queue == 0;
+    pthread_mutex_unlock(&c->mu);
+    return done;
+}
+
+static void shutdown_instances(Coordinator *c, BraidError *err) {
+    for (int i = 0; i < c->cfg.n_instances; i++) {
+        WireBuf b = {0};
+        wire_put_u8(&b, 0);
+        ctrl_send(&c->ctrl, leader_rank(c, i), MSG_SHUTDOWN, &b, err);
+    }
+    ctrl_flush(&c->ctrl, err);
+}
+
+int coordinator_run(Coordinator *c, const sigset_t *stop_signals, BraidError *err) {
+    double idle_since = braid_now_seconds();
+    int rc = 0;
+    while (rc == 0 && !drained(c)) {
+        if (stop_requested(stop_signals)) {
+            pthread_mutex_lock(&c->mu);
+            c->draining = true;
+            pthread_mutex_unlock(&c->mu);
+        }
+        int worked = drain_commands(c, err);
+        int got = worked < 0 ? -1 : poll_messages(c, err);
+        if (worked < 0 || got < 0 || ctrl_progress(&c->ctrl, err)) {
+            rc = -1;
+            break;
+        }
+        double now = braid_now_seconds();
+        if (worked > 0 || got > 0) idle_since = now;
+        else {
+            struct timespec ts = {0, now - idle_since < 0.05 ? 100000 : 1000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    bool failed = c->failed;
+    if (failed && rc == 0) rc = braid_error_set(err, "%s", c->failure);
+    pthread_mutex_unlock(&c->mu);
+    BraidError shutdown_err;
+    shutdown_instances(c, &shutdown_err);
+    return rc;
+}

@@ -1,0 +1,82 @@
+/*
+ * coordinator.h — rank 0's MPI side: routes accepted requests to instances and relays their
+ * progress back to the HTTP threads.
+ *
+ * One thread (the process's main thread, which owns MPI) runs coordinator_run(). HTTP threads
+ * never touch MPI: they call coordinator_submit / _cancel / _workflow_end, which only queue a
+ * command under a mutex. The MPI loop drains that queue, routes (router.h) and sends SUBMITs,
+ * polls the leaders' messages (READY, TOKENS, FINISH, STATS, KV events) and updates the requests
+ * and the metrics. SIGINT / SIGTERM (blocked in every thread and polled here) start a drain: new
+ * requests get 503, in-flight ones finish, then every leader gets SHUTDOWN and the loop returns.
+ * Thread-safety: the functions marked "any thread" are safe from HTTP threads.
+ */
+#ifndef BRAID_COORD_COORDINATOR_H
+#define BRAID_COORD_COORDINATOR_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "coord/coord_request.h"
+#include "coord/metrics.h"
+#include "coord/router.h"
+#include "transport/ctrl_endpoint.h"
+
+typedef enum { CMD_SUBMIT, CMD_CANCEL, CMD_WORKFLOW_END } CoordCommandKind;
+
+typedef struct {
+    CoordCommandKind kind;
+    CoordRequest *req;  /* SUBMIT (a reference the command holds) */
+    uint64_t req_id;    /* CANCEL */
+    char *workflow;     /* WORKFLOW_END */
+} CoordCommand;
+
+typedef struct {
+    int n_instances, tp;
+    int max_pending;     /* accepted, unfinished requests beyond which submit answers 429 */
+    int load_slack;      /* router: see router.h */
+    FILE *events;        /* JSONL routing decisions, or NULL */
+    const char *ready_line; /* printed on stdout once every instance is up (the URL), or NULL */
+} CoordinatorConfig;
+
+typedef enum { SUBMIT_OK = 0, SUBMIT_BUSY = 429, SUBMIT_UNAVAILABLE = 503 } SubmitResult;
+
+typedef struct {
+    CoordinatorConfig cfg;
+    MPI_Comm world;
+    Metrics *metrics;            /* borrowed */
+    /* Shared with HTTP threads, under mu. */
+    pthread_mutex_t mu;
+    CoordCommand *queue;
+    int n_queue, cap_queue;
+    int inflight;                /* accepted, not finished */
+    int ready_instances;
+    bool draining, failed;
+    char failure[512];
+    uint64_t next_id;
+    int pool_tokens;             /* smallest instance pool, in tokens (0 until ready) */
+    int block_size;
+    /* MPI thread only. */
+    Router router;
+    CtrlEndpoint ctrl;
+    CoordRequest **table;        /* sorted by id */
+    int n_table, cap_table;
+} Coordinator;
+
+int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm world, Metrics *metrics, BraidError *err);
+void coordinator_free(Coordinator *c);
+/* MPI thread: runs until the drain after a signal completes (0) or an instance failed (-1). */
+int coordinator_run(Coordinator *c, const sigset_t *stop_signals, BraidError *err);
+
+/* Any thread. Takes a reference to req when accepted (SUBMIT_OK); assigns req->id. */
+SubmitResult coordinator_submit(Coordinator *c, CoordRequest *req);
+void coordinator_cancel(Coordinator *c, uint64_t req_id);
+int coordinator_workflow_end(Coordinator *c, const char *workflow);
+/* Any thread: "ready", "loading", "draining" or "failed". */
+const char *coordinator_state(Coordinator *c);
+/* Any thread: the smallest instance KV pool in tokens and the block size (0 before ready). */
+void coordinator_pool(Coordinator *c, int *pool_tokens, int *block_size);
+
+#endif

@@ -1,0 +1,226 @@
+#include "coord/http_internal.h"
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+
+/* The body of one request, collected across MHD's upload callbacks. */
+typedef struct {
+    char *data;
+    size_t len, cap;
+    bool too_large;
+} RequestBody;
+
+enum MHD_Result http_send_json(struct MHD_Connection *conn, int status, char *body) {
+    if (!body) return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    enum MHD_Result rc = MHD_queue_response(conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+enum MHD_Result http_send_error(HttpApi *api, struct MHD_Connection *conn, const char *endpoint, const ApiError *e) {
+    if (endpoint) metrics_record_request(api->cfg.metrics, endpoint, e->status, 0, -1, 0, 0, 0);
+    struct MHD_Response *resp;
+    char *body = api_error_json(e);
+    if (!body) return MHD_NO;
+    resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (e->status == 429) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (e->status == 405) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, POST");
+    enum MHD_Result rc = MHD_queue_response(conn, (unsigned)e->status, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+static enum MHD_Result send_text(struct MHD_Connection *conn, int status, const char *type, char *body) {
+    if (!body) return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    enum MHD_Result rc = MHD_queue_response(conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+static char *dump(json_t *o) {
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+static enum MHD_Result handle_health(HttpApi *api, struct MHD_Connection *conn) {
+    const char *state = coordinator_state(api->cfg.coord);
+    bool ready = strcmp(state, "ready") == 0;
+    return http_send_json(conn, ready ? 200 : 503,
+                          dump(json_pack("{s:s, s:i}", "status", state, "instances", api->cfg.coord->cfg.n_instances)));
+}
+
+static enum MHD_Result handle_models(HttpApi *api, struct MHD_Connection *conn) {
+    json_t *model = json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", api->cfg.served_model, "object", "model", "created",
+                              (json_int_t)time(NULL), "owned_by", "braid", "max_model_len",
+                              api->cfg.model->weights.cfg.context_length);
+    return http_send_json(conn, 200, dump(json_pack("{s:s, s:[o]}", "object", "list", "data", model)));
+}
+
+static enum MHD_Result handle_metrics(HttpApi *api, struct MHD_Connection *conn) {
+    return send_text(conn, 200, "text/plain; version=0.0.4; charset=utf-8", metrics_render(api->cfg.metrics));
+}
+
+/* POST /v1/workflows/{id}/end */
+static enum MHD_Result handle_workflow_end(HttpApi *api, struct MHD_Connection *conn, const char *url) {
+    const char *prefix = "/v1/workflows/", *suffix = "/end";
+    size_t n = strlen(url) - strlen(prefix) - strlen(suffix);
+    ApiError e;
+    if (n == 0 || n > 256) {
+        api_error_set(&e, 400, "workflow_id", NULL, "the workflow id in the path must be 1 to 256 bytes");
+        return http_send_error(api, conn, NULL, &e);
+    }
+    char *id = strndup(url + strlen(prefix), n);
+    if (!id || coordinator_workflow_end(api->cfg.coord, id)) {
+        free(id);
+        api_error_set(&e, 503, NULL, NULL, "the server is out of memory");
+        return http_send_error(api, conn, NULL, &e);
+    }
+    enum MHD_Result rc = http_send_json(conn, 200, dump(json_pack("{s:s, s:b}", "workflow_id", id, "ended", 1)));
+    free(id);
+    return rc;
+}
+
+static bool has_prefix_suffix(const char *s, const char *prefix, const char *suffix) {
+    size_t n = strlen(s), p = strlen(prefix), q = strlen(suffix);
+    return n > p + q && strncmp(s, prefix, p) == 0 && strcmp(s + n - q, suffix) == 0;
+}
+
+/* Which endpoint a path names, and whether the method fits it. */
+static enum MHD_Result route(HttpApi *api, struct MHD_Connection *conn, const char *url, const char *method, RequestBody *body) {
+    bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
+    ApiError e;
+    bool chat = strcmp(url, "/v1/chat/completions") == 0, completions = strcmp(url, "/v1/completions") == 0;
+    bool workflow_end = has_prefix_suffix(url, "/v1/workflows/", "/end");
+    if (chat || completions || workflow_end) {
+        if (!post) return api_error_set(&e, 405, NULL, NULL, "%s expects POST", url), http_send_error(api, conn, NULL, &e);
+        if (body->too_large) {
+            api_error_set(&e, 413, NULL, NULL, "request body exceeds %zu bytes", api->cfg.max_body_bytes);
+            return http_send_error(api, conn, chat ? "chat" : completions ? "completions" : NULL, &e);
+        }
+        if (workflow_end) return handle_workflow_end(api, conn, url);
+        return http_generate(api, conn, chat ? API_CHAT : API_COMPLETION, body->data ? body->data : "", body->len);
+    }
+    bool health = strcmp(url, "/health") == 0, models = strcmp(url, "/v1/models") == 0, metrics = strcmp(url, "/metrics") == 0;
+    if (health || models || metrics) {
+        if (!get) return api_error_set(&e, 405, NULL, NULL, "%s expects GET", url), http_send_error(api, conn, NULL, &e);
+        return health ? handle_health(api, conn) : models ? handle_models(api, conn) : handle_metrics(api, conn);
+    }
+    api_error_set(&e, 404, NULL, NULL, "no endpoint %s %s (see GET /v1/models, POST /v1/chat/completions)", method, url);
+    return http_send_error(api, conn, NULL, &e);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    HttpApi *api = cls;
+    RequestBody *body = *con_cls;
+    if (!body) {
+        /* First call: headers only. An announced body over the limit is refused without reading it. */
+        if (!(body = calloc(1, sizeof *body))) return MHD_NO;
+        pthread_mutex_lock(&api->mu);
+        api->open_requests++;
+        pthread_mutex_unlock(&api->mu);
+        const char *declared = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (declared && strtoull(declared, NULL, 10) > api->cfg.max_body_bytes) body->too_large = true;
+        *con_cls = body;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!body->too_large && body->len + *upload_size > api->cfg.max_body_bytes) body->too_large = true;
+        if (!body->too_large) {
+            if (body->len + *upload_size + 1 > body->cap) {
+                size_t cap = (body->len + *upload_size + 1) * 2;
+                char *grown = realloc(body->data, cap);
+                if (!grown) return MHD_NO;
+                body->data = grown;
+                body->cap = cap;
+            }
+            memcpy(body->data + body->len, upload, *upload_size);
+            body->len += *upload_size;
+            body->data[body->len] = '\0';
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return route(api, conn, url, method, body);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode code) {
+    (void)conn, (void)code;
+    HttpApi *api = cls;
+    RequestBody *body = *con_cls;
+    if (body) {
+        free(body->data);
+        pthread_mutex_lock(&api->mu);
+        api->open_requests--;
+        pthread_mutex_unlock(&api->mu);
+    }
+    free(body);
+    *con_cls = NULL;
+}
+
+HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err) {
+    HttpApi *api = calloc(1, sizeof *api);
+    if (!api) return braid_error_set(err, "http: out of memory"), NULL;
+    api->cfg = *cfg;
+    pthread_mutex_init(&api->mu, NULL);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
+    if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
+        free(api);
+        return braid_error_set(err, "http: --host %s is not an IPv4 address", cfg->host), NULL;
+    }
+    api->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO,
+                                   (uint16_t)cfg->port, NULL, NULL, on_request, api, MHD_OPTION_SOCK_ADDR, &addr,
+                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, api, MHD_OPTION_CONNECTION_TIMEOUT,
+                                   (unsigned)600, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+    if (!api->daemon) {
+        free(api);
+        return braid_error_set(err, "http: cannot listen on %s:%d (in use, or not permitted)", cfg->host, cfg->port), NULL;
+    }
+    return api;
+}
+
+int http_api_quiesce(HttpApi *api, double timeout_s) {
+    if (!api) return 0;
+    int open = 0;
+    for (double waited = 0; waited <= timeout_s; waited += 0.01) {
+        pthread_mutex_lock(&api->mu);
+        open = api->open_requests;
+        pthread_mutex_unlock(&api->mu);
+        if (open == 0) break;
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    return open;
+}
+
+void http_api_stop(HttpApi *api) {
+    if (!api) return;
+    MHD_stop_daemon(api->daemon);
+    pthread_mutex_destroy(&api->mu);
+    free(api);
+}

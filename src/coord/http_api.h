@@ -1,0 +1,43 @@
+/*
+ * http_api.h — the coordinator's HTTP front-end: the OpenAI-compatible API plus Braid's endpoints.
+ *
+ *   POST /v1/chat/completions, POST /v1/completions   (stream or not; usage with cached tokens)
+ *   POST /v1/workflows/{id}/end                        (a workflow finished: its cache may retire)
+ *   GET  /v1/models, GET /health, GET /metrics
+ * Each connection gets its own thread (libmicrohttpd thread-per-connection), which parses and
+ * validates the body (api_request.h; every problem is a 4xx with an OpenAI-style error JSON),
+ * applies the chat template, tokenizes, submits to the coordinator and then waits for tokens,
+ * writing them as SSE events when streaming. A streaming client that disconnects cancels its
+ * request. HTTP threads never call MPI.
+ * Owns the daemon; borrows the coordinator, metrics and model, which must outlive it.
+ */
+#ifndef BRAID_COORD_HTTP_API_H
+#define BRAID_COORD_HTTP_API_H
+
+#include <stddef.h>
+
+#include "common/error.h"
+#include "coord/coordinator.h"
+#include "coord/metrics.h"
+#include "model/model.h"
+
+typedef struct {
+    Coordinator *coord;
+    Metrics *metrics;
+    const BraidModel *model;
+    const char *served_model; /* the name /v1/models lists and requests must use */
+    const char *host;         /* bind address, e.g. "127.0.0.1" or "0.0.0.0" */
+    int port;
+    size_t max_body_bytes;
+} HttpApiConfig;
+
+typedef struct HttpApi HttpApi;
+
+HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err);
+/* Waits up to timeout_s for every response in progress to be completely sent (the drain's last
+ * step: requests have finished, their answers may still be on the way). Returns how many remain. */
+int http_api_quiesce(HttpApi *api, double timeout_s);
+/* Stops accepting and waits for every connection thread to end. */
+void http_api_stop(HttpApi *api);
+
+#endif

@@ -1,0 +1,354 @@
+/* The completion endpoints: request → tokens → coordinator, then the answer, whole or as SSE. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/content_hash.h"
+#include "cache/radix_tree.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "coord/api_response.h"
+#include "coord/http_internal.h"
+#include "coord/text_stream.h"
+#include "transport/control_msg.h"
+
+/* ---- building the request ---- */
+
+static int tokenize_prompt(const BraidModel *m, const ApiRequest *a, TokenList *ids, ApiError *e) {
+    BraidError err;
+    if (a->kind == API_COMPLETION) {
+        if (tokenizer_encode(&m->tokenizer, a->prompt, strlen(a->prompt), false, m->tokenizer.add_bos, ids, &err))
+            return api_error_set(e, 400, "prompt", NULL, "cannot tokenize the prompt: %s", err.msg);
+        return 0;
+    }
+    ChatMessage *msgs = calloc((size_t)a->n_messages, sizeof *msgs);
+    if (!msgs) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
+    for (int i = 0; i < a->n_messages; i++) msgs[i] = (ChatMessage){.role = a->messages[i].role, .content = a->messages[i].content};
+    char *text = chat_template_render(&m->chat, msgs, a->n_messages, &err);
+    free(msgs);
+    if (!text) return api_error_set(e, 400, "messages", NULL, "cannot apply the chat template: %s", err.msg);
+    int rc = tokenizer_encode(&m->tokenizer, text, strlen(text), true, m->tokenizer.add_bos, ids, &err);
+    free(text);
+    if (rc) return api_error_set(e, 400, "messages", NULL, "cannot tokenize the messages: %s", err.msg);
+    return 0;
+}
+
+/* Fits max_tokens to the context and the KV pool, or says why the request cannot run. */
+static int resolve_max_tokens(HttpApi *api, const ApiRequest *a, int n_prompt, int *max_tokens, ApiError *e) {
+    int context = api->cfg.model->weights.cfg.context_length, pool = 0, block = 0;
+    coordinator_pool(api->cfg.coord, &pool, &block);
+    int limit = pool > 0 && pool < context ? pool : context;
+    const char *what = limit < context ? "the KV pool" : "the model's context";
+    if (n_prompt >= limit)
+        return api_error_set(e, 400, a->kind == API_CHAT ? "messages" : "prompt", "context_length_exceeded",
+                             "the prompt is %d tokens; %s holds %d, leaving no room to generate", n_prompt, what, limit);
+    if (a->max_tokens < 0) {
+        *max_tokens = limit - n_prompt;
+        return 0;
+    }
+    if (n_prompt + a->max_tokens > limit)
+        return api_error_set(e, 400, "max_tokens", "context_length_exceeded",
+                             "max_tokens = %d plus the prompt's %d tokens exceeds %s (%d tokens); lower max_tokens",
+                             a->max_tokens, n_prompt, what, limit);
+    *max_tokens = a->max_tokens;
+    return 0;
+}
+
+static CoordRequest *build_request(HttpApi *api, const ApiRequest *a, ApiError *e) {
+    TokenList ids = {0};
+    if (tokenize_prompt(api->cfg.model, a, &ids, e)) return NULL;
+    int max_tokens = 0;
+    if (ids.n == 0) {
+        api_error_set(e, 400, a->kind == API_CHAT ? "messages" : "prompt", NULL, "the prompt is empty");
+    } else if (resolve_max_tokens(api, a, ids.n, &max_tokens, e) == 0) {
+        CoordRequest *r = coord_request_create();
+        int pool, block;
+        coordinator_pool(api->cfg.coord, &pool, &block);
+        int n_blocks = block > 0 ? ids.n / block : 0;
+        uint64_t *chunk = malloc(((size_t)n_blocks + 1) * sizeof *chunk);
+        if (r) r->block_hashes = malloc(((size_t)n_blocks + 1) * sizeof *r->block_hashes);
+        if (r && chunk && r->block_hashes && (!a->workflow_id || (r->workflow = strdup(a->workflow_id))) &&
+            (!a->agent || (r->agent = strdup(a->agent)))) {
+            r->prompt = ids.ids;
+            r->n_prompt = ids.n;
+            r->max_tokens = max_tokens;
+            r->temperature = (float)a->temperature;
+            r->top_p = (float)a->top_p;
+            r->top_k = a->top_k;
+            r->seed = a->has_seed ? a->seed : (uint64_t)time(NULL);
+            r->ignore_eos = a->ignore_eos;
+            r->ns = radix_namespace_for(a->tenant, a->adapter);
+            content_hash_blocks(r->ns, r->prompt, n_blocks, block, r->block_hashes, chunk);
+            r->n_hashes = n_blocks;
+            free(chunk);
+            return r;
+        }
+        free(chunk);
+        coord_request_release(r);
+        api_error_set(e, 503, NULL, NULL, "the server is out of memory");
+    }
+    free(ids.ids);
+    return NULL;
+}
+
+/* ---- following the request ---- */
+
+/* What the HTTP thread has seen of a request. */
+typedef struct {
+    int n_tokens;
+    bool finished;
+} Progress;
+
+/* Waits until the request has more than `seen` tokens or has finished; copies them into *tokens. */
+static Progress wait_progress(CoordRequest *r, int seen, int32_t **tokens, int *cap) {
+    pthread_mutex_lock(&r->mu);
+    while (!r->finished && r->n_tokens == seen) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += 1;
+        pthread_cond_timedwait(&r->cv, &r->mu, &deadline);
+    }
+    Progress p = {.n_tokens = r->n_tokens, .finished = r->finished};
+    if (p.n_tokens > *cap) {
+        int32_t *grown = realloc(*tokens, (size_t)p.n_tokens * 2 * sizeof *grown);
+        if (grown) *tokens = grown, *cap = p.n_tokens * 2;
+        else p.n_tokens = *cap; /* keep what fits; the next wait picks up the rest */
+    }
+    memcpy(*tokens, r->tokens, (size_t)p.n_tokens * sizeof **tokens);
+    pthread_mutex_unlock(&r->mu);
+    return p;
+}
+
+static const char *finish_name(const CoordRequest *r, bool stopped) {
+    if (stopped) return "stop";
+    return r->finish_reason == FINISH_LENGTH ? "length" : "stop";
+}
+
+static ApiUsage usage_of(const CoordRequest *r, int completion_tokens) {
+    return (ApiUsage){.prompt_tokens = r->n_prompt, .completion_tokens = completion_tokens, .cached_tokens = r->cached_tokens};
+}
+
+/* After a stop-string cancel: the instance's FINISH (with the usage numbers) follows shortly. */
+static void wait_finished(CoordRequest *r) {
+    pthread_mutex_lock(&r->mu);
+    while (!r->finished) pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- whole answers ---- */
+
+static enum MHD_Result answer_whole(HttpApi *api, struct MHD_Connection *conn, ApiRequest *a, CoordRequest *r,
+                                    const ApiResponseHead *head, const char *endpoint) {
+    TextStream ts = {0};
+    int32_t *tokens = NULL;
+    int cap = 0;
+    Progress p = {0};
+    for (;;) {
+        p = wait_progress(r, p.n_tokens, &tokens, &cap);
+        /* Stop strings are checked as tokens arrive so a match ends generation early. */
+        if (a->n_stop > 0 || p.finished) text_stream_update(&ts, &api->cfg.model->tokenizer, tokens, p.n_tokens, a->stop, a->n_stop, p.finished);
+        if (ts.stopped) {
+            coordinator_cancel(api->cfg.coord, r->id);
+            wait_finished(r);
+            break;
+        }
+        if (p.finished) break;
+    }
+    free(tokens);
+    double latency = braid_now_seconds() - r->t_submit, ttft = r->t_first_token > 0 ? r->t_first_token - r->t_submit : -1;
+    pthread_mutex_lock(&r->mu);
+    bool failed = r->finished && r->finish_reason == FINISH_ERROR;
+    char error[sizeof r->error];
+    memcpy(error, r->error, sizeof error);
+    pthread_mutex_unlock(&r->mu);
+    enum MHD_Result rc;
+    if (failed) {
+        ApiError e;
+        api_error_set(&e, 500, NULL, NULL, "generation failed: %s", error);
+        rc = http_send_error(api, conn, endpoint, &e);
+    } else {
+        ApiUsage u = usage_of(r, p.n_tokens);
+        metrics_record_request(api->cfg.metrics, endpoint, 200, latency, ttft, u.prompt_tokens, u.cached_tokens, u.completion_tokens);
+        rc = http_send_json(conn, 200, api_response_full(head, ts.text ? ts.text : "", ts.len, finish_name(r, ts.stopped), &u));
+    }
+    text_stream_free(&ts);
+    return rc;
+}
+
+/* ---- streaming ---- */
+
+typedef enum { PHASE_ROLE, PHASE_TEXT, PHASE_FINISH, PHASE_USAGE, PHASE_DONE, PHASE_END } StreamPhase;
+
+typedef struct {
+    HttpApi *api;
+    ApiRequest req;
+    CoordRequest *r;
+    ApiResponseHead head;
+    char id[40];
+    const char *endpoint;
+    TextStream ts;
+    int32_t *tokens;
+    int cap_tokens;
+    Progress progress;
+    StreamPhase phase;
+    char *out;            /* the SSE event being written */
+    size_t out_len, out_off;
+} Stream;
+
+static void set_event(Stream *s, char *json) {
+    free(s->out);
+    s->out = NULL;
+    s->out_len = s->out_off = 0;
+    if (!json) return;
+    size_t n = strlen(json);
+    s->out = malloc(n + 9);
+    if (s->out) s->out_len = (size_t)sprintf(s->out, "data: %s\n\n", json);
+    free(json);
+}
+
+static char *error_event(const char *message) {
+    ApiError e;
+    api_error_set(&e, 500, NULL, NULL, "generation failed: %s", message);
+    return api_error_json(&e);
+}
+
+/* Produces the next SSE event into s->out; false when the stream is over. */
+static bool next_event(Stream *s) {
+    CoordRequest *r = s->r;
+    switch (s->phase) {
+    case PHASE_ROLE:
+        s->phase = PHASE_TEXT;
+        if (s->head.kind == API_CHAT) return set_event(s, api_response_chunk(&s->head, true, "", 0, NULL)), true;
+        /* fall through: completions have no role chunk */
+    case PHASE_TEXT:
+        while (s->phase == PHASE_TEXT) {
+            s->progress = wait_progress(r, s->progress.n_tokens, &s->tokens, &s->cap_tokens);
+            text_stream_update(&s->ts, &s->api->cfg.model->tokenizer, s->tokens, s->progress.n_tokens, s->req.stop, s->req.n_stop,
+                               s->progress.finished);
+            if (s->ts.stopped) coordinator_cancel(s->api->cfg.coord, r->id), wait_finished(r);
+            if (s->ts.stopped || s->progress.finished) s->phase = PHASE_FINISH;
+            size_t len;
+            const char *piece = text_stream_take(&s->ts, &len);
+            if (len) return set_event(s, api_response_chunk(&s->head, false, piece, len, NULL)), true;
+        }
+        /* fall through */
+    case PHASE_FINISH: {
+        s->phase = PHASE_USAGE;
+        pthread_mutex_lock(&r->mu);
+        bool failed = r->finished && r->finish_reason == FINISH_ERROR && !s->ts.stopped;
+        char *json = failed ? error_event(r->error) : NULL;
+        pthread_mutex_unlock(&r->mu);
+        if (!failed) json = api_response_chunk(&s->head, false, "", 0, finish_name(r, s->ts.stopped));
+        return set_event(s, json), true;
+    }
+    case PHASE_USAGE:
+        s->phase = PHASE_DONE;
+        if (s->req.include_usage) {
+            ApiUsage u = usage_of(r, s->progress.n_tokens);
+            return set_event(s, api_response_usage_chunk(&s->head, &u)), true;
+        }
+        /* fall through */
+    case PHASE_DONE:
+        s->phase = PHASE_END;
+        free(s->out);
+        s->out = strdup("data: [DONE]\n\n");
+        s->out_len = s->out ? strlen(s->out) : 0;
+        s->out_off = 0;
+        return true;
+    case PHASE_END: break;
+    }
+    return false;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    Stream *s = cls;
+    while (s->out_off == s->out_len) {
+        if (!next_event(s)) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!s->out) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = s->out_len - s->out_off < max ? s->out_len - s->out_off : max;
+    memcpy(buf, s->out + s->out_off, n);
+    s->out_off += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+    Stream *s = cls;
+    CoordRequest *r = s->r;
+    bool complete = s->phase == PHASE_END;
+    if (!complete) {
+        /* The client went away mid-stream: stop generating and give its blocks back. */
+        LOG_INFO("http", "req %llu: client disconnected mid-stream; cancelling", (unsigned long long)r->id);
+        coordinator_cancel(s->api->cfg.coord, r->id);
+    }
+    double latency = braid_now_seconds() - r->t_submit, ttft = r->t_first_token > 0 ? r->t_first_token - r->t_submit : -1;
+    metrics_record_request(s->api->cfg.metrics, s->endpoint, complete ? 200 : 499, latency, ttft, r->n_prompt, r->cached_tokens,
+                           s->progress.n_tokens);
+    coord_request_release(r);
+    api_request_free(&s->req);
+    text_stream_free(&s->ts);
+    free(s->tokens);
+    free(s->out);
+    free(s);
+}
+
+static enum MHD_Result answer_stream(HttpApi *api, struct MHD_Connection *conn, ApiRequest *a, CoordRequest *r,
+                                     const ApiResponseHead *head, const char *endpoint) {
+    Stream *s = calloc(1, sizeof *s);
+    if (!s) return MHD_NO;
+    s->api = api;
+    s->req = *a; /* the stream owns the parsed request from here on */
+    memset(a, 0, sizeof *a);
+    s->r = r;
+    coord_request_retain(r);
+    s->head = *head;
+    snprintf(s->id, sizeof s->id, "%s", head->id);
+    s->head.id = s->id;
+    s->endpoint = endpoint;
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
+    if (!resp) {
+        stream_free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result rc = MHD_queue_response(conn, 200, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+/* ---- the endpoint ---- */
+
+enum MHD_Result http_generate(HttpApi *api, struct MHD_Connection *conn, ApiKind kind, const char *body, size_t len) {
+    const char *endpoint = kind == API_CHAT ? "chat" : "completions";
+    ApiRequest a;
+    ApiError e;
+    if (api_request_parse(body, len, kind, api->cfg.served_model, &a, &e)) return http_send_error(api, conn, endpoint, &e);
+    const char *hdr[4];
+    static const char *const names[4] = {"X-Braid-Workflow", "X-Braid-Agent", "X-Braid-Tenant", "X-Braid-Adapter"};
+    for (int i = 0; i < 4; i++) hdr[i] = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, names[i]);
+    CoordRequest *r = NULL;
+    if (api_request_apply_headers(&a, hdr[0], hdr[1], hdr[2], hdr[3], &e) == 0) r = build_request(api, &a, &e);
+    if (!r) {
+        api_request_free(&a);
+        return http_send_error(api, conn, endpoint, &e);
+    }
+    SubmitResult sr = coordinator_submit(api->cfg.coord, r);
+    if (sr != SUBMIT_OK) {
+        if (sr == SUBMIT_BUSY) api_error_set(&e, 429, NULL, "rate_limit_exceeded", "the server's queue is full; retry shortly");
+        else api_error_set(&e, 503, NULL, NULL, "the server is %s and takes no new requests", coordinator_state(api->cfg.coord));
+        coord_request_release(r);
+        api_request_free(&a);
+        return http_send_error(api, conn, endpoint, &e);
+    }
+    char id[40];
+    snprintf(id, sizeof id, "%s-%llu", kind == API_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)r->id);
+    ApiResponseHead head = {.kind = kind, .id = id, .model = api->cfg.served_model, .created = time(NULL)};
+    enum MHD_Result rc = a.stream ? answer_stream(api, conn, &a, r, &head, endpoint) : answer_whole(api, conn, &a, r, &head, endpoint);
+    coord_request_release(r);
+    api_request_free(&a);
+    return rc;
+}

@@ -1,0 +1,456 @@
+/*
+ * metrics.c — the coordinator's metrics registry and its Prometheus text rendering.
+ *
+ * Everything recordable lives in one plain struct (MetricsTotals) so that rendering can copy it
+ * wholesale under the mutex and format the copy unlocked: scrapes then cost recorders one memcpy of
+ * a few kilobytes, never a malloc or a printf.
+ */
+#include "coord/metrics.h"
+
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+
+/* Bucket upper bounds (le), without the implicit +Inf bucket. Constant tables, not mutable state. */
+static const double LATENCY_BOUNDS[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+static const double TTFT_BOUNDS[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+#define N_LATENCY_BOUNDS ((int)(sizeof LATENCY_BOUNDS / sizeof LATENCY_BOUNDS[0]))
+#define N_TTFT_BOUNDS ((int)(sizeof TTFT_BOUNDS / sizeof TTFT_BOUNDS[0]))
+#define HIST_MAX_SLOTS 16 /* finite bounds + the +Inf slot; both tables must fit */
+
+/* The last slot of each label table is reserved for overflow, so it exists even when the rest
+ * filled up and the label set stays bounded. */
+#define OVERFLOW_ENDPOINT (METRICS_MAX_ENDPOINTS - 1)
+#define OVERFLOW_PAIR (METRICS_MAX_STATUS_PAIRS - 1)
+
+typedef struct {
+    unsigned long long slot_counts[HIST_MAX_SLOTS]; /* per bucket, NOT cumulative; [n_bounds] = +Inf */
+    unsigned long long count;
+    double sum;
+} Histogram;
+
+typedef struct {
+    char label[METRICS_LABEL_MAX + 1];
+    Histogram latency, ttft;
+} EndpointSeries;
+
+typedef struct {
+    int endpoint; /* index into MetricsTotals.endpoints: an int compare, not a strcmp, per record */
+    int status;
+    unsigned long long count;
+} StatusPair;
+
+typedef struct {
+    EndpointSeries endpoints[METRICS_MAX_ENDPOINTS];
+    int n_endpoints; /* used slots below OVERFLOW_ENDPOINT */
+    StatusPair pairs[METRICS_MAX_STATUS_PAIRS];
+    int n_pairs; /* used slots below OVERFLOW_PAIR */
+    unsigned long long prompt_tokens, cached_prompt_tokens, completion_tokens, rejected;
+    int inflight, queued;
+} MetricsTotals;
+
+struct Metrics {
+    pthread_mutex_t lock;
+    MetricsTotals totals;
+    InstanceStats *instances; /* n_instances entries, zero until the first report */
+    int n_instances;
+    char *model_name;
+};
+
+/* ---------------------------------------------------------------- recording */
+
+/* Copies label into dst, cutting at METRICS_LABEL_MAX bytes but never inside a UTF-8 character,
+ * so a truncated label does not end in a partial sequence. */
+static void copy_label(char dst[METRICS_LABEL_MAX + 1], const char *label) {
+    size_t len = strlen(label);
+    if (len > METRICS_LABEL_MAX) {
+        len = METRICS_LABEL_MAX;
+        /* label[len] is the first byte dropped; if it continues a character, drop that whole
+         * character too (at most 3 steps back: UTF-8 sequences are at most 4 bytes). */
+        for (int back = 0; back < 3 && len > 0 && ((unsigned char)label[len] & 0xC0) == 0x80; back++) len--;
+    }
+    memcpy(dst, label, len);
+    dst[len] = '\0';
+}
+
+/* Slot for an endpoint label (already truncated), inserting it when new. Caller holds the lock. */
+static int endpoint_slot(MetricsTotals *t, const char *label) {
+    for (int i = 0; i < t->n_endpoints; i++)
+        if (strcmp(t->endpoints[i].label, label) == 0) return i;
+    if (strcmp(label, METRICS_OVERFLOW_LABEL) == 0 || t->n_endpoints == OVERFLOW_ENDPOINT) return OVERFLOW_ENDPOINT;
+    int slot = t->n_endpoints++;
+    copy_label(t->endpoints[slot].label, label);
+    return slot;
+}
+
+/* Counter for one (endpoint, status) pair, inserting it when new. Caller holds the lock. */
+static StatusPair *status_pair(MetricsTotals *t, int endpoint, int status) {
+    for (int i = 0; i < t->n_pairs; i++)
+        if (t->pairs[i].endpoint == endpoint && t->pairs[i].status == status) return &t->pairs[i];
+    int is_overflow_key = endpoint == OVERFLOW_ENDPOINT && status == 0;
+    if (is_overflow_key || t->n_pairs == OVERFLOW_PAIR) return &t->pairs[OVERFLOW_PAIR];
+    StatusPair *p = &t->pairs[t->n_pairs++];
+    p->endpoint = endpoint;
+    p->status = status;
+    p->count = 0;
+    return p;
+}
+
+static void histogram_observe(Histogram *h, const double *bounds, int n_bounds, double v) {
+    int slot = 0;
+    while (slot < n_bounds && v > bounds[slot]) slot++; /* le is inclusive: v == bound lands in it */
+    h->slot_counts[slot]++;
+    h->count++;
+    h->sum += v;
+}
+
+static unsigned long long clamp_count(int n) { return n > 0 ? (unsigned long long)n : 0; }
+
+void metrics_record_request(Metrics *m, const char *endpoint, int status, double latency_s, double ttft_s,
+                            int prompt_tokens, int cached_tokens, int completion_tokens) {
+    if (!m) return;
+    char label[METRICS_LABEL_MAX + 1];
+    copy_label(label, endpoint ? endpoint : "unknown"); /* outside the lock: keeps the hold short */
+    if (!isfinite(latency_s) || latency_s < 0) latency_s = 0;
+    int has_ttft = status >= 200 && status < 300 && isfinite(ttft_s) && ttft_s >= 0;
+
+    pthread_mutex_lock(&m->lock);
+    MetricsTotals *t = &m->totals;
+    int ep = endpoint_slot(t, label);
+    status_pair(t, ep, status)->count++;
+    histogram_observe(&t->endpoints[ep].latency, LATENCY_BOUNDS, N_LATENCY_BOUNDS, latency_s);
+    if (has_ttft) histogram_observe(&t->endpoints[ep].ttft, TTFT_BOUNDS, N_TTFT_BOUNDS, ttft_s);
+    t->prompt_tokens += clamp_count(prompt_tokens);
+    t->cached_prompt_tokens += clamp_count(cached_tokens);
+    t->completion_tokens += clamp_count(completion_tokens);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_set_instance(Metrics *m, int instance, const InstanceStats *s) {
+    if (!m) return;
+    if (!s || instance < 0 || instance >= m->n_instances) {
+        LOG_WARN("metrics", "ignoring stats for instance %d (have %d instances%s)", instance, m->n_instances,
+                 s ? "" : ", no stats");
+        return;
+    }
+    pthread_mutex_lock(&m->lock);
+    m->instances[instance] = *s;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_set_inflight(Metrics *m, int inflight) {
+    if (!m) return;
+    pthread_mutex_lock(&m->lock);
+    m->totals.inflight = inflight;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_set_queued(Metrics *m, int queued) {
+    if (!m) return;
+    pthread_mutex_lock(&m->lock);
+    m->totals.queued = queued;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_count_rejected(Metrics *m) {
+    if (!m) return;
+    pthread_mutex_lock(&m->lock);
+    m->totals.rejected++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* ---------------------------------------------------------------- lifetime */
+
+Metrics *metrics_create(int n_instances, const char *model_name) {
+    if (n_instances < 0) n_instances = 0;
+    Metrics *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    /* calloc(0) may return NULL legitimately, so ask for at least one entry. */
+    m->instances = calloc(n_instances > 0 ? (size_t)n_instances : 1, sizeof *m->instances);
+    m->model_name = strdup(model_name ? model_name : "");
+    if (!m->instances || !m->model_name || pthread_mutex_init(&m->lock, NULL) != 0) {
+        free(m->instances);
+        free(m->model_name);
+        free(m);
+        return NULL;
+    }
+    m->n_instances = n_instances;
+    copy_label(m->totals.endpoints[OVERFLOW_ENDPOINT].label, METRICS_OVERFLOW_LABEL);
+    m->totals.pairs[OVERFLOW_PAIR].endpoint = OVERFLOW_ENDPOINT;
+    /* The two real endpoints exist from the start so dashboards see zero-valued histograms
+     * instead of missing series before the first request. */
+    endpoint_slot(&m->totals, "chat");
+    endpoint_slot(&m->totals, "completions");
+    return m;
+}
+
+void metrics_destroy(Metrics *m) {
+    if (!m) return;
+    pthread_mutex_destroy(&m->lock);
+    free(m->instances);
+    free(m->model_name);
+    free(m);
+}
+
+/* ---------------------------------------------------------------- text output */
+
+/* A growing output buffer; after the first allocation failure every append is a no-op and the
+ * render returns NULL, so the formatting code needs no error path of its own. */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    int failed;
+} TextOut;
+
+static int out_reserve(TextOut *o, size_t extra) {
+    if (o->failed) return -1;
+    if (o->len + extra + 1 <= o->cap) return 0;
+    size_t cap = o->cap ? o->cap : 4096;
+    while (o->len + extra + 1 > cap) cap *= 2;
+    char *buf = realloc(o->buf, cap);
+    if (!buf) {
+        o->failed = 1;
+        return -1;
+    }
+    o->buf = buf;
+    o->cap = cap;
+    return 0;
+}
+
+static void out_bytes(TextOut *o, const char *s, size_t n) {
+    if (out_reserve(o, n) != 0) return;
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+    o->buf[o->len] = '\0';
+}
+
+static void out_str(TextOut *o, const char *s) { out_bytes(o, s, strlen(s)); }
+
+static void out_printf(TextOut *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void out_printf(TextOut *o, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        o->failed = 1;
+        return;
+    }
+    if (out_reserve(o, (size_t)n) != 0) return;
+    va_start(ap, fmt);
+    vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+    va_end(ap);
+    o->len += (size_t)n;
+}
+
+/* Length of the valid UTF-8 sequence starting at s, or 0 when it is not one. Relies on the string
+ * being NUL-terminated: a NUL fails the continuation check before anything past it is read. */
+static int utf8_sequence_len(const unsigned char *s) {
+    unsigned char c = s[0];
+    if (c < 0x80) return 1;
+    int len;
+    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0) lo = 0xA0; /* overlong */
+        if (c == 0xED) hi = 0x9F; /* UTF-16 surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0) lo = 0x90; /* overlong */
+        if (c == 0xF4) hi = 0x8F; /* above U+10FFFF */
+    } else return 0;
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (int i = 2; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    return len;
+}
+
+/* Writes a label value escaped per the exposition format (\\, \", \n). The format requires UTF-8,
+ * and the model name comes from a file we do not control, so invalid bytes become U+FFFD rather
+ * than producing a scrape Prometheus would reject. */
+static void out_label_value(TextOut *o, const char *value) {
+    const unsigned char *s = (const unsigned char *)value;
+    while (*s) {
+        int n = utf8_sequence_len(s);
+        if (n == 0) out_str(o, "\xEF\xBF\xBD");
+        else if (*s == '\\') out_str(o, "\\\\");
+        else if (*s == '"') out_str(o, "\\\"");
+        else if (*s == '\n') out_str(o, "\\n");
+        else out_bytes(o, (const char *)s, (size_t)n);
+        s += n > 0 ? n : 1; /* an invalid byte is replaced alone; resync on the next one */
+    }
+}
+
+/* Shortest of %.15g / %.17g that reads back exactly, so bucket bounds print as "0.025" rather
+ * than "0.025000000000000001" while sums still round-trip. */
+static void format_double(char buf[40], double v) {
+    if (isinf(v)) {
+        strcpy(buf, v > 0 ? "+Inf" : "-Inf");
+        return;
+    }
+    if (isnan(v)) {
+        strcpy(buf, "NaN");
+        return;
+    }
+    snprintf(buf, 40, "%.15g", v);
+    if (strtod(buf, NULL) != v) snprintf(buf, 40, "%.17g", v);
+}
+
+static void out_family(TextOut *o, const char *name, const char *type, const char *help) {
+    out_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* ---------------------------------------------------------------- rendering */
+
+static void render_requests(TextOut *o, const MetricsTotals *t) {
+    out_family(o, "braid_requests_total", "counter", "Finished HTTP requests by endpoint and status code.");
+    for (int i = 0; i < METRICS_MAX_STATUS_PAIRS; i++) {
+        const StatusPair *p = &t->pairs[i];
+        if (i >= t->n_pairs && !(i == OVERFLOW_PAIR && p->count > 0)) continue;
+        out_str(o, "braid_requests_total{endpoint=\"");
+        out_label_value(o, t->endpoints[p->endpoint].label);
+        out_printf(o, "\",status=\"%d\"} %llu\n", p->status, p->count);
+    }
+}
+
+/* Emits `<name>_bucket{endpoint="..",le=".."}` cumulative counts, then `_sum` and `_count`. */
+static void render_histogram_series(TextOut *o, const char *name, const char *endpoint, const Histogram *h,
+                                    const double *bounds, int n_bounds) {
+    char num[40];
+    unsigned long long cumulative = 0;
+    for (int b = 0; b <= n_bounds; b++) {
+        cumulative += h->slot_counts[b];
+        format_double(num, b < n_bounds ? bounds[b] : INFINITY);
+        out_printf(o, "%s_bucket{endpoint=\"", name);
+        out_label_value(o, endpoint);
+        out_printf(o, "\",le=\"%s\"} %llu\n", num, cumulative);
+    }
+    assert(cumulative == h->count);
+    format_double(num, h->sum);
+    out_printf(o, "%s_sum{endpoint=\"", name);
+    out_label_value(o, endpoint);
+    out_printf(o, "\"} %s\n%s_count{endpoint=\"", num, name);
+    out_label_value(o, endpoint);
+    out_printf(o, "\"} %llu\n", h->count);
+}
+
+static void render_histograms(TextOut *o, const MetricsTotals *t, int ttft) {
+    const char *name = ttft ? "braid_time_to_first_token_seconds" : "braid_request_latency_seconds";
+    out_family(o, name, "histogram",
+               ttft ? "Seconds from request arrival to the first generated token (successful requests)."
+                    : "Seconds from request arrival to the end of the response.");
+    for (int i = 0; i < METRICS_MAX_ENDPOINTS; i++) {
+        const EndpointSeries *e = &t->endpoints[i];
+        /* The overflow slot shows up only once used (by overflow or by an explicit "_other"). */
+        if (i >= t->n_endpoints && !(i == OVERFLOW_ENDPOINT && e->latency.count > 0)) continue;
+        if (ttft) render_histogram_series(o, name, e->label, &e->ttft, TTFT_BOUNDS, N_TTFT_BOUNDS);
+        else render_histogram_series(o, name, e->label, &e->latency, LATENCY_BOUNDS, N_LATENCY_BOUNDS);
+    }
+}
+
+static void render_scalar(TextOut *o, const char *name, const char *type, const char *help, long long value) {
+    out_family(o, name, type, help);
+    out_printf(o, "%s %lld\n", name, value);
+}
+
+static void render_counter(TextOut *o, const char *name, const char *help, unsigned long long value) {
+    out_family(o, name, "counter", help);
+    out_printf(o, "%s %llu\n", name, value);
+}
+
+/* One per-instance family: where its value lives in InstanceStats, and whether it is an int gauge
+ * or an unsigned long long counter. */
+typedef struct {
+    const char *name, *help;
+    size_t offset;
+    int is_gauge; /* gauges are int fields, counters unsigned long long */
+} InstanceFamily;
+
+static const InstanceFamily INSTANCE_FAMILIES[] = {
+    {"braid_instance_waiting_requests", "Requests queued at the instance.", offsetof(InstanceStats, waiting), 1},
+    {"braid_instance_running_sequences", "Sequences the instance is running.", offsetof(InstanceStats, running), 1},
+    {"braid_instance_kv_blocks_used", "KV cache blocks in use.", offsetof(InstanceStats, pool_used_blocks), 1},
+    {"braid_instance_kv_blocks_total", "KV cache blocks in the pool.", offsetof(InstanceStats, pool_total_blocks), 1},
+    {"braid_instance_cached_prompt_tokens_total", "Prompt tokens served from the prefix cache.",
+     offsetof(InstanceStats, cached_prompt_tokens), 0},
+    {"braid_instance_computed_prompt_tokens_total", "Prompt tokens computed by prefill.",
+     offsetof(InstanceStats, computed_prompt_tokens), 0},
+    {"braid_instance_evicted_blocks_total", "KV cache blocks evicted.", offsetof(InstanceStats, evicted_blocks), 0},
+    {"braid_instance_preemptions_total", "Sequences preempted.", offsetof(InstanceStats, preemptions), 0},
+    {"braid_instance_generated_tokens_total", "Tokens generated.", offsetof(InstanceStats, generated_tokens), 0},
+};
+
+static void render_instances(TextOut *o, const InstanceStats *instances, int n_instances) {
+    size_t n_families = sizeof INSTANCE_FAMILIES / sizeof INSTANCE_FAMILIES[0];
+    for (size_t f = 0; f < n_families; f++) {
+        const InstanceFamily *fam = &INSTANCE_FAMILIES[f];
+        out_family(o, fam->name, fam->is_gauge ? "gauge" : "counter", fam->help);
+        for (int i = 0; i < n_instances; i++) {
+            const char *field = (const char *)&instances[i] + fam->offset;
+            if (fam->is_gauge) {
+                int v;
+                memcpy(&v, field, sizeof v);
+                out_printf(o, "%s{instance=\"%d\"} %d\n", fam->name, i, v);
+            } else {
+                unsigned long long v;
+                memcpy(&v, field, sizeof v);
+                out_printf(o, "%s{instance=\"%d\"} %llu\n", fam->name, i, v);
+            }
+        }
+    }
+}
+
+static void render_all(TextOut *o, const MetricsTotals *t, const InstanceStats *instances, int n_instances,
+                       const char *model_name) {
+    render_requests(o, t);
+    render_histograms(o, t, 0);
+    render_histograms(o, t, 1);
+    render_counter(o, "braid_prompt_tokens_total", "Prompt tokens of finished requests.", t->prompt_tokens);
+    render_counter(o, "braid_cached_prompt_tokens_total", "Prompt tokens of finished requests served from cache.",
+                   t->cached_prompt_tokens);
+    render_counter(o, "braid_completion_tokens_total", "Completion tokens of finished requests.",
+                   t->completion_tokens);
+    render_scalar(o, "braid_requests_inflight", "gauge", "Requests accepted and not yet finished.", t->inflight);
+    render_scalar(o, "braid_requests_queued", "gauge", "Requests waiting in the coordinator's queue.", t->queued);
+    render_counter(o, "braid_requests_rejected_total", "Requests rejected with 429 because the queue was full.",
+                   t->rejected);
+    render_instances(o, instances, n_instances);
+    out_family(o, "braid_model_info", "gauge", "The served model; the value is always 1.");
+    out_str(o, "braid_model_info{model=\"");
+    out_label_value(o, model_name);
+    out_str(o, "\"} 1\n");
+}
+
+char *metrics_render(Metrics *m) {
+    if (!m) return NULL;
+    /* Allocate the snapshot before locking so recorders never wait on malloc. */
+    MetricsTotals *snap = malloc(sizeof *snap);
+    InstanceStats *instances = malloc((m->n_instances > 0 ? (size_t)m->n_instances : 1) * sizeof *instances);
+    if (!snap || !instances) {
+        free(snap);
+        free(instances);
+        return NULL;
+    }
+    pthread_mutex_lock(&m->lock);
+    *snap = m->totals;
+    if (m->n_instances > 0) memcpy(instances, m->instances, (size_t)m->n_instances * sizeof *instances);
+    pthread_mutex_unlock(&m->lock);
+
+    TextOut o = {0};
+    render_all(&o, snap, instances, m->n_instances, m->model_name);
+    free(snap);
+    free(instances);
+    if (o.failed) {
+        free(o.buf);
+        return NULL;
+    }
+    return o.buf;
+}

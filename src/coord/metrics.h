@@ -1,0 +1,74 @@
+/*
+ * metrics.h — the coordinator's metrics registry, rendered for `GET /metrics` in the Prometheus
+ * text exposition format (version 0.0.4).
+ *
+ * Owns: every counter, gauge and histogram the coordinator exports (request outcomes and latencies,
+ * token totals, in-flight/queued/rejected requests, the latest per-instance stats reported by the
+ * worker leaders, and the model name). All series are prefixed `braid_`.
+ *
+ * Callers: the HTTP threads record each finished request (metrics_record_request) and rejections;
+ * the coordinator's MPI thread stores the absolute counters each instance leader sends
+ * (metrics_set_instance); the `/metrics` handler calls metrics_render.
+ *
+ * Thread-safety: every function except create/destroy may be called from any thread concurrently.
+ * One mutex guards the registry; recording holds it for a few arithmetic operations only, and
+ * rendering copies a snapshot under the lock and formats it after releasing it, so a slow scrape
+ * never stalls the request path. metrics_destroy must not race with any other call.
+ *
+ * Memory: metrics_create copies model_name; metrics_render returns a malloc'd NUL-terminated string
+ * the caller frees. Label tables are fixed-size: at most METRICS_MAX_ENDPOINTS distinct endpoints
+ * and METRICS_MAX_STATUS_PAIRS distinct (endpoint, status) pairs are tracked; beyond that, requests
+ * are folded into the endpoint label METRICS_OVERFLOW_LABEL (status "0" for the pair table) so
+ * memory stays bounded whatever callers pass.
+ */
+#ifndef BRAID_COORD_METRICS_H
+#define BRAID_COORD_METRICS_H
+
+enum {
+    METRICS_LABEL_MAX = 32,        /* endpoint labels are truncated to this many bytes */
+    METRICS_MAX_ENDPOINTS = 16,    /* distinct endpoint labels (latency/TTFT histograms) */
+    METRICS_MAX_STATUS_PAIRS = 64, /* distinct (endpoint, status) pairs in braid_requests_total */
+};
+
+/* Endpoint label that absorbs requests once a label table is full. */
+#define METRICS_OVERFLOW_LABEL "_other"
+
+typedef struct Metrics Metrics; /* opaque */
+
+/* n_instances: worker instances, labelled instance="0".."n-1" (negative is treated as 0).
+ * model_name may be NULL (rendered as ""). Returns NULL on out of memory. */
+Metrics *metrics_create(int n_instances, const char *model_name);
+void metrics_destroy(Metrics *m);
+
+/* One finished HTTP request. endpoint: "chat" or "completions" (others are labelled as given,
+ * truncated to METRICS_LABEL_MAX bytes; NULL reads as "unknown"); status: HTTP status code; latency
+ * and ttft in seconds (ttft < 0 = none, e.g. an error; only 2xx requests feed the TTFT histogram);
+ * prompt/cached/completion token counts (negative counts read as 0). A negative or non-finite
+ * latency is recorded as 0 so one bad clock reading cannot poison the sum. */
+void metrics_record_request(Metrics *m, const char *endpoint, int status, double latency_s, double ttft_s,
+                            int prompt_tokens, int cached_tokens, int completion_tokens);
+
+/* Latest absolute counters from instance i (sent periodically by its leader): replace, don't add. */
+typedef struct {
+    int waiting, running; /* queue depth and running sequences now */
+    int pool_used_blocks, pool_total_blocks;
+    unsigned long long cached_prompt_tokens, computed_prompt_tokens, evicted_blocks, preemptions, generated_tokens;
+} InstanceStats;
+
+/* Stores a copy of *s for instance `instance`. The index comes from an MPI peer, so an index out
+ * of [0, n_instances) or a NULL s is logged and ignored rather than trusted. */
+void metrics_set_instance(Metrics *m, int instance, const InstanceStats *s);
+
+/* Coordinator-side gauges: requests accepted but not finished (braid_requests_inflight), and
+ * requests waiting in the coordinator's own queue (braid_requests_queued). */
+void metrics_set_inflight(Metrics *m, int inflight);
+void metrics_set_queued(Metrics *m, int queued);
+
+/* Requests rejected with 429 because the queue was full. */
+void metrics_count_rejected(Metrics *m);
+
+/* Renders the Prometheus text exposition format (version 0.0.4) into a malloc'd NUL-terminated
+ * string; caller frees. NULL on out of memory. */
+char *metrics_render(Metrics *m);
+
+#endif

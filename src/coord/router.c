@@ -1,0 +1,73 @@
+#include "coord/router.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int router_init(Router *r, int n, int load_slack) {
+    memset(r, 0, sizeof *r);
+    r->n_instances = n;
+    r->load_slack = load_slack;
+    r->index = calloc((size_t)n, sizeof *r->index);
+    r->load = calloc((size_t)n, sizeof *r->load);
+    r->affinity = strmap_create(256);
+    if (!r->index || !r->load || !r->affinity) {
+        router_free(r);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) block_index_init(&r->index[i]);
+    return 0;
+}
+
+void router_free(Router *r) {
+    for (int i = 0; r->index && i < r->n_instances; i++) block_index_free(&r->index[i]);
+    free(r->index);
+    free(r->load);
+    if (r->affinity) strmap_destroy(r->affinity);
+    memset(r, 0, sizeof *r);
+}
+
+static int affinity_of(const Router *r, const char *workflow) {
+    int32_t v = 0;
+    if (!workflow || !*workflow || !strmap_get(r->affinity, workflow, strlen(workflow), &v)) return -1;
+    return v - 1;
+}
+
+/* Is candidate a better choice than best? Cache first, then affinity, then load, then index. */
+static int better(const Router *r, int cand, int cand_match, int best, int best_match, int affine) {
+    if (best < 0) return 1;
+    if (cand_match != best_match) return cand_match > best_match;
+    if ((cand == affine) != (best == affine)) return cand == affine;
+    return r->load[cand] < r->load[best];
+}
+
+RouteDecision router_pick(Router *r, const uint64_t *hashes, int n_hashes, const char *workflow) {
+    int min_load = r->load[0];
+    for (int i = 1; i < r->n_instances; i++)
+        if (r->load[i] < min_load) min_load = r->load[i];
+    int affine = affinity_of(r, workflow), best = -1, best_match = 0, any_match = 0;
+    for (int i = 0; i < r->n_instances; i++) {
+        if (r->load[i] > min_load + r->load_slack) continue; /* badly unbalanced: skip it */
+        int match = block_index_prefix(&r->index[i], hashes, n_hashes);
+        any_match |= match > 0;
+        if (better(r, i, match, best, best_match, affine)) best = i, best_match = match;
+    }
+    const char *reason = best_match > 0 ? "cache" : best == affine && any_match == 0 && affine >= 0 ? "affinity" : "load";
+    return (RouteDecision){.instance = best, .matched_blocks = best_match, .reason = reason};
+}
+
+void router_assigned(Router *r, int instance, const char *workflow) {
+    r->load[instance]++;
+    if (workflow && *workflow) strmap_put(r->affinity, workflow, strlen(workflow), instance + 1);
+}
+
+void router_finished(Router *r, int instance) {
+    if (r->load[instance] > 0) r->load[instance]--;
+}
+
+void router_stored(Router *r, int instance, const uint64_t *hashes, int n) {
+    for (int i = 0; i < n; i++) block_index_add(&r->index[instance], hashes[i]);
+}
+
+void router_evicted(Router *r, int instance, const uint64_t *hashes, int n) {
+    for (int i = 0; i < n; i++) block_index_remove(&r->index[instance], hashes[i]);
+}

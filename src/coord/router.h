@@ -1,0 +1,44 @@
+/*
+ * router.h — picks the instance for each request (ARCHITECTURE § 3, step 2).
+ *
+ * Prefers the instance whose prefix cache already holds the longest prefix of the prompt (by the
+ * per-instance BlockIndex the instances' KV reports keep current), unless that instance is badly
+ * overloaded compared with the least-loaded one: then only instances within the load slack
+ * compete. Ties go to the instance that served the workflow last (its history is most likely
+ * cached there), then to the least loaded, then to the lowest index.
+ * Load = requests the coordinator has routed to the instance and not yet seen finish.
+ * Owns the indexes and the workflow-affinity table. Not thread-safe (the coordinator's MPI thread).
+ */
+#ifndef BRAID_COORD_ROUTER_H
+#define BRAID_COORD_ROUTER_H
+
+#include <stdint.h>
+
+#include "common/strmap.h"
+#include "coord/block_index.h"
+
+typedef struct {
+    int n_instances;
+    BlockIndex *index; /* (n_instances) */
+    int *load;         /* (n_instances) */
+    StrMap *affinity;  /* workflow id -> instance + 1; grows with distinct workflow ids */
+    int load_slack;    /* an instance more than this many requests above the least loaded is "badly unbalanced" */
+} Router;
+
+typedef struct {
+    int instance;
+    int matched_blocks;  /* cached prefix the chosen instance is believed to hold */
+    const char *reason;  /* "cache", "affinity", "load" (for the event log) */
+} RouteDecision;
+
+int router_init(Router *r, int n_instances, int load_slack);
+void router_free(Router *r);
+/* hashes: chained hashes of the prompt's full blocks; workflow may be NULL. */
+RouteDecision router_pick(Router *r, const uint64_t *hashes, int n_hashes, const char *workflow);
+/* Bookkeeping: a request was sent to / finished on an instance. */
+void router_assigned(Router *r, int instance, const char *workflow);
+void router_finished(Router *r, int instance);
+void router_stored(Router *r, int instance, const uint64_t *hashes, int n);
+void router_evicted(Router *r, int instance, const uint64_t *hashes, int n);
+
+#endif

@@ -1,0 +1,428 @@
+#include "worker/instance_leader.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/content_hash.h"
+#include "common/grow.h"
+#include "common/log.h"
+#include "common/timeutil.h"
+#include "model/weight_shard.h"
+#include "transport/control_msg.h"
+#include "transport/ctrl_endpoint.h"
+#include "transport/mpi_error.h"
+#include "worker/step_msg.h"
+#include "transport/tp_collective_mpi.h"
+
+enum { COORDINATOR_RANK = 0, TAG_STEP = 1 };
+#define STATS_PERIOD_S 0.1
+
+/* What every rank of an instance holds for tensor parallelism. */
+typedef struct {
+    int tp_rank, tp_size;
+    TpCollective tp;
+    ModelWeights shard;
+    bool have_tp, have_shard;
+} TpSetup;
+
+/* A request the leader holds, with how many of its generated tokens the coordinator has seen. */
+typedef struct {
+    uint64_t req_id;
+    SchedRequest req;
+    int reported;
+} LeaderRequest;
+
+typedef struct {
+    const WorkerRoleConfig *cfg;
+    CtrlEndpoint ctrl;
+    Engine engine;
+    TpSetup tp;
+    LeaderRequest **active;
+    int n_active, cap_active;
+    uint64_t *block_hash;       /* (pool blocks) chained content hash of what each cached block holds */
+    uint64_t *stored, *evicted; /* hashes to report */
+    int n_stored, cap_stored, n_evicted, cap_evicted;
+    MsgTokens tokens;           /* this step's sampled tokens */
+    int cap_tokens;
+    bool shutting_down, failed;
+    double last_stats;
+    BraidError err;             /* first asynchronous failure (observer allocations) */
+} Leader;
+
+static void idle_sleep(double idle_for) {
+    /* Short naps while traffic is recent keep latency low; longer ones stop an idle rank burning a core. */
+    struct timespec ts = {0, idle_for < 0.05 ? 100000 : 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static int tp_setup(const WorkerRoleConfig *cfg, TpSetup *t, BraidError *err) {
+    memset(t, 0, sizeof *t);
+    if (mpi_check(MPI_Comm_rank(cfg->tp_comm, &t->tp_rank), "tp rank", err) ||
+        mpi_check(MPI_Comm_size(cfg->tp_comm, &t->tp_size), "tp size", err))
+        return -1;
+    if (t->tp_size == 1) return 0;
+    if (tp_collective_mpi_create(&t->tp, cfg->tp_comm, err)) return -1;
+    t->have_tp = true;
+    if (model_weights_shard(&cfg->model->weights, t->tp_rank, t->tp_size, &t->shard, err)) return -1;
+    t->have_shard = true;
+    return 0;
+}
+
+static void tp_teardown(TpSetup *t) {
+    if (t->have_shard) model_weights_free(&t->shard);
+    if (t->have_tp) tp_collective_destroy(&t->tp);
+    memset(t, 0, sizeof *t);
+}
+
+/* Every rank of the instance learns whether all of them set up; returns 1 when all did. */
+static int all_ranks_ok(MPI_Comm tp_comm, int ok) {
+    int all = 0;
+    if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, tp_comm) != MPI_SUCCESS) return 0;
+    return all;
+}
+
+/* ---- reports to the coordinator ---- */
+
+static int send_ready(Leader *L, bool ok, const char *error) {
+    const Engine *e = &L->engine;
+    MsgReady m = {.ok = ok, .n_blocks = ok ? block_pool_total(&e->sched.pool) : 0, .block_size = L->cfg->engine.block_size,
+                  .context_length = L->cfg->model->weights.cfg.context_length, .error = (char *)(error ? error : "")};
+    WireBuf b = {0};
+    msg_ready_encode(&b, &m);
+    return ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_READY, &b, &L->err);
+}
+
+static int send_stats(Leader *L) {
+    const Scheduler *s = &L->engine.sched;
+    MsgStats m = {.waiting = s->n_waiting, .running = s->n_running, .pool_used_blocks = s->pool.n_in_use,
+                  .pool_total_blocks = block_pool_total(&s->pool), .cached_prompt_tokens = s->counters.cached_prompt_tokens,
+                  .computed_prompt_tokens = s->counters.computed_prompt_tokens, .evicted_blocks = s->tree.counters.evicted_blocks,
+                  .preemptions = s->counters.preemptions, .generated_tokens = L->engine.generated_tokens};
+    WireBuf b = {0};
+    msg_stats_encode(&b, &m);
+    L->last_stats = braid_now_seconds();
+    return ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_STATS, &b, &L->err);
+}
+
+static int send_hashes(Leader *L, int type, uint64_t *hashes, int *n) {
+    if (*n == 0) return 0;
+    MsgHashes m = {.n = *n, .hashes = hashes};
+    WireBuf b = {0};
+    msg_hashes_encode(&b, &m);
+    *n = 0;
+    return ctrl_send(&L->ctrl, COORDINATOR_RANK, type, &b, &L->err);
+}
+
+static FinishReason reason_code(const SchedRequest *r) {
+    const char *why = r->finish_reason ? r->finish_reason : "error";
+    if (!strcmp(why, "stop")) return FINISH_STOP;
+    if (!strcmp(why, "length")) return FINISH_LENGTH;
+    if (!strcmp(why, "cancelled")) return FINISH_CANCELLED;
+    return FINISH_ERROR;
+}
+
+static int send_finish(Leader *L, const LeaderRequest *lr) {
+    const SchedRequest *r = &lr->req;
+    MsgFinish m = {.req_id = lr->req_id, .reason = (uint8_t)reason_code(r), .prompt_tokens = r->n_prompt,
+                   .cached_tokens = r->cached_tokens > 0 ? r->cached_tokens : 0,
+                   .completion_tokens = r->n_tokens - r->n_prompt, .preemptions = r->preemptions, .error = (char *)r->error};
+    WireBuf b = {0};
+    msg_finish_encode(&b, &m);
+    return ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_FINISH, &b, &L->err);
+}
+
+/* ---- prefix-cache mirror for the router ---- */
+
+static int push_hash(uint64_t **list, int *n, int *cap, uint64_t h) {
+    if (braid_grow((void **)list, cap, *n + 1, sizeof **list)) return -1;
+    (*list)[(*n)++] = h;
+    return 0;
+}
+
+static void on_stored(void *ctx, uint64_t ns, const int32_t *tokens, int first, int n_full, const int32_t *blocks) {
+    Leader *L = ctx;
+    uint64_t *chained = malloc((size_t)n_full * sizeof *chained), *chunk = malloc((size_t)n_full * sizeof *chunk);
+    if (chained && chunk) {
+        content_hash_blocks(ns, tokens, n_full, L->cfg->engine.block_size, chained, chunk);
+        for (int i = first; i < n_full; i++) {
+            L->block_hash[blocks[i]] = chained[i];
+            if (push_hash(&L->stored, &L->n_stored, &L->cap_stored, chained[i])) break;
+        }
+    }
+    free(chained);
+    free(chunk);
+}
+
+static void on_evicted(void *ctx, const int32_t *blocks, int n) {
+    Leader *L = ctx;
+    for (int i = 0; i < n; i++)
+        if (push_hash(&L->evicted, &L->n_evicted, &L->cap_evicted, L->block_hash[blocks[i]])) break;
+}
+
+/* ---- requests ---- */
+
+static LeaderRequest *find_request(Leader *L, uint64_t id) {
+    for (int i = 0; i < L->n_active; i++)
+        if (L->active[i]->req_id == id) return L->active[i];
+    return NULL;
+}
+
+static void request_free(LeaderRequest *lr) {
+    sched_request_free(&lr->req);
+    free(lr);
+}
+
+static int accept_submit(Leader *L, MsgSubmit *m) {
+    LeaderRequest *lr = calloc(1, sizeof *lr);
+    char id[32];
+    snprintf(id, sizeof id, "%llu", (unsigned long long)m->req_id);
+    if (!lr || braid_grow((void **)&L->active, &L->cap_active, L->n_active + 1, sizeof *L->active) || !(lr->req.id = strdup(id))) {
+        free(lr ? lr->req.id : NULL);
+        free(lr);
+        return braid_error_set(&L->err, "leader: out of memory accepting request %s", id);
+    }
+    lr->req_id = m->req_id;
+    SchedRequest *r = &lr->req;
+    r->tokens = m->tokens;
+    r->n_tokens = r->n_prompt = r->cap_tokens = m->n_tokens;
+    m->tokens = NULL;
+    r->max_tokens = m->max_tokens;
+    r->ns = m->ns;
+    r->ignore_eos = m->ignore_eos;
+    r->sampling = (SamplingParams){.temperature = m->temperature, .top_p = m->top_p, .top_k = m->top_k, .seed = m->seed};
+    L->active[L->n_active++] = lr;
+    /* A request the engine refuses is already marked finished with its error; report_progress sends it. */
+    engine_submit(&L->engine, r);
+    return 0;
+}
+
+static void handle_message(Leader *L, int type, const uint8_t *data, size_t len) {
+    WireReader rd = wire_reader(data, len);
+    if (type == MSG_SUBMIT) {
+        MsgSubmit m;
+        if (msg_submit_decode(&rd, &m)) {
+            LOG_WARN("leader", "instance %d: malformed submit message dropped", L->cfg->instance);
+            return;
+        }
+        if (accept_submit(L, &m)) L->failed = true;
+        msg_submit_free(&m);
+    } else if (type == MSG_CANCEL) {
+        uint64_t id = wire_get_u64(&rd);
+        LeaderRequest *lr = rd.failed ? NULL : find_request(L, id);
+        if (lr) sched_cancel(&L->engine.sched, &lr->req);
+    } else if (type == MSG_WORKFLOW_END) {
+        char *wf = wire_get_str(&rd);
+        LOG_DEBUG("leader", "instance %d: workflow %s ended", L->cfg->instance, wf ? wf : "?");
+        free(wf);
+    } else if (type == MSG_SHUTDOWN) {
+        L->shutting_down = true;
+    } else {
+        LOG_WARN("leader", "instance %d: unexpected %s message ignored", L->cfg->instance, msg_type_name(type));
+    }
+}
+
+/* Sends this step's new tokens in one message, then a FINISH for each request that ended. */
+static int report_progress(Leader *L) {
+    MsgTokens *t = &L->tokens;
+    t->n = 0;
+    for (int i = 0; i < L->n_active; i++) {
+        LeaderRequest *lr = L->active[i];
+        int generated = lr->req.n_tokens - lr->req.n_prompt;
+        for (; lr->reported < generated; lr->reported++) {
+            if (t->n == L->cap_tokens) {
+                int cap = L->cap_tokens ? 2 * L->cap_tokens : 256;
+                uint64_t *ids = realloc(t->req_ids, (size_t)cap * sizeof *ids);
+                if (ids) t->req_ids = ids;
+                int32_t *toks = ids ? realloc(t->tokens, (size_t)cap * sizeof *toks) : NULL;
+                if (toks) t->tokens = toks;
+                if (!ids || !toks) return braid_error_set(&L->err, "leader: out of memory reporting tokens");
+                L->cap_tokens = cap;
+            }
+            t->req_ids[t->n] = lr->req_id;
+            t->tokens[t->n++] = lr->req.tokens[lr->req.n_prompt + lr->reported];
+        }
+    }
+    if (t->n) {
+        WireBuf b = {0};
+        msg_tokens_encode(&b, t);
+        if (ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_TOKENS, &b, &L->err)) return -1;
+    }
+    for (int i = 0; i < L->n_active;) {
+        LeaderRequest *lr = L->active[i];
+        if (lr->req.state != REQ_FINISHED) {
+            i++;
+            continue;
+        }
+        if (send_finish(L, lr)) return -1;
+        request_free(lr);
+        L->active[i] = L->active[--L->n_active];
+    }
+    return 0;
+}
+
+/* ---- TP: the batch goes to the peers before the leader's own forward ---- */
+
+static int send_step(void *ctx, const ForwardBatch *batch, BraidError *err) {
+    Leader *L = ctx;
+    WireBuf b = {0};
+    step_msg_encode(&b, STEP_FORWARD, batch, L->cfg->engine.block_size);
+    if (b.failed) return wire_buf_free(&b), braid_error_set(err, "leader: out of memory encoding a step");
+    int rc = 0;
+    for (int peer = 1; peer < L->tp.tp_size && rc == 0; peer++)
+        rc = mpi_check(MPI_Send(b.data, (int)b.len, MPI_BYTE, peer, TAG_STEP, L->cfg->tp_comm), "step to a TP peer", err);
+    wire_buf_free(&b);
+    return rc;
+}
+
+static void stop_peers(const WorkerRoleConfig *cfg, int tp_size) {
+    uint8_t stop = STEP_STOP;
+    for (int peer = 1; peer < tp_size; peer++) MPI_Send(&stop, 1, MPI_BYTE, peer, TAG_STEP, cfg->tp_comm);
+}
+
+/* ---- the loops ---- */
+
+static int leader_init(Leader *L, const WorkerRoleConfig *cfg, BraidError *err) {
+    memset(L, 0, sizeof *L);
+    L->cfg = cfg;
+    ctrl_init(&L->ctrl, cfg->world);
+    int ok = tp_setup(cfg, &L->tp, err) == 0;
+    EngineConfig ec = cfg->engine;
+    if (ok && L->tp.tp_size > 1) {
+        ec.shard = &L->tp.shard;
+        ec.tp = &L->tp.tp;
+        ec.before_forward = send_step;
+        ec.before_forward_ctx = L;
+    }
+    if (ok && engine_init(&L->engine, cfg->model, &ec, err)) ok = 0;
+    if (ok) {
+        L->block_hash = calloc((size_t)ec.n_blocks, sizeof *L->block_hash);
+        if (!L->block_hash) ok = 0, braid_error_set(err, "leader: out of memory");
+        L->engine.sched.observer = (SchedObserver){.ctx = L, .stored = on_stored, .evicted = on_evicted};
+    }
+    if (!all_ranks_ok(cfg->tp_comm, ok) && ok) braid_error_set(err, "a TP peer of instance %d failed to set up (see its log)", cfg->instance), ok = 0;
+    return ok ? 0 : -1;
+}
+
+static void leader_free(Leader *L, bool engine_up) {
+    for (int i = 0; i < L->n_active; i++) request_free(L->active[i]);
+    free(L->active);
+    if (engine_up) engine_free(&L->engine);
+    tp_teardown(&L->tp);
+    free(L->block_hash);
+    free(L->stored);
+    free(L->evicted);
+    msg_tokens_free(&L->tokens);
+    ctrl_free(&L->ctrl);
+}
+
+static int leader_iteration(Leader *L, double *idle_since) {
+    int source, type;
+    uint8_t *data;
+    size_t len;
+    int got;
+    while ((got = ctrl_poll(&L->ctrl, &source, &type, &data, &len, &L->err)) == 1) {
+        if (source == COORDINATOR_RANK) handle_message(L, type, data, len);
+        free(data);
+    }
+    if (got < 0 || L->failed) return -1;
+    bool busy = !sched_idle(&L->engine.sched);
+    if (busy && engine_step(&L->engine, &L->err) < 0) return -1;
+    if (report_progress(L) || send_hashes(L, MSG_KV_STORED, L->stored, &L->n_stored) ||
+        send_hashes(L, MSG_KV_EVICTED, L->evicted, &L->n_evicted))
+        return -1;
+    double now = braid_now_seconds();
+    if (now - L->last_stats >= STATS_PERIOD_S && send_stats(L)) return -1;
+    if (ctrl_progress(&L->ctrl, &L->err)) return -1;
+    if (busy) *idle_since = now;
+    else idle_sleep(now - *idle_since);
+    return 0;
+}
+
+int instance_leader_run(const WorkerRoleConfig *cfg, BraidError *err) {
+    Leader *L = calloc(1, sizeof *L);
+    if (!L) return braid_error_set(err, "leader: out of memory");
+    bool up = leader_init(L, cfg, err) == 0;
+    int rc = 0;
+    if (!up) {
+        LOG_ERROR("leader", "instance %d: %s", cfg->instance, err->msg);
+        send_ready(L, false, err->msg);
+    } else {
+        LOG_INFO("leader", "instance %d ready: %d ranks, %d KV blocks of %d tokens", cfg->instance, L->tp.tp_size,
+                 block_pool_total(&L->engine.sched.pool), cfg->engine.block_size);
+        rc = send_ready(L, true, NULL);
+    }
+    double idle_since = braid_now_seconds();
+    /* After SHUTDOWN the coordinator has drained its clients; finish what is still here, then stop. */
+    while (rc == 0 && !(L->shutting_down && (!up || (sched_idle(&L->engine.sched) && L->n_active == 0)))) {
+        if (up) rc = leader_iteration(L, &idle_since);
+        else {
+            int source, type;
+            uint8_t *data;
+            size_t len;
+            int got = ctrl_poll(&L->ctrl, &source, &type, &data, &len, &L->err);
+            if (got == 1) L->shutting_down |= type == MSG_SHUTDOWN, free(data);
+            else idle_sleep(1.0);
+            rc = got < 0 ? -1 : 0;
+        }
+    }
+    if (rc) {
+        *err = L->err;
+        LOG_ERROR("leader", "instance %d: %s", cfg->instance, err->msg);
+    }
+    if (up && send_stats(L) == 0) ctrl_flush(&L->ctrl, &L->err);
+    else ctrl_flush(&L->ctrl, &L->err);
+    stop_peers(cfg, L->tp.tp_size ? L->tp.tp_size : 1);
+    leader_free(L, up);
+    free(L);
+    return rc;
+}
+
+int tp_peer_run(const WorkerRoleConfig *cfg, BraidError *err) {
+    TpSetup t;
+    Backend backend;
+    int ok = tp_setup(cfg, &t, err) == 0;
+    if (ok) {
+        BackendConfig bc = backend_config_default(cfg->engine.device, &cfg->model->weights.cfg, cfg->engine.n_blocks,
+                                                  cfg->engine.block_size, cfg->engine.max_batch_tokens);
+        bc.max_seqs = cfg->engine.max_running;
+        bc.tp = &t.tp;
+        bc.cuda_device = cfg->cuda_device;
+        ok = backend_create(&backend, &t.shard, &bc, err) == 0;
+    }
+    if (!ok) LOG_ERROR("tp-peer", "instance %d: %s", cfg->instance, err->msg);
+    ok = all_ranks_ok(cfg->tp_comm, ok) && ok;
+    int rc = 0;
+    double idle_since = braid_now_seconds();
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        if ((rc = mpi_check(MPI_Iprobe(0, TAG_STEP, cfg->tp_comm, &flag, &st), "probe for a step", err))) break;
+        if (!flag) {
+            idle_sleep(braid_now_seconds() - idle_since);
+            continue;
+        }
+        int count = 0;
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        uint8_t *data = malloc((size_t)count + 1);
+        if (!data) { rc = braid_error_set(err, "tp peer: out of memory for a %d-byte step", count); break; }
+        rc = mpi_check(MPI_Recv(data, count, MPI_BYTE, 0, TAG_STEP, cfg->tp_comm, MPI_STATUS_IGNORE), "receive a step", err);
+        StepMsg m;
+        WireReader rd = wire_reader(data, (size_t)count);
+        if (rc == 0 && step_msg_decode(&rd, cfg->engine.block_size, &m)) rc = braid_error_set(err, "tp peer: malformed step");
+        free(data);
+        if (rc) break;
+        if (m.kind == STEP_STOP) break;
+        /* A peer that could not set up still has to drain steps; the leader refused to serve, so none come. */
+        if (ok) {
+            ForwardOutput out = {0};
+            rc = backend_forward(&backend, &m.batch, &out, err);
+        }
+        step_msg_free(&m);
+        if (rc) break;
+        idle_since = braid_now_seconds();
+    }
+    if (ok) backend_destroy(&backend);
+    tp_teardown(&t);
+    return rc;
+}

@@ -1,0 +1,37 @@
+/*
+ * instance_leader.h — the cluster roles of worker ranks: an instance's leader and its TP peers.
+ *
+ * The leader (tp_rank 0) owns the instance's engine (scheduler, prefix cache, backend on its
+ * weight shard). It takes SUBMIT / CANCEL / WORKFLOW_END / SHUTDOWN from the coordinator, runs
+ * engine steps while there is work, and reports back: one TOKENS message per step with every token
+ * sampled in it, FINISH per ended request, STATS about every 100 ms, and KV_STORED / KV_EVICTED
+ * with the chained content hashes of blocks entering and leaving its prefix cache. With T > 1 it
+ * sends each step's batch to its peers (step_msg.h) before running its own share of the forward.
+ * A peer runs the same forward on its shard for every batch it receives, until a STOP.
+ * After SHUTDOWN the leader finishes every request it holds, then stops its peers and returns.
+ * Both loops sleep briefly when idle instead of spinning (ranks may share cores).
+ * Single-threaded: each runs on its rank's main thread, which owns MPI there.
+ */
+#ifndef BRAID_WORKER_INSTANCE_LEADER_H
+#define BRAID_WORKER_INSTANCE_LEADER_H
+
+#include <mpi.h>
+
+#include "model/model.h"
+#include "worker/engine.h"
+
+typedef struct {
+    const BraidModel *model;
+    EngineConfig engine;       /* shard / tp / before_forward are filled in by the role */
+    MPI_Comm world;            /* the coordinator is rank 0 here */
+    MPI_Comm tp_comm;          /* this instance's ranks; the leader is rank 0 */
+    int instance;              /* index, for logs */
+    int cuda_device;
+} WorkerRoleConfig;
+
+/* Runs until the coordinator's SHUTDOWN has been honoured. Returns 0, or -1 with err filled. */
+int instance_leader_run(const WorkerRoleConfig *cfg, BraidError *err);
+/* Runs until the leader's STOP. */
+int tp_peer_run(const WorkerRoleConfig *cfg, BraidError *err);
+
+#endif

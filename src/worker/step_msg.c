@@ -1,0 +1,72 @@
+#include "worker/step_msg.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int blocks_for(int n_ctx, int block_size) { return (n_ctx + block_size - 1) / block_size; }
+
+void step_msg_encode(WireBuf *b, StepKind kind, const ForwardBatch *fb, int block_size) {
+    wire_put_u8(b, (uint8_t)kind);
+    if (kind != STEP_FORWARD) return;
+    wire_put_i32s(b, fb->tokens, fb->n_tokens);
+    wire_put_i32s(b, fb->positions, fb->n_tokens);
+    wire_put_i32s(b, fb->slot_mapping, fb->n_tokens);
+    wire_put_i32s(b, fb->seq_start, fb->n_seqs + 1);
+    wire_put_i32s(b, fb->seq_n_ctx, fb->n_seqs);
+    int total = 0;
+    for (int s = 0; s < fb->n_seqs; s++) total += blocks_for(fb->seq_n_ctx[s], block_size);
+    wire_put_i32(b, total);
+    for (int s = 0; s < fb->n_seqs; s++)
+        wire_put(b, fb->block_tables[s], (size_t)blocks_for(fb->seq_n_ctx[s], block_size) * sizeof(int32_t));
+}
+
+/* Checks the decoded arrays agree with each other before the forward pass trusts them. */
+static int consistent(const StepMsg *m, int n_tok, int n_pos, int n_slots, int n_start, int n_ctx) {
+    if (n_tok <= 0 || n_pos != n_tok || n_slots != n_tok || n_start < 2 || n_ctx != n_start - 1) return 0;
+    if (m->seq_start[0] != 0 || m->seq_start[n_ctx] != n_tok) return 0;
+    for (int s = 0; s < n_ctx; s++)
+        if (m->seq_start[s + 1] < m->seq_start[s] || m->seq_ctx[s] < 1) return 0;
+    return 1;
+}
+
+int step_msg_decode(WireReader *r, int block_size, StepMsg *m) {
+    memset(m, 0, sizeof *m);
+    m->kind = (StepKind)wire_get_u8(r);
+    if (r->failed) return -1;
+    if (m->kind == STEP_STOP) return r->off == r->len ? 0 : -1;
+    if (m->kind != STEP_FORWARD) return -1;
+    int n_tok, n_pos, n_slots, n_start, n_ctx;
+    m->tokens = wire_get_i32s(r, &n_tok);
+    m->positions = wire_get_i32s(r, &n_pos);
+    m->slots = wire_get_i32s(r, &n_slots);
+    m->seq_start = wire_get_i32s(r, &n_start);
+    m->seq_ctx = wire_get_i32s(r, &n_ctx);
+    if (r->failed || !consistent(m, n_tok, n_pos, n_slots, n_start, n_ctx)) goto bad;
+    int total = wire_get_i32(r), want = 0;
+    for (int s = 0; s < n_ctx; s++) want += blocks_for(m->seq_ctx[s], block_size);
+    if (r->failed || total != want) goto bad;
+    m->table_data = malloc((size_t)total * sizeof *m->table_data + 1);
+    m->tables = malloc((size_t)n_ctx * sizeof *m->tables);
+    if (!m->table_data || !m->tables) goto bad;
+    wire_get(r, m->table_data, (size_t)total * sizeof *m->table_data);
+    if (r->failed || r->off != r->len) goto bad;
+    for (int s = 0, off = 0; s < n_ctx; off += blocks_for(m->seq_ctx[s], block_size), s++) m->tables[s] = m->table_data + off;
+    m->batch = (ForwardBatch){.n_tokens = n_tok, .tokens = m->tokens, .positions = m->positions, .slot_mapping = m->slots,
+                              .n_seqs = n_ctx, .seq_start = m->seq_start, .block_tables = (const int32_t *const *)m->tables,
+                              .seq_n_ctx = m->seq_ctx};
+    return 0;
+bad:
+    step_msg_free(m);
+    return -1;
+}
+
+void step_msg_free(StepMsg *m) {
+    free(m->tokens);
+    free(m->positions);
+    free(m->slots);
+    free(m->seq_start);
+    free(m->seq_ctx);
+    free(m->table_data);
+    free(m->tables);
+    memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,341 @@
+/* Coordinator metrics registry: exact rendered values, label escaping, exposition-format syntax of
+ * every line, bounded label tables, and exact totals under concurrent recording. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <pthread.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord/metrics.h"
+
+/* 1 when `line` is one whole line of text. */
+static int has_line(const char *text, const char *line) {
+    size_t n = strlen(line);
+    for (const char *p = text; (p = strstr(p, line)) != NULL; p++) {
+        int starts = p == text || p[-1] == '\n';
+        if (starts && p[n] == '\n') return 1;
+    }
+    return 0;
+}
+
+static void assert_line(const char *text, const char *line) {
+    if (!has_line(text, line)) fail_msg("missing line: %s\n--- rendered ---\n%s", line, text);
+}
+
+static int is_number(const char *s) {
+    if (strcmp(s, "+Inf") == 0 || strcmp(s, "-Inf") == 0 || strcmp(s, "NaN") == 0) return 1;
+    char *end;
+    strtod(s, &end);
+    return end != s && *end == '\0';
+}
+
+/* Family a sample belongs to: its name less a histogram suffix. */
+static void family_of(const char *sample, char *family, size_t cap) {
+    size_t n = strcspn(sample, "{ ");
+    snprintf(family, cap, "%.*s", (int)n, sample);
+    static const char *const suffixes[] = {"_bucket", "_sum", "_count"};
+    for (size_t i = 0; i < 3; i++) {
+        size_t fl = strlen(family), sl = strlen(suffixes[i]);
+        if (fl <= sl || strcmp(family + fl - sl, suffixes[i]) != 0) continue;
+        family[fl - sl] = '\0';
+        return;
+    }
+}
+
+/* Checks the whole text against the exposition format: `name{labels} value` or `name value`,
+ * a numeric value, every sample preceded by its family's TYPE (histogram samples by their base
+ * name's), HELP and TYPE for every family, no duplicate series, trailing newline. */
+static void assert_valid_exposition(const char *text) {
+    regex_t re;
+    const char *label = "[a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\]|\\\\.)*\"";
+    char pattern[512];
+    snprintf(pattern, sizeof pattern, "^[a-zA-Z_:][a-zA-Z0-9_:]*(\\{%s(,%s)*\\})? ([^ ]+)$", label, label);
+    assert_int_equal(regcomp(&re, pattern, REG_EXTENDED), 0);
+    assert_true(strlen(text) > 0 && text[strlen(text) - 1] == '\n');
+
+    char *copy = strdup(text);
+    assert_non_null(copy);
+    char *save = NULL, *seen_series = calloc(1, strlen(text) + 2);
+    assert_non_null(seen_series);
+    char current_type[256] = "", current_help[256] = "";
+    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char name[256];
+        if (sscanf(line, "# HELP %255s", name) == 1) {
+            snprintf(current_help, sizeof current_help, "%s", name);
+            continue;
+        }
+        if (sscanf(line, "# TYPE %255s", name) == 1) {
+            assert_string_equal(name, current_help); /* HELP comes right before its TYPE */
+            snprintf(current_type, sizeof current_type, "%s", name);
+            continue;
+        }
+        assert_true(line[0] != '#');
+        regmatch_t match[6];
+        if (regexec(&re, line, 6, match, 0) != 0) fail_msg("malformed sample line: %s", line);
+        assert_true(is_number(strrchr(line, ' ') + 1));
+        char family[256];
+        family_of(line, family, sizeof family);
+        if (strcmp(family, current_type) != 0) fail_msg("sample %s outside its family's TYPE (%s)", line, current_type);
+
+        /* Series identity is everything before the value; seen_series holds "\n<id>\n" entries. */
+        size_t id_len = (size_t)(strrchr(line, ' ') - line);
+        char needle[1024];
+        snprintf(needle, sizeof needle, "\n%.*s\n", (int)id_len, line);
+        if (strstr(seen_series, needle)) fail_msg("duplicate series: %s", line);
+        strcat(seen_series, needle + (seen_series[0] ? 1 : 0));
+    }
+    free(seen_series);
+    free(copy);
+    regfree(&re);
+}
+
+static void test_request_counters_and_histograms(void **state) {
+    (void)state;
+    Metrics *m = metrics_create(2, "SmolLM2");
+    assert_non_null(m);
+    /* Latencies and TTFTs are binary fractions so the sums print exactly. */
+    metrics_record_request(m, "chat", 200, 0.5, 0.125, 10, 4, 5);
+    metrics_record_request(m, "chat", 200, 1.5, 0.25, 20, 0, 7); /* 0.25 lands in le="0.25": le is inclusive */
+    metrics_record_request(m, "chat", 500, 0.03125, -1, 3, 0, 0);
+    metrics_record_request(m, "chat", 400, 0.03125, 0.5, 1, 0, 0); /* an error's TTFT is not observed */
+    metrics_record_request(m, "completions", 200, 200, 0.004, 6, 2, 9);
+    metrics_set_inflight(m, 3);
+    metrics_set_queued(m, 2);
+    metrics_count_rejected(m);
+    metrics_count_rejected(m);
+    char *text = metrics_render(m);
+    assert_non_null(text);
+
+    assert_line(text, "# HELP braid_requests_total Finished HTTP requests by endpoint and status code.");
+    assert_line(text, "# TYPE braid_requests_total counter");
+    assert_line(text, "braid_requests_total{endpoint=\"chat\",status=\"200\"} 2");
+    assert_line(text, "braid_requests_total{endpoint=\"chat\",status=\"500\"} 1");
+    assert_line(text, "braid_requests_total{endpoint=\"chat\",status=\"400\"} 1");
+    assert_line(text, "braid_requests_total{endpoint=\"completions\",status=\"200\"} 1");
+
+    assert_line(text, "# TYPE braid_request_latency_seconds histogram");
+    assert_line(text, "braid_request_latency_seconds_bucket{endpoint=\"chat\",le=\"0.025\"} 0");
+    assert_line(text, "braid_request_latency_seconds_bucket{endpoint=\"chat\",le=\"0.05\"} 2");
+    assert_line(text, "braid_request_latency_seconds_bucket{endpoint=\"chat\",le=\"0.25\"} 2");
+    assert_line(text, "braid_request_latency_seconds_bucket{endpoint=\"chat\",le=\"0.5\"} 3");
+    assert_line(text, "braid_request_latency_seconds_bucket{endpoint=\"chat\",le=\"1\"} 3");
+    assert_line(text, "braid_request_latency_seconds_bucket{endpoint=\"chat\",le=\"2.5\"} 4");
+    assert_line(text, "braid_request_latency_seconds_bucket{endpoint=\"chat\",le=\"120\"} 4");
+    assert_line(text, "braid_request_latency_seconds_bucket{endpoint=\"chat\",le=\"+Inf\"} 4");
+    assert_line(text, "braid_request_latency_seconds_sum{endpoint=\"chat\"} 2.0625");
+    assert_line(text, "braid_request_latency_seconds_count{endpoint=\"chat\"} 4");
+    assert_line(text, "braid_request_latency_seconds_bucket{endpoint=\"completions\",le=\"120\"} 0");
+    assert_line(text, "braid_request_latency_seconds_bucket{endpoint=\"completions\",le=\"+Inf\"} 1");
+    assert_line(text, "braid_request_latency_seconds_sum{endpoint=\"completions\"} 200");
+    assert_line(text, "braid_request_latency_seconds_count{endpoint=\"completions\"} 1");
+
+    assert_line(text, "# TYPE braid_time_to_first_token_seconds histogram");
+    assert_line(text, "braid_time_to_first_token_seconds_bucket{endpoint=\"chat\",le=\"0.1\"} 0");
+    assert_line(text, "braid_time_to_first_token_seconds_bucket{endpoint=\"chat\",le=\"0.25\"} 2");
+    assert_line(text, "braid_time_to_first_token_seconds_bucket{endpoint=\"chat\",le=\"+Inf\"} 2");
+    assert_line(text, "braid_time_to_first_token_seconds_sum{endpoint=\"chat\"} 0.375");
+    assert_line(text, "braid_time_to_first_token_seconds_count{endpoint=\"chat\"} 2");
+    assert_line(text, "braid_time_to_first_token_seconds_bucket{endpoint=\"completions\",le=\"0.005\"} 1");
+    assert_line(text, "braid_time_to_first_token_seconds_count{endpoint=\"completions\"} 1");
+
+    assert_line(text, "braid_prompt_tokens_total 40");
+    assert_line(text, "braid_cached_prompt_tokens_total 6");
+    assert_line(text, "braid_completion_tokens_total 21");
+    assert_line(text, "# TYPE braid_requests_inflight gauge");
+    assert_line(text, "braid_requests_inflight 3");
+    assert_line(text, "braid_requests_queued 2");
+    assert_line(text, "# TYPE braid_requests_rejected_total counter");
+    assert_line(text, "braid_requests_rejected_total 2");
+    assert_line(text, "# TYPE braid_model_info gauge");
+    assert_line(text, "braid_model_info{model=\"SmolLM2\"} 1");
+    assert_valid_exposition(text);
+    free(text);
+    metrics_destroy(m);
+}
+
+static void test_instance_stats_replace(void **state) {
+    (void)state;
+    Metrics *m = metrics_create(2, "m");
+    assert_non_null(m);
+    char *text = metrics_render(m); /* before any report: zeros, not missing series */
+    assert_non_null(text);
+    assert_line(text, "braid_instance_waiting_requests{instance=\"1\"} 0");
+    assert_line(text, "braid_instance_generated_tokens_total{instance=\"0\"} 0");
+    free(text);
+
+    InstanceStats a = {1, 2, 3, 100, 10, 20, 30, 40, 50};
+    InstanceStats b = {4, 5, 60, 128, 1000, 2000, 3000, 4000, 5000000000ULL};
+    metrics_set_instance(m, 0, &a);
+    metrics_set_instance(m, 1, &a);
+    metrics_set_instance(m, 1, &b); /* replaces, does not add */
+    metrics_set_instance(m, 2, &b); /* out of range: ignored */
+    metrics_set_instance(m, -1, &b);
+    metrics_set_instance(m, 0, NULL);
+    text = metrics_render(m);
+    assert_non_null(text);
+    assert_line(text, "# TYPE braid_instance_waiting_requests gauge");
+    assert_line(text, "braid_instance_waiting_requests{instance=\"0\"} 1");
+    assert_line(text, "braid_instance_waiting_requests{instance=\"1\"} 4");
+    assert_line(text, "braid_instance_running_sequences{instance=\"1\"} 5");
+    assert_line(text, "braid_instance_kv_blocks_used{instance=\"0\"} 3");
+    assert_line(text, "braid_instance_kv_blocks_used{instance=\"1\"} 60");
+    assert_line(text, "braid_instance_kv_blocks_total{instance=\"1\"} 128");
+    assert_line(text, "# TYPE braid_instance_cached_prompt_tokens_total counter");
+    assert_line(text, "braid_instance_cached_prompt_tokens_total{instance=\"1\"} 1000");
+    assert_line(text, "braid_instance_computed_prompt_tokens_total{instance=\"0\"} 20");
+    assert_line(text, "braid_instance_evicted_blocks_total{instance=\"1\"} 3000");
+    assert_line(text, "braid_instance_preemptions_total{instance=\"0\"} 40");
+    assert_line(text, "braid_instance_generated_tokens_total{instance=\"1\"} 5000000000");
+    assert_null(strstr(text, "instance=\"2\""));
+    assert_valid_exposition(text);
+    free(text);
+    metrics_destroy(m);
+}
+
+static void test_label_escaping(void **state) {
+    (void)state;
+    Metrics *m = metrics_create(0, "we\"ird\\name\nv2\xff");
+    assert_non_null(m);
+    metrics_record_request(m, "a\"b\\c", 200, 0.1, 0.1, 0, 0, 0);
+    /* 40 bytes: truncated to 32. */
+    metrics_record_request(m, "0123456789012345678901234567890123456789", 200, 0.1, 0.1, 0, 0, 0);
+    /* 31 ASCII bytes then a 2-byte character straddling the cut: the whole character goes. */
+    metrics_record_request(m, "abcdefghijklmnopqrstuvwxyz01234\xc3\xa9", 404, 0.1, -1, 0, 0, 0);
+    metrics_record_request(m, NULL, 200, 0.1, 0.1, 0, 0, 0);
+    char *text = metrics_render(m);
+    assert_non_null(text);
+    /* Invalid UTF-8 (0xff) becomes U+FFFD so the scrape stays valid UTF-8. */
+    assert_line(text, "braid_model_info{model=\"we\\\"ird\\\\name\\nv2\xef\xbf\xbd\"} 1");
+    assert_line(text, "braid_requests_total{endpoint=\"a\\\"b\\\\c\",status=\"200\"} 1");
+    assert_line(text, "braid_request_latency_seconds_count{endpoint=\"a\\\"b\\\\c\"} 1");
+    assert_line(text, "braid_requests_total{endpoint=\"01234567890123456789012345678901\",status=\"200\"} 1");
+    assert_line(text, "braid_requests_total{endpoint=\"abcdefghijklmnopqrstuvwxyz01234\",status=\"404\"} 1");
+    assert_line(text, "braid_requests_total{endpoint=\"unknown\",status=\"200\"} 1");
+    assert_valid_exposition(text);
+    free(text);
+    metrics_destroy(m);
+}
+
+static void test_label_tables_bounded(void **state) {
+    (void)state;
+    Metrics *m = metrics_create(1, "m");
+    assert_non_null(m);
+    char endpoint[32];
+    for (int i = 0; i < 100; i++) {
+        snprintf(endpoint, sizeof endpoint, "ep%d", i);
+        metrics_record_request(m, endpoint, 200, 1, 0.5, 1, 0, 1);
+    }
+    for (int status = 100; status < 200; status++) metrics_record_request(m, "chat", status, 1, -1, 0, 0, 0);
+    metrics_record_request(m, METRICS_OVERFLOW_LABEL, 0, 1, -1, 0, 0, 0); /* merges with the overflow row */
+    char *text = metrics_render(m);
+    assert_non_null(text);
+    assert_valid_exposition(text); /* includes: no duplicate series */
+
+    /* Every request is counted exactly once across the bounded rows. */
+    unsigned long long total = 0, rows = 0, latency_total = 0;
+    for (const char *p = text; (p = strstr(p, "\nbraid_requests_total{")) != NULL; p++) {
+        total += strtoull(strchr(strchr(p, '}'), ' ') + 1, NULL, 10);
+        rows++;
+    }
+    for (const char *p = text; (p = strstr(p, "\nbraid_request_latency_seconds_count{")) != NULL; p++)
+        latency_total += strtoull(strchr(strchr(p, '}'), ' ') + 1, NULL, 10);
+    assert_int_equal(total, 201);
+    assert_int_equal(latency_total, 201);
+    assert_true(rows <= METRICS_MAX_STATUS_PAIRS);
+    assert_true(has_line(text, "braid_prompt_tokens_total 100"));
+    free(text);
+    metrics_destroy(m);
+}
+
+enum { N_THREADS = 4, RECORDS_PER_THREAD = 10000 };
+
+typedef struct {
+    Metrics *m;
+    int id;
+} WorkerArg;
+
+static void *record_worker(void *p) {
+    WorkerArg *arg = p;
+    for (int i = 0; i < RECORDS_PER_THREAD; i++) {
+        if (i % 2 == 0) metrics_record_request(arg->m, "chat", 200, 0.5, 0.25, 3, 1, 2);
+        else metrics_record_request(arg->m, "completions", 503, 2, -1, 1, 0, 0);
+        metrics_count_rejected(arg->m);
+        if (i % 1000 == 0) {
+            InstanceStats s = {.waiting = i, .generated_tokens = (unsigned long long)i};
+            metrics_set_instance(arg->m, arg->id, &s);
+            metrics_set_inflight(arg->m, i);
+        }
+    }
+    return NULL;
+}
+
+/* Scrapes while the recorders run, so the snapshot path is exercised under contention too. */
+static void *render_worker(void *p) {
+    Metrics *m = p;
+    for (int i = 0; i < 50; i++) {
+        char *text = metrics_render(m);
+        if (!text) return (void *)1;
+        free(text);
+    }
+    return NULL;
+}
+
+static void test_concurrent_recording(void **state) {
+    (void)state;
+    Metrics *m = metrics_create(N_THREADS, "m");
+    assert_non_null(m);
+    pthread_t threads[N_THREADS], renderer;
+    WorkerArg args[N_THREADS];
+    for (int t = 0; t < N_THREADS; t++) {
+        args[t] = (WorkerArg){m, t};
+        assert_int_equal(pthread_create(&threads[t], NULL, record_worker, &args[t]), 0);
+    }
+    assert_int_equal(pthread_create(&renderer, NULL, render_worker, m), 0);
+    for (int t = 0; t < N_THREADS; t++) assert_int_equal(pthread_join(threads[t], NULL), 0);
+    void *render_result;
+    assert_int_equal(pthread_join(renderer, &render_result), 0);
+    assert_null(render_result);
+
+    char *text = metrics_render(m);
+    assert_non_null(text);
+    assert_line(text, "braid_requests_total{endpoint=\"chat\",status=\"200\"} 20000");
+    assert_line(text, "braid_requests_total{endpoint=\"completions\",status=\"503\"} 20000");
+    assert_line(text, "braid_request_latency_seconds_count{endpoint=\"chat\"} 20000");
+    assert_line(text, "braid_request_latency_seconds_sum{endpoint=\"chat\"} 10000");
+    assert_line(text, "braid_request_latency_seconds_bucket{endpoint=\"chat\",le=\"0.5\"} 20000");
+    assert_line(text, "braid_request_latency_seconds_bucket{endpoint=\"completions\",le=\"1\"} 0");
+    assert_line(text, "braid_request_latency_seconds_bucket{endpoint=\"completions\",le=\"2.5\"} 20000");
+    assert_line(text, "braid_request_latency_seconds_sum{endpoint=\"completions\"} 40000");
+    assert_line(text, "braid_time_to_first_token_seconds_count{endpoint=\"chat\"} 20000");
+    assert_line(text, "braid_time_to_first_token_seconds_sum{endpoint=\"chat\"} 5000");
+    assert_line(text, "braid_time_to_first_token_seconds_count{endpoint=\"completions\"} 0");
+    assert_line(text, "braid_prompt_tokens_total 80000");
+    assert_line(text, "braid_cached_prompt_tokens_total 20000");
+    assert_line(text, "braid_completion_tokens_total 40000");
+    assert_line(text, "braid_requests_rejected_total 40000");
+    assert_line(text, "braid_requests_inflight 9000");
+    for (int t = 0; t < N_THREADS; t++) {
+        char line[128];
+        snprintf(line, sizeof line, "braid_instance_waiting_requests{instance=\"%d\"} 9000", t);
+        assert_line(text, line);
+    }
+    assert_valid_exposition(text);
+    free(text);
+    metrics_destroy(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_request_counters_and_histograms),
+        cmocka_unit_test(test_instance_stats_replace),
+        cmocka_unit_test(test_label_escaping),
+        cmocka_unit_test(test_label_tables_bounded),
+        cmocka_unit_test(test_concurrent_recording),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
