@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 build_dir=${1:-build}
 shift || true
 
-packages=(build-essential cmake pkg-config python3 python3-pip
-          libopenblas-openmp-dev libcmocka-dev libjansson-dev libxxhash-dev)
+packages=(build-essential cmake pkg-config python3 python3-pip python3-venv curl
+          libopenblas-openmp-dev libcmocka-dev libjansson-dev libxxhash-dev
+          openmpi-bin libopenmpi-dev libmicrohttpd-dev libcurl4-openssl-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")

@@ -1,47 +1,532 @@
+/*
+ * api_request.c — OpenAI request bodies to ApiRequest; the contract is in api_request.h.
+ *
+ * Shape: one small reader per field or group of fields, each returning 0, or -1 with the error set.
+ * Readers fill the request as they go and never unwind: when one fails, api_request_parse frees
+ * whatever was filled. Every error message starts with the field's name (as does param), so a
+ * client sees at once which part of its body to fix.
+ */
 #include "coord/api_request.h"
 
+#include <assert.h>
 #include <jansson.h>
-#include <math.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_MESSAGES 4096
-#define MAX_STOPS 4
-#define MAX_LABEL 256
+/* How much of a client-supplied string an error message quotes; enough to recognise it. */
+#define QUOTE_BYTES 64
 
-int api_error_set(ApiError *e, int status, const char *param, const char *code, const char *fmt, ...) {
-    e->status = status;
-    snprintf(e->type, sizeof e->type, "%s",
-             status == 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error");
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+static const char *const known_roles[] = {"system", "developer", "user", "assistant", "tool"};
+
+/* ---- UTF-8 ---- */
+
+/* Length of the well-formed UTF-8 sequence at s (avail bytes readable), or 0 when the bytes there
+ * are not one: a stray continuation byte, an overlong form, a surrogate, or past U+10FFFF. */
+static size_t utf8_sequence_length(const unsigned char *s, size_t avail) {
+    unsigned char lead = s[0], lo = 0x80, hi = 0xBF;
+    size_t len;
+    if (lead < 0x80) return 1;
+    if (lead >= 0xC2 && lead <= 0xDF) {
+        len = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+        len = 3;
+        if (lead == 0xE0) lo = 0xA0; /* overlong below U+0800 */
+        if (lead == 0xED) hi = 0x9F; /* surrogates */
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+        len = 4;
+        if (lead == 0xF0) lo = 0x90; /* overlong below U+10000 */
+        if (lead == 0xF4) hi = 0x8F; /* past U+10FFFF */
+    } else {
+        return 0;
+    }
+    if (avail < len || s[1] < lo || s[1] > hi) return 0;
+    for (size_t i = 2; i < len; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+    return len;
+}
+
+static bool utf8_valid(const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_sequence_length((const unsigned char *)s + i, n - i);
+        if (k == 0) return false;
+        i += k;
+    }
+    return true;
+}
+
+/* Copies the NUL-terminated src (an array of size bytes) into dst (also size bytes), replacing every
+ * byte that does not start a well-formed sequence with '?'; the output is never longer. */
+static void copy_as_utf8(char *dst, const char *src, size_t size) {
+    size_t n = strnlen(src, size - 1), out = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_sequence_length((const unsigned char *)src + i, n - i);
+        if (k == 0) {
+            dst[out++] = '?';
+            i++;
+            continue;
+        }
+        memcpy(dst + out, src + i, k);
+        out += k;
+        i += k;
+    }
+    dst[out] = '\0';
+}
+
+/* How many bytes of the valid UTF-8 string s an error message quotes: at most QUOTE_BYTES, cut at a
+ * character boundary so the message stays valid UTF-8. For use as "%.*s". */
+static int quote_len(const char *s) {
+    size_t n = strnlen(s, QUOTE_BYTES + 1);
+    if (n <= QUOTE_BYTES) return (int)n;
+    n = QUOTE_BYTES;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--; /* s[n] would be cut off mid-character */
+    return (int)n;
+}
+
+/* ---- errors ---- */
+
+static const char *error_type_for(int status) {
+    if (status == 429) return "rate_limit_error";
+    if (status >= 500) return "server_error";
+    return "invalid_request_error";
+}
+
+int api_error_set(ApiError *err, int status, const char *param, const char *code, const char *fmt, ...) {
+    err->status = status;
+    snprintf(err->type, sizeof err->type, "%s", error_type_for(status));
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    snprintf(err->code, sizeof err->code, "%s", code ? code : "");
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
     va_end(ap);
     return -1;
 }
 
-static json_t *string_or_null(const char *s) { return s && *s ? json_string(s) : json_null(); }
+static int out_of_memory(ApiError *err) {
+    return api_error_set(err, 503, NULL, NULL, "the server is out of memory; retry shortly");
+}
 
-char *api_error_json(const ApiError *e) {
-    json_t *inner = json_object();
-    /* The message may quote client bytes cut mid-character; json_string would refuse those. */
-    json_t *msg = json_string(e->message);
-    json_object_set_new(inner, "message", msg ? msg : json_string("invalid request (the message could not be encoded)"));
-    json_object_set_new(inner, "type", json_string(e->type));
-    json_object_set_new(inner, "param", string_or_null(e->param));
-    json_object_set_new(inner, "code", string_or_null(e->code));
-    json_t *o = json_pack("{s:o}", "error", inner);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    return s;
+/* Adds key: text to obj, as valid UTF-8; an empty text becomes null when empty_is_null (OpenAI
+ * sends "param": null and "code": null rather than empty strings). */
+static int put_text(json_t *obj, const char *key, const char *text, size_t size, bool empty_is_null) {
+    char clean[sizeof ((ApiError *)0)->message];
+    copy_as_utf8(clean, text, size < sizeof clean ? size : sizeof clean);
+    json_t *value = empty_is_null && clean[0] == '\0' ? json_null() : json_string(clean);
+    return json_object_set_new(obj, key, value); /* a NULL value (no memory) fails here */
+}
+
+char *api_error_json(const ApiError *err) {
+    json_t *body = json_object(), *inner = json_object();
+    char *text = NULL;
+    if (body && inner && put_text(inner, "message", err->message, sizeof err->message, false) == 0 &&
+        put_text(inner, "type", err->type, sizeof err->type, false) == 0 &&
+        put_text(inner, "param", err->param, sizeof err->param, true) == 0 &&
+        put_text(inner, "code", err->code, sizeof err->code, true) == 0 && json_object_set(body, "error", inner) == 0)
+        text = json_dumps(body, JSON_COMPACT);
+    json_decref(inner);
+    json_decref(body);
+    return text;
+}
+
+/* ---- reading JSON values ---- */
+
+/* Absent and JSON null read alike, as in OpenAI's API: clients send "stop": null to mean no stop. */
+static const json_t *present(const json_t *obj, const char *key) {
+    const json_t *v = json_object_get(obj, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+/* Describes a JSON value for an error message: numbers and booleans by value, the rest by type.
+ * buf (cap bytes) holds the text when it has to be formatted. */
+static const char *describe(const json_t *v, char *buf, size_t cap) {
+    if (!v) return "nothing";
+    switch (json_typeof(v)) {
+    case JSON_INTEGER:
+        snprintf(buf, cap, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return buf;
+    case JSON_REAL: {
+        snprintf(buf, cap, "%.10g", json_real_value(v));
+        size_t n = strlen(buf);
+        /* 1.0 prints as "1"; show it is a real, or "got 1" beside "must be an integer" reads as a bug. */
+        if (strspn(buf, "-0123456789") == n && n + 3 <= cap) memcpy(buf + n, ".0", 3);
+        return buf;
+    }
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    case JSON_NULL: return "null";
+    case JSON_STRING: return "a string";
+    case JSON_ARRAY: return "an array";
+    case JSON_OBJECT: return "an object";
+    }
+    return "a value of unknown type";
+}
+
+/* "<param> must be <expected>, got <what v is>" as a 400. v may be NULL (the field is missing). */
+static int type_error(ApiError *err, const char *param, const char *expected, const json_t *v) {
+    char got[48];
+    return api_error_set(err, 400, param, NULL, "%s must be %s, got %s", param, expected, describe(v, got, sizeof got));
+}
+
+/* A malloc'd copy of a JSON string (copied by length; the parser refuses embedded NULs anyway). */
+static char *copy_string(const json_t *s) {
+    size_t n = json_string_length(s);
+    char *copy = malloc(n + 1);
+    if (!copy) return NULL;
+    memcpy(copy, json_string_value(s), n);
+    copy[n] = '\0';
+    return copy;
+}
+
+static int read_bool(const json_t *obj, const char *key, const char *param, bool *out, ApiError *err) {
+    const json_t *v = present(obj, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return type_error(err, param, "a boolean (true or false)", v);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* A number in [lo, hi], or (lo, hi] when lo_open; absent leaves *out at its default. */
+static int read_ranged_number(const json_t *obj, const char *key, double lo, bool lo_open, double hi, double *out,
+                              ApiError *err) {
+    const json_t *v = present(obj, key);
+    if (!v) return 0;
+    if (!json_is_number(v)) return type_error(err, key, "a number", v);
+    double x = json_number_value(v);
+    bool in_range = (lo_open ? x > lo : x >= lo) && x <= hi; /* written so a NaN fails too */
+    if (!in_range) {
+        char got[48];
+        return api_error_set(err, 400, key, NULL, "%s must be in %s%g, %g], got %s", key, lo_open ? "(" : "[", lo, hi,
+                             describe(v, got, sizeof got));
+    }
+    *out = x;
+    return 0;
+}
+
+/* ---- model ---- */
+
+static int read_model(const json_t *body, const char *served, ApiRequest *r, ApiError *err) {
+    const json_t *v = present(body, "model");
+    if (!v) return 0;
+    if (!json_is_string(v)) return type_error(err, "model", "a string", v);
+    const char *name = json_string_value(v);
+    if (served && strcmp(name, served) != 0)
+        return api_error_set(err, 404, "model", "model_not_found", "The model '%.*s' does not exist; this server serves '%s'",
+                             quote_len(name), name, served);
+    return (r->model = copy_string(v)) ? 0 : out_of_memory(err);
+}
+
+/* ---- chat messages ---- */
+
+static bool is_known_role(const char *role) {
+    for (size_t i = 0; i < sizeof known_roles / sizeof known_roles[0]; i++)
+        if (strcmp(role, known_roles[i]) == 0) return true;
+    return false;
+}
+
+static int read_role(const json_t *msg, const char *path, char **out, ApiError *err) {
+    char param[64];
+    snprintf(param, sizeof param, "%s.role", path);
+    const json_t *v = present(msg, "role");
+    if (!v || !json_is_string(v)) return type_error(err, param, "a string", v);
+    const char *role = json_string_value(v);
+    if (!is_known_role(role))
+        return api_error_set(err, 400, param, NULL, "%s must be one of system, developer, user, assistant, tool; got '%.*s'", param,
+                             quote_len(role), role);
+    return (*out = copy_string(v)) ? 0 : out_of_memory(err);
+}
+
+/* One element of a content array: {"type": "text", "text": "..."}. path names the element. */
+static int check_text_part(const json_t *part, const char *path, ApiError *err) {
+    if (!json_is_object(part)) return type_error(err, path, "an object like {\"type\": \"text\", \"text\": \"...\"}", part);
+    char param[96];
+    const json_t *type = present(part, "type");
+    if (!type || !json_is_string(type)) {
+        snprintf(param, sizeof param, "%s.type", path);
+        return type_error(err, param, "a string", type);
+    }
+    const char *name = json_string_value(type);
+    if (strcmp(name, "text") != 0)
+        return api_error_set(err, 400, path, NULL, "%s has type '%.*s'; only text content parts are supported", path, quote_len(name),
+                             name);
+    const json_t *text = present(part, "text");
+    if (!text || !json_is_string(text)) {
+        snprintf(param, sizeof param, "%s.text", path);
+        return type_error(err, param, "a string", text);
+    }
+    return 0;
+}
+
+/* Content given as parts: the text parts joined without separators, as OpenAI reads them. */
+static int join_text_parts(const json_t *parts, const char *path, char **out, ApiError *err) {
+    size_t n = json_array_size(parts), total = 0;
+    for (size_t p = 0; p < n; p++) {
+        char where[80]; /* sized so gcc can prove "<where>.text" fits check_text_part's buffer */
+        snprintf(where, sizeof where, "%s[%zu]", path, p);
+        if (check_text_part(json_array_get(parts, p), where, err)) return -1;
+        total += json_string_length(json_object_get(json_array_get(parts, p), "text"));
+    }
+    char *text = malloc(total + 1);
+    if (!text) return out_of_memory(err);
+    size_t at = 0;
+    for (size_t p = 0; p < n; p++) {
+        const json_t *part_text = json_object_get(json_array_get(parts, p), "text");
+        memcpy(text + at, json_string_value(part_text), json_string_length(part_text));
+        at += json_string_length(part_text);
+    }
+    text[at] = '\0';
+    *out = text;
+    return 0;
+}
+
+static int read_content(const json_t *msg, const char *path, const char *role, char **out, ApiError *err) {
+    char param[48];
+    snprintf(param, sizeof param, "%s.content", path);
+    const json_t *v = present(msg, "content");
+    if (!v) {
+        /* An assistant turn that only made tool calls carries no text; every other turn must. */
+        if (strcmp(role, "assistant") != 0)
+            return api_error_set(err, 400, param, NULL, "%s is required for role %s (only assistant messages may omit it)", param, role);
+        *out = strdup("");
+        return *out ? 0 : out_of_memory(err);
+    }
+    if (json_is_string(v)) return (*out = copy_string(v)) ? 0 : out_of_memory(err);
+    if (json_is_array(v)) return join_text_parts(v, param, out, err);
+    return type_error(err, param, "a string, null or an array of text parts", v);
+}
+
+static int read_message(const json_t *msg, size_t index, ApiMessage *out, ApiError *err) {
+    char path[32];
+    snprintf(path, sizeof path, "messages[%zu]", index);
+    if (!json_is_object(msg)) return type_error(err, path, "an object with role and content", msg);
+    if (read_role(msg, path, &out->role, err)) return -1;
+    return read_content(msg, path, out->role, &out->content, err);
+}
+
+static int read_messages(const json_t *body, ApiRequest *r, ApiError *err) {
+    const json_t *v = present(body, "messages");
+    if (!v) return api_error_set(err, 400, "messages", NULL, "messages is required for a chat completion");
+    if (!json_is_array(v)) return type_error(err, "messages", "an array of message objects", v);
+    size_t n = json_array_size(v);
+    if (n == 0) return api_error_set(err, 400, "messages", NULL, "messages must hold at least one message, got an empty array");
+    if (n > API_MAX_MESSAGES)
+        return api_error_set(err, 400, "messages", NULL, "messages holds %zu entries; at most %d are supported", n, API_MAX_MESSAGES);
+    if (!(r->messages = calloc(n, sizeof *r->messages))) return out_of_memory(err);
+    for (size_t i = 0; i < n; i++) {
+        r->n_messages++; /* counted before it is filled, so a failure half-way still frees its role */
+        if (read_message(json_array_get(v, i), i, &r->messages[i], err)) return -1;
+    }
+    return 0;
+}
+
+/* ---- completion prompt ---- */
+
+static int read_prompt(const json_t *body, ApiRequest *r, ApiError *err) {
+    const json_t *v = present(body, "prompt");
+    if (!v) return api_error_set(err, 400, "prompt", NULL, "prompt is required for a completion");
+    /* Batched prompts would need one choice per prompt and token-id prompts a tokenizer bypass;
+     * neither exists, so only a string or an array holding exactly one string is read. */
+    if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0))) v = json_array_get(v, 0);
+    if (json_is_string(v)) return (r->prompt = copy_string(v)) ? 0 : out_of_memory(err);
+    if (json_is_array(v))
+        return api_error_set(err, 400, "prompt", NULL,
+                             "prompt must be a string; only a single string prompt is supported, got an array of %zu element(s)%s",
+                             json_array_size(v), json_array_size(v) == 1 ? " that is not a string" : "");
+    return type_error(err, "prompt", "a string (only a single string prompt is supported)", v);
+}
+
+/* ---- generation limits and sampling ---- */
+
+/* max_tokens or max_completion_tokens: an integer in [1, API_MAX_TOKENS_LIMIT]; *out = -1 when absent. */
+static int read_token_budget(const json_t *body, const char *key, int *out, ApiError *err) {
+    const json_t *v = present(body, key);
+    *out = -1;
+    if (!v) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 1) return type_error(err, key, "a positive integer", v);
+    if (json_integer_value(v) > API_MAX_TOKENS_LIMIT)
+        return api_error_set(err, 400, key, NULL, "%s must be at most %d, got %" JSON_INTEGER_FORMAT, key, API_MAX_TOKENS_LIMIT,
+                             json_integer_value(v));
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+/* OpenAI renamed max_tokens to max_completion_tokens; clients may send either or both. */
+static int read_max_tokens(const json_t *body, ApiRequest *r, ApiError *err) {
+    int legacy, current;
+    if (read_token_budget(body, "max_tokens", &legacy, err) || read_token_budget(body, "max_completion_tokens", &current, err))
+        return -1;
+    if (legacy > 0 && current > 0 && legacy != current)
+        return api_error_set(err, 400, "max_completion_tokens", NULL,
+                             "max_completion_tokens (%d) and max_tokens (%d) disagree; send one of them", current, legacy);
+    r->max_tokens = current > 0 ? current : legacy;
+    return 0;
+}
+
+static int read_top_k(const json_t *body, ApiRequest *r, ApiError *err) {
+    const json_t *v = present(body, "top_k");
+    if (!v) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return type_error(err, "top_k", "an integer >= 0 (0 = off)", v);
+    json_int_t k = json_integer_value(v);
+    /* A top_k beyond the vocabulary keeps every token, so clamping a huge one changes nothing. */
+    r->top_k = k > INT_MAX ? INT_MAX : (int)k;
+    return 0;
+}
+
+static int read_seed(const json_t *body, ApiRequest *r, ApiError *err) {
+    const json_t *v = present(body, "seed");
+    if (!v) return 0;
+    if (!json_is_integer(v)) return type_error(err, "seed", "an integer", v);
+    r->has_seed = true;
+    r->seed = (uint64_t)json_integer_value(v); /* OpenAI accepts negative seeds; keep their bits */
+    return 0;
+}
+
+/* n > 1 would need several sequences per request; the scheduler runs one. */
+static int read_n(const json_t *body, ApiError *err) {
+    const json_t *v = present(body, "n");
+    if (!v || (json_is_integer(v) && json_integer_value(v) == 1)) return 0;
+    char got[48];
+    return api_error_set(err, 400, "n", NULL, "only n = 1 is supported, got n = %s", describe(v, got, sizeof got));
+}
+
+static int read_sampling(const json_t *body, ApiRequest *r, ApiError *err) {
+    if (read_ranged_number(body, "temperature", 0.0, false, 2.0, &r->temperature, err)) return -1;
+    if (read_ranged_number(body, "top_p", 0.0, true, 1.0, &r->top_p, err)) return -1;
+    if (read_top_k(body, r, err) || read_seed(body, r, err)) return -1;
+    return read_n(body, err);
+}
+
+/* ---- streaming and stop strings ---- */
+
+static int read_stream(const json_t *body, ApiRequest *r, ApiError *err) {
+    if (read_bool(body, "stream", "stream", &r->stream, err)) return -1;
+    const json_t *opts = present(body, "stream_options");
+    if (!opts) return 0;
+    if (!json_is_object(opts)) return type_error(err, "stream_options", "an object", opts);
+    /* OpenAI refuses stream_options without streaming instead of ignoring them; so do we, so a
+     * client expecting a usage chunk learns here why none would come. */
+    if (!r->stream) return api_error_set(err, 400, "stream_options", NULL, "stream_options is only allowed when stream is true");
+    return read_bool(opts, "include_usage", "stream_options.include_usage", &r->include_usage, err);
+}
+
+static int add_stop(ApiRequest *r, const json_t *s, ApiError *err) {
+    /* An empty stop string would match before the first token and end every completion at once. */
+    if (json_string_length(s) == 0) return 0;
+    if (!(r->stop[r->n_stop] = copy_string(s))) return out_of_memory(err);
+    r->n_stop++;
+    return 0;
+}
+
+static int read_stop(const json_t *body, ApiRequest *r, ApiError *err) {
+    const json_t *v = present(body, "stop");
+    if (!v) return 0;
+    if (!json_is_string(v) && !json_is_array(v)) return type_error(err, "stop", "a string or an array of strings", v);
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if (n > API_MAX_STOPS) return api_error_set(err, 400, "stop", NULL, "stop holds at most %d strings, got %zu", API_MAX_STOPS, n);
+    for (size_t i = 0; json_is_array(v) && i < n; i++) {
+        if (json_is_string(json_array_get(v, i))) continue;
+        char param[32];
+        snprintf(param, sizeof param, "stop[%zu]", i);
+        return type_error(err, param, "a string", json_array_get(v, i));
+    }
+    if (!(r->stop = calloc(API_MAX_STOPS, sizeof *r->stop))) return out_of_memory(err);
+    for (size_t i = 0; i < n; i++)
+        if (add_stop(r, json_is_array(v) ? json_array_get(v, i) : v, err)) return -1;
+    return 0;
+}
+
+/* ---- Braid labels ---- */
+
+/* A label (workflow_id, agent, tenant, adapter) from the body or a header: 1..API_MAX_LABEL_BYTES of
+ * UTF-8 without control characters, since labels travel into logs, metrics and wire messages.
+ * param is the field; what is how the message names the source ("agent", "header X-Braid-Agent"). */
+static int check_label(const char *param, const char *what, const char *s, size_t n, ApiError *err) {
+    if (n == 0 || n > API_MAX_LABEL_BYTES)
+        return api_error_set(err, 400, param, NULL, "%s must be 1 to %d bytes, got %zu", what, API_MAX_LABEL_BYTES, n);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f)
+            return api_error_set(err, 400, param, NULL, "%s must not contain control characters (byte 0x%02x at offset %zu)", what, c, i);
+    }
+    if (!utf8_valid(s, n)) return api_error_set(err, 400, param, NULL, "%s is not valid UTF-8", what);
+    return 0;
+}
+
+static int read_label(const json_t *body, const char *key, char **out, ApiError *err) {
+    const json_t *v = present(body, key);
+    if (!v) return 0;
+    if (!json_is_string(v)) return type_error(err, key, "a string", v);
+    if (check_label(key, key, json_string_value(v), json_string_length(v), err)) return -1;
+    return (*out = copy_string(v)) ? 0 : out_of_memory(err);
+}
+
+static int read_labels(const json_t *body, ApiRequest *r, ApiError *err) {
+    if (read_label(body, "workflow_id", &r->workflow_id, err) || read_label(body, "agent", &r->agent, err)) return -1;
+    return read_label(body, "tenant", &r->tenant, err) || read_label(body, "adapter", &r->adapter, err) ? -1 : 0;
+}
+
+/* ---- the whole body ---- */
+
+/* The body as a JSON object, or NULL with err set. */
+static json_t *load_body(const char *body, size_t len, ApiError *err) {
+    if (!body || len == 0) {
+        api_error_set(err, 400, NULL, NULL, "request body is empty; expected a JSON object");
+        return NULL;
+    }
+    json_error_t jerr;
+    /* JSON_DECODE_ANY: a bare 3 or "text" is valid JSON, just not an object; say exactly that. */
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+    if (!root) {
+        enum json_error_code code = json_error_code(&jerr);
+        if (code == json_error_out_of_memory) out_of_memory(err);
+        else if (code == json_error_invalid_utf8)
+            api_error_set(err, 400, NULL, NULL, "request body is not valid JSON: invalid UTF-8 (%s) at line %d column %d", jerr.text,
+                          jerr.line, jerr.column);
+        else
+            api_error_set(err, 400, NULL, NULL, "request body is not valid JSON: %s at line %d column %d", jerr.text, jerr.line,
+                          jerr.column);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        char got[48];
+        api_error_set(err, 400, NULL, NULL, "request body must be a JSON object, got %s", describe(root, got, sizeof got));
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+static int read_fields(const json_t *body, ApiKind kind, const char *served, ApiRequest *r, ApiError *err) {
+    if (read_model(body, served, r, err)) return -1;
+    if (kind == API_CHAT ? read_messages(body, r, err) : read_prompt(body, r, err)) return -1;
+    if (read_max_tokens(body, r, err) || read_sampling(body, r, err)) return -1;
+    if (read_stream(body, r, err) || read_stop(body, r, err)) return -1;
+    if (read_bool(body, "ignore_eos", "ignore_eos", &r->ignore_eos, err)) return -1;
+    return read_labels(body, r, err);
+}
+
+int api_request_parse(const char *body, size_t len, ApiKind kind, const char *served_model, ApiRequest *out, ApiError *err) {
+    assert(kind == API_CHAT || kind == API_COMPLETION);
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    out->max_tokens = -1;
+    out->temperature = 1.0;
+    out->top_p = 1.0;
+    json_t *root = load_body(body, len, err);
+    int rc = root ? read_fields(root, kind, served_model, out, err) : -1;
+    json_decref(root);
+    if (rc) api_request_free(out);
+    return rc;
 }
 
 void api_request_free(ApiRequest *r) {
-    for (int i = 0; i < r->n_messages; i++) free(r->messages[i].role), free(r->messages[i].content);
+    if (!r) return;
+    for (int i = 0; i < r->n_messages; i++) {
+        free(r->messages[i].role);
+        free(r->messages[i].content);
+    }
     free(r->messages);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
@@ -54,247 +539,28 @@ void api_request_free(ApiRequest *r) {
     memset(r, 0, sizeof *r);
 }
 
-static const char *json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
-/* A field that is absent or null reads as absent. */
-static json_t *field(json_t *obj, const char *key) {
-    json_t *v = json_object_get(obj, key);
-    return v && !json_is_null(v) ? v : NULL;
-}
-
-static int wrong_type(ApiError *e, const char *key, const char *want, const json_t *v) {
-    return api_error_set(e, 400, key, NULL, "%s must be %s, got %s", key, want, json_kind(v));
-}
-
-static int get_number(json_t *obj, const char *key, double lo, double hi, bool lo_open, double *out, ApiError *e) {
-    json_t *v = field(obj, key);
-    if (!v) return 0;
-    if (!json_is_number(v)) return wrong_type(e, key, "a number", v);
-    double x = json_number_value(v);
-    if (!isfinite(x) || x < lo || (lo_open && x == lo) || x > hi)
-        return api_error_set(e, 400, key, NULL, "%s must be in %s%g, %g], got %g", key, lo_open ? "(" : "[", lo, hi, x);
-    *out = x;
-    return 0;
-}
-
-static int get_bool(json_t *obj, const char *key, bool *out, ApiError *e) {
-    json_t *v = field(obj, key);
-    if (!v) return 0;
-    if (!json_is_boolean(v)) return wrong_type(e, key, "true or false", v);
-    *out = json_is_true(v);
-    return 0;
-}
-
-/* A Braid label (workflow_id, agent, tenant, adapter): 1..256 bytes, no control characters. */
-static int check_label(const char *key, const char *s, size_t n, ApiError *e) {
-    if (n == 0 || n > MAX_LABEL) return api_error_set(e, 400, key, NULL, "%s must be 1 to %d bytes, got %zu", key, MAX_LABEL, n);
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return api_error_set(e, 400, key, NULL, "%s contains a control character", key);
-    return 0;
-}
-
-static int get_label(json_t *obj, const char *key, char **out, ApiError *e) {
-    json_t *v = field(obj, key);
-    if (!v) return 0;
-    if (!json_is_string(v)) return wrong_type(e, key, "a string", v);
-    if (check_label(key, json_string_value(v), json_string_length(v), e)) return -1;
-    if (!(*out = strdup(json_string_value(v)))) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
-    return 0;
-}
-
-static int get_max_tokens(json_t *obj, ApiRequest *r, ApiError *e) {
-    static const char *const keys[] = {"max_tokens", "max_completion_tokens"};
-    r->max_tokens = -1;
-    for (int k = 0; k < 2; k++) {
-        json_t *v = field(obj, keys[k]);
-        if (!v) continue;
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1 << 24) {
-            if (json_is_integer(v))
-                return api_error_set(e, 400, keys[k], NULL, "%s must be a positive integer, got %lld", keys[k], (long long)json_integer_value(v));
-            return wrong_type(e, keys[k], "a positive integer", v);
-        }
-        int n = (int)json_integer_value(v);
-        if (r->max_tokens >= 0 && r->max_tokens != n)
-            return api_error_set(e, 400, keys[k], NULL, "max_tokens (%d) and max_completion_tokens (%d) disagree", r->max_tokens, n);
-        r->max_tokens = n;
-    }
-    return 0;
-}
-
-static int get_stop(json_t *obj, ApiRequest *r, ApiError *e) {
-    json_t *v = field(obj, "stop");
-    if (!v) return 0;
-    if (!json_is_string(v) && !json_is_array(v)) return wrong_type(e, "stop", "a string or an array of strings", v);
-    size_t n = json_is_array(v) ? json_array_size(v) : 1;
-    if (n > MAX_STOPS) return api_error_set(e, 400, "stop", NULL, "stop holds at most %d strings, got %zu", MAX_STOPS, n);
-    r->stop = calloc(n ? n : 1, sizeof *r->stop);
-    if (!r->stop) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
-    for (size_t i = 0; i < n; i++) {
-        json_t *s = json_is_array(v) ? json_array_get(v, i) : v;
-        if (!json_is_string(s)) return api_error_set(e, 400, "stop", NULL, "stop[%zu] must be a string, got %s", i, json_kind(s));
-        if (json_string_length(s) == 0) continue; /* an empty stop string would end every completion at once */
-        if (!(r->stop[r->n_stop++] = strdup(json_string_value(s)))) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
-    }
-    return 0;
-}
-
-/* content: a string, null (assistant turns with tool calls), or text parts to concatenate. */
-static int message_content(json_t *content, const char *role, size_t i, char **out, ApiError *e) {
-    if (!content) {
-        if (strcmp(role, "assistant")) return api_error_set(e, 400, "messages", NULL, "messages[%zu].content is required for role %s", i, role);
-        *out = strdup("");
-    } else if (json_is_string(content)) {
-        *out = strdup(json_string_value(content));
-    } else if (json_is_array(content)) {
-        size_t total = 1, n = json_array_size(content);
-        for (size_t p = 0; p < n; p++) {
-            json_t *part = json_array_get(content, p), *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
-            if (!json_is_object(part) || !json_is_string(type))
-                return api_error_set(e, 400, "messages", NULL, "messages[%zu].content[%zu] must be an object with a \"type\"", i, p);
-            if (strcmp(json_string_value(type), "text"))
-                return api_error_set(e, 400, "messages", NULL, "messages[%zu].content[%zu] has type '%.40s'; only text parts are supported", i, p,
-                                     json_string_value(type));
-            if (!json_is_string(text)) return api_error_set(e, 400, "messages", NULL, "messages[%zu].content[%zu].text must be a string", i, p);
-            total += json_string_length(text);
-        }
-        if ((*out = malloc(total))) {
-            size_t off = 0;
-            for (size_t p = 0; p < n; p++) {
-                json_t *text = json_object_get(json_array_get(content, p), "text");
-                memcpy(*out + off, json_string_value(text), json_string_length(text));
-                off += json_string_length(text);
-            }
-            (*out)[off] = '\0';
-        }
-    } else {
-        return api_error_set(e, 400, "messages", NULL, "messages[%zu].content must be a string or an array of text parts, got %s", i,
-                             json_kind(content));
-    }
-    return *out ? 0 : api_error_set(e, 503, NULL, NULL, "the server is out of memory");
-}
-
-static int get_messages(json_t *obj, ApiRequest *r, ApiError *e) {
-    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
-    json_t *v = field(obj, "messages");
-    if (!v) return api_error_set(e, 400, "messages", NULL, "messages is required");
-    if (!json_is_array(v)) return wrong_type(e, "messages", "an array", v);
-    size_t n = json_array_size(v);
-    if (n == 0 || n > MAX_MESSAGES) return api_error_set(e, 400, "messages", NULL, "messages must hold 1 to %d entries, got %zu", MAX_MESSAGES, n);
-    if (!(r->messages = calloc(n, sizeof *r->messages))) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
-    for (size_t i = 0; i < n; i++) {
-        json_t *m = json_array_get(v, i), *role = json_object_get(m, "role");
-        if (!json_is_object(m)) return api_error_set(e, 400, "messages", NULL, "messages[%zu] must be an object, got %s", i, json_kind(m));
-        if (!json_is_string(role)) return api_error_set(e, 400, "messages", NULL, "messages[%zu].role must be a string", i);
-        bool known = false;
-        for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++) known |= strcmp(json_string_value(role), roles[k]) == 0;
-        if (!known)
-            return api_error_set(e, 400, "messages", NULL, "messages[%zu].role '%.40s' is not one of system, developer, user, assistant, tool", i,
-                                 json_string_value(role));
-        r->n_messages++;
-        if (!(r->messages[i].role = strdup(json_string_value(role)))) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
-        if (message_content(field(m, "content"), r->messages[i].role, i, &r->messages[i].content, e)) return -1;
-    }
-    return 0;
-}
-
-static int get_prompt(json_t *obj, ApiRequest *r, ApiError *e) {
-    json_t *v = field(obj, "prompt");
-    if (!v) return api_error_set(e, 400, "prompt", NULL, "prompt is required");
-    if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0))) v = json_array_get(v, 0);
-    if (!json_is_string(v)) return api_error_set(e, 400, "prompt", NULL, "prompt must be a string (or an array of one string); got %s", json_kind(v));
-    if (!(r->prompt = strdup(json_string_value(v)))) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
-    return 0;
-}
-
-static int get_model(json_t *obj, const char *served, ApiRequest *r, ApiError *e) {
-    json_t *v = field(obj, "model");
-    if (!v) return 0;
-    if (!json_is_string(v)) return wrong_type(e, "model", "a string", v);
-    if (served && strcmp(json_string_value(v), served))
-        return api_error_set(e, 404, "model", "model_not_found", "The model '%.100s' does not exist; this server serves '%s'",
-                             json_string_value(v), served);
-    if (!(r->model = strdup(json_string_value(v)))) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
-    return 0;
-}
-
-static int get_sampling(json_t *obj, ApiRequest *r, ApiError *e) {
-    double top_k = 0;
-    if (get_number(obj, "temperature", 0, 2, false, &r->temperature, e) || get_number(obj, "top_p", 0, 1, true, &r->top_p, e) ||
-        get_number(obj, "top_k", 0, 1 << 24, false, &top_k, e))
-        return -1;
-    json_t *k = field(obj, "top_k");
-    if (k && !json_is_integer(k)) return wrong_type(e, "top_k", "an integer", k);
-    r->top_k = (int)top_k;
-    json_t *seed = field(obj, "seed");
-    if (seed && !json_is_integer(seed)) return wrong_type(e, "seed", "an integer", seed);
-    if (seed) r->has_seed = true, r->seed = (uint64_t)json_integer_value(seed);
-    json_t *n = field(obj, "n");
-    if (n && (!json_is_integer(n) || json_integer_value(n) != 1)) return api_error_set(e, 400, "n", NULL, "only n = 1 is supported");
-    return 0;
-}
-
-static int get_streaming(json_t *obj, ApiRequest *r, ApiError *e) {
-    if (get_bool(obj, "stream", &r->stream, e)) return -1;
-    json_t *opts = field(obj, "stream_options");
-    if (!opts) return 0;
-    if (!json_is_object(opts)) return wrong_type(e, "stream_options", "an object", opts);
-    if (!r->stream) return api_error_set(e, 400, "stream_options", NULL, "stream_options is only allowed when stream is true");
-    return get_bool(opts, "include_usage", &r->include_usage, e);
-}
-
-static int parse_fields(json_t *obj, ApiKind kind, const char *served, ApiRequest *r, ApiError *e) {
-    if (get_model(obj, served, r, e)) return -1;
-    if (kind == API_CHAT ? get_messages(obj, r, e) : get_prompt(obj, r, e)) return -1;
-    if (get_max_tokens(obj, r, e) || get_sampling(obj, r, e) || get_streaming(obj, r, e) || get_stop(obj, r, e) ||
-        get_bool(obj, "ignore_eos", &r->ignore_eos, e))
-        return -1;
-    return get_label(obj, "workflow_id", &r->workflow_id, e) || get_label(obj, "agent", &r->agent, e) ||
-                   get_label(obj, "tenant", &r->tenant, e) || get_label(obj, "adapter", &r->adapter, e)
-               ? -1
-               : 0;
-}
-
-int api_request_parse(const char *body, size_t len, ApiKind kind, const char *served_model, ApiRequest *r, ApiError *e) {
-    memset(r, 0, sizeof *r);
-    r->kind = kind;
-    r->temperature = 1.0;
-    r->top_p = 1.0;
-    r->max_tokens = -1;
-    json_error_t jerr;
-    json_t *obj = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!obj) {
-        return api_error_set(e, 400, NULL, NULL, "request body is not valid JSON: %s at line %d column %d", jerr.text, jerr.line,
-                             jerr.column);
-    }
-    int rc = json_is_object(obj) ? parse_fields(obj, kind, served_model, r, e)
-                                 : api_error_set(e, 400, NULL, NULL, "request body must be a JSON object, got %s", json_kind(obj));
-    json_decref(obj);
-    if (rc) api_request_free(r);
-    return rc;
-}
-
-static int apply_header(const char *key, const char *value, char **slot, ApiError *e) {
-    if (!value || *slot) return 0;
-    if (check_label(key, value, strlen(value), e)) return -1;
-    if (!(*slot = strdup(value))) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
-    return 0;
-}
+/* ---- headers ---- */
 
 int api_request_apply_headers(ApiRequest *r, const char *workflow, const char *agent, const char *tenant, const char *adapter,
-                              ApiError *e) {
-    return apply_header("X-Braid-Workflow", workflow, &r->workflow_id, e) || apply_header("X-Braid-Agent", agent, &r->agent, e) ||
-                   apply_header("X-Braid-Tenant", tenant, &r->tenant, e) || apply_header("X-Braid-Adapter", adapter, &r->adapter, e)
-               ? -1
-               : 0;
+                              ApiError *err) {
+    static const char *const names[4] = {"X-Braid-Workflow", "X-Braid-Agent", "X-Braid-Tenant", "X-Braid-Adapter"};
+    static const char *const params[4] = {"workflow_id", "agent", "tenant", "adapter"};
+    const char *values[4] = {workflow, agent, tenant, adapter};
+    char **slots[4] = {&r->workflow_id, &r->agent, &r->tenant, &r->adapter};
+    char *copies[4] = {NULL, NULL, NULL, NULL};
+    /* Check and copy everything before touching r, so a failure leaves the request as it was. */
+    for (int i = 0; i < 4; i++) {
+        if (!values[i]) continue;
+        char what[40];
+        snprintf(what, sizeof what, "header %s", names[i]);
+        int rc = check_label(params[i], what, values[i], strlen(values[i]), err);
+        if (rc == 0 && !*slots[i] && !(copies[i] = strdup(values[i]))) rc = out_of_memory(err);
+        if (rc) {
+            for (int j = 0; j < i; j++) free(copies[j]);
+            return -1;
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        if (copies[i]) *slots[i] = copies[i];
+    return 0;
 }

@@ -1,13 +1,22 @@
 /*
- * api_request.h — parses and validates the body of an OpenAI chat or completion request.
+ * api_request.h — parses and validates the body of an OpenAI-compatible chat or completion request.
  *
- * Every problem a client can cause becomes an ApiError with an HTTP status (400 for malformed or
- * out-of-range fields, 404 for an unknown model) and a message naming the field and what was
- * wrong, in OpenAI's error shape. Unknown fields are ignored, as OpenAI-compatible servers do
- * (clients send frequency_penalty, user, logprobs, ...). Invalid UTF-8 is rejected by the JSON
- * parser itself. The HTTP layer enforces the body size (413) before calling here.
- * Memory: every string in an ApiRequest is malloc'd and freed by api_request_free; on failure
- * nothing is left to free. Thread-safety: pure functions; any thread.
+ * Owns: the translation of an untrusted HTTP body (and the X-Braid-* headers) into an ApiRequest,
+ * and OpenAI's error shape for everything a client can get wrong. Every problem becomes an ApiError
+ * with an HTTP status (400 for a malformed or out-of-range field, 404 for a model this server does
+ * not serve) and a message naming the field and what was wrong. Unknown fields are ignored, as
+ * OpenAI-compatible servers do (clients send frequency_penalty, user, logprobs, tools, ...).
+ * Invalid UTF-8 is rejected by the JSON parser, so every string in an ApiRequest is valid UTF-8
+ * without embedded NULs. The body-size limit (413) is the HTTP layer's job, not this module's.
+ *
+ * Called by: the coordinator's HTTP front-end (http_generate.c) on its request threads, and by the
+ * unit tests and the fuzz target.
+ *
+ * Thread-safety: no shared state; any thread may call any function, on its own ApiRequest/ApiError.
+ *
+ * Memory: every string in an ApiRequest is malloc'd and owned by it; api_request_free releases them.
+ * When api_request_parse fails, *out is left zeroed: there is nothing to free (freeing it anyway is
+ * harmless). api_error_json returns a malloc'd string the caller frees. err must not be NULL.
  */
 #ifndef BRAID_COORD_API_REQUEST_H
 #define BRAID_COORD_API_REQUEST_H
@@ -16,48 +25,68 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Limits a request body must respect (exported so the tests and docs can quote them). */
+#define API_MAX_MESSAGES 4096     /* chat turns in one request */
+#define API_MAX_STOPS 4           /* stop strings, as in OpenAI */
+#define API_MAX_LABEL_BYTES 256   /* workflow_id, agent, tenant, adapter */
+#define API_MAX_TOKENS_LIMIT (1 << 24) /* far above any context; keeps prompt + max_tokens inside an int */
+
 typedef enum { API_CHAT = 0, API_COMPLETION = 1 } ApiKind;
 
 typedef struct {
-    char *role;
-    char *content;
+    char *role;    /* one of system, developer, user, assistant, tool */
+    char *content; /* never NULL: a null assistant content reads as "" */
 } ApiMessage;
 
 typedef struct {
     ApiKind kind;
     char *model;                 /* NULL when absent */
-    ApiMessage *messages;        /* chat only */
+    ApiMessage *messages;        /* chat only: n_messages >= 1 entries */
     int n_messages;
-    char *prompt;                /* completions only */
+    char *prompt;                /* completions only; never NULL after a successful parse */
     int max_tokens;              /* -1 when absent (max_tokens or max_completion_tokens) */
     double temperature, top_p;   /* OpenAI's defaults: 1 and 1 */
     int top_k;                   /* 0 = off (extension) */
     bool has_seed;
-    uint64_t seed;
-    char **stop;                 /* at most 4 non-empty strings */
+    uint64_t seed;               /* a negative JSON seed is stored as its two's-complement bits */
+    char **stop;                 /* at most API_MAX_STOPS non-empty strings */
     int n_stop;
-    bool stream, include_usage;
-    bool ignore_eos;             /* extension */
+    bool stream, include_usage;  /* include_usage from stream_options.include_usage */
+    bool ignore_eos;             /* extension, default false */
     char *workflow_id, *agent, *tenant, *adapter; /* Braid extensions, NULL when absent */
 } ApiRequest;
 
 typedef struct {
-    int status;          /* HTTP status */
-    char type[48];       /* "invalid_request_error", "server_error", ... */
+    int status;          /* HTTP status: 400, 404, 413, 422, 429, 5xx ... */
+    char type[48];       /* OpenAI error type: "invalid_request_error", "rate_limit_error", "server_error" */
     char param[64];      /* offending field, "" if none */
     char code[48];       /* "model_not_found", "context_length_exceeded", "" if none */
-    char message[320];
+    char message[320];   /* says exactly what is wrong */
 } ApiError;
 
+/* Parses and validates a request body of the given kind. served_model: the name the server answers
+ * to; a "model" naming anything else is a 404 model_not_found (NULL accepts any model).
+ * Returns 0, or -1 with err filled and *out zeroed. */
 int api_request_parse(const char *body, size_t len, ApiKind kind, const char *served_model, ApiRequest *out, ApiError *err);
+
+/* Frees every string the request owns and zeroes it. NULL and zeroed requests are fine. */
 void api_request_free(ApiRequest *r);
-/* Fills err (type from the status: 4xx invalid_request_error / rate_limit, 5xx server_error); returns -1. */
+
+/* Fills err with a printf-style message; the type follows from the status (429 rate_limit_error,
+ * 5xx server_error, any other invalid_request_error). param and code may be NULL. Returns -1, so
+ * callers can write `return api_error_set(...)`. */
 int api_error_set(ApiError *err, int status, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-/* {"error":{"message","type","param","code"}} as a malloc'd string (caller frees); NULL when out of memory. */
+
+/* {"error":{"message":...,"type":...,"param":...|null,"code":...|null}} as a malloc'd string (caller
+ * frees); NULL only when out of memory. Bytes that are not valid UTF-8 (a message may quote a URL
+ * or be cut mid-character) are replaced with '?', so the result is always valid JSON. */
 char *api_error_json(const ApiError *err);
-/* X-Braid-Workflow / -Agent / -Tenant / -Adapter header values (NULL = absent) fill the fields the
- * body left unset. A value that is empty, over 256 bytes or has control characters is a 400. */
+
+/* Applies the X-Braid-Workflow / -Agent / -Tenant / -Adapter header values (NULL = header absent)
+ * to the fields the body left unset. Every value given is checked, whether used or not: one that is
+ * empty, over API_MAX_LABEL_BYTES, not valid UTF-8 or holding a control character is a 400, and
+ * then r is left unchanged. Returns 0 or -1. */
 int api_request_apply_headers(ApiRequest *r, const char *workflow, const char *agent, const char *tenant, const char *adapter,
                               ApiError *err);
 

@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# Integration test of the cluster: real mpirun ranks, real HTTP, the official openai client.
+#   tests/integration/test_cluster.sh BRAID_BINARY MODEL
+# 1. 1 + 2x1 ranks: the openai client (chat, stream + usage, completion, cached prefix, 404);
+#    64 concurrent curl requests with the same greedy outputs as alone; every bad-input case
+#    answers its 4xx and the server still answers; a client leaving mid-stream cancels its request;
+#    SIGTERM drains an in-flight request, refuses new ones with 503, exits 0, leaves no ranks.
+# 2. 1 + 1x2 ranks (tensor parallel): greedy outputs equal the T=1 ones; a full queue answers 429
+#    with Retry-After.
+# The python with the openai package: $BRAID_TEST_PYTHON, else .venv-test/bin/python (scripts/test.sh).
+set -uo pipefail
+braid=$(realpath "$1")
+model=$(realpath "$2")
+root=$(cd "$(dirname "$0")/../.." && pwd)
+python=${BRAID_TEST_PYTHON:-$root/.venv-test/bin/python}
+work=$(mktemp -d)
+trap 'cleanup' EXIT
+failures=0
+launcher_pid=""
+
+cleanup() {
+  [ -n "$launcher_pid" ] && kill -KILL "$launcher_pid" 2> /dev/null
+  pkill -KILL -f "braid serve .*--port $port" 2> /dev/null
+  rm -rf "$work"
+}
+ok() { echo "ok   $*"; }
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else fail "$what"; fi; }
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# start_cluster NAME ARGS...: launches braid-local in its own session, waits for /health.
+start_cluster() {
+  local name=$1; shift
+  port=$(free_port)
+  url=http://127.0.0.1:$port
+  BRAID_BIN=$braid setsid "$root/launch/braid-local" --model "$model" --port "$port" "$@" > "$work/$name.out" 2> "$work/$name.err" &
+  launcher_pid=$!
+  for _ in $(seq 1 240); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && { ok "$name: ready"; return 0; }
+    kill -0 "$launcher_pid" 2> /dev/null || break
+    sleep 0.5
+  done
+  fail "$name: never became ready"; cat "$work/$name.err"; return 1
+}
+
+# stop_cluster NAME: SIGTERM to the launcher; it must exit 0 and leave no braid ranks behind.
+stop_cluster() {
+  local name=$1 status
+  kill -TERM "$launcher_pid"
+  wait "$launcher_pid"; status=$?
+  launcher_pid=""
+  check "$name: SIGTERM drains and exits 0 (got $status)" [ "$status" = 0 ]
+  sleep 0.5
+  check "$name: no ranks left" bash -c "! pgrep -f '[b]raid serve .*--port $port' > /dev/null"
+}
+
+post() { curl -s -o "$work/body" -w '%{http_code}' "$url$1" -H 'Content-Type: application/json' --data-binary "$2"; }
+
+greedy_text() {  # greedy_text PROMPT -> the completion text
+  curl -s "$url/v1/completions" -d "{\"prompt\": \"$1\", \"max_tokens\": 16, \"temperature\": 0}" |
+    python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))'
+}
+
+prompts=("The capital of France is" "def fibonacci(n):" "Once upon a time" "The three primary colors are"
+         "To make a cup of tea," "Water boils at" "The largest planet is" "A haiku about rain:")
+
+# ---------------------------------------------------------------- 1 + 2x1
+start_cluster two-instances --instances 2 --kv-blocks 256 || exit 1
+served=$(curl -s "$url/v1/models" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])')
+
+if [ -x "$python" ] && "$python" -c 'import openai' 2> /dev/null; then
+  check "openai client suite" "$python" "$root/tests/integration/openai_client_test.py" "$url/v1" "$served"
+else
+  fail "the openai client is not installed for $python (scripts/test.sh sets it up)"
+fi
+
+for p in "${prompts[@]}"; do greedy_text "$p"; done > "$work/alone.txt"
+# 64 at once: each prompt 8 times, all greedy; every answer must equal the one computed alone.
+for i in $(seq 0 63); do echo "${prompts[$((i % 8))]}"; done > "$work/concurrent.in"
+tr '\n' '\0' < "$work/concurrent.in" | xargs -0 -P 64 -I{} sh -c \
+  'curl -s -w "\n%{http_code}\n" "$1/v1/completions" -d "{\"prompt\": \"$2\", \"max_tokens\": 16, \"temperature\": 0}" > "$3/c.$(echo "$2" | md5sum | cut -c1-8).$$"' \
+  _ "$url" {} "$work"
+codes_ok=$(cat "$work"/c.* | grep -cx 200)
+check "64 concurrent requests all 200 (got $codes_ok)" [ "$codes_ok" = 64 ]
+mismatch=0
+for i in "${!prompts[@]}"; do
+  want=$(sed -n "$((i + 1))p" "$work/alone.txt")
+  for f in "$work"/c."$(echo "${prompts[$i]}" | md5sum | cut -c1-8)".*; do
+    got=$(head -1 "$f" | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))' 2> /dev/null)
+    [ "$got" = "$want" ] || mismatch=$((mismatch + 1))
+  done
+done
+check "64 concurrent greedy outputs equal the outputs alone ($mismatch differ)" [ "$mismatch" = 0 ]
+
+# Bad input: status and a JSON error naming the problem, then the server still answers.
+bad_case() {  # bad_case WANT_STATUS PATH BODY WHAT
+  local code; code=$(post "$2" "$3")
+  if [ "$code" = "$1" ] && python3 -c 'import json, sys; e = json.load(open(sys.argv[1]))["error"]; assert e["message"]' "$work/body" 2> /dev/null; then
+    ok "bad input: $4 -> $1"
+  else
+    fail "bad input: $4 -> want $1, got $code: $(head -c 200 "$work/body")"
+  fi
+}
+bad_case 400 /v1/chat/completions '{"messages": [' "malformed JSON"
+bad_case 400 /v1/chat/completions '[1, 2]' "not an object"
+bad_case 400 /v1/chat/completions '{"max_tokens": 5}' "missing messages"
+bad_case 400 /v1/chat/completions '{"messages": "hi"}' "messages of the wrong type"
+bad_case 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}' "max_tokens 0"
+bad_case 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": -4}' "negative max_tokens"
+bad_case 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": "ten"}' "max_tokens of the wrong type"
+bad_case 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000000}' "max_tokens beyond the context"
+bad_case 400 /v1/chat/completions '{"messages": [{"role": "wizard", "content": "hi"}]}' "unknown role"
+bad_case 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}], "temperature": 9}' "temperature out of range"
+bad_case 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}], "n": 3}' "n > 1"
+bad_case 404 /v1/chat/completions '{"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}' "unknown model"
+bad_case 400 /v1/completions '{"prompt": 42}' "prompt of the wrong type"
+long_prompt=$(python3 -c 'print("word " * 9000)')
+bad_case 400 /v1/completions "{\"prompt\": \"$long_prompt\", \"max_tokens\": 4}" "prompt longer than the context"
+printf '{"prompt": "caf\xc3\x28 bad utf-8", "max_tokens": 2}' > "$work/badutf8"
+bad_case 400 /v1/completions "$(cat "$work/badutf8")" "invalid UTF-8"
+head -c 9000000 /dev/zero | tr '\0' 'a' > "$work/huge"
+code=$(curl -s -o "$work/body" -w '%{http_code}' "$url/v1/completions" --data-binary @"$work/huge")
+check "oversized body -> 413 (got $code)" [ "$code" = 413 ]
+code=$(curl -s -o /dev/null -w '%{http_code}' "$url/v1/nothing-here")
+check "unknown path -> 404 (got $code)" [ "$code" = 404 ]
+code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$url/v1/chat/completions")
+check "wrong method -> 405 (got $code)" [ "$code" = 405 ]
+check "server still answers after bad input" [ "$(greedy_text "${prompts[0]}")" = "$(sed -n 1p "$work/alone.txt")" ]
+
+# Workflow end and the X-Braid headers.
+code=$(post /v1/workflows/wf-7/end '')
+check "POST /v1/workflows/wf-7/end -> 200 (got $code)" [ "$code" = 200 ]
+code=$(curl -s -o /dev/null -w '%{http_code}' "$url/v1/completions" -H 'X-Braid-Workflow: wf-8' -H 'X-Braid-Agent: coder' \
+  -d '{"prompt": "hello", "max_tokens": 2}')
+check "X-Braid headers accepted (got $code)" [ "$code" = 200 ]
+
+# A client that leaves mid-stream: its request is cancelled, not run to max_tokens.
+timeout 1.5 curl -sN "$url/v1/completions" -d '{"prompt": "Tell a long story", "max_tokens": 2000, "ignore_eos": true, "stream": true}' > /dev/null
+sleep 1
+running=$(curl -s "$url/metrics" | awk '/^braid_instance_running_sequences/ {s += $2} END {print s + 0}')
+aborted=$(curl -s "$url/metrics" | grep -c 'status="499"')
+check "client disconnect cancels its request (running now $running, 499 recorded $aborted)" [ "$running" = 0 -a "$aborted" -ge 1 ]
+metrics_ok=$(curl -s "$url/metrics" | grep -cE '^braid_(request_latency_seconds_bucket|time_to_first_token_seconds_count|instance_kv_blocks_total|cached_prompt_tokens_total)')
+check "metrics expose latency, TTFT, pool and cache counters" [ "$metrics_ok" -ge 4 ]
+
+# SIGTERM while a request runs: it completes, a new one gets 503, everything exits 0.
+curl -s -o "$work/inflight" -w '%{http_code}' "$url/v1/completions" -d '{"prompt": "Write a story", "max_tokens": 48, "ignore_eos": true}' > "$work/inflight.code" &
+curl_pid=$!
+sleep 0.5
+kill -TERM "$launcher_pid"
+sleep 0.2
+code=$(post /v1/completions '{"prompt": "late", "max_tokens": 2}')
+check "request during drain -> 503 (got $code)" [ "$code" = 503 ]
+wait "$curl_pid"
+check "in-flight request completed during drain ($(cat "$work/inflight.code"))" [ "$(cat "$work/inflight.code")" = 200 ]
+wait "$launcher_pid"; status=$?
+launcher_pid=""
+check "drained cluster exits 0 (got $status)" [ "$status" = 0 ]
+sleep 0.5
+check "no ranks left after drain" bash -c "! pgrep -f '[b]raid serve .*--port $port' > /dev/null"
+
+# ---------------------------------------------------------------- 1 + 1x2 (tensor parallel)
+start_cluster tensor-parallel --instances 1 --tp 2 --kv-blocks 256 --max-pending 2 || exit 1
+for p in "${prompts[@]}"; do greedy_text "$p"; done > "$work/tp2.txt"
+check "T=2 greedy outputs equal T=1" cmp -s "$work/alone.txt" "$work/tp2.txt"
+for i in $(seq 1 8); do
+  curl -s -D "$work/h.$i" -o /dev/null -w '%{http_code}\n' "$url/v1/completions" \
+    -d '{"prompt": "Keep talking", "max_tokens": 32, "ignore_eos": true}' > "$work/q.$i" &
+done
+wait $(jobs -p | grep -v "^$launcher_pid$") 2> /dev/null
+n429=$(cat "$work"/q.* | grep -cx 429); n200=$(cat "$work"/q.* | grep -cx 200)
+check "full queue: 429s ($n429) and successes ($n200), nothing else" [ "$n429" -ge 1 -a "$n200" -ge 1 -a $((n429 + n200)) = 8 ]
+check "429 carries Retry-After" grep -qi '^retry-after:' $(grep -lx 429 "$work"/q.* | sed 's/q\./h./' | head -1)
+stop_cluster tensor-parallel
+
+echo "$failures failed"
+[ "$failures" = 0 ]
