@@ -145,7 +145,7 @@ metrics_ok=$(curl -s "$url/metrics" | grep -cE '^braid_(request_latency_seconds_
 check "metrics expose latency, TTFT, pool and cache counters" [ "$metrics_ok" -ge 4 ]
 
 # SIGTERM while a request runs: it completes, a new one gets 503, everything exits 0.
-curl -s -o "$work/inflight" -w '%{http_code}' "$url/v1/completions" -d '{"prompt": "Write a story", "max_tokens": 48, "ignore_eos": true}' > "$work/inflight.code" &
+curl -s -o "$work/inflight" -w '%{http_code}' "$url/v1/completions" -d '{"prompt": "Write a story", "max_tokens": 256, "ignore_eos": true}' > "$work/inflight.code" &
 curl_pid=$!
 sleep 0.5
 kill -TERM "$launcher_pid"

@@ -12,6 +12,8 @@
 #include "coord/block_index.h"
 #include "coord/router.h"
 #include "coord/text_stream.h"
+#include "model/gguf.h"
+#include "test_paths.h"
 #include "model/weight_shard.h"
 #include "model/tensor_types.h"
 #include "transport/control_msg.h"
@@ -161,8 +163,6 @@ static void test_router(void **state) {
     router_free(&r);
 }
 
-/* A stand-in tokenizer is not needed: text_stream only calls tokenizer_decode, which the model
- * provides; here the streaming rules are exercised through utf8 helpers and a real decode-free path. */
 static void test_utf8(void **state) {
     (void)state;
     const char euro[] = "a\xE2\x82\xAC";
@@ -175,6 +175,40 @@ static void test_utf8(void **state) {
     s = utf8_sanitize("\xED\xA0\x80", 3, &n); /* a UTF-16 surrogate is not UTF-8 */
     assert_int_equal(n, 9);
     free(s);
+}
+
+/* Streaming with the real tokenizer: pieces taken one token at a time concatenate to the text
+ * before the stop string, never end inside a UTF-8 character, and never leak a stop-string prefix. */
+static void test_text_stream_real_tokenizer(void **state) {
+    (void)state;
+    GgufFile *f;
+    Tokenizer tok;
+    BraidError err;
+    if (gguf_open(test_model_path(), &f, &err) || tokenizer_load(f, &tok, &err)) fail_msg("%s", err.msg);
+    const char *text = "Caf\xC3\xA9 \xF0\x9F\x99\x82 ok END tail";
+    TokenList ids = {0};
+    if (tokenizer_encode(&tok, text, strlen(text), false, false, &ids, &err)) fail_msg("%s", err.msg);
+    const char *expected = "Caf\xC3\xA9 \xF0\x9F\x99\x82 ok";
+    char *stops[] = {" END"};
+    TextStream ts = {0};
+    char sent[256] = "";
+    size_t sent_len = 0;
+    for (int i = 1; i <= ids.n && !ts.stopped; i++) {
+        assert_int_equal(text_stream_update(&ts, &tok, ids.ids, i, stops, 1, i == ids.n), 0);
+        size_t n;
+        const char *piece = text_stream_take(&ts, &n);
+        assert_int_equal(utf8_complete_prefix(piece, n), n);
+        memcpy(sent + sent_len, piece, n);
+        sent_len += n;
+        sent[sent_len] = 0;
+        assert_true(sent_len <= strlen(expected) && memcmp(sent, expected, sent_len) == 0);
+    }
+    assert_true(ts.stopped);
+    assert_string_equal(sent, expected);
+    text_stream_free(&ts);
+    free(ids.ids);
+    tokenizer_free(&tok);
+    gguf_close(f);
 }
 
 static void test_shard_ranges(void **state) {
@@ -195,7 +229,7 @@ static void test_shard_ranges(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_submit_round_trip), cmocka_unit_test(test_tokens_finish_hashes), cmocka_unit_test(test_step_round_trip),
-        cmocka_unit_test(test_block_index), cmocka_unit_test(test_router), cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_block_index), cmocka_unit_test(test_router), cmocka_unit_test(test_utf8), cmocka_unit_test(test_text_stream_real_tokenizer),
         cmocka_unit_test(test_shard_ranges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
