@@ -9,7 +9,8 @@
 #include "cli/commands.h"
 #include "common/timeutil.h"
 #include "model/model.h"
-#include "cache/content_hash.h"
+#include "common/log.h"
+#include "trace_writer.h"
 #include "worker/engine.h"
 
 static const char batch_usage[] =
@@ -182,32 +183,11 @@ static char *json_string_or_empty(json_t *obj, const char *key) {
     return strdup(v ? v : "");
 }
 
-static void write_hashes(FILE *f, const char *key, const uint64_t *h, int n) {
-    fprintf(f, ",\"%s\":[", key);
-    for (int i = 0; i < n; i++) fprintf(f, i ? ",\"%016llx\"" : "\"%016llx\"", (unsigned long long)h[i]);
-    fputc(']', f);
-}
-
 static void write_trace_line(FILE *f, const SchedRequest *r, const RequestLabels *l, int seq, int block_size) {
-    json_t *o = json_pack("{s:s, s:i, s:f, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i}", "type", "request", "seq", seq, "t", 0.0,
-                          "id", r->id ? r->id : "", "workflow", l->workflow, "agent", l->agent, "tenant", l->tenant,
-                          "adapter", l->adapter, "prompt_tokens", r->n_prompt,
-                          "output_tokens", r->n_tokens > r->n_prompt ? r->n_tokens - r->n_prompt : 0, "block_size", block_size);
-    char *head = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    int n_blocks = r->n_prompt / block_size;
-    uint64_t *chained = malloc((size_t)(n_blocks + 1) * sizeof *chained), *chunk = malloc((size_t)(n_blocks + 1) * sizeof *chunk);
-    if (head && chained && chunk) {
-        content_hash_blocks(r->ns, r->tokens, n_blocks, block_size, chained, chunk);
-        head[strlen(head) - 1] = '\0'; /* reopen the object to append the hash arrays */
-        fputs(head, f);
-        write_hashes(f, "blocks", chained, n_blocks);
-        write_hashes(f, "chunks", chunk, n_blocks);
-        fputs("}\n", f);
-    }
-    free(head);
-    free(chained);
-    free(chunk);
+    TraceRecord rec = {.seq = seq, .t = 0.0, .id = r->id, .workflow = l->workflow, .agent = l->agent, .tenant = l->tenant,
+                       .adapter = l->adapter, .prompt = r->tokens, .prompt_tokens = r->n_prompt,
+                       .output_tokens = r->n_tokens > r->n_prompt ? r->n_tokens - r->n_prompt : 0, .block_size = block_size};
+    if (trace_write_request(f, &rec)) LOG_WARN("batch", "could not write the trace line of request %s", r->id ? r->id : "");
 }
 
 static void write_result(FILE *out, const BraidModel *m, const SchedRequest *r, double t0) {

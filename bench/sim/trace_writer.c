@@ -1,0 +1,51 @@
+/* Trace lines: the scalar fields through jansson (escaping), the hash arrays appended as text. */
+#include "trace_writer.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/content_hash.h"
+#include "cache/radix_tree.h"
+
+static const char *or_empty(const char *s) { return s ? s : ""; }
+
+static void write_hashes(FILE *f, const char *key, const uint64_t *h, int n) {
+    fprintf(f, ",\"%s\":[", key);
+    for (int i = 0; i < n; i++) fprintf(f, i ? ",\"%016llx\"" : "\"%016llx\"", (unsigned long long)h[i]);
+    fputc(']', f);
+}
+
+int trace_write_request(FILE *f, const TraceRecord *rec) {
+    json_t *o = json_pack("{s:s, s:i, s:f, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:i}", "type", "request", "seq", rec->seq, "t",
+                          rec->t, "id", or_empty(rec->id), "workflow", or_empty(rec->workflow), "agent", or_empty(rec->agent),
+                          "tenant", or_empty(rec->tenant), "adapter", or_empty(rec->adapter), "prompt_tokens", rec->prompt_tokens,
+                          "output_tokens", rec->output_tokens, "block_size", rec->block_size);
+    char *head = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    int n_blocks = rec->block_size > 0 ? rec->prompt_tokens / rec->block_size : 0;
+    uint64_t *chained = malloc((size_t)(n_blocks + 1) * sizeof *chained), *chunk = malloc((size_t)(n_blocks + 1) * sizeof *chunk);
+    int rc = -1;
+    if (head && chained && chunk) {
+        uint64_t ns = radix_namespace_for(rec->tenant, rec->adapter);
+        content_hash_blocks(ns, rec->prompt, n_blocks, rec->block_size, chained, chunk);
+        head[strlen(head) - 1] = '\0'; /* reopen the object to append the hash arrays */
+        fputs(head, f);
+        write_hashes(f, "blocks", chained, n_blocks);
+        write_hashes(f, "chunks", chunk, n_blocks);
+        rc = fputs("}\n", f) == EOF ? -1 : 0;
+    }
+    free(head);
+    free(chained);
+    free(chunk);
+    return rc;
+}
+
+int trace_write_workflow_end(FILE *f, double t, const char *workflow) {
+    json_t *o = json_pack("{s:s, s:f, s:s}", "type", "workflow_end", "t", t, "workflow", or_empty(workflow));
+    char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    int rc = line && fprintf(f, "%s\n", line) > 0 ? 0 : -1;
+    free(line);
+    return rc;
+}
