@@ -119,6 +119,66 @@ static int serve_one(RadixTree *tree, BlockPool *pool, const TraceRequest *r, in
     return ok;
 }
 
+/* ---- per-workflow and per-agent summaries ---- */
+
+/* Index of key in map, adding it as the next index when new; -1 when out of memory. */
+static int32_t intern(StrMap *map, const char *key, int32_t *n_keys) {
+    int32_t idx;
+    if (strmap_get(map, key, strlen(key), &idx)) return idx;
+    if (strmap_put(map, key, strlen(key), *n_keys)) return -1;
+    return (*n_keys)++;
+}
+
+typedef struct {
+    double total, stage_max, stage_t;
+    bool open;
+} WorkflowClock;
+
+static void workflow_add(WorkflowClock *w, double t, double latency) {
+    if (w->open && t == w->stage_t) { /* same stage: a fan-out's calls run side by side */
+        if (latency > w->stage_max) w->stage_max = latency;
+        return;
+    }
+    w->total += w->stage_max;
+    *w = (WorkflowClock){.total = w->total, .stage_max = latency, .stage_t = t, .open = true};
+}
+
+static int summarize(const Trace *t, const double *ttft, const double *latency, SimResult *res) {
+    StrMap *wf_ids = strmap_create((size_t)t->n + 1), *agent_ids = strmap_create(64);
+    WorkflowClock *clocks = calloc((size_t)t->n + 1, sizeof *clocks);
+    res->agents = calloc((size_t)t->n + 1, sizeof *res->agents);
+    int rc = wf_ids && agent_ids && clocks && res->agents ? 0 : -1;
+    int32_t n_wf = 0, n_agents = 0;
+    for (int i = 0; rc == 0 && i < t->n; i++) {
+        const TraceRequest *r = &t->reqs[i];
+        int32_t w = r->workflow[0] ? intern(wf_ids, r->workflow, &n_wf) : n_wf++;
+        int32_t a = intern(agent_ids, r->agent, &n_agents);
+        if (w < 0 || a < 0) { rc = -1; break; }
+        workflow_add(&clocks[w], r->t, latency[i]);
+        SimAgentStats *s = &res->agents[a];
+        if (!s->agent && !(s->agent = strdup(r->agent))) { rc = -1; break; }
+        s->requests++;
+        s->mean_ttft_s += ttft[i]; /* a sum until the end */
+    }
+    double sum = 0;
+    for (int w = 0; w < n_wf; w++) sum += clocks[w].total + clocks[w].stage_max;
+    res->workflows = n_wf;
+    res->mean_workflow_latency_s = n_wf ? sum / n_wf : 0.0;
+    res->n_agents = n_agents;
+    for (int a = 0; a < n_agents; a++) res->agents[a].mean_ttft_s /= res->agents[a].requests ? res->agents[a].requests : 1;
+    strmap_destroy(wf_ids);
+    strmap_destroy(agent_ids);
+    free(clocks);
+    return rc;
+}
+
+void sim_result_free(SimResult *res) {
+    for (int a = 0; a < res->n_agents; a++) free(res->agents[a].agent);
+    free(res->agents);
+    res->agents = NULL;
+    res->n_agents = 0;
+}
+
 int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *err) {
     memset(res, 0, sizeof *res);
     int bs = t->block_size > 0 ? t->block_size : 16, n_blocks = cfg->kv_tokens / bs + 1;
@@ -137,7 +197,8 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
         if (need > max_blocks) max_blocks = need;
     }
     int32_t *tokens = malloc((size_t)max_blocks * SIM_TOKENS_PER_BLOCK * sizeof *tokens), *blocks = malloc((size_t)max_blocks * sizeof *blocks);
-    int rc = tokens && blocks ? 0 : braid_error_set(err, "sim: out of memory");
+    double *ttfts = malloc(((size_t)t->n + 1) * sizeof *ttfts), *latencies = malloc(((size_t)t->n + 1) * sizeof *latencies);
+    int rc = tokens && blocks && ttfts && latencies ? 0 : braid_error_set(err, "sim: out of memory");
     double ttft_sum = 0;
     for (int i = 0; rc == 0 && i < t->n; i++) {
         const TraceRequest *r = &t->reqs[i];
@@ -154,13 +215,19 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
         res->prompt_tokens += (uint64_t)r->prompt_tokens;
         res->cached_tokens += (uint64_t)cached;
         ttft_sum += ttft;
-        res->modeled_latency_s += ttft + r->output_tokens * cfg->decode_s_per_token;
+        ttfts[i] = ttft;
+        latencies[i] = ttft + r->output_tokens * cfg->decode_s_per_token;
+        res->modeled_latency_s += latencies[i];
     }
+    if (rc == 0 && summarize(t, ttfts, latencies, res)) rc = braid_error_set(err, "sim: out of memory");
+    res->workflow_ends = t->n_ends;
     res->evicted_blocks = tree.counters.evicted_blocks;
     res->hit_rate = res->prompt_tokens ? (double)res->cached_tokens / (double)res->prompt_tokens : 0.0;
     res->mean_ttft_s = res->requests ? ttft_sum / res->requests : 0.0;
     free(tokens);
     free(blocks);
+    free(ttfts);
+    free(latencies);
     radix_free(&tree);
     block_pool_free(&pool);
     if (belady) belady_free(&bstate);

@@ -7,6 +7,11 @@
  * short), then leaves its full prompt blocks in the cache. A cost model turns computed and cached
  * tokens into modeled time. Policies: "lru", and "belady", the offline bound, which evicts the
  * leaf whose next use lies farthest in the future (known from the trace).
+ *
+ * Per workflow, the modeled latency is the model time on its critical path: its requests grouped
+ * into stages by arrival time (a fan-out's calls arrive together), each stage as long as its
+ * longest request. Tool and client time between stages is not modeled. Requests without a
+ * workflow count as one-request workflows.
  */
 #ifndef BRAID_BENCH_SIM_SIMULATOR_H
 #define BRAID_BENCH_SIM_SIMULATOR_H
@@ -23,14 +28,26 @@ typedef struct {
 } SimConfig;
 
 typedef struct {
+    char *agent;
+    int requests;
+    double mean_ttft_s;
+} SimAgentStats;
+
+typedef struct {
     int requests, too_large;  /* too_large: needed more blocks than the whole cache */
     uint64_t prompt_tokens, cached_tokens, evicted_blocks;
     double modeled_latency_s; /* sum over requests */
     double mean_ttft_s;
     double hit_rate;          /* cached prompt tokens / prompt tokens */
+    int workflows, workflow_ends;
+    double mean_workflow_latency_s;
+    SimAgentStats *agents;    /* in order of first appearance */
+    int n_agents;
 } SimResult;
 
 SimConfig sim_config_default(void);
+/* Fills result (release it with sim_result_free, also after an error). */
 int sim_run(const Trace *trace, const SimConfig *cfg, SimResult *result, BraidError *err);
+void sim_result_free(SimResult *result);
 
 #endif

@@ -54,7 +54,16 @@ static int parse_request(json_t *o, TraceRequest *r, int *block_size, BraidError
     r->ns = radix_namespace_for(json_string_value(json_object_get(o, "tenant")),
                                 json_string_value(json_object_get(o, "adapter")));
     if (!r->id || !r->workflow || !r->agent) return braid_error_set(err, "out of memory");
-    return 1;
+    return TRACE_LINE_REQUEST;
+}
+
+static int parse_workflow_end(json_t *o, TraceRequest *r, BraidError *err) {
+    json_t *t = json_object_get(o, "t");
+    const char *wf = json_string_value(json_object_get(o, "workflow"));
+    if (!json_is_number(t) || !wf) return braid_error_set(err, "workflow_end needs a numeric t and a workflow string");
+    r->t = json_number_value(t);
+    if (!(r->workflow = strdup(wf))) return braid_error_set(err, "out of memory");
+    return TRACE_LINE_WORKFLOW_END;
 }
 
 int trace_parse_line(const char *line, TraceRequest *r, int *block_size, BraidError *err) {
@@ -66,7 +75,9 @@ int trace_parse_line(const char *line, TraceRequest *r, int *block_size, BraidEr
         return braid_error_set(err, "not a JSON object (%s)", o ? "wrong type" : jerr.text);
     }
     const char *type = json_string_value(json_object_get(o, "type"));
-    int rc = type && strcmp(type, "request") == 0 ? parse_request(o, r, block_size, err) : 0;
+    int rc = TRACE_LINE_SKIP;
+    if (type && strcmp(type, "request") == 0) rc = parse_request(o, r, block_size, err);
+    else if (type && strcmp(type, "workflow_end") == 0) rc = parse_workflow_end(o, r, err);
     if (rc <= 0) trace_request_free(r);
     json_decref(o);
     return rc;
@@ -76,6 +87,31 @@ static int by_time(const void *a, const void *b) {
     const TraceRequest *x = a, *y = b;
     if (x->t != y->t) return x->t < y->t ? -1 : 1;
     return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* Takes ownership of the parsed line's strings. */
+static int store_line(Trace *trace, int kind, TraceRequest *r) {
+    if (kind == TRACE_LINE_WORKFLOW_END) {
+        if (braid_grow((void **)&trace->ends, &trace->cap_ends, trace->n_ends + 1, sizeof *trace->ends)) {
+            trace_request_free(r);
+            return -1;
+        }
+        trace->ends[trace->n_ends++] = (TraceWorkflowEnd){.t = r->t, .workflow = r->workflow};
+        r->workflow = NULL;
+        trace_request_free(r);
+        return 0;
+    }
+    if (braid_grow((void **)&trace->reqs, &trace->cap, trace->n + 1, sizeof *trace->reqs)) {
+        trace_request_free(r);
+        return -1;
+    }
+    trace->reqs[trace->n++] = *r;
+    return 0;
+}
+
+static int end_by_time(const void *a, const void *b) {
+    const TraceWorkflowEnd *x = a, *y = b;
+    return (x->t > y->t) - (x->t < y->t);
 }
 
 int trace_load(const char *path, Trace *trace, BraidError *err) {
@@ -91,12 +127,7 @@ int trace_load(const char *path, Trace *trace, BraidError *err) {
         TraceRequest r;
         int got = trace_parse_line(line, &r, &trace->block_size, err);
         if (got < 0) rc = braid_error_wrap(err, "trace: %s:%d", path, line_no);
-        else if (got > 0 && braid_grow((void **)&trace->reqs, &trace->cap, trace->n + 1, sizeof *trace->reqs)) {
-            trace_request_free(&r);
-            rc = braid_error_set(err, "trace: out of memory");
-        } else if (got > 0) {
-            trace->reqs[trace->n++] = r;
-        }
+        else if (got != TRACE_LINE_SKIP && store_line(trace, got, &r)) rc = braid_error_set(err, "trace: out of memory");
     }
     free(line);
     fclose(f);
@@ -105,11 +136,26 @@ int trace_load(const char *path, Trace *trace, BraidError *err) {
         return -1;
     }
     qsort(trace->reqs, (size_t)trace->n, sizeof *trace->reqs, by_time);
+    qsort(trace->ends, (size_t)trace->n_ends, sizeof *trace->ends, end_by_time);
+    return 0;
+}
+
+int trace_coarsen_blocks(Trace *trace, int factor, BraidError *err) {
+    if (factor < 1) return braid_error_set(err, "trace: block grouping factor %d < 1", factor);
+    for (int i = 0; i < trace->n; i++) {
+        TraceRequest *r = &trace->reqs[i];
+        int n = r->n_blocks / factor;
+        for (int b = 0; b < n; b++) r->blocks[b] = r->blocks[(b + 1) * factor - 1];
+        r->n_blocks = n;
+    }
+    trace->block_size *= factor;
     return 0;
 }
 
 void trace_free(Trace *trace) {
     for (int i = 0; i < trace->n; i++) trace_request_free(&trace->reqs[i]);
     free(trace->reqs);
+    for (int i = 0; i < trace->n_ends; i++) free(trace->ends[i].workflow);
+    free(trace->ends);
     memset(trace, 0, sizeof *trace);
 }

@@ -1,8 +1,9 @@
 /*
  * trace.h — reads a JSONL trace (docs/TRACE_FORMAT.md) into memory for the simulator.
  *
- * Requests are sorted by (t, seq). Unknown fields and line types are ignored; malformed lines fail
- * with the line number. Owns all strings and hash arrays; trace_free releases them.
+ * Requests are sorted by (t, seq); workflow-end events by t. Unknown fields and line types are
+ * ignored; malformed lines fail with the line number. Owns all strings and hash arrays; trace_free
+ * releases them.
  */
 #ifndef BRAID_BENCH_SIM_TRACE_H
 #define BRAID_BENCH_SIM_TRACE_H
@@ -22,14 +23,28 @@ typedef struct {
 } TraceRequest;
 
 typedef struct {
+    double t;
+    char *workflow;
+} TraceWorkflowEnd;
+
+typedef struct {
     TraceRequest *reqs;
     int n, cap;
+    TraceWorkflowEnd *ends;
+    int n_ends, cap_ends;
     int block_size;
 } Trace;
 
+enum { TRACE_LINE_SKIP = 0, TRACE_LINE_REQUEST = 1, TRACE_LINE_WORKFLOW_END = 2 };
+
 int trace_load(const char *path, Trace *trace, BraidError *err);
-/* Parses one line (exposed for tests and fuzzing). Returns 1 for a request, 0 for a line to skip. */
+/* Parses one line (exposed for tests and fuzzing). Returns TRACE_LINE_REQUEST (req filled),
+ * TRACE_LINE_WORKFLOW_END (only req->t and req->workflow filled), TRACE_LINE_SKIP for a line of
+ * another type, or -1 with err set. */
 int trace_parse_line(const char *line, TraceRequest *req, int *block_size, BraidError *err);
+/* Regroups the block hashes for a block size `factor` times the trace's: the chained hash of every
+ * factor-th block names the same prefix as the coarser block would. Returns 0, or -1 (factor < 1). */
+int trace_coarsen_blocks(Trace *trace, int factor, BraidError *err);
 void trace_request_free(TraceRequest *req);
 void trace_free(Trace *trace);
 

@@ -1,5 +1,7 @@
 /* braid sim — replays a trace through the cache code with a cost model; no model is loaded. */
 #include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -10,23 +12,56 @@
 #include "trace.h"
 
 static const char sim_usage[] =
-    "usage: braid sim --trace PATH --kv-tokens N [--policy lru|belady] [--prefill-ms-per-token X]\n"
-    "                 [--decode-ms-per-token Y] [--json]\n"
+    "usage: braid sim --trace PATH --kv-tokens N [--policy lru|belady] [--block-size B]\n"
+    "                 [--prefill-ms-per-token X] [--decode-ms-per-token Y] [--json]\n"
     "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's block pool and radix cache in arrival\n"
-    "  order, one request at a time, with a cache of N tokens (block size from the trace).\n"
-    "  belady evicts the block used farthest in the future: the offline bound for any policy.\n"
-    "  --json prints one JSON object as the last line.\n";
+    "  order, one request at a time, with a cache of N tokens.\n"
+    "  --policy: lru, or belady, which evicts the block used farthest in the future: the offline\n"
+    "            bound for any policy (default lru)\n"
+    "  --block-size: cache block size, a multiple of the trace's (default: the trace's)\n"
+    "  --prefill-ms-per-token, --decode-ms-per-token: the cost model (defaults: the 2-core CPU's\n"
+    "            2.5 and 10 ms)\n"
+    "  Reports hit rate, evictions, modeled latency per workflow (critical path of its stages) and\n"
+    "  mean modeled TTFT per agent. --json prints one JSON object as the last line.\n";
+
+static void print_text(const SimConfig *cfg, const SimResult *r, double elapsed) {
+    fprintf(stderr, "[sim] %d requests in %d workflows, policy %s, %d-token cache: hit rate %.1f%%, %llu blocks evicted, "
+                    "mean workflow latency %.2f s, mean TTFT %.1f ms%s (replayed in %.3f s)\n",
+            r->requests, r->workflows, cfg->policy, cfg->kv_tokens, 100 * r->hit_rate, (unsigned long long)r->evicted_blocks,
+            r->mean_workflow_latency_s, 1e3 * r->mean_ttft_s, r->too_large ? ", some requests larger than the cache" : "", elapsed);
+    for (int a = 0; a < r->n_agents; a++)
+        fprintf(stderr, "[sim]   agent %-16s %6d requests, mean TTFT %8.1f ms\n", r->agents[a].agent[0] ? r->agents[a].agent : "(none)",
+                r->agents[a].requests, 1e3 * r->agents[a].mean_ttft_s);
+}
+
+static void print_json(const SimConfig *cfg, const SimResult *r) {
+    json_t *agents = json_object();
+    for (int a = 0; a < r->n_agents; a++)
+        json_object_set_new(agents, r->agents[a].agent, json_pack("{s:i, s:f}", "requests", r->agents[a].requests, "mean_ttft_s",
+                                                                  r->agents[a].mean_ttft_s));
+    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:f, s:I, s:f, s:f, s:f, s:i, s:o}", "policy", cfg->policy,
+                          "kv_tokens", cfg->kv_tokens, "requests", r->requests, "workflows", r->workflows, "workflow_ends",
+                          r->workflow_ends, "prompt_tokens", (json_int_t)r->prompt_tokens, "cached_tokens",
+                          (json_int_t)r->cached_tokens, "hit_rate", r->hit_rate, "evictions", (json_int_t)r->evicted_blocks,
+                          "modeled_latency_s", r->modeled_latency_s, "mean_workflow_latency_s", r->mean_workflow_latency_s,
+                          "mean_ttft_s", r->mean_ttft_s, "too_large", r->too_large, "agent_ttft_s", agents);
+    char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    printf("%s\n", line ? line : "{\"error\":\"out of memory\"}");
+    free(line);
+    json_decref(o);
+}
 
 int cmd_sim(int argc, char **argv) {
-    enum { O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON };
+    enum { O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
         {"decode-ms-per-token", required_argument, 0, O_DECODE}, {"json", no_argument, 0, O_JSON},
+        {"block-size", required_argument, 0, O_BLOCK},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     SimConfig cfg = sim_config_default();
     const char *trace_path = NULL;
-    int json = 0, have_kv = 0, c;
+    int json = 0, have_kv = 0, c, block_size = 0;
     long v;
     double d;
     optind = 1;
@@ -44,6 +79,7 @@ int cmd_sim(int argc, char **argv) {
         case O_PREFILL: if (cli_parse_float("--prefill-ms-per-token", optarg, 0, 1e6, &d)) return 2; cfg.prefill_s_per_token = d / 1e3; break;
         case O_DECODE: if (cli_parse_float("--decode-ms-per-token", optarg, 0, 1e6, &d)) return 2; cfg.decode_s_per_token = d / 1e3; break;
         case O_JSON: json = 1; break;
+        case O_BLOCK: if (cli_parse_int("--block-size", optarg, 1, 1 << 16, &v)) return 2; block_size = (int)v; break;
         case 'h': fputs(sim_usage, stdout); return 0;
         default: fputs(sim_usage, stderr); return 2;
         }
@@ -58,22 +94,22 @@ int cmd_sim(int argc, char **argv) {
         fprintf(stderr, "braid sim: %s\n", err.msg);
         return 1;
     }
+    if (block_size && (trace.block_size == 0 || block_size % trace.block_size)) {
+        fprintf(stderr, "braid sim: --block-size %d must be a multiple of the trace's block size %d\n", block_size, trace.block_size);
+        trace_free(&trace);
+        return 2;
+    }
+    if (block_size) trace_coarsen_blocks(&trace, block_size / trace.block_size, &err);
     SimResult r;
     double t0 = braid_now_seconds();
     int rc = sim_run(&trace, &cfg, &r, &err);
     double elapsed = braid_now_seconds() - t0;
     if (rc) fprintf(stderr, "braid sim: %s\n", err.msg);
     else {
-        fprintf(stderr, "[sim] %d requests, policy %s, %d-token cache: hit rate %.1f%%, %llu blocks evicted, modeled latency %.2f s, "
-                        "mean TTFT %.1f ms%s (replayed in %.3f s)\n",
-                r.requests, cfg.policy, cfg.kv_tokens, 100 * r.hit_rate, (unsigned long long)r.evicted_blocks, r.modeled_latency_s,
-                1e3 * r.mean_ttft_s, r.too_large ? ", some requests larger than the cache" : "", elapsed);
-        if (json)
-            printf("{\"policy\":\"%s\",\"kv_tokens\":%d,\"requests\":%d,\"prompt_tokens\":%llu,\"cached_tokens\":%llu,"
-                   "\"hit_rate\":%.6f,\"evictions\":%llu,\"modeled_latency_s\":%.6f,\"mean_ttft_s\":%.6f,\"too_large\":%d}\n",
-                   cfg.policy, cfg.kv_tokens, r.requests, (unsigned long long)r.prompt_tokens, (unsigned long long)r.cached_tokens,
-                   r.hit_rate, (unsigned long long)r.evicted_blocks, r.modeled_latency_s, r.mean_ttft_s, r.too_large);
+        print_text(&cfg, &r, elapsed);
+        if (json) print_json(&cfg, &r);
     }
+    sim_result_free(&r);
     trace_free(&trace);
     return rc ? 1 : 0;
 }

@@ -1,6 +1,7 @@
 /*
  * Trace simulator: a cyclic workload where LRU always evicts the prefix needed next (0 hits) while
- * the Belady bound keeps reusing; exact hit accounting for a shared prefix; trace parse errors.
+ * the Belady bound keeps reusing; exact hit accounting for a shared prefix; trace parse errors;
+ * workflow-end events, per-workflow critical-path latency and per-agent TTFT; coarser blocks.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,6 +39,8 @@ static void run(const char *path, const char *policy, int kv_tokens, SimResult *
     cfg.kv_tokens = kv_tokens;
     cfg.policy = policy;
     if (sim_run(&t, &cfg, r, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(r->workflow_ends, 1);
+    sim_result_free(r); /* the scalar results stay */
     trace_free(&t);
 }
 
@@ -72,7 +75,13 @@ static void test_parse_errors(void **state) {
     TraceRequest r;
     int bs = 0;
     BraidError err;
-    assert_int_equal(trace_parse_line("{\"type\":\"workflow_end\",\"t\":1}", &r, &bs, &err), 0);
+    assert_int_equal(trace_parse_line("{\"type\":\"workflow_end\",\"t\":1}", &r, &bs, &err), -1);
+    assert_non_null(strstr(err.msg, "workflow"));
+    assert_int_equal(trace_parse_line("{\"type\":\"workflow_end\",\"t\":1.5,\"workflow\":\"w9\"}", &r, &bs, &err),
+                     TRACE_LINE_WORKFLOW_END);
+    assert_string_equal(r.workflow, "w9");
+    trace_request_free(&r);
+    assert_int_equal(trace_parse_line("{\"type\":\"pool_occupancy\"}", &r, &bs, &err), TRACE_LINE_SKIP);
     assert_int_equal(trace_parse_line("not json", &r, &bs, &err), -1);
     assert_non_null(strstr(err.msg, "not a JSON object"));
     assert_int_equal(trace_parse_line("{\"type\":\"request\",\"prompt_tokens\":5}", &r, &bs, &err), -1);
@@ -94,10 +103,56 @@ static void test_parse_errors(void **state) {
     assert_non_null(strstr(err.msg, "/nonexistent/trace.jsonl"));
 }
 
+/* Workflow w: a planner call at t=0 (40 prompt tokens), then a fan-out of two calls at t=1 (40 and
+ * 80 tokens, sharing the first two blocks with the planner's prompt); workflow v: one call. */
+static void test_workflows_and_agents(void **state) {
+    (void)state;
+    char path[] = "/tmp/braid_trace_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    const char *line =
+        "{\"type\":\"request\",\"seq\":%d,\"t\":%g,\"workflow\":\"%s\",\"agent\":\"%s\",\"prompt_tokens\":%d,"
+        "\"output_tokens\":10,\"block_size\":16,\"blocks\":[%s]}\n";
+    fprintf(f, line, 0, 0.0, "w", "planner", 40, "\"a1\",\"a2\"");
+    fprintf(f, line, 1, 1.0, "w", "mapper", 40, "\"a1\",\"a2\"");
+    fprintf(f, line, 2, 1.0, "w", "mapper", 80, "\"a1\",\"a2\",\"b3\",\"b4\",\"b5\"");
+    fprintf(f, line, 3, 0.5, "v", "planner", 40, "\"c1\",\"c2\"");
+    fprintf(f, "{\"type\":\"workflow_end\",\"t\":3,\"workflow\":\"w\"}\n");
+    fclose(f);
+    Trace t;
+    BraidError err;
+    if (trace_load(path, &t, &err)) fail_msg("%s", err.msg);
+    SimConfig cfg = sim_config_default();
+    cfg.prefill_s_per_token = 0.001;
+    cfg.decode_s_per_token = 0.01;
+    SimResult r;
+    if (sim_run(&t, &cfg, &r, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(r.workflows, 2);
+    assert_int_equal(r.workflow_ends, 1);
+    /* w: planner 40 computed + 10 out = 0.14 s; stage 2 = the longer mapper: 80 - 32 cached = 48
+     * computed -> 0.148 s (its sibling: 8 computed -> 0.108 s). v: 0.14 s. */
+    assert_float_equal(r.mean_workflow_latency_s, (0.14 + 0.148 + 0.14) / 2, 1e-9);
+    assert_int_equal(r.n_agents, 2);
+    assert_string_equal(r.agents[0].agent, "planner");
+    assert_int_equal(r.agents[0].requests, 2);
+    assert_float_equal(r.agents[0].mean_ttft_s, 0.040, 1e-9);
+    assert_float_equal(r.agents[1].mean_ttft_s, (0.008 + 0.048) / 2, 1e-9);
+    sim_result_free(&r);
+    /* 32-token blocks: every second chained hash, so the 40-token prompts keep one block. */
+    assert_int_equal(trace_coarsen_blocks(&t, 2, &err), 0);
+    assert_int_equal(t.block_size, 32);
+    assert_int_equal(t.reqs[3].n_blocks, 2); /* sorted by arrival: the 80-token mapper is last */
+    assert_true(t.reqs[3].blocks[0] == 0xa2 && t.reqs[3].blocks[1] == 0xb4);
+    trace_free(&t);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_belady_beats_lru_on_a_cycle),
         cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_workflows_and_agents),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
