@@ -34,13 +34,14 @@ static const char serve_usage[] =
     "  --policy lru             eviction policy (default lru)\n"
     "  --route-slack N          router: skip an instance with N more requests than the least loaded (default 8)\n"
     "  --events PATH            JSONL log of routing decisions\n"
+    "  --trace-out PATH         replayable trace of served requests and workflow ends, for braid sim\n"
     "  --pid-file PATH          rank 0 writes its pid here (launch/braid-local signals it to drain)\n"
     "  --threads N              CPU threads per worker rank (default: all cores)\n"
     "  --device D               cpu, cuda or auto (default auto)\n"
     "SIGINT / SIGTERM to rank 0 drains: new requests get 503, in-flight ones finish, then every rank exits.\n";
 
 typedef struct {
-    const char *model, *host, *served_name, *events_path, *pid_file;
+    const char *model, *host, *served_name, *events_path, *pid_file, *trace_path;
     long tp, port, kv_blocks, block_size, max_batch_tokens, max_running, max_pending, max_body, threads, route_slack;
     bool cache;
     BackendKind device;
@@ -49,7 +50,7 @@ typedef struct {
 
 static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     enum { O_MODEL = 256, O_TP, O_HOST, O_PORT, O_NAME, O_BLOCKS, O_BS, O_MBT, O_RUN, O_PENDING, O_BODY, O_CACHE, O_POLICY,
-           O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE };
+           O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -58,6 +59,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"max-pending", required_argument, 0, O_PENDING}, {"max-body-bytes", required_argument, 0, O_BODY},
         {"cache", required_argument, 0, O_CACHE}, {"policy", required_argument, 0, O_POLICY},
         {"route-slack", required_argument, 0, O_SLACK}, {"events", required_argument, 0, O_EVENTS},
+        {"trace-out", required_argument, 0, O_TRACE},
         {"pid-file", required_argument, 0, O_PID}, {"threads", required_argument, 0, O_THREADS},
         {"device", required_argument, 0, O_DEVICE}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
@@ -75,6 +77,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_HOST: a->host = optarg; break;
         case O_NAME: a->served_name = optarg; break;
         case O_EVENTS: a->events_path = optarg; break;
+        case O_TRACE: a->trace_path = optarg; break;
         case O_PID: a->pid_file = optarg; break;
         case O_TP: target = &a->tp, flag = "--tp", hi = 64; break;
         case O_PORT: target = &a->port, flag = "--port", hi = 65535; break;
@@ -132,13 +135,16 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_in
     FILE *events = NULL;
     if (a->events_path && !(events = fopen(a->events_path, "w")))
         fprintf(stderr, "braid serve: cannot write %s; routing events are not logged\n", a->events_path);
+    FILE *trace = NULL;
+    if (a->trace_path && !(trace = fopen(a->trace_path, "w")))
+        fprintf(stderr, "braid serve: cannot write %s; no trace is recorded\n", a->trace_path);
     snprintf(ready_line, sizeof ready_line, "braid: serving %s at http://%s:%ld/v1 (%d instance%s x %ld rank%s)", name, a->host,
              a->port, n_instances, n_instances == 1 ? "" : "s", a->tp, a->tp == 1 ? "" : "s");
     Metrics *metrics = metrics_create(n_instances, name);
     Coordinator coord;
     BraidError err;
     CoordinatorConfig cc = {.n_instances = n_instances, .tp = (int)a->tp, .max_pending = (int)a->max_pending,
-                            .load_slack = (int)a->route_slack, .events = events, .ready_line = ready_line};
+                            .load_slack = (int)a->route_slack, .events = events, .trace = trace, .ready_line = ready_line};
     int rc = 1;
     if (!metrics || coordinator_init(&coord, &cc, MPI_COMM_WORLD, metrics, &err)) {
         fprintf(stderr, "braid serve: coordinator: out of memory\n");
@@ -163,6 +169,7 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_in
     coordinator_free(&coord);
     metrics_destroy(metrics);
     if (events) fclose(events);
+    if (trace && fclose(trace)) fprintf(stderr, "braid serve: writing %s failed\n", a->trace_path);
     return rc;
 }
 

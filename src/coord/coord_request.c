@@ -34,6 +34,8 @@ void coord_request_release(CoordRequest *r) {
     free(r->block_hashes);
     free(r->workflow);
     free(r->agent);
+    free(r->tenant);
+    free(r->adapter);
     free(r->tokens);
     free(r);
 }

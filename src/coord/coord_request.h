@@ -25,7 +25,7 @@ typedef struct CoordRequest {
     uint64_t ns;
     uint64_t *block_hashes; /* chained hashes of the prompt's full blocks, for routing */
     int n_hashes;
-    char *workflow, *agent;
+    char *workflow, *agent, *tenant, *adapter; /* NULL when not given */
     double t_submit;
     /* Progress (under mu). */
     pthread_mutex_t mu;

@@ -8,6 +8,7 @@
 #include "common/grow.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "trace_writer.h"
 #include "transport/control_msg.h"
 
 static int leader_rank(const Coordinator *c, int instance) { return 1 + instance * c->cfg.tp; }
@@ -23,6 +24,7 @@ int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm worl
     c->world = world;
     c->metrics = metrics;
     c->next_id = 1;
+    c->t_start = braid_now_seconds();
     pthread_mutex_init(&c->mu, NULL);
     ctrl_init(&c->ctrl, world);
     if (router_init(&c->router, cfg->n_instances, cfg->load_slack)) return braid_error_set(err, "coordinator: out of memory");
@@ -172,6 +174,8 @@ static int dispatch_cancel(Coordinator *c, uint64_t id, BraidError *err) {
 }
 
 static int dispatch_workflow_end(Coordinator *c, const char *workflow, BraidError *err) {
+    if (c->cfg.trace && trace_write_workflow_end(c->cfg.trace, braid_now_seconds() - c->t_start, workflow))
+        LOG_WARN("coord", "workflow %s: could not write its trace line", workflow);
     for (int i = 0; i < c->cfg.n_instances; i++) {
         WireBuf b = {0};
         wire_put_str(&b, workflow);
@@ -239,11 +243,24 @@ static void on_tokens(Coordinator *c, WireReader *rd) {
     msg_tokens_free(&m);
 }
 
+/* A request the instance served (cancelled ones too: their prefill went through the cache). The
+ * trace is written in finish order with arrival times; readers sort by time. */
+static void trace_finished(Coordinator *c, const CoordRequest *r, const MsgFinish *m) {
+    if (!c->cfg.trace || m->reason == FINISH_ERROR) return;
+    char id[32];
+    snprintf(id, sizeof id, "%llu", (unsigned long long)r->id);
+    TraceRecord rec = {.seq = c->trace_seq++, .t = r->t_submit - c->t_start, .id = id, .workflow = r->workflow,
+                       .agent = r->agent, .tenant = r->tenant, .adapter = r->adapter, .prompt = r->prompt,
+                       .prompt_tokens = r->n_prompt, .output_tokens = m->completion_tokens, .block_size = c->block_size};
+    if (trace_write_request(c->cfg.trace, &rec)) LOG_WARN("coord", "req %s: could not write its trace line", id);
+}
+
 static void on_finish(Coordinator *c, int instance, WireReader *rd) {
     MsgFinish m;
     if (msg_finish_decode(rd, &m)) return;
     int at = table_find(c, m.req_id);
     if (at >= 0) {
+        trace_finished(c, c->table[at], &m);
         coord_request_finish(c->table[at], m.reason, m.prompt_tokens, m.cached_tokens, m.completion_tokens, m.preemptions, m.error);
         router_finished(&c->router, instance);
         table_remove(c, at);

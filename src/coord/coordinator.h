@@ -38,6 +38,7 @@ typedef struct {
     int max_pending;     /* accepted, unfinished requests beyond which submit answers 429 */
     int load_slack;      /* router: see router.h */
     FILE *events;        /* JSONL routing decisions, or NULL */
+    FILE *trace;         /* replayable trace of finished requests and workflow ends (docs/TRACE_FORMAT.md), or NULL */
     const char *ready_line; /* printed on stdout once every instance is up (the URL), or NULL */
 } CoordinatorConfig;
 
@@ -59,6 +60,8 @@ typedef struct {
     int pool_tokens;             /* smallest instance pool, in tokens (0 until ready) */
     int block_size;
     /* MPI thread only. */
+    double t_start;              /* trace times count from here */
+    int trace_seq;
     Router router;
     CtrlEndpoint ctrl;
     CoordRequest **table;        /* sorted by id */

@@ -70,7 +70,8 @@ static CoordRequest *build_request(HttpApi *api, const ApiRequest *a, ApiError *
         uint64_t *chunk = malloc(((size_t)n_blocks + 1) * sizeof *chunk);
         if (r) r->block_hashes = malloc(((size_t)n_blocks + 1) * sizeof *r->block_hashes);
         if (r && chunk && r->block_hashes && (!a->workflow_id || (r->workflow = strdup(a->workflow_id))) &&
-            (!a->agent || (r->agent = strdup(a->agent)))) {
+            (!a->agent || (r->agent = strdup(a->agent))) && (!a->tenant || (r->tenant = strdup(a->tenant))) &&
+            (!a->adapter || (r->adapter = strdup(a->adapter)))) {
             r->prompt = ids.ids;
             r->n_prompt = ids.n;
             r->max_tokens = max_tokens;

@@ -4,7 +4,8 @@
 # 1. 1 + 2x1 ranks: the openai client (chat, stream + usage, completion, cached prefix, 404);
 #    64 concurrent curl requests with the same greedy outputs as alone; every bad-input case
 #    answers its 4xx and the server still answers; a client leaving mid-stream cancels its request;
-#    SIGTERM drains an in-flight request, refuses new ones with 503, exits 0, leaves no ranks.
+#    SIGTERM drains an in-flight request, refuses new ones with 503, exits 0, leaves no ranks;
+#    --trace-out records a trace braid sim replays.
 # 2. 1 + 1x2 ranks (tensor parallel): greedy outputs equal the T=1 ones; a full queue answers 429
 #    with Retry-After.
 # The python with the openai package: $BRAID_TEST_PYTHON, else .venv-test/bin/python (scripts/test.sh).
@@ -66,7 +67,7 @@ prompts=("The capital of France is" "def fibonacci(n):" "Once upon a time" "The 
          "To make a cup of tea," "Water boils at" "The largest planet is" "A haiku about rain:")
 
 # ---------------------------------------------------------------- 1 + 2x1
-start_cluster two-instances --instances 2 --kv-blocks 256 || exit 1
+start_cluster two-instances --instances 2 --kv-blocks 256 --trace-out "$work/trace.jsonl" || exit 1
 served=$(curl -s "$url/v1/models" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])')
 
 if [ -x "$python" ] && "$python" -c 'import openai' 2> /dev/null; then
@@ -159,6 +160,12 @@ launcher_pid=""
 check "drained cluster exits 0 (got $status)" [ "$status" = 0 ]
 sleep 0.5
 check "no ranks left after drain" bash -c "! pgrep -f '[b]raid serve .*--port $port' > /dev/null"
+# The server's trace: the requests it served and the workflow end, replayable by braid sim.
+n_traced=$(grep -c '"type":"request"' "$work/trace.jsonl")
+check "trace records served requests ($n_traced) and the workflow end" \
+  bash -c "[ $n_traced -ge 64 ] && grep -q '\"type\":\"workflow_end\".*\"workflow\":\"wf-7\"' '$work/trace.jsonl'"
+"$braid" sim --trace "$work/trace.jsonl" --kv-tokens 4096 --json > "$work/sim.json" 2> /dev/null
+check "braid sim replays the server's trace" grep -q '"workflow_ends":1' "$work/sim.json"
 
 # ---------------------------------------------------------------- 1 + 1x2 (tensor parallel)
 start_cluster tensor-parallel --instances 1 --tp 2 --kv-blocks 256 --max-pending 2 || exit 1
