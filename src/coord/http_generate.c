@@ -1,8 +1,12 @@
 /* The completion endpoints: request → tokens → coordinator, then the answer, whole or as SSE. */
+#define _GNU_SOURCE /* POLLRDHUP */
+#include <errno.h>
 #include <jansson.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "cache/content_hash.h"
@@ -102,15 +106,15 @@ typedef struct {
     bool finished;
 } Progress;
 
-/* Waits until the request has more than `seen` tokens or has finished; copies them into *tokens. */
+/* Waits until the request has more than `seen` tokens, has finished, or a second has passed (so
+ * the caller can check on its client); copies the tokens into *tokens. */
 static Progress wait_progress(CoordRequest *r, int seen, int32_t **tokens, int *cap) {
     pthread_mutex_lock(&r->mu);
-    while (!r->finished && r->n_tokens == seen) {
-        struct timespec deadline;
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_sec += 1;
-        pthread_cond_timedwait(&r->cv, &r->mu, &deadline);
-    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 1;
+    while (!r->finished && r->n_tokens == seen)
+        if (pthread_cond_timedwait(&r->cv, &r->mu, &deadline) == ETIMEDOUT) break;
     Progress p = {.n_tokens = r->n_tokens, .finished = r->finished};
     if (p.n_tokens > *cap) {
         int32_t *grown = realloc(*tokens, (size_t)p.n_tokens * 2 * sizeof *grown);
@@ -140,6 +144,19 @@ static void wait_finished(CoordRequest *r) {
 
 /* ---- whole answers ---- */
 
+/* Whether the client of a non-streaming request has closed its socket: poll() reports the peer's
+ * FIN (POLLRDHUP) or an error, or a peek reads end-of-file. A client that half-closes its sending
+ * side while still waiting for the answer would count as gone; HTTP clients do not do that. */
+static bool client_gone(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!info) return false;
+    struct pollfd p = {.fd = info->connect_fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
+    char byte;
+    return (p.revents & POLLIN) && recv(p.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 static enum MHD_Result answer_whole(HttpApi *api, struct MHD_Connection *conn, ApiRequest *a, CoordRequest *r,
                                     const ApiResponseHead *head, const char *endpoint) {
     TextStream ts = {0};
@@ -156,6 +173,16 @@ static enum MHD_Result answer_whole(HttpApi *api, struct MHD_Connection *conn, A
             break;
         }
         if (p.finished) break;
+        if (client_gone(conn)) {
+            coordinator_cancel(api->cfg.coord, r->id);
+            wait_finished(r);
+            free(tokens);
+            text_stream_free(&ts);
+            double ttft = r->t_first_token > 0 ? r->t_first_token - r->t_submit : -1;
+            metrics_record_request(api->cfg.metrics, endpoint, 499, braid_now_seconds() - r->t_submit, ttft, r->n_prompt,
+                                   r->cached_tokens, p.n_tokens);
+            return MHD_NO; /* nobody to answer: close the connection */
+        }
     }
     free(tokens);
     double latency = braid_now_seconds() - r->t_submit, ttft = r->t_first_token > 0 ? r->t_first_token - r->t_submit : -1;

@@ -142,6 +142,12 @@ sleep 1
 running=$(curl -s "$url/metrics" | awk '/^braid_instance_running_sequences/ {s += $2} END {print s + 0}')
 aborted=$(curl -s "$url/metrics" | grep -c 'status="499"')
 check "client disconnect cancels its request (running now $running, 499 recorded $aborted)" [ "$running" = 0 -a "$aborted" -ge 1 ]
+# The same for a client waiting on a whole (non-streamed) answer: noticed within about a second.
+timeout 1.5 curl -s "$url/v1/completions" -d '{"prompt": "Tell another long story", "max_tokens": 2000, "ignore_eos": true}' > /dev/null
+sleep 2
+running=$(curl -s "$url/metrics" | awk '/^braid_instance_running_sequences/ {s += $2} END {print s + 0}')
+aborted=$(curl -s "$url/metrics" | awk '/status="499"/ {s += $2} END {print s + 0}')
+check "non-streaming client disconnect cancels too (running now $running, 499s recorded $aborted)" [ "$running" = 0 -a "$aborted" -ge 2 ]
 metrics_ok=$(curl -s "$url/metrics" | grep -cE '^braid_(request_latency_seconds_bucket|time_to_first_token_seconds_count|instance_kv_blocks_total|cached_prompt_tokens_total)')
 check "metrics expose latency, TTFT, pool and cache counters" [ "$metrics_ok" -ge 4 ]
 
