@@ -174,6 +174,7 @@ static int dispatch_cancel(Coordinator *c, uint64_t id, BraidError *err) {
 }
 
 static int dispatch_workflow_end(Coordinator *c, const char *workflow, BraidError *err) {
+    router_workflow_ended(&c->router, workflow);
     if (c->cfg.trace && trace_write_workflow_end(c->cfg.trace, braid_now_seconds() - c->t_start, workflow))
         LOG_WARN("coord", "workflow %s: could not write its trace line", workflow);
     for (int i = 0; i < c->cfg.n_instances; i++) {

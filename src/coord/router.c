@@ -57,7 +57,19 @@ RouteDecision router_pick(Router *r, const uint64_t *hashes, int n_hashes, const
 
 void router_assigned(Router *r, int instance, const char *workflow) {
     r->load[instance]++;
-    if (workflow && *workflow) strmap_put(r->affinity, workflow, strlen(workflow), instance + 1);
+    if (!workflow || !*workflow) return;
+    /* Affinity is only a tiebreak: rather than let the table grow without bound with workflow ids,
+     * start it afresh when it gets large (ended workflows leave their ids behind). */
+    if (strmap_count(r->affinity) >= ROUTER_MAX_AFFINITY) {
+        StrMap *fresh = strmap_create(256);
+        if (fresh) strmap_destroy(r->affinity), r->affinity = fresh;
+    }
+    strmap_put(r->affinity, workflow, strlen(workflow), instance + 1);
+}
+
+void router_workflow_ended(Router *r, const char *workflow) {
+    int32_t v;
+    if (workflow && strmap_get(r->affinity, workflow, strlen(workflow), &v)) strmap_put(r->affinity, workflow, strlen(workflow), 0);
 }
 
 void router_finished(Router *r, int instance) {

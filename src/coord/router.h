@@ -21,7 +21,7 @@ typedef struct {
     int n_instances;
     BlockIndex *index; /* (n_instances) */
     int *load;         /* (n_instances) */
-    StrMap *affinity;  /* workflow id -> instance + 1; grows with distinct workflow ids */
+    StrMap *affinity;  /* workflow id -> instance + 1 (0: ended); reset past ROUTER_MAX_AFFINITY ids */
     int load_slack;    /* an instance more than this many requests above the least loaded is "badly unbalanced" */
 } Router;
 
@@ -38,6 +38,9 @@ RouteDecision router_pick(Router *r, const uint64_t *hashes, int n_hashes, const
 /* Bookkeeping: a request was sent to / finished on an instance. */
 void router_assigned(Router *r, int instance, const char *workflow);
 void router_finished(Router *r, int instance);
+/* The workflow has ended: its later requests (if any) get no affinity. */
+void router_workflow_ended(Router *r, const char *workflow);
+#define ROUTER_MAX_AFFINITY 65536
 void router_stored(Router *r, int instance, const uint64_t *hashes, int n);
 void router_evicted(Router *r, int instance, const uint64_t *hashes, int n);
 

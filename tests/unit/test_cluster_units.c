@@ -160,6 +160,9 @@ static void test_router(void **state) {
     d = router_pick(&r, other, 1, "wf-a");
     assert_int_equal(d.instance, 1);
     assert_string_equal(d.reason, "affinity");
+    router_workflow_ended(&r, "wf-a"); /* an ended workflow keeps no affinity */
+    d = router_pick(&r, other, 1, "wf-a");
+    assert_string_equal(d.reason, "load");
     router_free(&r);
 }
 
