@@ -28,9 +28,10 @@ typedef struct Workload Workload;
 typedef struct {
     int n_workflows;
     uint64_t seed;
-    int context_tokens;  /* react-lora / mapreduce-lora: shared static context size (approx. tokens) */
-    int fanout;          /* mapreduce-lora: map agents per workflow */
-    double scale;        /* multiplies prompt-part sizes (1.0 = the defaults; small values for tests) */
+    int context_tokens;  /* react-lora / mapreduce-lora: shared static context size (approx. tokens; 0 = 4096) */
+    int fanout;          /* mapreduce-lora: map agents per workflow (0 = 4) */
+    double scale;        /* multiplies prompt-part and output sizes, context_tokens included (1.0 = the
+                          * defaults, also when 0; small values for tests) */
 } WorkloadParams;
 
 typedef struct {
@@ -45,19 +46,23 @@ typedef struct {
 } AgentCall;
 
 /* Names of the workloads, NULL-terminated: codegen, factcheck, pipeline, react-lora,
- * mapreduce-lora, edit-replay, templates. */
+ * mapreduce-lora, edit-replay, cross-tenant, templates. */
 const char *const *workload_names(void);
+/* A one-line description of a workload for help texts; NULL for an unknown name. */
+const char *workload_summary(const char *name);
 
 /* Returns NULL with err set for an unknown name or bad params. */
 Workload *workload_create(const char *name, const WorkloadParams *params, BraidError *err);
 int workload_count(const Workload *w);
 
 /* The calls of workflow i's next stage, at most max_calls (the stage's width is never more than
- * WORKLOAD_MAX_FANOUT). Returns how many, 0 when the workflow has ended, -1 with err set on error. */
+ * WORKLOAD_MAX_FANOUT). Returns how many, 0 when the workflow has ended, -1 with err set on error.
+ * Asked again before its outputs are delivered, it returns the same stage. */
 #define WORKLOAD_MAX_FANOUT 64
 int workload_next_stage(Workload *w, int i, AgentCall *calls, int max_calls, BraidError *err);
 
-/* The outputs of the stage just returned for workflow i, in call order. Returns 0 or -1. */
+/* The outputs of the stage just returned for workflow i, in call order (n must equal its width; a
+ * NULL output, e.g. a failed call, counts as empty). Returns 0 or -1. */
 int workload_deliver(Workload *w, int i, const char *const *outputs, int n, BraidError *err);
 
 void workload_free(Workload *w);

@@ -1,0 +1,30 @@
+/* Option values; the contract is in bench_args.h. */
+#include "bench_args.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int bench_parse_int(const char *cmd, const char *flag, const char *text, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) {
+        fprintf(stderr, "braid-bench %s: %s expects an integer in [%ld, %ld], got '%s'\n", cmd, flag, lo, hi, text);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int bench_parse_float(const char *cmd, const char *flag, const char *text, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "braid-bench %s: %s expects a number in [%g, %g], got '%s'\n", cmd, flag, lo, hi, text);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}

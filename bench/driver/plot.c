@@ -1,0 +1,271 @@
+/* braid-bench plot: series → gnuplot script → PNG; the contract is in plot.h. */
+#include "plot.h"
+
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "plot_data.h"
+
+static const char plot_usage[] =
+    "usage: braid-bench plot DIR... --out chart.png [--latency workflow|request] [--title TEXT]\n"
+    "  Draws the `braid-bench run` directories side by side on one PNG, one line per directory (labelled\n"
+    "  with its name): left, the token-level cache hit rate over time (cumulative, from requests.jsonl);\n"
+    "  right, the CDF of end-to-end latency, per workflow (workflows.jsonl, the default) or per request.\n"
+    "  Needs gnuplot (apt-get install gnuplot-nox).\n";
+
+typedef struct {
+    const char *out, *title;
+    bool per_request;
+    char **dirs;
+    int n_dirs;
+} PlotArgs;
+
+/* Returns 0 to run, 1 after --help, 2 on a usage error. */
+static int parse_args(int argc, char **argv, PlotArgs *a) {
+    enum { O_OUT = 256, O_LATENCY, O_TITLE };
+    static const struct option opts[] = {{"out", required_argument, 0, O_OUT}, {"latency", required_argument, 0, O_LATENCY},
+                                         {"title", required_argument, 0, O_TITLE}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    *a = (PlotArgs){.title = "braid-bench runs"};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_OUT: a->out = optarg; break;
+        case O_TITLE: a->title = optarg; break;
+        case O_LATENCY:
+            if (strcmp(optarg, "workflow") && strcmp(optarg, "request")) {
+                fprintf(stderr, "braid-bench plot: --latency expects workflow or request, got '%s'\n", optarg);
+                return 2;
+            }
+            a->per_request = strcmp(optarg, "request") == 0;
+            break;
+        case 'h': fputs(plot_usage, stdout); return 1;
+        default: fputs(plot_usage, stderr); return 2;
+        }
+    }
+    a->dirs = argv + optind;
+    a->n_dirs = argc - optind;
+    if (!a->out || a->n_dirs == 0) {
+        fprintf(stderr, "braid-bench plot: %s\n%s", !a->out ? "--out is required" : "name at least one run directory", plot_usage);
+        return 2;
+    }
+    return 0;
+}
+
+/* ---- gnuplot ---- */
+
+static bool on_path(const char *program) {
+    const char *path = getenv("PATH");
+    if (!path) return false;
+    char *copy = strdup(path), *save = NULL;
+    bool found = false;
+    for (char *dir = copy ? strtok_r(copy, ":", &save) : NULL; dir && !found; dir = strtok_r(NULL, ":", &save)) {
+        char full[4096];
+        snprintf(full, sizeof full, "%s/%s", *dir ? dir : ".", program);
+        found = access(full, X_OK) == 0;
+    }
+    free(copy);
+    return found;
+}
+
+/* Runs a gnuplot script; true when gnuplot exited 0. quiet discards its messages. */
+static bool run_gnuplot(const char *script, bool quiet) {
+    FILE *p = popen(quiet ? "gnuplot > /dev/null 2>&1" : "gnuplot", "w");
+    if (!p) return false;
+    fputs(script, p);
+    int status = pclose(p);
+    return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+static const char *png_terminal(void) { return run_gnuplot("set terminal pngcairo\n", true) ? "pngcairo" : "png"; }
+
+/* ---- the script ---- */
+
+/* A growable script text. */
+typedef struct {
+    char *text;
+    size_t len, cap;
+    bool failed;
+} Script;
+
+static void script_add(Script *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void script_add(Script *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || s->failed) return;
+    if (s->len + (size_t)n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap : 4096;
+        while (cap < s->len + (size_t)n + 1) cap *= 2;
+        char *grown = realloc(s->text, cap);
+        if (!grown) {
+            s->failed = true;
+            return;
+        }
+        s->text = grown;
+        s->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(s->text + s->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    s->len += (size_t)n;
+}
+
+/* text as a gnuplot single-quoted string body: a quote is written twice. */
+static void script_add_quoted(Script *s, const char *text) {
+    script_add(s, "'");
+    for (const char *p = text; *p; p++) {
+        if (*p == '\'') script_add(s, "''");
+        else script_add(s, "%c", *p);
+    }
+    script_add(s, "'");
+}
+
+/* The directory's name for the legend: its last path component. */
+static const char *label_of(const char *dir, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s", dir);
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/') buf[--n] = '\0';
+    const char *slash = strrchr(buf, '/');
+    return slash && slash[1] ? slash + 1 : buf;
+}
+
+/* One panel: plot each non-empty data file tmp/prefix_k.dat. */
+static void script_panel(Script *s, const PlotArgs *a, const char *tmp, const char *prefix, const bool *has_data, const char *style,
+                         const bool *per_request) {
+    script_add(s, "plot ");
+    bool first = true;
+    for (int k = 0; k < a->n_dirs; k++) {
+        if (!has_data[k]) continue;
+        char path[4200], label[4096], title[4200];
+        snprintf(path, sizeof path, "%s/%s_%d.dat", tmp, prefix, k);
+        snprintf(title, sizeof title, "%s%s", label_of(a->dirs[k], label, sizeof label),
+                 per_request && per_request[k] && !a->per_request ? " (per request)" : "");
+        script_add(s, "%s", first ? "" : ", \\\n     ");
+        script_add_quoted(s, path);
+        script_add(s, " using 1:2 with %s lw 2 title ", style);
+        script_add_quoted(s, title);
+        first = false;
+    }
+    script_add(s, "\n");
+}
+
+static char *build_script(const PlotArgs *a, const char *tmp, const char *terminal, const bool *has_hit, const bool *has_cdf,
+                          const bool *per_request) {
+    Script s = {0};
+    script_add(&s, "set terminal %s size 1400,560 noenhanced\nset output ", terminal);
+    script_add_quoted(&s, a->out);
+    script_add(&s, "\nset multiplot layout 1,2 title ");
+    script_add_quoted(&s, a->title);
+    script_add(&s, "\nset grid\nset key bottom right\n");
+    script_add(&s, "set title 'Token-level prefix-cache hit rate (cumulative)'\n"
+                   "set xlabel 'time since start of run (s)'\nset ylabel 'hit rate (%% of prompt tokens)'\nset yrange [0:100]\n");
+    script_panel(&s, a, tmp, "hit", has_hit, "steps", NULL);
+    script_add(&s, "set title 'End-to-end latency CDF (%s)'\nset xlabel 'latency (s)'\nset ylabel 'fraction of %s'\n"
+                   "set yrange [0:1]\nset xrange [0:*]\n",
+               a->per_request ? "per request" : "per workflow", a->per_request ? "requests" : "workflows");
+    script_panel(&s, a, tmp, "cdf", has_cdf, "steps", per_request);
+    script_add(&s, "unset multiplot\n");
+    if (s.failed) {
+        free(s.text);
+        return NULL;
+    }
+    return s.text;
+}
+
+/* ---- data files ---- */
+
+static int write_series(const char *tmp, const char *prefix, int k, const PlotSeries *s, BraidError *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s_%d.dat", tmp, prefix, k);
+    FILE *f = fopen(path, "w");
+    if (!f) return braid_error_set(err, "cannot write %s", path);
+    int rc = plot_series_write(s, f);
+    if (fclose(f) != 0 || rc) return braid_error_set(err, "error writing %s", path);
+    return 0;
+}
+
+/* Reads directory k's series and writes its data files; flags which panels it has points for. */
+static int prepare_dir(const PlotArgs *a, int k, const char *tmp, bool *has_hit, bool *has_cdf, bool *per_request, BraidError *err) {
+    PlotSeries hit = {0}, cdf = {0};
+    int rc = plot_read_hit_rate(a->dirs[k], &hit, err);
+    if (rc == 0) rc = plot_read_latency_cdf(a->dirs[k], a->per_request, &cdf, per_request, err);
+    if (rc == 0 && hit.n > 0) rc = write_series(tmp, "hit", k, &hit, err);
+    if (rc == 0 && cdf.n > 0) rc = write_series(tmp, "cdf", k, &cdf, err);
+    *has_hit = hit.n > 0;
+    *has_cdf = cdf.n > 0;
+    if (rc == 0 && (!*has_hit || !*has_cdf))
+        fprintf(stderr, "braid-bench plot: %s has no successful requests%s; left out of %s\n", a->dirs[k], *has_hit ? " with latencies" : "",
+                *has_hit ? "the latency panel" : "both panels");
+    plot_series_free(&hit);
+    plot_series_free(&cdf);
+    return rc;
+}
+
+static void remove_tmp(const char *tmp, int n_dirs) {
+    for (int k = 0; k < n_dirs; k++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/hit_%d.dat", tmp, k);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/cdf_%d.dat", tmp, k);
+        unlink(path);
+    }
+    rmdir(tmp);
+}
+
+static bool any(const bool *flags, int n) {
+    for (int i = 0; i < n; i++)
+        if (flags[i]) return true;
+    return false;
+}
+
+static int draw(const PlotArgs *a, const char *tmp, BraidError *err) {
+    bool *flags = calloc(3 * (size_t)a->n_dirs, sizeof *flags);
+    if (!flags) return braid_error_set(err, "out of memory");
+    bool *has_hit = flags, *has_cdf = flags + a->n_dirs, *per_request = flags + 2 * a->n_dirs;
+    int rc = 0;
+    for (int k = 0; rc == 0 && k < a->n_dirs; k++) rc = prepare_dir(a, k, tmp, &has_hit[k], &has_cdf[k], &per_request[k], err);
+    if (rc == 0 && (!any(has_hit, a->n_dirs) || !any(has_cdf, a->n_dirs)))
+        rc = braid_error_set(err, "nothing to plot: no directory has successful requests");
+    char *script = rc == 0 ? build_script(a, tmp, png_terminal(), has_hit, has_cdf, per_request) : NULL;
+    if (rc == 0 && !script) rc = braid_error_set(err, "out of memory building the gnuplot script");
+    if (rc == 0 && !run_gnuplot(script, false)) rc = braid_error_set(err, "gnuplot failed (its messages are above)");
+    struct stat st;
+    if (rc == 0 && (stat(a->out, &st) != 0 || st.st_size == 0)) rc = braid_error_set(err, "gnuplot wrote no %s", a->out);
+    free(script);
+    free(flags);
+    return rc;
+}
+
+int plot_main(int argc, char **argv) {
+    PlotArgs a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (!on_path("gnuplot")) {
+        fprintf(stderr, "braid-bench plot: gnuplot is not installed or not on PATH (apt-get install gnuplot-nox)\n");
+        return 1;
+    }
+    char tmp[] = "/tmp/braid-plot.XXXXXX";
+    if (!mkdtemp(tmp)) {
+        perror("braid-bench plot: cannot create a temporary directory");
+        return 1;
+    }
+    BraidError err;
+    rc = draw(&a, tmp, &err);
+    remove_tmp(tmp, a.n_dirs);
+    if (rc) {
+        fprintf(stderr, "braid-bench plot: %s\n", err.msg);
+        return 1;
+    }
+    fprintf(stderr, "[plot] %d run%s -> %s\n", a.n_dirs, a.n_dirs == 1 ? "" : "s", a.out);
+    return 0;
+}

@@ -1,0 +1,218 @@
+/*
+ * codegen — SWE-bench + AutoGen-style retry loops:
+ *   Planner → Coder → Tester → (all tests pass: END | else Analyzer → Coder → Tester → …)
+ * Hidden state: how many bugs the current patch still has. The task states its difficulty (which
+ * sets the initial bug count; 15% of labels are wrong), and the test report the workload appends
+ * after every Tester call says how many tests failed (roughly twice the remaining bugs; a passing
+ * patch fails one flaky test 6% of the time). Each Coder attempt fixes each bug with probability
+ * 0.55 and adds a regression with probability 0.1. At most MAX_ATTEMPTS Coder attempts.
+ */
+#include <stdlib.h>
+
+#include "agent_profile.h"
+#include "text_gen.h"
+#include "workload_kind.h"
+
+enum { PLANNER, CODER, TESTER, ANALYZER, N_AGENTS };
+enum { MAX_ATTEMPTS = 6 };
+
+static const char *const planner_tools[] = {"search_repo", "read_file", "list_directory", NULL};
+static const char *const coder_tools[] = {"read_file", "write_file", "apply_patch", "run_shell", NULL};
+static const char *const tester_tools[] = {"run_tests", "read_file", "run_shell", NULL};
+static const char *const analyzer_tools[] = {"read_file", "search_repo", "read_logs", NULL};
+
+static const AgentSpec agent_specs[N_AGENTS] = {
+    {"planner", NULL, "You read the issue and the repository and write a short, ordered plan for the fix.", 380, planner_tools,
+     110},
+    {"coder", NULL, "You implement the plan as a patch to the repository, written as a unified diff.", 420, coder_tools, 110},
+    {"tester", NULL, "You write tests for the patch, run the test suite and report what passed and what failed.", 380,
+     tester_tools, 110},
+    {"analyzer", NULL, "You read failing test output and explain the root cause and what the next patch must change.", 380,
+     analyzer_tools, 110},
+};
+
+/* Mean output length and max_tokens per agent at scale 1. */
+static const int output_mean[N_AGENTS] = {220, 380, 180, 220};
+static const int output_max[N_AGENTS] = {512, 768, 384, 512};
+
+static const char *const difficulty_names[] = {"easy", "medium", "hard"};
+
+typedef struct {
+    AgentProfile profiles[N_AGENTS];
+} Shared;
+
+typedef struct {
+    const WorkloadParams *p;
+    WlRng rng;
+    History history;
+    int next_agent; /* the agent of the next stage; -1 once the workflow is over */
+    int bugs;       /* hidden: bugs in the current patch */
+    int tests;      /* size of the test suite */
+    int attempts;   /* Coder calls so far */
+} Flow;
+
+static void shared_free(void *shared) {
+    Shared *s = shared;
+    if (!s) return;
+    for (int i = 0; i < N_AGENTS; i++) agent_profile_free(&s->profiles[i]);
+    free(s);
+}
+
+static void *shared_create(const WorkloadParams *p, BraidError *err) {
+    Shared *s = calloc(1, sizeof *s);
+    if (!s) {
+        braid_error_set(err, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < N_AGENTS; i++) {
+        if (agent_profile_build(&s->profiles[i], "codegen", "a software engineering team that resolves GitHub issues",
+                                &agent_specs[i], p->scale, err)) {
+            shared_free(s);
+            return NULL;
+        }
+    }
+    return s;
+}
+
+/* The issue: repository, title, stated difficulty, description and the code it is about. */
+static void write_task(StrBuf *b, Flow *f, int stated_difficulty) {
+    strbuf_append(b, "Repository: ");
+    text_gen_identifier(b, &f->rng);
+    strbuf_append_char(b, '/');
+    text_gen_identifier(b, &f->rng);
+    strbuf_appendf(b, "\nIssue #%d: ", wl_rng_range(&f->rng, 100, 99999));
+    text_gen_title(b, &f->rng, wl_rng_range(&f->rng, 3, 6));
+    strbuf_appendf(b, "\nDifficulty: %s\n\n", difficulty_names[stated_difficulty]);
+    text_gen(b, &f->rng, TEXT_PROSE, wl_scaled(f->p, 250));
+    strbuf_append(b, "Relevant code:\n");
+    text_gen(b, &f->rng, TEXT_CODE, wl_scaled(f->p, 160));
+}
+
+static void flow_free(void *flow) {
+    Flow *f = flow;
+    if (!f) return;
+    history_free(&f->history);
+    free(f);
+}
+
+static void *flow_create(const void *shared, const WorkloadParams *p, int index, BraidError *err) {
+    (void)shared;
+    Flow *f = calloc(1, sizeof *f);
+    if (!f) {
+        braid_error_set(err, "out of memory");
+        return NULL;
+    }
+    f->p = p;
+    f->rng = wl_rng_stream(p->seed, (uint64_t)index);
+    static const double difficulty_weights[] = {0.35, 0.40, 0.25};
+    int difficulty = wl_rng_weighted(&f->rng, difficulty_weights, 3);
+    int stated = wl_rng_chance(&f->rng, 0.15) ? (difficulty + wl_rng_range(&f->rng, 1, 2)) % 3 : difficulty;
+    f->bugs = difficulty == 0 ? 1 : difficulty == 1 ? wl_rng_range(&f->rng, 1, 3) : wl_rng_range(&f->rng, 3, 6);
+    f->tests = wl_rng_range(&f->rng, 8, 24);
+    f->next_agent = PLANNER;
+    StrBuf task = {0};
+    write_task(&task, f, stated);
+    int rc =
+        strbuf_failed(&task) ? braid_error_set(err, "out of memory") : history_add(&f->history, "Issue", task.data, 0, 1, err);
+    strbuf_free(&task);
+    if (rc) {
+        flow_free(f);
+        return NULL;
+    }
+    return f;
+}
+
+static const char *instruction_for(const Flow *f) {
+    switch (f->next_agent) {
+    case PLANNER: return "Write a numbered plan for the fix: the files to change, the change in each, and how to test it.";
+    case CODER:
+        return f->attempts == 0
+                   ? "Implement the plan. Output the complete patch as a unified diff."
+                   : "Revise the patch so that the failing tests pass, following the analysis above. Output the complete "
+                     "patch as a unified diff.";
+    case TESTER: return "Write tests for the latest patch, run the test suite with run_tests and summarize the results.";
+    default: return "Explain why the tests above failed and what the next patch must change.";
+    }
+}
+
+static int flow_next(const void *shared, void *flow, AgentCall *calls, BraidError *err) {
+    const Shared *s = shared;
+    Flow *f = flow;
+    if (f->next_agent < 0) return 0;
+    return wl_agent_stage(&s->profiles[f->next_agent], &f->history, instruction_for(f), f->p, &f->rng, output_mean[f->next_agent],
+                          output_max[f->next_agent], &calls[0], err);
+}
+
+/* The patch attempt changes the hidden bug count: fixes, and now and then a regression. */
+static void apply_attempt(Flow *f) {
+    int left = 0;
+    for (int i = 0; i < f->bugs; i++) left += !wl_rng_chance(&f->rng, 0.55);
+    if (wl_rng_chance(&f->rng, 0.10)) left++;
+    f->bugs = left;
+    f->attempts++;
+}
+
+/* How many tests fail for the current patch: about two per bug, a rare flaky failure when clean. */
+static int failing_tests(Flow *f) {
+    if (f->bugs == 0) return wl_rng_chance(&f->rng, 0.06) ? 1 : 0;
+    int failed = f->bugs + wl_rng_range(&f->rng, 0, f->bugs) + wl_rng_range(&f->rng, 0, 1);
+    return failed > f->tests ? f->tests : failed;
+}
+
+/* The run_tests tool output the workload appends after a Tester call. */
+static int add_test_report(Flow *f, BraidError *err) {
+    int failed = failing_tests(f);
+    StrBuf b = {0};
+    strbuf_appendf(&b, "collected %d items (attempt %d)\n", f->tests, f->attempts);
+    for (int i = 0; i < failed && i < 8; i++) {
+        strbuf_append(&b, "FAILED tests/test_");
+        text_gen_identifier(&b, &f->rng);
+        strbuf_append(&b, ".py::test_");
+        text_gen_identifier(&b, &f->rng);
+        strbuf_append(&b, " - AssertionError: ");
+        text_gen_sentence(&b, &f->rng);
+        strbuf_append_char(&b, '\n');
+    }
+    if (failed > 8) strbuf_appendf(&b, "... and %d more failures\n", failed - 8);
+    if (failed == 0)
+        strbuf_appendf(&b, "Result: 0 of %d tests failed; all tests passed.", f->tests);
+    else
+        strbuf_appendf(&b, "Result: %d of %d tests failed.", failed, f->tests);
+    int rc = strbuf_failed(&b) ? braid_error_set(err, "out of memory")
+                               : history_add(&f->history, "Tool: run_tests", b.data, 0, 0, err);
+    strbuf_free(&b);
+    if (rc) return -1;
+    if (failed == 0 || f->attempts >= MAX_ATTEMPTS)
+        f->next_agent = -1;
+    else
+        f->next_agent = ANALYZER;
+    return 0;
+}
+
+static int flow_deliver(const void *shared, void *flow, const char *const *outputs, int n, BraidError *err) {
+    const Shared *s = shared;
+    Flow *f = flow;
+    if (wl_check_outputs("codegen", 1, n, err)) return -1;
+    int agent = f->next_agent;
+    if (wl_add_output(&f->history, &s->profiles[agent], wl_output(outputs, 0), f->p, output_max[agent], err)) return -1;
+    switch (agent) {
+    case PLANNER: f->next_agent = CODER; return 0;
+    case CODER:
+        apply_attempt(f);
+        f->next_agent = TESTER;
+        return 0;
+    case TESTER: return add_test_report(f, err);
+    default: f->next_agent = CODER; return 0;
+    }
+}
+
+const WorkloadKind wl_kind_codegen = {
+    .name = "codegen",
+    .summary = "Planner -> Coder -> Tester, retried via Analyzer until the tests pass (SWE-bench + AutoGen)",
+    .shared_create = shared_create,
+    .shared_free = shared_free,
+    .flow_create = flow_create,
+    .flow_free = flow_free,
+    .flow_next = flow_next,
+    .flow_deliver = flow_deliver,
+};

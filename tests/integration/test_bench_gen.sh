@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# `braid-bench gen` end to end: every workload writes a sorted, deterministic trace with one
+# workflow_end per workflow, tokenized with the real model's tokenizer, that `braid sim` replays;
+# usage errors exit 2 with a message. Usage: test_bench_gen.sh BRAID_BENCH_BINARY BRAID_BINARY MODEL_PATH
+set -u
+bench=$1
+braid=$2
+model=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+check() { # check NAME CONDITION-COMMAND...
+  local name=$1; shift
+  if "$@"; then passed=$((passed + 1)); echo "ok   $name"; else failed=$((failed + 1)); echo "FAIL $name"; fi
+}
+contains() { grep -qF -- "$2" "$1"; }
+exit_code_is() { [ "$1" = "$2" ]; }
+
+# Checks a trace: times never decrease, seq counts requests 0..n-1, each workflow ends once after
+# its last request, prompts fit the model's context. Prints "requests workflows max_prompt_tokens".
+trace_facts() {
+  python3 - "$1" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+t = [l["t"] for l in lines]
+assert t == sorted(t), "arrival times out of order"
+req = [l for l in lines if l["type"] == "request"]
+assert [r["seq"] for r in req] == list(range(len(req))), "seq is not the arrival order"
+last = {}
+for r in req:
+    last[r["workflow"]] = r["t"]
+    assert len(r["blocks"]) == r["prompt_tokens"] // r["block_size"]
+ends = [l for l in lines if l["type"] == "workflow_end"]
+assert sorted(e["workflow"] for e in ends) == sorted(last), "workflow_end lines do not match the workflows"
+assert all(e["t"] >= last[e["workflow"]] for e in ends), "a workflow ends before its last request"
+print(len(req), len(ends), max(r["prompt_tokens"] for r in req))
+PY
+}
+
+# --help is true and complete
+"$bench" --help > "$tmp/help" 2>&1; rc=$?
+check "braid-bench --help exits 0" exit_code_is "$rc" 0
+check "braid-bench --help lists gen" contains "$tmp/help" "gen"
+"$bench" gen --help > "$tmp/gen_help" 2>&1; rc=$?
+check "gen --help exits 0" exit_code_is "$rc" 0
+workloads="codegen factcheck pipeline react-lora mapreduce-lora edit-replay cross-tenant templates"
+for w in $workloads; do check "gen --help lists $w" contains "$tmp/gen_help" "  $w "; done
+for flag in --workload --out --workflows --concurrency --seed --model --block-size --context-tokens --fanout --scale \
+            --prefill-ms-per-token --decode-ms-per-token; do
+  check "gen --help documents $flag" contains "$tmp/gen_help" "$flag"
+done
+
+# usage errors: exit 2 with a message naming the problem
+"$bench" gen --workload nope --out "$tmp/x.jsonl" --model "$model" > "$tmp/err1" 2>&1; rc=$?
+check "unknown workload exits 2" exit_code_is "$rc" 2
+check "unknown workload is named" contains "$tmp/err1" "unknown workload 'nope'"
+"$bench" gen --workload codegen --model "$model" > "$tmp/err2" 2>&1; rc=$?
+check "missing --out exits 2" exit_code_is "$rc" 2
+check "missing --out is said" contains "$tmp/err2" "--out"
+"$bench" gen --workload codegen --out "$tmp/x.jsonl" --workflows 0 > "$tmp/err3" 2>&1; rc=$?
+check "--workflows 0 exits 2" exit_code_is "$rc" 2
+check "--workflows range is said" contains "$tmp/err3" "--workflows expects an integer"
+"$bench" gen --workload codegen --out "$tmp/x.jsonl" --scale abc > "$tmp/err4" 2>&1; rc=$?
+check "bad --scale exits 2" exit_code_is "$rc" 2
+"$bench" gen --workload codegen --out "$tmp/x.jsonl" --model "$tmp/missing.gguf" > "$tmp/err5" 2>&1; rc=$?
+check "missing model exits 1" exit_code_is "$rc" 1
+check "missing model is named" contains "$tmp/err5" "missing.gguf"
+
+# every workload: a small run, replayed by braid sim
+for w in $workloads; do
+  out="$tmp/$w.jsonl"
+  "$bench" gen --workload "$w" --workflows 6 --concurrency 3 --seed 7 --scale 0.2 --model "$model" --out "$out" \
+    > /dev/null 2> "$tmp/$w.err"; rc=$?
+  check "gen $w exits 0" exit_code_is "$rc" 0
+  check "gen $w prints a summary" contains "$tmp/$w.err" "[gen] $w: 6 workflows"
+  facts=$(trace_facts "$out" 2> "$tmp/$w.facts_err"); rc=$?
+  check "gen $w trace is sorted and complete" exit_code_is "$rc" 0
+  read -r requests workflows _ <<< "$facts"
+  check "gen $w has 6 workflow ends" exit_code_is "${workflows:-0}" 6
+  "$braid" sim --trace "$out" --kv-tokens 8192 --policy lru --json > "$tmp/$w.sim" 2> /dev/null; rc=$?
+  check "sim replays $w (lru)" exit_code_is "$rc" 0
+  check "sim counts every $w request" contains "$tmp/$w.sim" "\"requests\":${requests:-x},"
+  "$braid" sim --trace "$out" --kv-tokens 8192 --policy belady --json > /dev/null 2>&1; rc=$?
+  check "sim replays $w (belady)" exit_code_is "$rc" 0
+done
+
+# deterministic: same seed, same file; another seed, another file; concurrency changes only times
+"$bench" gen --workload codegen --workflows 6 --concurrency 3 --seed 7 --scale 0.2 --model "$model" --out "$tmp/again.jsonl" 2> /dev/null
+check "same seed, same trace" cmp -s "$tmp/codegen.jsonl" "$tmp/again.jsonl"
+"$bench" gen --workload codegen --workflows 6 --concurrency 3 --seed 8 --scale 0.2 --model "$model" --out "$tmp/other.jsonl" 2> /dev/null
+check "another seed, another trace" bash -c "! cmp -s '$tmp/codegen.jsonl' '$tmp/other.jsonl'"
+"$bench" gen --workload codegen --workflows 6 --concurrency 1 --seed 7 --scale 0.2 --model "$model" --out "$tmp/serial.jsonl" 2> /dev/null
+same_requests() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+def requests(path):
+    return {l["id"]: l["blocks"] for l in map(json.loads, open(path)) if l["type"] == "request"}
+sys.exit(0 if requests(sys.argv[1]) == requests(sys.argv[2]) else 1)
+PY
+}
+check "concurrency changes arrival times, not prompts" same_requests "$tmp/codegen.jsonl" "$tmp/serial.jsonl"
+
+# default sizes fit the default model: a 4096-token shared context plus history stays under ~6000 tokens
+"$bench" gen --workload react-lora --workflows 3 --concurrency 3 --seed 1 --model "$model" --out "$tmp/full.jsonl" \
+  2> "$tmp/full.err"; rc=$?
+check "react-lora at scale 1 exits 0" exit_code_is "$rc" 0
+read -r _ _ max_prompt <<< "$(trace_facts "$tmp/full.jsonl")"
+check "react-lora prompts fit the context (max ${max_prompt:-?} tokens)" test "${max_prompt:-99999}" -le 6200
+check "react-lora prompts hold the 4096-token context" test "${max_prompt:-0}" -ge 4096
+check "no context warning" bash -c "! grep -q warning '$tmp/full.err'"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
