@@ -26,6 +26,7 @@ int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm worl
     c->next_id = 1;
     c->t_start = braid_now_seconds();
     pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->wake, NULL);
     ctrl_init(&c->ctrl, world);
     if (router_init(&c->router, cfg->n_instances, cfg->load_slack)) return braid_error_set(err, "coordinator: out of memory");
     return 0;
@@ -42,6 +43,7 @@ void coordinator_free(Coordinator *c) {
     router_free(&c->router);
     ctrl_free(&c->ctrl);
     pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->wake);
 }
 
 /* ---- any thread ---- */
@@ -49,6 +51,7 @@ void coordinator_free(Coordinator *c) {
 static int enqueue_locked(Coordinator *c, CoordCommand cmd) {
     if (braid_grow((void **)&c->queue, &c->cap_queue, c->n_queue + 1, sizeof *c->queue)) return -1;
     c->queue[c->n_queue++] = cmd;
+    pthread_cond_signal(&c->wake);
     return 0;
 }
 
@@ -345,8 +348,24 @@ static void shutdown_instances(Coordinator *c, BraidError *err) {
     ctrl_flush(&c->ctrl, err);
 }
 
+/* Waits for an HTTP thread's command or the end of a nap, whichever comes first. Instances' messages
+ * cannot wake a condition variable, so they are polled: every 0.5 ms while requests are in flight
+ * (tokens come once per engine step, milliseconds apart, so finer polling only burns the core the
+ * workers need), every 20 ms when nothing is in flight (a new request wakes the loop at once). */
+static void nap(Coordinator *c) {
+    pthread_mutex_lock(&c->mu);
+    if (c->n_queue == 0) {
+        long nap_ns = c->inflight > 0 ? 500000 : 20000000;
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_nsec += nap_ns;
+        if (deadline.tv_nsec >= 1000000000) deadline.tv_sec++, deadline.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&c->wake, &c->mu, &deadline);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
 int coordinator_run(Coordinator *c, const sigset_t *stop_signals, BraidError *err) {
-    double idle_since = braid_now_seconds();
     int rc = 0;
     while (rc == 0 && !drained(c)) {
         if (stop_requested(stop_signals)) {
@@ -360,12 +379,7 @@ int coordinator_run(Coordinator *c, const sigset_t *stop_signals, BraidError *er
             rc = -1;
             break;
         }
-        double now = braid_now_seconds();
-        if (worked > 0 || got > 0) idle_since = now;
-        else {
-            struct timespec ts = {0, now - idle_since < 0.05 ? 100000 : 1000000};
-            nanosleep(&ts, NULL);
-        }
+        if (worked == 0 && got == 0) nap(c);
     }
     pthread_mutex_lock(&c->mu);
     bool failed = c->failed;

@@ -50,6 +50,7 @@ typedef struct {
     Metrics *metrics;            /* borrowed */
     /* Shared with HTTP threads, under mu. */
     pthread_mutex_t mu;
+    pthread_cond_t wake;         /* signalled when a command is queued */
     CoordCommand *queue;
     int n_queue, cap_queue;
     int inflight;                /* accepted, not finished */
