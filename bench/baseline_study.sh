@@ -8,7 +8,8 @@
 #   bench/baseline_study.sh [OUT_DIR]
 # Environment: WORKFLOWS / CONCURRENCY / SCALE for the dry traces (default 200 / 16 / 1.0),
 # LIVE_WORKFLOWS / LIVE_CONCURRENCY / LIVE_SCALE / LIVE_KV_BLOCKS for the live runs
-# (default 12 / 4 / 0.25 / 160), BUDGETS (tokens, default "262144 131072 65536 32768 16384 8192").
+# (default 12 / 4 / 0.25 / 160), BUDGETS (tokens, default "262144 131072 65536 32768 16384 8192"),
+# LIVE=0 to skip the live runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/braid-baseline}
@@ -48,6 +49,7 @@ for w in $workloads; do
   echo
 done
 
+[ "${LIVE:-1}" = 1 ] || exit 0
 echo
 echo "## 2. Live runs vs the simulator on the same trace"
 echo "cluster: launch/braid-local --instances 1 --kv-blocks $live_blocks; driver: braid-bench run --workflows $live_wf --concurrency $live_conc --seed 1 --scale $live_scale"
