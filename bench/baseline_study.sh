@@ -8,7 +8,7 @@
 #   bench/baseline_study.sh [OUT_DIR]
 # Environment: WORKFLOWS / CONCURRENCY / SCALE for the dry traces (default 200 / 16 / 1.0),
 # LIVE_WORKFLOWS / LIVE_CONCURRENCY / LIVE_SCALE / LIVE_KV_BLOCKS for the live runs
-# (default 12 / 4 / 0.25 / 160), BUDGETS (tokens, default "262144 131072 65536 32768 16384 8192"),
+# (default 12 / 4 / 0.25 / 320) and LIVE_MAX_TOKENS (output cap per call, default 32), BUDGETS (tokens, default "262144 131072 65536 32768 16384 8192"),
 # LIVE=0 to skip the live runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ workloads=${WORKLOADS:-"codegen factcheck pipeline"}
 budgets=${BUDGETS:-"262144 131072 65536 32768 16384 8192"}
 wf=${WORKFLOWS:-200} conc=${CONCURRENCY:-16} scale=${SCALE:-1.0}
 live_wf=${LIVE_WORKFLOWS:-12} live_conc=${LIVE_CONCURRENCY:-4} live_scale=${LIVE_SCALE:-0.25}
-live_blocks=${LIVE_KV_BLOCKS:-160} port=${PORT:-18031}
+live_blocks=${LIVE_KV_BLOCKS:-320} live_cap=${LIVE_MAX_TOKENS:-32} port=${PORT:-18031}
 
 echo "# bench/baseline_study.sh $out — $(date -u +%F), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "dry traces: braid-bench gen --workflows $wf --concurrency $conc --seed 1 --scale $scale"
@@ -52,7 +52,7 @@ done
 [ "${LIVE:-1}" = 1 ] || exit 0
 echo
 echo "## 2. Live runs vs the simulator on the same trace"
-echo "cluster: launch/braid-local --instances 1 --kv-blocks $live_blocks; driver: braid-bench run --workflows $live_wf --concurrency $live_conc --seed 1 --scale $live_scale"
+echo "cluster: launch/braid-local --instances 1 --kv-blocks $live_blocks; driver: braid-bench run --workflows $live_wf --concurrency $live_conc --seed 1 --scale $live_scale --max-tokens-cap $live_cap"
 echo
 echo "| workload | requests | live hit rate | sim LRU, same trace | sim Belady, same trace | live evictions | sim LRU evictions | mean workflow latency (live) |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -64,7 +64,7 @@ for w in $workloads; do
   launcher=$!
   for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.5; done
   build/braid-bench run --workload "$w" --url "http://127.0.0.1:$port" --workflows "$live_wf" --concurrency "$live_conc" \
-    --seed 1 --scale "$live_scale" --model "$model" --out "$dir" > "$out/$w.run.log" 2>&1
+    --seed 1 --scale "$live_scale" --max-tokens-cap "$live_cap" --model "$model" --out "$dir" > "$out/$w.run.log" 2>&1
   evictions=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^braid_instance_evicted_blocks_total/ {s += $2} END {print s + 0}')
   kill -TERM "$launcher"; wait "$launcher" || true
   live=$(python3 -c "import json; print(json.load(open('$dir/summary.json'))['hit_rate'])")
