@@ -135,8 +135,8 @@ int trace_load(const char *path, Trace *trace, BraidError *err) {
         trace_free(trace);
         return -1;
     }
-    qsort(trace->reqs, (size_t)trace->n, sizeof *trace->reqs, by_time);
-    qsort(trace->ends, (size_t)trace->n_ends, sizeof *trace->ends, end_by_time);
+    if (trace->n) qsort(trace->reqs, (size_t)trace->n, sizeof *trace->reqs, by_time);
+    if (trace->n_ends) qsort(trace->ends, (size_t)trace->n_ends, sizeof *trace->ends, end_by_time);
     return 0;
 }
 
