@@ -6,7 +6,7 @@
 #   scripts/demo.sh [--instances I] [--workflows N] [--port P]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-instances=1 workflows=6 port=8000
+instances=1 workflows=4 port=8000
 while [ $# -gt 0 ]; do
   case "$1" in
     --instances) instances=$2; shift 2 ;;
@@ -48,9 +48,9 @@ curl -s "$url/v1/chat/completions" -H 'Content-Type: application/json' \
   python3 -c 'import json, sys; r = json.load(sys.stdin); print(r["choices"][0]["message"]["content"].strip()); print("usage:", json.dumps(r["usage"]))'
 
 echo
-echo "== braid-bench run --workload codegen --workflows $workflows --concurrency 3 (short prompts: --scale 0.3)"
-build/braid-bench run --workload codegen --url "$url" --workflows "$workflows" --concurrency 3 --scale 0.3 \
-  --max-tokens-cap 48 --out "$log/codegen"
+echo "== braid-bench run --workload codegen --workflows $workflows --concurrency 2 (short prompts: --scale 0.3)"
+build/braid-bench run --workload codegen --url "$url" --workflows "$workflows" --concurrency 2 --scale 0.3 \
+  --max-tokens-cap 32 --out "$log/codegen"
 echo
 echo "Per-request log, summary.json and a trace for 'build/braid sim' are in $log/codegen."
 stop
