@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Engine throughput on the CPU: C concurrent sequences, each a distinct 64-token prompt decoding
 # 64 tokens (ignore_eos), through `braid batch`; then a shared-prefix workload with the radix cache
-# on and off.   bench/run_batch_bench.sh [MODEL] [CONCURRENCY...]
+# on and off.   [CPU_MATMUL=int8|fp32] bench/run_batch_bench.sh [MODEL] [CONCURRENCY...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 shift || true
 levels=${*:-1 4 16 64}
+math=${CPU_MATMUL:-int8}   # the CPU decode arithmetic measured (braid batch --cpu-matmul)
 out=${OUT:-/tmp/braid-batch-bench}
 mkdir -p "$out"
 echo "| concurrent sequences | end-to-end generated tok/s | decode-phase tok/s | decode ratio to 1 |"
@@ -20,7 +21,7 @@ for i in range(c):
     words = " ".join(f"item{(i * 31 + k) % 997}" for k in range(40))
     print('{"id":"s%d","prompt":"Inventory %d: %s. Continue the list:","max_tokens":64,"ignore_eos":true}' % (i, i, words))
 PY
-  build/braid batch --model "$model" --input "$out/req_$c.jsonl" --output "$out/res_$c.jsonl" --max-running "$c" \
+  build/braid batch --model "$model" --input "$out/req_$c.jsonl" --output "$out/res_$c.jsonl" --max-running "$c" --cpu-matmul "$math" \
     --max-batch-tokens 2048 --kv-blocks 1024 --cache off 2> "$out/log_$c.txt" > /dev/null
   tps=$(grep -oE '[0-9.]+ generated tok/s' "$out/log_$c.txt" | cut -d' ' -f1)
   # decode phase: tokens generated after every request has its first token, over that span

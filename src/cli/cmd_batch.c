@@ -27,6 +27,9 @@ static const char batch_usage[] =
     "  --threads N              CPU threads (default: all cores)\n"
     "  --device D               cpu, cuda or auto = cuda when built with it and a GPU is visible (default auto)\n"
     "  --no-cuda-graphs         CUDA: launch decode steps directly instead of replaying captured graphs\n"
+    "  --cpu-matmul M           CPU arithmetic: fp32 (default; that of braid generate and the golden tests) or\n"
+    "                           int8 (integer dot products on int8-rounded activations: several times the\n"
+    "                           batched decode throughput, at some cost in accuracy)\n"
     "Input lines: {\"id\", \"prompt\" | \"messages\", \"max_tokens\", \"temperature\", \"top_p\", \"top_k\", \"seed\",\n"
     "              \"tenant\", \"adapter\", \"workflow_id\", \"agent\"}. Output lines, in input order:\n"
     "{\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", \"cached_tokens\", \"ttft_ms\", \"latency_ms\",\n"
@@ -36,12 +39,14 @@ typedef struct {
     const char *model, *input, *output, *events_path, *trace_path;
     long kv_blocks, block_size, max_batch_tokens, max_running, threads;
     bool cache, no_graphs;
+    CpuMatmulMath cpu_matmul;
     BackendKind device;
     const EvictPolicy *policy;
 } BatchArgs;
 
 static int parse_args(int argc, char **argv, BatchArgs *a) {
-    enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE, O_DEVICE, O_NO_GRAPHS };
+    enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE, O_DEVICE, O_NO_GRAPHS,
+           O_CPU_MATMUL };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
         {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
@@ -49,9 +54,11 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         {"cache", required_argument, 0, O_CACHE}, {"policy", required_argument, 0, O_POLICY},
         {"events", required_argument, 0, O_EVENTS}, {"threads", required_argument, 0, O_THREADS},
         {"trace-out", required_argument, 0, O_TRACE}, {"device", required_argument, 0, O_DEVICE},
-        {"no-cuda-graphs", no_argument, 0, O_NO_GRAPHS}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"no-cuda-graphs", no_argument, 0, O_NO_GRAPHS}, {"cpu-matmul", required_argument, 0, O_CPU_MATMUL},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (BatchArgs){.kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
-                     .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU};
+                     .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
+                     .cpu_matmul = CPU_MATMUL_FP32};
     int c;
     BraidError err;
     optind = 1;
@@ -68,6 +75,12 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         case O_RUN: if (cli_parse_int("--max-running", optarg, 1, 1 << 16, &a->max_running)) return 2; break;
         case O_THREADS: if (cli_parse_int("--threads", optarg, 1, 1024, &a->threads)) return 2; break;
         case O_NO_GRAPHS: a->no_graphs = true; break;
+        case O_CPU_MATMUL:
+            if (cpu_matmul_math_parse(optarg, &a->cpu_matmul)) {
+                fprintf(stderr, "braid batch: --cpu-matmul expects int8 or fp32, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case O_DEVICE:
             if (backend_parse_kind(optarg, &a->device, &err)) {
                 fprintf(stderr, "braid batch: --device: %s\n", err.msg);
@@ -318,7 +331,8 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, BatchFiles *
     BraidError err;
     EngineConfig cfg = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
                         .max_running = (int)a->max_running, .cache_enabled = a->cache, .policy = a->policy,
-                        .device = a->device, .cuda_graphs_off = a->no_graphs};
+                        .device = a->device, .cuda_graphs_off = a->no_graphs,
+                        .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32};
     if (engine_init(&engine, model, &cfg, &err)) {
         fprintf(stderr, "braid batch: %s\n", err.msg);
         rc = 1;

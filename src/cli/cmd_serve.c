@@ -38,19 +38,24 @@ static const char serve_usage[] =
     "  --pid-file PATH          rank 0 writes its pid here (launch/braid-local signals it to drain)\n"
     "  --threads N              CPU threads per worker rank (default: all cores)\n"
     "  --device D               cpu, cuda or auto (default auto)\n"
+    "  --cpu-matmul M           CPU arithmetic: fp32 (default; that of braid generate and the golden tests) or\n"
+    "                           int8 (integer dot products on int8-rounded activations: several times the\n"
+    "                           batched decode throughput, but --tp > 1 rounds its partial sums differently from\n"
+    "                           --tp 1, so greedy outputs can part at near-ties)\n"
     "SIGINT / SIGTERM to rank 0 drains: new requests get 503, in-flight ones finish, then every rank exits.\n";
 
 typedef struct {
     const char *model, *host, *served_name, *events_path, *pid_file, *trace_path;
     long tp, port, kv_blocks, block_size, max_batch_tokens, max_running, max_pending, max_body, threads, route_slack;
     bool cache;
+    CpuMatmulMath cpu_matmul;
     BackendKind device;
     const EvictPolicy *policy;
 } ServeArgs;
 
 static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     enum { O_MODEL = 256, O_TP, O_HOST, O_PORT, O_NAME, O_BLOCKS, O_BS, O_MBT, O_RUN, O_PENDING, O_BODY, O_CACHE, O_POLICY,
-           O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE };
+           O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -61,10 +66,12 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"route-slack", required_argument, 0, O_SLACK}, {"events", required_argument, 0, O_EVENTS},
         {"trace-out", required_argument, 0, O_TRACE},
         {"pid-file", required_argument, 0, O_PID}, {"threads", required_argument, 0, O_THREADS},
-        {"device", required_argument, 0, O_DEVICE}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"device", required_argument, 0, O_DEVICE}, {"cpu-matmul", required_argument, 0, O_CPU_MATMUL},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
                      .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
-                     .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU};
+                     .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
+                     .cpu_matmul = CPU_MATMUL_FP32};
     int c;
     BraidError err;
     optind = 1;
@@ -92,6 +99,12 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_DEVICE:
             if (backend_parse_kind(optarg, &a->device, &err)) {
                 if (verbose) fprintf(stderr, "braid serve: --device: %s\n", err.msg);
+                return 2;
+            }
+            break;
+        case O_CPU_MATMUL:
+            if (cpu_matmul_math_parse(optarg, &a->cpu_matmul)) {
+                if (verbose) fprintf(stderr, "braid serve: --cpu-matmul expects int8 or fp32, got '%s'\n", optarg);
                 return 2;
             }
             break;
@@ -178,7 +191,8 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, int rank, int
     WorkerRoleConfig cfg = {
         .model = model, .world = MPI_COMM_WORLD, .tp_comm = tp_comm, .instance = (rank - 1) / tp,
         .engine = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
-                   .max_running = (int)a->max_running, .cache_enabled = a->cache, .policy = a->policy, .device = a->device}};
+                   .max_running = (int)a->max_running, .cache_enabled = a->cache, .policy = a->policy, .device = a->device,
+                   .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32}};
     int tp_rank = (rank - 1) % tp;
     BraidError err;
     int rc = tp_rank == 0 ? instance_leader_run(&cfg, &err) : tp_peer_run(&cfg, &err);

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "kernels/cpu/matmul.h"
 #include "model/model_weights.h"
 #include "worker/forward_batch.h"
 
@@ -31,6 +32,7 @@ typedef struct {
     int max_context;      /* longest context a sequence may reach (sizes block tables) */
     int cuda_device;      /* CUDA ordinal */
     bool cuda_graphs;     /* capture decode steps as CUDA graphs (CUDA only) */
+    CpuMatmulMath cpu_matmul; /* CPU only: fp32 (the zero value; the golden-tested path) or int8 activations */
     struct TpCollective *tp; /* tensor parallelism: the weights are this rank's shard; NULL = whole model */
 } BackendConfig;
 

@@ -1,6 +1,6 @@
 /*
- * backend_cpu.c — the CPU backend: fp32 paged KV pool and the forward pass of worker/forward.c,
- * with argmax taken on the host.
+ * backend_cpu.c — the CPU backend: fp32 paged KV pool and the forward pass of worker/forward.c in
+ * the configured matmul arithmetic (fp32 or int8 activations), with argmax taken on the host.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +36,8 @@ static int cpu_forward(Backend *b, const ForwardBatch *batch, ForwardOutput *out
         logits = cb->logits;
     }
     if (forward_run(&cb->fwd, batch, logits, err)) return -1;
+    /* Rows are independent; a decode step's many vocabulary-wide scans share the cores. */
+#pragma omp parallel for schedule(static) if (batch->n_logits >= 4)
     for (int i = 0; i < batch->n_logits; i++) {
         const float *row = logits + (size_t)i * vocab;
         out->argmax[i] = sampler_argmax(row, vocab);
@@ -65,6 +67,7 @@ int backend_cpu_create(Backend *b, BraidError *err) {
     }
     forward_init(&cb->fwd, b->weights, &cb->kv);
     cb->fwd.tp = b->cfg.tp;
+    cb->fwd.math = b->cfg.cpu_matmul;
     b->impl = cb;
     b->ops = &CPU_OPS;
     b->kv_bytes = cb->kv.bytes;

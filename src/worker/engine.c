@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+CpuMatmulMath engine_cpu_matmul(const EngineConfig *cfg) { return cfg->cpu_matmul_fp32 ? CPU_MATMUL_FP32 : CPU_MATMUL_INT8; }
+
 int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, BraidError *err) {
     memset(e, 0, sizeof *e);
     e->model = model;
@@ -14,6 +16,7 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
                                               cfg->max_batch_tokens);
     bc.max_seqs = cfg->max_running > 0 && cfg->max_running < cfg->max_batch_tokens ? cfg->max_running : cfg->max_batch_tokens;
     bc.cuda_graphs = !cfg->cuda_graphs_off;
+    bc.cpu_matmul = engine_cpu_matmul(cfg);
     bc.tp = cfg->tp;
     if (backend_create(&e->backend, cfg->shard ? cfg->shard : &model->weights, &bc, err)) {
         sched_free(&e->sched);

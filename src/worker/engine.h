@@ -22,6 +22,10 @@ typedef struct {
     const EvictPolicy *policy;
     BackendKind device;  /* BACKEND_CPU (the zero value) or BACKEND_CUDA */
     bool cuda_graphs_off; /* CUDA: launch decode steps directly instead of replaying graphs */
+    /* CPU: fp32 activations in every matmul. The zero value serves with int8 activations and
+     * integer dot products (kernels/cpu/matmul.h), several times the batched decode throughput;
+     * the single-sequence runner (braid generate, golden tests) always uses fp32. */
+    bool cpu_matmul_fp32;
     /* Tensor parallelism (the cluster's instance leader): run on this rank's weight shard and
      * all-reduce through tp; before each forward, before_forward hands the batch to the peers. */
     const ModelWeights *shard;
@@ -46,6 +50,8 @@ typedef struct {
 } Engine;
 
 int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, BraidError *err);
+/* The CPU matmul arithmetic an engine with this config uses (TP peers must use the same). */
+CpuMatmulMath engine_cpu_matmul(const EngineConfig *cfg);
 void engine_free(Engine *e);
 /* Prepares and queues a request (prompt already tokenized into req->tokens / n_prompt). */
 int engine_submit(Engine *e, SchedRequest *req);

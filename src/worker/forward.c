@@ -77,6 +77,18 @@ static int validate_batch(const ForwardContext *ctx, const ForwardBatch *b, Brai
     return 0;
 }
 
+/* out (n, dim) = RMSNorm of each token's row of x. Tokens are independent, so a decode step's
+ * batch shares the cores instead of leaving one waiting. */
+static void rmsnorm_rows(float *out, const float *x, const float *weight, int n, const ModelConfig *c) {
+#pragma omp parallel for schedule(static) if (n >= 8)
+    for (int t = 0; t < n; t++) cpu_rmsnorm(out + (size_t)t * c->dim, x + (size_t)t * c->dim, weight, c->dim, c->norm_eps);
+}
+
+/* y (n, w->rows) = x (n, w->cols) · Wᵀ in the context's arithmetic. */
+static int matmul(ForwardContext *ctx, const WeightMatrix *w, const float *x, int n, float *y) {
+    return cpu_matmul(w, x, n, y, ctx->math, &ctx->scratch);
+}
+
 /* Row-parallel projections leave each TP rank a partial sum; the all-reduce completes it. */
 static int tp_reduce(ForwardContext *ctx, float *partial, int n, BraidError *err) {
     if (!ctx->tp || ctx->tp->size == 1) return 0;
@@ -88,10 +100,12 @@ static int attention_block(ForwardContext *ctx, const ForwardBatch *b, int layer
     const ModelConfig *c = &w->cfg;
     const LayerWeights *L = &w->layers[layer];
     int n = b->n_tokens, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim, half = c->rope_dim / 2;
-    for (int t = 0; t < n; t++) cpu_rmsnorm(ctx->xb + (size_t)t * c->dim, ctx->x + (size_t)t * c->dim, L->attn_norm, c->dim, c->norm_eps);
-    if (cpu_matmul(&L->wq, ctx->xb, n, ctx->q, &ctx->scratch) || cpu_matmul(&L->wk, ctx->xb, n, ctx->k, &ctx->scratch) ||
-        cpu_matmul(&L->wv, ctx->xb, n, ctx->v, &ctx->scratch))
+    rmsnorm_rows(ctx->xb, ctx->x, L->attn_norm, n, c);
+    const WeightMatrix *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_out[3] = {ctx->q, ctx->k, ctx->v};
+    if (cpu_matmul_shared_input(qkv, qkv_out, 3, ctx->xb, n, ctx->math, &ctx->scratch))
         return braid_error_set(err, "forward: out of memory in layer %d QKV", layer);
+#pragma omp parallel for schedule(static) if (n >= 8)
     for (int t = 0; t < n; t++) {
         const float *cs = ctx->rope_cos + (size_t)t * half, *sn = ctx->rope_sin + (size_t)t * half;
         cpu_rope_apply(ctx->q + (size_t)t * q_dim, c->n_heads, c->head_dim, c->rope_dim, c->rope_pairing, cs, sn);
@@ -102,7 +116,7 @@ static int attention_block(ForwardContext *ctx, const ForwardBatch *b, int layer
     const AttentionSeqs seqs = {.n_seqs = b->n_seqs, .seq_start = b->seq_start, .block_tables = b->block_tables, .n_ctx = b->seq_n_ctx};
     if (cpu_attention_batch(&kv, &seqs, ctx->q, b->positions, n, c->n_heads, ctx->att))
         return braid_error_set(err, "forward: out of memory in attention");
-    if (cpu_matmul(&L->wo, ctx->att, n, ctx->xb, &ctx->scratch))
+    if (matmul(ctx, &L->wo, ctx->att, n, ctx->xb))
         return braid_error_set(err, "forward: out of memory in layer %d output projection", layer);
     if (tp_reduce(ctx, ctx->xb, n, err)) return -1;
     cpu_add_inplace(ctx->x, ctx->xb, n * c->dim);
@@ -112,11 +126,13 @@ static int attention_block(ForwardContext *ctx, const ForwardBatch *b, int layer
 static int mlp_block(ForwardContext *ctx, int n, int layer, BraidError *err) {
     const ModelConfig *c = &ctx->weights->cfg;
     const LayerWeights *L = &ctx->weights->layers[layer];
-    for (int t = 0; t < n; t++) cpu_rmsnorm(ctx->xb + (size_t)t * c->dim, ctx->x + (size_t)t * c->dim, L->ffn_norm, c->dim, c->norm_eps);
-    if (cpu_matmul(&L->w_gate, ctx->xb, n, ctx->hb, &ctx->scratch) || cpu_matmul(&L->w_up, ctx->xb, n, ctx->hb2, &ctx->scratch))
+    rmsnorm_rows(ctx->xb, ctx->x, L->ffn_norm, n, c);
+    const WeightMatrix *gate_up[2] = {&L->w_gate, &L->w_up};
+    float *gate_up_out[2] = {ctx->hb, ctx->hb2};
+    if (cpu_matmul_shared_input(gate_up, gate_up_out, 2, ctx->xb, n, ctx->math, &ctx->scratch))
         return braid_error_set(err, "forward: out of memory in layer %d MLP", layer);
     cpu_swiglu(ctx->hb, ctx->hb2, n * c->ff_dim);
-    if (cpu_matmul(&L->w_down, ctx->hb, n, ctx->xb, &ctx->scratch))
+    if (matmul(ctx, &L->w_down, ctx->hb, n, ctx->xb))
         return braid_error_set(err, "forward: out of memory in layer %d MLP", layer);
     if (tp_reduce(ctx, ctx->xb, n, err)) return -1;
     cpu_add_inplace(ctx->x, ctx->xb, n * c->dim);
@@ -140,7 +156,7 @@ int forward_run(ForwardContext *ctx, const ForwardBatch *b, float *logits, Braid
     for (int i = 0; i < b->n_logits; i++)
         cpu_rmsnorm(ctx->final_hidden + (size_t)i * c->dim, ctx->x + (size_t)b->logit_rows[i] * c->dim, w->output_norm,
                     c->dim, c->norm_eps);
-    if (cpu_matmul(&w->output, ctx->final_hidden, b->n_logits, logits, &ctx->scratch))
+    if (matmul(ctx, &w->output, ctx->final_hidden, b->n_logits, logits))
         return braid_error_set(err, "forward: out of memory in the output head");
     return 0;
 }

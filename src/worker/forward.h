@@ -22,6 +22,7 @@ typedef struct {
     const ModelWeights *weights;
     KvPool *kv;
     TpCollective *tp;  /* tensor parallelism: weights are this rank's shard; NULL = the whole model */
+    CpuMatmulMath math; /* arithmetic of every weight matmul (kernels/cpu/matmul.h); fp32 after forward_init */
     CpuScratch scratch;
     int capacity; /* tokens the activation buffers hold */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2; /* (capacity, ·) activations */

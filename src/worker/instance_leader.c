@@ -51,8 +51,10 @@ typedef struct {
 } Leader;
 
 static void idle_sleep(double idle_for) {
-    /* Short naps while traffic is recent keep latency low; longer ones stop an idle rank burning a core. */
-    struct timespec ts = {0, idle_for < 0.05 ? 100000 : 1000000};
+    /* Short naps while traffic is recent keep latency low; longer ones stop an idle rank burning
+     * the cores its own compute threads (and the coordinator) need. */
+    long ns = idle_for < 0.05 ? 100000 : idle_for < 1.0 ? 1000000 : 5000000;
+    struct timespec ts = {0, ns};
     nanosleep(&ts, NULL);
 }
 
@@ -386,6 +388,7 @@ int tp_peer_run(const WorkerRoleConfig *cfg, BraidError *err) {
         BackendConfig bc = backend_config_default(cfg->engine.device, &cfg->model->weights.cfg, cfg->engine.n_blocks,
                                                   cfg->engine.block_size, cfg->engine.max_batch_tokens);
         bc.max_seqs = cfg->engine.max_running;
+        bc.cpu_matmul = engine_cpu_matmul(&cfg->engine); /* the leader's arithmetic, so partial sums match */
         bc.tp = &t.tp;
         bc.cuda_device = cfg->cuda_device;
         ok = backend_create(&backend, &t.shard, &bc, err) == 0;

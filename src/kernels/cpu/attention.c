@@ -6,6 +6,18 @@
 
 #include "kernels/cpu/vec.h"
 
+/* Requests the `bytes` at p into L1 (or L2) ahead of use. Decode attention over many sequences
+ * streams the whole KV cache from DRAM. A block's keys (or values) are contiguous, and so are
+ * consecutive blocks, but a sequence's blocks can be scattered through the pool, where the
+ * hardware prefetcher loses the stream: the score pass asks for the next block's keys at such a
+ * jump, and for the values the second pass will weigh (into L2). */
+static inline void prefetch_span_l1(const float *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 3);
+}
+static inline void prefetch_span_l2(const float *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
+}
+
 void cpu_kv_store(const KvLayerView *kv, const int32_t *slot_mapping, const float *k_new, const float *v_new,
                   int n_tokens) {
     int hd = kv->head_dim, bs = kv->block_size, kv_dim = kv->n_kv_heads * hd;
@@ -68,25 +80,142 @@ static void weighted_sum_v(const KvLayerView *kv, const int32_t *block_table, in
     }
 }
 
-/* One (token, head): scores into `scores` (n_ctx), then the weighted sum of V into out (head_dim).
- * Walks the block table block by block so no per-slot division is needed. */
-static void attend_one(const KvLayerView *kv, const int32_t *block_table, int n_ctx, const float *q, int32_t q_pos,
-                       int kv_head, float *scores, float *out) {
+#if defined(__AVX2__) && defined(__FMA__)
+/* The eight lanes of each of a[0..8) summed, as one vector: lane s = ((a_s0 + a_s1) + (a_s2 + a_s3))
+ * + ((a_s4 + a_s5) + (a_s6 + a_s7)), the same tree for every slot. */
+static inline __m256 sum_lanes8(const __m256 a[8]) {
+    __m256 h0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    __m256 h4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20), _mm256_permute2f128_ps(h0123, h4567, 0x31));
+}
+
+/* out[0..8) = (Σ lanes of acc[s]) · scale, −inf for slots whose position is after q_pos; returns
+ * max(max_v, out) per lane. */
+static inline __m256 finish_scores8(const __m256 acc[8], const int32_t *pos, int32_t q_pos, float scale, float *out,
+                                    __m256 max_v) {
+    __m256 sc = _mm256_mul_ps(sum_lanes8(acc), _mm256_set1_ps(scale));
+    __m256i later = _mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)pos), _mm256_set1_epi32(q_pos));
+    sc = _mm256_blendv_ps(sc, _mm256_set1_ps(-INFINITY), _mm256_castsi256_ps(later));
+    _mm256_storeu_ps(out, sc);
+    return _mm256_max_ps(max_v, sc);
+}
+
+/* Scores of eight consecutive slot rows k (head_dim a multiple of 8) into out[0..8), through
+ * finish_scores8. Each dot is one FMA chain over head_dim in eight lanes, then sum_lanes8. */
+static inline __attribute__((always_inline)) __m256 scores8(const float *q, const float *k, const int32_t *pos,
+                                                            int32_t q_pos, int hd, float scale, float *out, __m256 max_v) {
+    __m256 acc[8];
+    for (int s = 0; s < 8; s++) acc[s] = _mm256_setzero_ps();
+    for (int c = 0; c < hd; c += 8) {
+        __m256 qv = _mm256_loadu_ps(q + c);
+        for (int s = 0; s < 8; s++) acc[s] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (size_t)s * hd + c), acc[s]);
+    }
+    return finish_scores8(acc, pos, q_pos, scale, out, max_v);
+}
+
+/* The same for the last m (< 8) slots of a block: each of them gets the same FMA chain and lane
+ * sum as in scores8; the missing slots count as masked. */
+static __m256 scores_tail(const float *q, const float *k, const int32_t *pos, int m, int32_t q_pos, int hd, float scale,
+                          float *out, __m256 max_v) {
+    __m256 acc[8];
+    float tmp[8];
+    int32_t pos_pad[8] = {INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX};
+    for (int s = 0; s < 8; s++) acc[s] = _mm256_setzero_ps();
+    for (int c = 0; c < hd; c += 8) {
+        __m256 qv = _mm256_loadu_ps(q + c);
+        for (int s = 0; s < m; s++) acc[s] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (size_t)s * hd + c), acc[s]);
+    }
+    memcpy(pos_pad, pos, (size_t)m * sizeof(int32_t));
+    max_v = finish_scores8(acc, pos_pad, q_pos, scale, tmp, max_v);
+    memcpy(out, tmp, (size_t)m * sizeof(float));
+    return max_v;
+}
+
+static inline float max_lanes(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+/* e[0..8) = exp(s − max) for eight scores, 0 where masked (−inf); returns them for the sum. */
+static inline __m256 exp_masked8(const float *s, __m256 max, float *e) {
+    __m256 v = _mm256_loadu_ps(s);
+    __m256 ex = _mm256_andnot_ps(_mm256_cmp_ps(v, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ), vec_exp256(_mm256_sub_ps(v, max)));
+    _mm256_storeu_ps(e, ex);
+    return ex;
+}
+
+/* scores[j] = exp(scores[j] − max) / Σ, masked (−inf) slots 0. Eight slots per vector from j = 0,
+ * the tail padded with masked slots, so a slot's terms land in the same lane of the same partial
+ * sums whatever n_ctx is: more masked slots never change the result. */
+static void softmax_masked(float *scores, int n_ctx, float max) {
+    const __m256 mx = _mm256_set1_ps(max);
+    __m256 sum = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= n_ctx; j += 8) sum = _mm256_add_ps(sum, exp_masked8(scores + j, mx, scores + j));
+    if (j < n_ctx) {
+        float buf[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        memcpy(buf, scores + j, (size_t)(n_ctx - j) * sizeof(float));
+        sum = _mm256_add_ps(sum, exp_masked8(buf, mx, buf));
+        memcpy(scores + j, buf, (size_t)(n_ctx - j) * sizeof(float));
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    float total = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+    float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    for (int k = 0; k < n_ctx; k++) scores[k] *= inv;
+}
+#endif
+
+/* One token's query heads [h_lo, h_hi) (whole GQA groups) against its sequence's slots
+ * 0..n_ctx−1: scores[(h − h_lo)·n_ctx + j] = (q_h · K_j) · scale, −inf where the slot's position
+ * is after q_pos, and max[h − h_lo] = each head's largest unmasked score. Walks the blocks in
+ * order and, within a block, the KV heads in order, so the keys are read as one stream. */
+static void head_scores(const KvLayerView *kv, const int32_t *block_table, int n_ctx, const float *q, int group, int h_lo,
+                        int h_hi, int32_t q_pos, float *scores, float *max) {
     int hd = kv->head_dim, bs = kv->block_size;
     size_t head_stride = (size_t)bs * hd, block_stride = (size_t)kv->n_kv_heads * head_stride;
-    float scale = 1.0f / sqrtf((float)hd), max = -INFINITY;
-    for (int b = 0, j = 0; j < n_ctx; b++) {
+    size_t first = (size_t)(h_lo / group) * head_stride, span = (size_t)((h_hi - h_lo) / group) * head_stride * sizeof(float);
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int h = 0; h < h_hi - h_lo; h++) max[h] = -INFINITY;
+    prefetch_span_l1(kv->k + (size_t)block_table[0] * block_stride + first, span);
+    for (int b = 0, j = 0; j < n_ctx; b++, j += bs) {
         const int32_t *pos = kv->slot_pos + (size_t)block_table[b] * bs;
-        const float *k = kv->k + (size_t)block_table[b] * block_stride + (size_t)kv_head * head_stride;
-        for (int off = 0; off < bs && j < n_ctx; off++, j++) {
-            if (pos[off] > q_pos) {
-                scores[j] = -INFINITY;
+        int n = n_ctx - j < bs ? n_ctx - j : bs;
+        /* Consecutive blocks are one stream the hardware prefetcher follows; a jump is not. */
+        if (j + bs < n_ctx && block_table[b + 1] != block_table[b] + 1)
+            prefetch_span_l2(kv->k + (size_t)block_table[b + 1] * block_stride + first, span);
+        prefetch_span_l2(kv->v + (size_t)block_table[b] * block_stride + first, span);
+        for (int h = h_lo; h < h_hi; h++) {
+            const float *k = kv->k + (size_t)block_table[b] * block_stride + (size_t)(h / group) * head_stride;
+            const float *qh = q + (size_t)(h - h_lo) * hd;
+            float *sh = scores + (size_t)(h - h_lo) * n_ctx + j, *mh = max + (h - h_lo);
+#if defined(__AVX2__) && defined(__FMA__)
+            if (hd % 8 == 0) {
+                __m256 max_v = _mm256_set1_ps(-INFINITY);
+                int off = 0;
+                for (; off + 8 <= n; off += 8)
+                    max_v = scores8(qh, k + (size_t)off * hd, pos + off, q_pos, hd, scale, sh + off, max_v);
+                if (off < n)
+                    max_v = scores_tail(qh, k + (size_t)off * hd, pos + off, n - off, q_pos, hd, scale, sh + off, max_v);
+                float block_max = max_lanes(max_v);
+                if (block_max > *mh) *mh = block_max;
                 continue;
             }
-            scores[j] = vec_dot_f32(q, k + (size_t)off * hd, hd) * scale;
-            if (scores[j] > max) max = scores[j];
+#endif
+            for (int off = 0; off < n; off++) {
+                sh[off] = pos[off] > q_pos ? -INFINITY : vec_dot_f32(qh, k + (size_t)off * hd, hd) * scale;
+                if (sh[off] > *mh) *mh = sh[off];
+            }
         }
     }
+}
+
+/* scores (n_ctx) = softmax of the unmasked scores, masked slots 0. */
+static void softmax_scores(float *scores, int n_ctx, float max) {
+#if defined(__AVX2__) && defined(__FMA__)
+    softmax_masked(scores, n_ctx, max);
+#else
     float sum = 0.0f;
     for (int j = 0; j < n_ctx; j++) {
         scores[j] = scores[j] == -INFINITY ? 0.0f : expf(scores[j] - max);
@@ -94,7 +223,21 @@ static void attend_one(const KvLayerView *kv, const int32_t *block_table, int n_
     }
     float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
     for (int j = 0; j < n_ctx; j++) scores[j] *= inv;
-    weighted_sum_v(kv, block_table, n_ctx, kv_head, scores, out);
+#endif
+}
+
+/* One token's query heads [h_lo, h_hi): softmax-weighted sums of V over the visible slots into out
+ * ((h_hi − h_lo), head_dim). scores holds (h_hi − h_lo) · (n_ctx + 1) floats. A head's result does
+ * not depend on which other heads share the call. */
+static void attend_heads(const KvLayerView *kv, const int32_t *block_table, int n_ctx, const float *q, int group, int h_lo,
+                         int h_hi, int32_t q_pos, float *scores, float *out) {
+    float *max = scores + (size_t)(h_hi - h_lo) * n_ctx;
+    head_scores(kv, block_table, n_ctx, q, group, h_lo, h_hi, q_pos, scores, max);
+    for (int h = h_lo; h < h_hi; h++) {
+        float *p = scores + (size_t)(h - h_lo) * n_ctx;
+        softmax_scores(p, n_ctx, max[h - h_lo]);
+        weighted_sum_v(kv, block_table, n_ctx, h / group, p, out + (size_t)(h - h_lo) * kv->head_dim);
+    }
 }
 
 /* The sequence owning token t: seq_start is ascending, so a binary search. */
@@ -108,27 +251,34 @@ static int sequence_of(const int32_t *seq_start, int n_seqs, int t) {
     return lo;
 }
 
+/* Work items per token: all heads when the batch has tokens enough for every thread (one stream
+ * over each token's keys), one GQA group otherwise (a single decoding sequence still uses every
+ * core). Either way each head computes the same values. */
+#define ATTN_TOKENS_PER_ITEM_MIN 4
+
 int cpu_attention_batch(const KvLayerView *kv, const AttentionSeqs *seqs, const float *q, const int32_t *q_pos, int n_tokens,
                         int n_heads, float *out) {
     int hd = kv->head_dim, group = n_heads / kv->n_kv_heads, failed = 0, max_ctx = 1;
+    int heads_per_item = n_tokens >= ATTN_TOKENS_PER_ITEM_MIN ? n_heads : group, items_per_token = n_heads / heads_per_item;
     for (int s = 0; s < seqs->n_seqs; s++)
         if (seqs->n_ctx[s] > max_ctx) max_ctx = seqs->n_ctx[s];
-    /* One parallel region for every sequence's (token, head) pairs: contexts differ in length, so
-     * the pairs are handed out dynamically. */
+    /* One parallel region for every sequence's tokens; contexts differ in length, so the items are
+     * handed out dynamically. */
 #pragma omp parallel
     {
-        float *scores = malloc((size_t)max_ctx * sizeof *scores);
+        float *scores = malloc((size_t)heads_per_item * (max_ctx + 1) * sizeof *scores);
         if (!scores) {
 #pragma omp atomic write
             failed = 1;
         }
-#pragma omp for schedule(dynamic, 4)
-        for (int64_t i = 0; i < (int64_t)n_tokens * n_heads; i++) {
-            int t = (int)(i / n_heads), h = (int)(i % n_heads);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t i = 0; i < (int64_t)n_tokens * items_per_token; i++) {
+            int t = (int)(i / items_per_token), h_lo = (int)(i % items_per_token) * heads_per_item;
             int s = sequence_of(seqs->seq_start, seqs->n_seqs, t);
+            size_t row = (size_t)t * n_heads + (size_t)h_lo;
             if (scores)
-                attend_one(kv, seqs->block_tables[s], seqs->n_ctx[s], q + (size_t)i * hd, q_pos[t], h / group, scores,
-                           out + (size_t)i * hd);
+                attend_heads(kv, seqs->block_tables[s], seqs->n_ctx[s], q + row * hd, group, h_lo, h_lo + heads_per_item, q_pos[t],
+                             scores, out + row * hd);
         }
         free(scores);
     }

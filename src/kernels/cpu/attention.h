@@ -6,7 +6,8 @@
  * (n_blocks, block_size). A query at position p attends to the sequence's slots 0..n_ctx-1 (mapped
  * through block_table) whose recorded position is <= p, so causality follows the explicit
  * positions, not slot order. GQA: query head h reads KV head h / (n_heads / n_kv_heads).
- * Threads: parallel over (token, head) inside (OpenMP). Thread-safe for distinct outputs.
+ * Threads: parallel over tokens (or, for few tokens, GQA groups) inside (OpenMP). Thread-safe for
+ * distinct outputs.
  */
 #ifndef BRAID_KERNELS_CPU_ATTENTION_H
 #define BRAID_KERNELS_CPU_ATTENTION_H

@@ -1,9 +1,13 @@
 #include "kernels/cpu/matmul.h"
 
 #include <cblas.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "kernels/cpu/matmul_int8.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_int8.h"
 
 /* Dequantized panels are bounded so the output head (vocab × dim) never needs a full fp32 copy. */
 #define PANEL_MAX_FLOATS (4u << 20)
@@ -13,6 +17,7 @@ void cpu_scratch_free(CpuScratch *s) {
     free(s->x_block_sums);
     s->panel = s->x_block_sums = NULL;
     s->panel_cap = s->x_block_sums_cap = 0;
+    act_quant_free(&s->acts);
 }
 
 static int ensure_capacity(float **buf, size_t *cap, size_t need) {
@@ -71,7 +76,29 @@ static int matmul_by_gemm(const WeightMatrix *w, const float *x, int n_tokens, f
     return 0;
 }
 
-int cpu_matmul(const WeightMatrix *w, const float *x, int n_tokens, float *y, CpuScratch *s) {
+/* Whether W can take the int8 path (a type with integer kernels, whole 32-element blocks). */
+static bool int8_supports(const WeightMatrix *w) { return quant_int8_supported(w->type) && w->cols % ACT_QUANT_BLOCK == 0; }
+
+int cpu_matmul(const WeightMatrix *w, const float *x, int n_tokens, float *y, CpuMatmulMath math, CpuScratch *s) {
+    /* A type without integer kernels keeps the fp32 arithmetic even in int8 mode. */
+    if (math == CPU_MATMUL_INT8 && int8_supports(w)) return matmul_int8(&w, &y, 1, x, n_tokens, &s->acts);
     if (n_tokens >= CPU_MATMUL_GEMM_MIN_TOKENS) return matmul_by_gemm(w, x, n_tokens, y, s);
     return matmul_by_rows(w, x, n_tokens, y, s);
+}
+
+int cpu_matmul_shared_input(const WeightMatrix *const *ws, float *const *ys, int count, const float *x, int n_tokens,
+                            CpuMatmulMath math, CpuScratch *s) {
+    bool together = math == CPU_MATMUL_INT8;
+    for (int i = 0; i < count; i++) together = together && int8_supports(ws[i]) && ws[i]->cols == ws[0]->cols;
+    if (together) return matmul_int8(ws, ys, count, x, n_tokens, &s->acts);
+    for (int i = 0; i < count; i++)
+        if (cpu_matmul(ws[i], x, n_tokens, ys[i], math, s)) return -1;
+    return 0;
+}
+
+int cpu_matmul_math_parse(const char *text, CpuMatmulMath *math) {
+    if (strcmp(text, "fp32") == 0) *math = CPU_MATMUL_FP32;
+    else if (strcmp(text, "int8") == 0) *math = CPU_MATMUL_INT8;
+    else return -1;
+    return 0;
 }

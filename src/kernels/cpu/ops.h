@@ -16,7 +16,7 @@ void cpu_rmsnorm(float *out, const float *x, const float *weight, int n, float e
 /* x (n) += y (n) */
 void cpu_add_inplace(float *x, const float *y, int n);
 
-/* gate (n) = silu(gate) * up */
+/* gate (n) = silu(gate) * up; parallel inside (OpenMP) for batch-sized n. */
 void cpu_swiglu(float *gate, const float *up, int n);
 
 /* Rotation angles for the RoPE of one position: cos/sin (rope_dim/2). Matches the usual fp32

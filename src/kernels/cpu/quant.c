@@ -12,17 +12,9 @@
 #include "kernels/cpu/vec.h"
 #include "model/tensor_types.h"
 
-static inline float half_to_float(uint16_t h) {
-#if defined(__F16C__)
-    return _cvtsh_ss(h);
-#else
-    return fp16_to_fp32(h);
-#endif
-}
-
 static void dequant_q4_0(const BlockQ4_0 *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, y += QK4_0) {
-        float d = half_to_float(b[i].d);
+        float d = vec_half_to_float(b[i].d);
         for (int j = 0; j < QK4_0 / 2; j++) {
             y[j] = (float)((b[i].qs[j] & 0x0F) - 8) * d;
             y[j + QK4_0 / 2] = (float)((b[i].qs[j] >> 4) - 8) * d;
@@ -32,7 +24,7 @@ static void dequant_q4_0(const BlockQ4_0 *b, float *y, int64_t nb) {
 
 static void dequant_q4_1(const BlockQ4_1 *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, y += QK4_1) {
-        float d = half_to_float(b[i].d), m = half_to_float(b[i].m);
+        float d = vec_half_to_float(b[i].d), m = vec_half_to_float(b[i].m);
         for (int j = 0; j < QK4_1 / 2; j++) {
             y[j] = (float)(b[i].qs[j] & 0x0F) * d + m;
             y[j + QK4_1 / 2] = (float)(b[i].qs[j] >> 4) * d + m;
@@ -42,7 +34,7 @@ static void dequant_q4_1(const BlockQ4_1 *b, float *y, int64_t nb) {
 
 static void dequant_q8_0(const BlockQ8_0 *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, y += QK8_0) {
-        float d = half_to_float(b[i].d);
+        float d = vec_half_to_float(b[i].d);
         for (int j = 0; j < QK8_0; j++) y[j] = (float)b[i].qs[j] * d;
     }
 }
@@ -60,7 +52,7 @@ static void q4_k_scale_min(int j, const uint8_t *q, uint8_t *scale, uint8_t *min
 
 static void dequant_q4_k(const BlockQ4_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
-        float d = half_to_float(b[i].d), dmin = half_to_float(b[i].dmin);
+        float d = vec_half_to_float(b[i].d), dmin = vec_half_to_float(b[i].dmin);
         const uint8_t *q = b[i].qs;
         for (int j = 0, is = 0; j < QK_K; j += 64, is += 2, q += 32) {
             uint8_t sc, m;
@@ -76,7 +68,7 @@ static void dequant_q4_k(const BlockQ4_K *b, float *y, int64_t nb) {
 
 static void dequant_q6_k(const BlockQ6_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
-        float d = half_to_float(b[i].d);
+        float d = vec_half_to_float(b[i].d);
         const uint8_t *ql = b[i].ql, *qh = b[i].qh;
         const int8_t *sc = b[i].scales;
         for (int n = 0; n < QK_K; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
@@ -100,7 +92,7 @@ void quant_dequantize_row(uint32_t type, const void *row, float *out, int64_t n)
     switch (type) {
     case TENSOR_F32: memcpy(out, row, (size_t)n * sizeof(float)); break;
     case TENSOR_F16:
-        for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = half_to_float(h); }
+        for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = vec_half_to_float(h); }
         break;
     case TENSOR_BF16:
         for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = bf16_to_fp32(h); }
@@ -152,7 +144,7 @@ static float dot_q4_1(const BlockQ4_1 *b, const float *x, const float *xs, int64
         float s = 0.0f;
         for (int j = 0; j < QK4_1 / 2; j++)
             s += (float)(b[i].qs[j] & 0x0F) * x[j] + (float)(b[i].qs[j] >> 4) * x[j + QK4_1 / 2];
-        sum += half_to_float(b[i].d) * s + half_to_float(b[i].m) * xs[i];
+        sum += vec_half_to_float(b[i].d) * s + vec_half_to_float(b[i].m) * xs[i];
     }
     return sum;
 }
@@ -162,7 +154,7 @@ static float dot_q4_0(const BlockQ4_0 *b, const float *x, int64_t nb) {
 #ifdef QUANT_AVX2
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++, x += QK4_0)
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b[i].d)), nibble_block_dot(b[i].qs, x, 8), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(vec_half_to_float(b[i].d)), nibble_block_dot(b[i].qs, x, 8), acc);
     return vec_hsum256(acc);
 #else
     float sum = 0.0f;
@@ -170,7 +162,7 @@ static float dot_q4_0(const BlockQ4_0 *b, const float *x, int64_t nb) {
         float s = 0.0f;
         for (int j = 0; j < QK4_0 / 2; j++)
             s += (float)((b[i].qs[j] & 0x0F) - 8) * x[j] + (float)((b[i].qs[j] >> 4) - 8) * x[j + QK4_0 / 2];
-        sum += half_to_float(b[i].d) * s;
+        sum += vec_half_to_float(b[i].d) * s;
     }
     return sum;
 #endif
@@ -182,7 +174,7 @@ static float dot_q8_0(const BlockQ8_0 *b, const float *x, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, x += QK8_0) {
         float s = 0.0f;
         for (int j = 0; j < QK8_0; j++) s += (float)b[i].qs[j] * x[j];
-        sum += half_to_float(b[i].d) * s;
+        sum += vec_half_to_float(b[i].d) * s;
     }
     return sum;
 }
@@ -237,12 +229,12 @@ static inline __attribute__((always_inline)) void q4_1_row_tokens(const BlockQ4_
     for (int64_t i = 0; i < nb; i++) {
         __m128i raw = _mm_loadu_si128((const __m128i *)b[i].qs);
         __m128i lo = _mm_and_si128(raw, mask), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
-        __m256 d = _mm256_set1_ps(half_to_float(b[i].d));
+        __m256 d = _mm256_set1_ps(vec_half_to_float(b[i].d));
         __m256 w0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)));
         __m256 w1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))));
         __m256 w2 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)));
         __m256 w3 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))));
-        float m = half_to_float(b[i].m);
+        float m = vec_half_to_float(b[i].m);
         for (int t = 0; t < nt; t++) {
             const float *xt = x + t * x_stride + i * QK4_1;
             lo_acc[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), lo_acc[t]));
@@ -260,7 +252,7 @@ static inline __attribute__((always_inline)) void q8_0_row_tokens(const BlockQ8_
     __m256 hi_acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < nb; i++) {
         __m128i q01 = _mm_loadu_si128((const __m128i *)b[i].qs), q23 = _mm_loadu_si128((const __m128i *)(b[i].qs + 16));
-        __m256 d = _mm256_set1_ps(half_to_float(b[i].d));
+        __m256 d = _mm256_set1_ps(vec_half_to_float(b[i].d));
         __m256 w0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q01)));
         __m256 w1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q01, 8))));
         __m256 w2 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q23)));

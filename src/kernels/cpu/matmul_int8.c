@@ -1,0 +1,67 @@
+#include "kernels/cpu/matmul_int8.h"
+
+#include "kernels/cpu/quant_int8.h"
+
+/* Rows per unit of parallel work: a group's weights stay in L1 while a token chunk passes over it. */
+#define ROW_GROUP 16
+/* A remainder of at least this many tokens (fewer than 8) still goes through the 8-lane kernel with
+ * padding lanes (measured: from three tokens on it beats taking them one at a time); shorter ones
+ * are taken one token at a time. */
+#define GROUP_MIN_TOKENS 3
+
+/* The tokens one kernel call takes, starting at `first`: sixteen or eight through the lane kernel,
+ * or the last one or two one at a time. */
+typedef struct {
+    int first, count;
+    int n_groups; /* 0 = one token at a time */
+} TokenChunk;
+
+static TokenChunk next_chunk(int first, int n_tokens) {
+    int left = n_tokens - first;
+    if (left >= 2 * ACT_QUANT_GROUP) return (TokenChunk){first, 2 * ACT_QUANT_GROUP, 2};
+    if (left >= GROUP_MIN_TOKENS) return (TokenChunk){first, left < ACT_QUANT_GROUP ? left : ACT_QUANT_GROUP, 1};
+    return (TokenChunk){first, left, 0};
+}
+
+/* y[t, r] for rows [r0, r1) and every token. */
+static void row_group(const WeightMatrix *w, const Int8Activations *a, int64_t r0, int64_t r1, float *y) {
+    float out[QUANT_INT8_MAX_GROUPS * ACT_QUANT_GROUP];
+    for (int t = 0; t < a->n_tokens;) {
+        TokenChunk c = next_chunk(t, a->n_tokens);
+        for (int64_t r = r0; r < r1; r++) {
+            const void *row = w->data + (size_t)r * w->row_bytes;
+            if (c.n_groups) quant_int8_dot_groups(w->type, row, a, c.first / ACT_QUANT_GROUP, c.n_groups, out);
+            else quant_int8_dot_tokens(w->type, row, a, c.first, c.count, out);
+            for (int i = 0; i < c.count; i++) y[(size_t)(c.first + i) * (size_t)w->rows + (size_t)r] = out[i];
+        }
+        t += c.count;
+    }
+}
+
+int matmul_int8(const WeightMatrix *const *ws, float *const *ys, int count, const float *x, int n_tokens,
+                Int8Activations *acts) {
+    if (act_quant_reserve(acts, n_tokens, (int)ws[0]->cols)) return -1;
+    int padded_tokens = acts->n_groups * ACT_QUANT_GROUP;
+    int64_t n_units = 0;
+    for (int i = 0; i < count; i++) n_units += (ws[i]->rows + ROW_GROUP - 1) / ROW_GROUP;
+    /* One parallel region: the tokens are quantized, then (after the loop's barrier) the row groups
+     * of every matrix are shared out, so Q, K and V together cost one fork/join. Guided
+     * scheduling hands out big shares first and small ones at the end, so a core slowed by a
+     * neighbour (this runs on shared VMs) does not leave the other waiting at the barrier. */
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int t = 0; t < padded_tokens; t++) act_quant_token(acts, x, t);
+#pragma omp for schedule(guided)
+        for (int64_t u = 0; u < n_units; u++) {
+            int i = 0;
+            int64_t r0 = u * ROW_GROUP;
+            while (r0 >= ws[i]->rows) {
+                r0 -= (ws[i]->rows + ROW_GROUP - 1) / ROW_GROUP * ROW_GROUP;
+                i++;
+            }
+            row_group(ws[i], acts, r0, r0 + ROW_GROUP < ws[i]->rows ? r0 + ROW_GROUP : ws[i]->rows, ys[i]);
+        }
+    }
+    return 0;
+}

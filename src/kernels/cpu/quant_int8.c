@@ -1,0 +1,310 @@
+#include "kernels/cpu/quant_int8.h"
+
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/vec.h"
+#include "model/tensor_types.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define INT8_AVX2 1
+/* dpbusd (u8 × s8, four products summed into each int32 lane, no saturation) where the build has
+ * it; otherwise maddubs + madd compute the same integers. */
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define INT8_DPBUSD(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
+#elif defined(__AVXVNNI__)
+#define INT8_DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32((acc), (u), (s))
+#endif
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+bool quant_int8_supported(uint32_t type) {
+    return type == TENSOR_Q4_0 || type == TENSOR_Q4_1 || type == TENSOR_Q8_0;
+}
+
+/* ---- the canonical sequence in portable C ------------------------------------------------------ */
+
+/* Σ (nibble − bias) · x over one 4-bit block: element j in the low nibble of byte j, j+16 in the high. */
+static int32_t q4_block_isum(const uint8_t *qs, const int8_t *x, int bias) {
+    int32_t s = 0;
+    for (int j = 0; j < 16; j++) s += ((qs[j] & 0x0F) - bias) * x[j] + ((qs[j] >> 4) - bias) * x[j + 16];
+    return s;
+}
+
+static int32_t q8_block_isum(const int8_t *qs, const int8_t *x) {
+    int32_t s = 0;
+    for (int j = 0; j < 32; j++) s += qs[j] * x[j];
+    return s;
+}
+
+float quant_int8_dot_reference(uint32_t type, const void *row, const Int8Activations *a, int token) {
+    float acc = 0.0f, off = 0.0f;
+    for (int b = 0; b < a->nb; b++) {
+        const int8_t *x = a->rows + (size_t)token * a->cols + (size_t)b * ACT_QUANT_BLOCK;
+        size_t m = act_quant_meta_index(a, token, b);
+        switch (type) {
+        case TENSOR_Q4_0: {
+            const BlockQ4_0 *blk = (const BlockQ4_0 *)row + b;
+            acc = fmaf((float)q4_block_isum(blk->qs, x, 8), vec_half_to_float(blk->d) * a->d[m], acc);
+            break;
+        }
+        case TENSOR_Q4_1: {
+            const BlockQ4_1 *blk = (const BlockQ4_1 *)row + b;
+            acc = fmaf((float)q4_block_isum(blk->qs, x, 0), vec_half_to_float(blk->d) * a->d[m], acc);
+            off = fmaf(vec_half_to_float(blk->m), a->dsum[m], off);
+            break;
+        }
+        case TENSOR_Q8_0: {
+            const BlockQ8_0 *blk = (const BlockQ8_0 *)row + b;
+            acc = fmaf((float)q8_block_isum(blk->qs, x), vec_half_to_float(blk->d) * a->d[m], acc);
+            break;
+        }
+        default: assert(!"quant_int8_dot_reference: unsupported type"); return 0.0f;
+        }
+    }
+    return type == TENSOR_Q4_1 ? acc + off : acc;
+}
+
+#ifdef INT8_AVX2
+/* ---- AVX2: shared pieces ------------------------------------------------------------------------ */
+
+INLINE int32_t hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Four consecutive weight bytes repeated in all eight 32-bit lanes. */
+INLINE __m256i broadcast_run(const void *p) {
+    int32_t w;
+    memcpy(&w, p, 4);
+    return _mm256_set1_epi32(w);
+}
+
+/* Int32 lanes of Σ u·s over each lane's four byte pairs; u unsigned, s signed, and every pair sum
+ * within int16 (the 4-bit weights guarantee it). */
+INLINE __m256i dot_u4_s8(__m256i acc, __m256i u, __m256i s) {
+#ifdef INT8_DPBUSD
+    return INT8_DPBUSD(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* Int32 lanes of Σ w·s for signed weights w. VNNI: w + 128 is unsigned, and the caller subtracts
+ * 128·Σs. Otherwise |w| times s with w's sign; one pair of 8-bit products fits int16 (at most
+ * 2·128·127) but two do not, so each maddubs result is widened at once. */
+#ifdef INT8_DPBUSD
+#define Q8_BIAS_SHIFT 7
+#define Q8_BIAS 128
+INLINE __m256i q8_prepare(__m256i w) { return _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80)); }
+INLINE __m256i dot_q8_s8(__m256i acc, __m256i w_prepared, __m256i w_raw, __m256i s) {
+    (void)w_raw;
+    return INT8_DPBUSD(acc, w_prepared, s);
+}
+#else
+#define Q8_BIAS_SHIFT 0
+#define Q8_BIAS 0
+INLINE __m256i q8_prepare(__m256i w) { return _mm256_abs_epi8(w); }
+INLINE __m256i dot_q8_s8(__m256i acc, __m256i w_abs, __m256i w_raw, __m256i s) {
+    __m256i p = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(s, w_raw));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+#endif
+
+/* ---- AVX2, 8 tokens per vector (lanes = tokens) ------------------------------------------------ */
+
+/* The 8 runs of a 4-bit block, each run's 4 unsigned nibbles repeated in all lanes: run k < 4 holds
+ * elements 4k..4k+3 (low nibbles), run k + 4 elements 16+4k..16+4k+3 (high nibbles). */
+INLINE void q4_runs(const uint8_t *qs, __m256i u[8]) {
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    for (int k = 0; k < 4; k++) {
+        __m256i v = broadcast_run(qs + 4 * k);
+        u[k] = _mm256_and_si256(v, mask);
+        u[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+    }
+}
+
+/* Per lane Σ u·x over one block of 8 interleaved tokens (x: 8 runs of 32 bytes), in four short
+ * chains so that successive dot instructions rarely wait for each other. */
+INLINE __m256i q4_group_isum(const __m256i u[8], const int8_t *x) {
+#define RUN(k) _mm256_loadu_si256((const __m256i *)(x + 32 * (k)))
+#ifdef INT8_DPBUSD
+    __m256i s[4];
+    for (int k = 0; k < 4; k++) s[k] = INT8_DPBUSD(_mm256_setzero_si256(), u[k], RUN(k));
+    for (int k = 0; k < 4; k++) s[k] = INT8_DPBUSD(s[k], u[k + 4], RUN(k + 4));
+    return _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3]));
+#else
+    /* A pair of 4-bit products is at most 2·15·127 = 3810, so all eight runs add up in int16. */
+    __m256i p = _mm256_maddubs_epi16(u[0], RUN(0));
+    for (int k = 1; k < 8; k++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[k], RUN(k)));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+#endif
+#undef RUN
+}
+
+/* Accumulates one block's contribution into the lanes of acc: the canonical fmaf step per lane. */
+INLINE __m256 scale_step(__m256i isum, __m256 d_w, const float *d_x, __m256 acc) {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d_w, _mm256_loadu_ps(d_x)), acc);
+}
+
+/* Subtracts bias · Σx (bias = 2^shift) per lane: the unsigned storage of signed weights. */
+INLINE __m256i unbias(__m256i isum, const int32_t *sum, int shift) {
+    if (!shift) return isum;
+    return _mm256_sub_epi32(isum, _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)sum), shift));
+}
+
+/* An fp16 block scale, converted and repeated in all eight lanes. */
+INLINE __m256 broadcast_half(const void *p) {
+    int16_t h;
+    memcpy(&h, p, 2);
+    return _mm256_cvtph_ps(_mm_set1_epi16(h));
+}
+
+/* One row against ng token groups: out[8·i + l]. */
+INLINE void q4_groups(const uint8_t *row, size_t block_bytes, bool has_min, int bias_shift, const Int8Activations *a, int g0,
+                      int ng, float *out) {
+    __m256 acc[QUANT_INT8_MAX_GROUPS], off[QUANT_INT8_MAX_GROUPS];
+    for (int i = 0; i < ng; i++) acc[i] = off[i] = _mm256_setzero_ps();
+    for (int b = 0; b < a->nb; b++) {
+        const uint8_t *blk = row + (size_t)b * block_bytes;
+        const __m256 d_w = broadcast_half(blk), m_w = has_min ? broadcast_half(blk + 2) : _mm256_setzero_ps();
+        __m256i u[8];
+        q4_runs(blk + (has_min ? 4 : 2), u);
+        for (int i = 0; i < ng; i++) {
+            size_t m = ((size_t)(g0 + i) * (size_t)a->nb + (size_t)b) * ACT_QUANT_GROUP;
+            __m256i isum = unbias(q4_group_isum(u, a->interleaved + m * ACT_QUANT_BLOCK), a->sum + m, bias_shift);
+            acc[i] = scale_step(isum, d_w, a->d + m, acc[i]);
+            if (has_min) off[i] = _mm256_fmadd_ps(m_w, _mm256_loadu_ps(a->dsum + m), off[i]);
+        }
+    }
+    for (int i = 0; i < ng; i++) _mm256_storeu_ps(out + 8 * i, has_min ? _mm256_add_ps(acc[i], off[i]) : acc[i]);
+}
+
+/* Per lane Σ w·x over one Q8_0 block of 8 interleaved tokens; raw/prep from q8_prepare. */
+INLINE __m256i q8_group_isum(const __m256i raw[8], const __m256i prep[8], const int8_t *x) {
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++) {
+        s0 = dot_q8_s8(s0, prep[k], raw[k], _mm256_loadu_si256((const __m256i *)(x + 32 * k)));
+        s1 = dot_q8_s8(s1, prep[k + 4], raw[k + 4], _mm256_loadu_si256((const __m256i *)(x + 32 * (k + 4))));
+    }
+    return _mm256_add_epi32(s0, s1);
+}
+
+INLINE void q8_groups(const BlockQ8_0 *row, const Int8Activations *a, int g0, int ng, float *out) {
+    __m256 acc[QUANT_INT8_MAX_GROUPS];
+    for (int i = 0; i < ng; i++) acc[i] = _mm256_setzero_ps();
+    for (int b = 0; b < a->nb; b++) {
+        const __m256 d_w = broadcast_half(&row[b].d);
+        __m256i raw[8], prep[8];
+        for (int k = 0; k < 8; k++) {
+            raw[k] = broadcast_run(row[b].qs + 4 * k);
+            prep[k] = q8_prepare(raw[k]);
+        }
+        for (int i = 0; i < ng; i++) {
+            size_t m = ((size_t)(g0 + i) * (size_t)a->nb + (size_t)b) * ACT_QUANT_GROUP;
+            __m256i isum = unbias(q8_group_isum(raw, prep, a->interleaved + m * ACT_QUANT_BLOCK), a->sum + m, Q8_BIAS_SHIFT);
+            acc[i] = scale_step(isum, d_w, a->d + m, acc[i]);
+        }
+    }
+    for (int i = 0; i < ng; i++) _mm256_storeu_ps(out + 8 * i, acc[i]);
+}
+
+/* ---- AVX2, one token at a time (lanes = the 32 elements of a block) ---------------------------- */
+
+/* A 4-bit block as 32 unsigned bytes in element order: low nibbles, then high nibbles. */
+INLINE __m256i q4_block_bytes(const uint8_t *qs) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), mask), _mm_and_si128(raw, mask));
+}
+
+INLINE void q4_tokens(const uint8_t *row, size_t block_bytes, bool has_min, int bias, const Int8Activations *a, int t0,
+                      int nt, float *out) {
+    float acc[4] = {0, 0, 0, 0}, off[4] = {0, 0, 0, 0};
+    for (int b = 0; b < a->nb; b++) {
+        const uint8_t *blk = row + (size_t)b * block_bytes;
+        uint16_t dh, mh = 0;
+        memcpy(&dh, blk, 2);
+        if (has_min) memcpy(&mh, blk + 2, 2);
+        const float d_w = vec_half_to_float(dh), m_w = vec_half_to_float(mh);
+        const __m256i u = q4_block_bytes(blk + (has_min ? 4 : 2));
+        for (int i = 0; i < nt; i++) {
+            const int8_t *x = a->rows + (size_t)(t0 + i) * a->cols + (size_t)b * ACT_QUANT_BLOCK;
+            size_t m = act_quant_meta_index(a, t0 + i, b);
+            int32_t isum = hsum_epi32(dot_u4_s8(_mm256_setzero_si256(), u, _mm256_loadu_si256((const __m256i *)x)));
+            isum -= bias * a->sum[m];
+            acc[i] = fmaf((float)isum, d_w * a->d[m], acc[i]);
+            if (has_min) off[i] = fmaf(m_w, a->dsum[m], off[i]);
+        }
+    }
+    for (int i = 0; i < nt; i++) out[i] = has_min ? acc[i] + off[i] : acc[i];
+}
+
+INLINE void q8_tokens(const BlockQ8_0 *row, const Int8Activations *a, int t0, int nt, float *out) {
+    float acc[4] = {0, 0, 0, 0};
+    for (int b = 0; b < a->nb; b++) {
+        const float d_w = vec_half_to_float(row[b].d);
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)row[b].qs), prep = q8_prepare(raw);
+        for (int i = 0; i < nt; i++) {
+            const int8_t *x = a->rows + (size_t)(t0 + i) * a->cols + (size_t)b * ACT_QUANT_BLOCK;
+            size_t m = act_quant_meta_index(a, t0 + i, b);
+            int32_t isum = hsum_epi32(dot_q8_s8(_mm256_setzero_si256(), prep, raw, _mm256_loadu_si256((const __m256i *)x)));
+            isum -= Q8_BIAS * a->sum[m];
+            acc[i] = fmaf((float)isum, d_w * a->d[m], acc[i]);
+        }
+    }
+    for (int i = 0; i < nt; i++) out[i] = acc[i];
+}
+
+void quant_int8_dot_groups(uint32_t type, const void *row, const Int8Activations *a, int first_group, int n_groups,
+                           float *out) {
+    assert(n_groups >= 1 && n_groups <= QUANT_INT8_MAX_GROUPS);
+    /* Constant group counts let the compiler keep the accumulators in registers. */
+#define GROUPS(NG)                                                                                                     \
+    switch (type) {                                                                                                    \
+    case TENSOR_Q4_0: q4_groups(row, sizeof(BlockQ4_0), false, 3, a, first_group, NG, out); return;                    \
+    case TENSOR_Q4_1: q4_groups(row, sizeof(BlockQ4_1), true, 0, a, first_group, NG, out); return;                     \
+    case TENSOR_Q8_0: q8_groups(row, a, first_group, NG, out); return;                                                 \
+    default: assert(!"quant_int8_dot_groups: unsupported type"); return;                                               \
+    }
+    if (n_groups == 1) GROUPS(1) else GROUPS(2)
+#undef GROUPS
+}
+
+void quant_int8_dot_tokens(uint32_t type, const void *row, const Int8Activations *a, int first_token, int n_tokens,
+                           float *out) {
+    assert(n_tokens >= 1 && n_tokens <= 4);
+#define TOKENS(NT)                                                                                                     \
+    switch (type) {                                                                                                    \
+    case TENSOR_Q4_0: q4_tokens(row, sizeof(BlockQ4_0), false, 8, a, first_token, NT, out); return;                    \
+    case TENSOR_Q4_1: q4_tokens(row, sizeof(BlockQ4_1), true, 0, a, first_token, NT, out); return;                     \
+    case TENSOR_Q8_0: q8_tokens(row, a, first_token, NT, out); return;                                                 \
+    default: assert(!"quant_int8_dot_tokens: unsupported type"); return;                                               \
+    }
+    switch (n_tokens) {
+    case 1: TOKENS(1)
+    case 2: TOKENS(2)
+    case 3: TOKENS(3)
+    default: TOKENS(4)
+    }
+#undef TOKENS
+}
+
+#else /* portable build: every kernel is the reference, one token at a time */
+
+void quant_int8_dot_groups(uint32_t type, const void *row, const Int8Activations *a, int first_group, int n_groups,
+                           float *out) {
+    for (int i = 0; i < n_groups * ACT_QUANT_GROUP; i++)
+        out[i] = quant_int8_dot_reference(type, row, a, first_group * ACT_QUANT_GROUP + i);
+}
+
+void quant_int8_dot_tokens(uint32_t type, const void *row, const Int8Activations *a, int first_token, int n_tokens,
+                           float *out) {
+    for (int i = 0; i < n_tokens; i++) out[i] = quant_int8_dot_reference(type, row, a, first_token + i);
+}
+#endif

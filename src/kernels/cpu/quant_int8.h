@@ -1,0 +1,48 @@
+/*
+ * quant_int8.h — integer dot products of GGUF 4-bit / 8-bit weight rows with int8-quantized
+ * activations (kernels/cpu/act_quant.h) (CPU).
+ *
+ * Contract: for the supported types (Q4_0, Q4_1, Q8_0; quant_int8_supported) every (row, token)
+ * value is defined by one canonical sequence, over the row's 32-element blocks b in order:
+ *     isum  = Σ_j wq[j] · xq[j]                          exact int32 (Q4_0: wq = nibble − 8;
+ *                                                       Q4_1: wq = nibble; Q8_0: wq = stored int8)
+ *     acc   = fmaf((float)isum, d_w[b] · d_x[b], acc)     the product d_w · d_x rounded first
+ *     off   = fmaf(m_w[b], dsum_x[b], off)                Q4_1 only (dsum_x = d_x · Σxq)
+ *     value = acc + off  (Q4_1),  acc  (Q4_0, Q8_0)       acc and off start at 0
+ * Each kernel below computes exactly that, whichever SIMD axis it uses (8 tokens in 8 lanes, or the
+ * 32 elements of one block), so a token's value never depends on which kernel or batch computed it:
+ * the decode arithmetic stays batch-invariant. The integer sums are exact on every path (the 4-bit
+ * pair products fit int16 without saturation; 8-bit products are widened or bias-corrected), and
+ * quant_int8_dot_reference is the same sequence in portable C.
+ * AVX2 builds use _mm256_maddubs_epi16 / _mm256_madd_epi16, or AVX-512 VNNI's dpbusd when the
+ * build targets it (same integers); other builds run the portable code.
+ * Pure functions, thread-safe.
+ */
+#ifndef BRAID_KERNELS_CPU_QUANT_INT8_H
+#define BRAID_KERNELS_CPU_QUANT_INT8_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/cpu/act_quant.h"
+
+/* True for the weight types these kernels take (Q4_0, Q4_1, Q8_0). */
+bool quant_int8_supported(uint32_t type);
+
+/* Most token groups one quant_int8_dot_groups call takes. */
+#define QUANT_INT8_MAX_GROUPS 2
+
+/* out[8·i + l] = value of token (first_group + i)·8 + l, for n_groups (1..QUANT_INT8_MAX_GROUPS)
+ * groups of a; each block of the row is unpacked once for all of them. Padding lanes give 0. */
+void quant_int8_dot_groups(uint32_t type, const void *row, const Int8Activations *a, int first_group, int n_groups,
+                           float *out);
+
+/* out[i] = value of token first_token + i, for n_tokens (1..4) tokens taken one at a time. */
+void quant_int8_dot_tokens(uint32_t type, const void *row, const Int8Activations *a, int first_token, int n_tokens,
+                           float *out);
+
+/* The canonical sequence in portable C for token `token` of a (the tests' reference; the portable
+ * build's kernels). */
+float quant_int8_dot_reference(uint32_t type, const void *row, const Int8Activations *a, int token);
+
+#endif
