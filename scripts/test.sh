@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up on a fresh machine and runs the whole test suite:
 #   1. release build: every test (unit, golden against HF transformers, fuzz replay, CLI integration)
-#   2. ASan + UBSan build (also checks the pool invariant every engine step): everything but the two
+#   2. ASan + UBSan build (also checks the pool invariant every engine step): everything but the
 #      slow model-heavy tests (logits golden, engine, int8 vs fp32 engine) and the two mpirun tests (Open MPI's own
 #      allocations would drown LeakSanitizer), which run in the release build
 set -euo pipefail
