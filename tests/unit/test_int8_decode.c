@@ -295,8 +295,8 @@ static void test_matmul_batch_invariant(void **state) {
 
 /* Prompt logits (n, vocab) of one sequence through a CPU backend with the given arithmetic. */
 static void prompt_logits(const BraidModel *m, CpuMatmulMath math, const int32_t *ids, int n, float *logits) {
-    const int bs = 16, n_blocks = n / bs + 2;
-    BackendConfig bc = backend_config_default(BACKEND_CPU, &m->weights.cfg, n_blocks, bs, n);
+    const int bs = 16, n_blocks = n / bs + 1; /* the sequence's blocks; block 0 of the pool is the null block */
+    BackendConfig bc = backend_config_default(BACKEND_CPU, &m->weights.cfg, n_blocks + 1, bs, n);
     bc.max_seqs = 1;
     bc.cpu_matmul = math;
     Backend be;
@@ -306,8 +306,11 @@ static void prompt_logits(const BraidModel *m, CpuMatmulMath math, const int32_t
     int32_t *rows = malloc((size_t)n * sizeof *rows);
     int32_t *table = malloc((size_t)n_blocks * sizeof *table), *argmax = malloc((size_t)n * sizeof *argmax);
     assert_true(pos && slots && rows && table && argmax);
-    for (int b = 0; b < n_blocks; b++) table[b] = b;
-    for (int i = 0; i < n; i++) pos[i] = slots[i] = rows[i] = i;
+    for (int b = 0; b < n_blocks; b++) table[b] = b + 1;
+    for (int i = 0; i < n; i++) {
+        pos[i] = rows[i] = i;
+        slots[i] = table[i / bs] * bs + i % bs;
+    }
     int32_t seq_start[2] = {0, n}, n_ctx = n;
     const int32_t *tables[1] = {table};
     ForwardBatch batch = {.n_tokens = n, .tokens = ids, .positions = pos, .slot_mapping = slots, .n_seqs = 1,

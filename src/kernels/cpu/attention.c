@@ -167,7 +167,7 @@ static void softmax_masked(float *scores, int n_ctx, float max) {
 }
 #endif
 
-/* One token's query heads [h_lo, h_hi) (whole GQA groups) against its sequence's slots
+/* One token's query heads [h_lo, h_hi) against its sequence's slots
  * 0..n_ctx−1: scores[(h − h_lo)·n_ctx + j] = (q_h · K_j) · scale, −inf where the slot's position
  * is after q_pos, and max[h − h_lo] = each head's largest unmasked score. Walks the blocks in
  * order and, within a block, the KV heads in order, so the keys are read as one stream. */
@@ -175,7 +175,8 @@ static void head_scores(const KvLayerView *kv, const int32_t *block_table, int n
                         int h_hi, int32_t q_pos, float *scores, float *max) {
     int hd = kv->head_dim, bs = kv->block_size;
     size_t head_stride = (size_t)bs * hd, block_stride = (size_t)kv->n_kv_heads * head_stride;
-    size_t first = (size_t)(h_lo / group) * head_stride, span = (size_t)((h_hi - h_lo) / group) * head_stride * sizeof(float);
+    int kv_lo = h_lo / group, kv_hi = (h_hi - 1) / group + 1; /* the KV heads these query heads read */
+    size_t first = (size_t)kv_lo * head_stride, span = (size_t)(kv_hi - kv_lo) * head_stride * sizeof(float);
     float scale = 1.0f / sqrtf((float)hd);
     for (int h = 0; h < h_hi - h_lo; h++) max[h] = -INFINITY;
     prefetch_span_l1(kv->k + (size_t)block_table[0] * block_stride + first, span);
@@ -252,14 +253,14 @@ static int sequence_of(const int32_t *seq_start, int n_seqs, int t) {
 }
 
 /* Work items per token: all heads when the batch has tokens enough for every thread (one stream
- * over each token's keys), one GQA group otherwise (a single decoding sequence still uses every
- * core). Either way each head computes the same values. */
+ * over each token's keys), one head otherwise (a single decoding sequence still spreads evenly
+ * over the cores). Either way each head computes the same values. */
 #define ATTN_TOKENS_PER_ITEM_MIN 4
 
 int cpu_attention_batch(const KvLayerView *kv, const AttentionSeqs *seqs, const float *q, const int32_t *q_pos, int n_tokens,
                         int n_heads, float *out) {
     int hd = kv->head_dim, group = n_heads / kv->n_kv_heads, failed = 0, max_ctx = 1;
-    int heads_per_item = n_tokens >= ATTN_TOKENS_PER_ITEM_MIN ? n_heads : group, items_per_token = n_heads / heads_per_item;
+    int heads_per_item = n_tokens >= ATTN_TOKENS_PER_ITEM_MIN ? n_heads : 1, items_per_token = n_heads / heads_per_item;
     for (int s = 0; s < seqs->n_seqs; s++)
         if (seqs->n_ctx[s] > max_ctx) max_ctx = seqs->n_ctx[s];
     /* One parallel region for every sequence's tokens; contexts differ in length, so the items are
