@@ -153,18 +153,28 @@ static void test_activation_quantization(void **state) {
 
 /* ---- the kernels against the canonical sequence ------------------------------------------------ */
 
-/* Every token of a batch through the lane kernels (1 and 2 groups), the one-token kernel (1..4 at
+/* Every token of a batch through the lane kernels (1 and 2 groups; one row, and two rows in either order), the one-token kernel (1..4 at
  * a time) and the reference, each compared bit for bit with expected_value. */
-static void check_all_kernels(uint32_t type, const uint8_t *row, const Int8Activations *a) {
-    float out[QUANT_INT8_MAX_GROUPS * 8];
+static void check_all_kernels(uint32_t type, const uint8_t *row, const uint8_t *other_row, const Int8Activations *a) {
+    float out[QUANT_INT8_MAX_GROUPS * 8], out_first[QUANT_INT8_MAX_GROUPS * 8], out_second[QUANT_INT8_MAX_GROUPS * 8];
+    float out_other[QUANT_INT8_MAX_GROUPS * 8], out_other2[QUANT_INT8_MAX_GROUPS * 8];
     for (int g = 0; g < a->n_groups; g++)
         for (int ng = 1; ng <= QUANT_INT8_MAX_GROUPS && g + ng <= a->n_groups; ng++) {
             quant_int8_dot_groups(type, row, a, g, ng, out);
+            /* the two-row kernel, with the row in either place */
+            quant_int8_dot_groups_rows2(type, row, other_row, a, g, ng, out_first, out_other);
+            quant_int8_dot_groups_rows2(type, other_row, row, a, g, ng, out_other2, out_second);
             for (int l = 0; l < 8 * ng; l++) {
                 int t = g * 8 + l;
                 float want = t < a->n_tokens ? expected_value(type, row, a, t) : 0.0f;
+                float want_other = t < a->n_tokens ? expected_value(type, other_row, a, t) : 0.0f;
                 if (!same_bits(out[l], want))
                     fail_msg("%s groups(%d) token %d: %.9g, expected %.9g", tensor_type_name(type), ng, t, out[l], want);
+                if (!same_bits(out_first[l], want) || !same_bits(out_second[l], want) || !same_bits(out_other[l], want_other) ||
+                    !same_bits(out_other2[l], want_other))
+                    fail_msg("%s groups_rows2(%d) token %d: %.9g / %.9g / %.9g / %.9g, expected %.9g and %.9g",
+                             tensor_type_name(type), ng, t, out_first[l], out_second[l], out_other[l], out_other2[l], want,
+                             want_other);
             }
         }
     for (int nt = 1; nt <= 4; nt++)
@@ -184,21 +194,24 @@ static void test_kernels_match_canonical_sequence(void **state) {
     const int64_t cols = 256;
     for (int ti = 0; ti < N_TYPES; ti++) {
         uint32_t type = TYPES[ti];
-        uint8_t *row = malloc(tensor_row_bytes(type, cols));
+        uint8_t *row = malloc(tensor_row_bytes(type, cols)), *other_row = malloc(tensor_row_bytes(type, cols));
         float *x = malloc(19 * cols * sizeof *x);
         assert_non_null(row);
+        assert_non_null(other_row);
         assert_non_null(x);
         Int8Activations a = {0};
         for (int trial = 0; trial < 12; trial++) {
             bool extreme = trial % 3 == 2; /* saturation limits: ±127 activations, 0/15 nibbles, -128/127 bytes */
             int n_tokens = 1 + (int)(rnd() % 19);
             random_row(type, row, cols, extreme);
+            random_row(type, other_row, cols, trial % 2 == 0);
             random_activations(x, n_tokens, cols, extreme);
             assert_int_equal(act_quant_fill(&a, x, n_tokens, (int)cols), 0);
-            check_all_kernels(type, row, &a);
+            check_all_kernels(type, row, other_row, &a);
         }
         act_quant_free(&a);
         free(row);
+        free(other_row);
         free(x);
     }
 }

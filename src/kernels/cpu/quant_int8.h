@@ -37,6 +37,11 @@ bool quant_int8_supported(uint32_t type);
 void quant_int8_dot_groups(uint32_t type, const void *row, const Int8Activations *a, int first_group, int n_groups,
                            float *out);
 
+/* quant_int8_dot_groups for two rows at once (out0 for row0, out1 for row1), the same values;
+ * the rows share the activation loads. */
+void quant_int8_dot_groups_rows2(uint32_t type, const void *row0, const void *row1, const Int8Activations *a,
+                                 int first_group, int n_groups, float *out0, float *out1);
+
 /* out[i] = value of token first_token + i, for n_tokens (1..4) tokens taken one at a time. */
 void quant_int8_dot_tokens(uint32_t type, const void *row, const Int8Activations *a, int first_token, int n_tokens,
                            float *out);
