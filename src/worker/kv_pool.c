@@ -4,7 +4,7 @@
 #include <string.h>
 
 size_t kv_pool_block_bytes(const ModelConfig *cfg, int block_size) {
-    return 2u * (size_t)cfg->n_layers * (size_t)cfg->n_kv_heads * (size_t)block_size * (size_t)cfg->head_dim * sizeof(float);
+    return 2u * (size_t)cfg->n_layers * (size_t)cfg->n_kv_heads * (size_t)block_size * (size_t)cfg->head_dim * sizeof(uint16_t);
 }
 
 int kv_pool_create(KvPool *pool, const ModelConfig *cfg, int n_blocks, int block_size, BraidError *err) {
@@ -23,11 +23,11 @@ int kv_pool_create(KvPool *pool, const ModelConfig *cfg, int n_blocks, int block
     pool->slot_pos = calloc((size_t)n_blocks * block_size, sizeof *pool->slot_pos);
     if (!pool->k || !pool->v || !pool->slot_pos) goto oom;
     for (int l = 0; l < cfg->n_layers; l++) {
-        pool->k[l] = calloc(per_layer, sizeof(float));
-        pool->v[l] = calloc(per_layer, sizeof(float));
+        pool->k[l] = calloc(per_layer, sizeof *pool->k[l]);
+        pool->v[l] = calloc(per_layer, sizeof *pool->v[l]);
         if (!pool->k[l] || !pool->v[l]) goto oom;
     }
-    pool->bytes = 2 * per_layer * sizeof(float) * (size_t)cfg->n_layers;
+    pool->bytes = 2 * per_layer * sizeof **pool->k * (size_t)cfg->n_layers;
     return 0;
 oom:
     kv_pool_destroy(pool);

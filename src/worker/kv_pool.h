@@ -1,7 +1,8 @@
 /*
- * kv_pool.h — the worker's paged KV memory (CPU backend: fp32).
+ * kv_pool.h — the worker's paged KV memory (CPU backend: IEEE fp16).
  *
- * Owns: per layer K and V arrays (n_blocks, n_kv_heads, block_size, head_dim) and the per-slot
+ * Owns: per layer K and V arrays (n_blocks, n_kv_heads, block_size, head_dim) of halves (half the
+ * bytes of fp32: decode streams the whole cache each step, and twice the blocks fit) and the per-slot
  * recorded positions (n_blocks, block_size). Block 0 is the null block: valid memory that padding
  * may write, never handed out by the cache. Which blocks belong to whom is decided elsewhere
  * (src/cache); this module only holds the memory.
@@ -19,7 +20,7 @@
 
 typedef struct {
     int n_layers, n_blocks, block_size, n_kv_heads, head_dim;
-    float **k, **v;     /* per layer (n_blocks, n_kv_heads, block_size, head_dim) */
+    uint16_t **k, **v;  /* per layer (n_blocks, n_kv_heads, block_size, head_dim) IEEE half */
     int32_t *slot_pos;  /* (n_blocks, block_size) position of the token in each slot */
     size_t bytes;
 } KvPool;

@@ -1,9 +1,13 @@
 /*
  * Forward pass against HF transformers running the same GGUF in fp32 (tests/golden/logits.jsonl):
- * for every prompt, the top-20 reference logits at every position agree within 1e-3, and the
- * 32-token greedy continuation matches step by step (teacher-forced on the reference tokens, so a
- * near-tie does not end the comparison) except where the reference's top-2 margin is under 1e-3.
- * Prompts over 200 tokens exercise RoPE far from position 0.
+ * for every prompt, the top-20 reference logits at every position agree within 5e-2 (mean within
+ * 1e-2), and the 32-token greedy continuation matches step by step (teacher-forced on the
+ * reference tokens, so a near-tie does not end the comparison) except where the reference's top-2
+ * margin is under 1e-3. Prompts over 200 tokens exercise RoPE far from position 0.
+ * Why 5e-2 and not fp32-tight: the KV cache holds K and V in fp16 (as llama.cpp's does by
+ * default), which moves logits by up to ~3e-2 (mean ≤ 5e-3) on these prompts; with an fp32 cache
+ * the worst difference was 8e-5. A real forward-pass bug (RoPE, masking, GQA mapping) moves them
+ * by far more, and test_ops checks each kernel against a double-precision reference at 1e-5.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,7 +25,8 @@
 #include "worker/sampler.h"
 #include "worker/sequence.h"
 
-#define LOGIT_TOLERANCE 1e-3
+#define LOGIT_TOLERANCE 5e-2
+#define MEAN_TOLERANCE 1e-2
 #define MARGIN_TIE 1e-3
 
 typedef GoldenModel Fixture;
@@ -114,6 +119,7 @@ static void test_logits_and_greedy(void **state) {
         fprintf(stderr, "logits golden: %-20s %4d tokens, max |diff| %.2e, mean %.2e; greedy %d/%d match, %d near-ties (%d agree)\n",
                 name, n, max_diff, mean, n_greedy - mismatches - ties, n_greedy, ties, ties_agreeing);
         assert_true(max_diff <= LOGIT_TOLERANCE);
+        assert_true(mean <= MEAN_TOLERANCE);
         assert_int_equal(mismatches, 0);
         sequence_runner_free(&runner);
         free(logits);

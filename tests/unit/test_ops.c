@@ -1,7 +1,8 @@
 /*
  * Per-row kernels against double-precision references: RMSNorm, SwiGLU, softmax, RoPE (both
- * pairings, far from position 0, partial rotary, frequency factors, linear scaling), and paged
- * causal attention through a shuffled block table with GQA and explicit positions.
+ * pairings, far from position 0, partial rotary, frequency factors, linear scaling), paged
+ * causal attention through a shuffled block table with GQA and explicit positions, and the fp16 KV
+ * store (round to nearest even; F16C and the portable conversion give the same bits).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,8 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec.h"
+#include "model/tensor_types.h"
 
 static uint64_t rng_state = 99;
 static float rnd(void) {
@@ -149,11 +152,16 @@ static void attention_reference(const float *q, int qp, const float *k, const fl
     }
 }
 
+/* x rounded through an IEEE half (the conversions in tensor_types.c, independent of the kernels). */
+static float through_half(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
+
 static void test_paged_attention(void **state) {
     (void)state;
     enum { BS = 4, NB = 9, NKV = 2, NH = 6, HD = 64, CTX = 22, NQ = 5 };
     const int table[6] = {7, 2, 5, 1, 8, 3}; /* shuffled; block 0 never used */
-    float *kpool = calloc(NB * NKV * BS * HD, sizeof(float)), *vpool = calloc(NB * NKV * BS * HD, sizeof(float));
+    uint16_t *kpool = calloc(NB * NKV * BS * HD, sizeof *kpool), *vpool = calloc(NB * NKV * BS * HD, sizeof *vpool);
+    assert_non_null(kpool);
+    assert_non_null(vpool);
     int32_t slot_pos[NB * BS];
     for (int i = 0; i < NB * BS; i++) slot_pos[i] = -1;
     KvLayerView kv = {.k = kpool, .v = vpool, .slot_pos = slot_pos, .block_size = BS, .n_kv_heads = NKV, .head_dim = HD};
@@ -162,7 +170,8 @@ static void test_paged_attention(void **state) {
     for (int j = 0; j < CTX; j++) pos[j] = (j * 7) % CTX + 100;
     float knew[CTX * NKV * HD], vnew[CTX * NKV * HD];
     int32_t slots[CTX + 1];
-    for (int i = 0; i < CTX * NKV * HD; i++) knew[i] = rnd(), vnew[i] = rnd();
+    /* Already on the fp16 grid, so the cache holds exactly what the fp32 reference reads. */
+    for (int i = 0; i < CTX * NKV * HD; i++) knew[i] = through_half(rnd()), vnew[i] = through_half(rnd());
     for (int j = 0; j < CTX; j++) {
         slots[j] = table[j / BS] * BS + j % BS;
         slot_pos[slots[j]] = pos[j];
@@ -170,10 +179,18 @@ static void test_paged_attention(void **state) {
     cpu_kv_store(&kv, slots, knew, vnew, CTX);
     /* slot -1 writes nothing */
     float junk[NKV * HD];
-    for (int i = 0; i < NKV * HD; i++) junk[i] = 1e9f;
+    for (int i = 0; i < NKV * HD; i++) junk[i] = 1e4f;
     int32_t nowhere = -1;
+    uint16_t *kcopy = malloc(NB * NKV * BS * HD * sizeof *kcopy), *vcopy = malloc(NB * NKV * BS * HD * sizeof *vcopy);
+    assert_non_null(kcopy);
+    assert_non_null(vcopy);
+    memcpy(kcopy, kpool, NB * NKV * BS * HD * sizeof *kcopy);
+    memcpy(vcopy, vpool, NB * NKV * BS * HD * sizeof *vcopy);
     cpu_kv_store(&kv, &nowhere, junk, junk, 1);
-    for (int i = 0; i < NB * NKV * BS * HD; i++) assert_true(kpool[i] != 1e9f && vpool[i] != 1e9f);
+    assert_memory_equal(kcopy, kpool, NB * NKV * BS * HD * sizeof *kcopy);
+    assert_memory_equal(vcopy, vpool, NB * NKV * BS * HD * sizeof *vcopy);
+    free(kcopy);
+    free(vcopy);
 
     float q[NQ * NH * HD], out[NQ * NH * HD];
     int32_t qpos[NQ] = {100, 105, 110, 121, 50}; /* 50 sees nothing */
@@ -205,9 +222,11 @@ static void test_paged_attention(void **state) {
 static void test_attention_batch_matches_per_sequence(void **state) {
     (void)state;
     enum { BS = 4, NB = 8, NKV = 1, NH = 2, HD = 16 };
-    float *k = calloc(NB * NKV * BS * HD, sizeof(float)), *v = calloc(NB * NKV * BS * HD, sizeof(float));
+    uint16_t *k = calloc(NB * NKV * BS * HD, sizeof *k), *v = calloc(NB * NKV * BS * HD, sizeof *v);
+    assert_non_null(k);
+    assert_non_null(v);
     int32_t slot_pos[NB * BS];
-    for (int i = 0; i < NB * NKV * BS * HD; i++) k[i] = rnd(), v[i] = rnd();
+    for (int i = 0; i < NB * NKV * BS * HD; i++) k[i] = fp32_to_fp16(rnd()), v[i] = fp32_to_fp16(rnd());
     for (int i = 0; i < NB * BS; i++) slot_pos[i] = i % BS + (i / BS % 2) * BS; /* blocks pair up as positions 0..7 */
     KvLayerView kv = {.k = k, .v = v, .slot_pos = slot_pos, .block_size = BS, .n_kv_heads = NKV, .head_dim = HD};
     const int32_t t0[2] = {2, 3}, t1[2] = {6, 7};
@@ -224,6 +243,95 @@ static void test_attention_batch_matches_per_sequence(void **state) {
     free(v);
 }
 
+/* cpu_kv_store keeps values on the fp16 grid exactly and rounds others to nearest even (ties to
+ * the even mantissa, subnormal halves, overflow to inf, NaN quieted), in the vector part of a row
+ * and in its scalar tail alike: each value is stored at two places of a 20-wide head. */
+static void test_kv_store_fp16(void **state) {
+    (void)state;
+    enum { HD = 20, NKV = 1, BS = 2, NB = 2 };
+    const struct {
+        float in;
+        uint16_t out;
+    } cases[HD] = {
+        /* representable: stored as is */
+        {0.0f, 0x0000}, {-0.0f, 0x8000}, {1.0f, 0x3c00}, {-2.5f, 0xc100}, {65504.0f, 0x7bff},
+        {0x1p-14f, 0x0400} /* smallest normal */, {0x3p-24f, 0x0003} /* subnormal */, {0.333251953125f, 0x3555},
+        {INFINITY, 0x7c00}, {NAN, 0x7e00},
+        /* not representable: nearest, ties to even */
+        {1.0f + 0x1p-11f, 0x3c00} /* tie, down to even */, {1.0f + 0x3p-11f, 0x3c02} /* tie, up to even */,
+        {1.0f + 0x1p-11f + 0x1p-20f, 0x3c01} /* just past the tie */, {0.1f, 0x2e66}, {0x1p-25f, 0x0000} /* tie to 0 */,
+        {0x3p-25f, 0x0002} /* subnormal tie, up to even */, {0x1p-25f + 0x1p-40f, 0x0001}, {65519.0f, 0x7bff},
+        {65520.0f, 0x7c00} /* tie past the largest half: inf */, {1e-30f, 0x0000},
+    };
+    float k_new[2 * HD], v_new[2 * HD];
+    for (int i = 0; i < HD; i++) {
+        k_new[i] = cases[i].in, v_new[i] = -cases[i].in;
+        k_new[HD + (i + 10) % HD] = cases[i].in; /* the first row's tail is the second row's head */
+        v_new[HD + (i + 10) % HD] = -cases[i].in;
+    }
+    uint16_t k[NB * NKV * BS * HD], v[NB * NKV * BS * HD];
+    int32_t slot_pos[NB * BS] = {0};
+    memset(k, 0xff, sizeof k);
+    memset(v, 0xff, sizeof v);
+    KvLayerView kv = {.k = k, .v = v, .slot_pos = slot_pos, .block_size = BS, .n_kv_heads = NKV, .head_dim = HD};
+    const int32_t slots[2] = {3, 1};
+    cpu_kv_store(&kv, slots, k_new, v_new, 2);
+    for (int i = 0; i < HD; i++) {
+        const uint16_t *k0 = k + 3 * HD, *k1 = k + 1 * HD, *v0 = v + 3 * HD, *v1 = v + 1 * HD;
+        uint16_t neg = (uint16_t)(cases[i].out ^ 0x8000u);
+        if (k0[i] != cases[i].out || k1[(i + 10) % HD] != cases[i].out || v0[i] != neg || v1[(i + 10) % HD] != neg)
+            fail_msg("case %d (%a): stored %04x %04x / %04x %04x, want %04x / %04x", i, (double)cases[i].in, k0[i],
+                     k1[(i + 10) % HD], v0[i], v1[(i + 10) % HD], cases[i].out, neg);
+        /* representable values come back exactly */
+        if (i < 9) assert_true(vec_half_to_float(k0[i]) == cases[i].in);
+    }
+    /* slots 0 and 2 untouched */
+    for (int i = 0; i < HD; i++)
+        assert_true(k[i] == 0xffff && k[2 * HD + i] == 0xffff && v[i] == 0xffff && v[2 * HD + i] == 0xffff);
+}
+
+/* The portable fp32 → fp16 conversion (the non-F16C builds' KV store) against F16C where the build
+ * has it, else against tensor_types.c's converter (non-NaN): every half, the midpoints between
+ * neighbouring halves and the floats on either side of them, and a stride through all floats. */
+static uint16_t half_reference(float f) {
+#if defined(__F16C__)
+    return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+#else
+    return fp32_to_fp16(f);
+#endif
+}
+
+static void check_half_conversion(uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, sizeof f);
+#if !defined(__F16C__)
+    if (isnan(f)) return; /* fp32_to_fp16 does not keep NaN payloads */
+#endif
+    uint16_t got = vec_float_to_half_portable(f), want = half_reference(f);
+    if (got != want) fail_msg("fp32 %08x: portable %04x, reference %04x", bits, got, want);
+}
+
+static void test_half_conversion_portable(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        float f = fp16_to_fp32((uint16_t)h);
+#if defined(__F16C__)
+        if (!isnan(f)) assert_true(_cvtsh_ss((uint16_t)h) == f);
+#endif
+        uint32_t bits;
+        memcpy(&bits, &f, sizeof bits);
+        check_half_conversion(bits);
+        if (!isfinite(f) || (h & 0x7fffu) == 0x7bffu) continue;
+        float mid = (f + fp16_to_fp32((uint16_t)(h + 1))) * 0.5f; /* exact: halves have 11 significant bits */
+        uint32_t mb;
+        memcpy(&mb, &mid, sizeof mb);
+        check_half_conversion(mb);
+        check_half_conversion(mb - 1);
+        check_half_conversion(mb + 1);
+    }
+    for (uint64_t b = 0; b < 0x100000000ull; b += 4093) check_half_conversion((uint32_t)b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm),
@@ -232,6 +340,8 @@ int main(void) {
         cmocka_unit_test(test_rope_properties),
         cmocka_unit_test(test_paged_attention),
         cmocka_unit_test(test_attention_batch_matches_per_sequence),
+        cmocka_unit_test(test_kv_store_fp16),
+        cmocka_unit_test(test_half_conversion_portable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,16 +6,33 @@
 
 #include "kernels/cpu/vec.h"
 
+/* The vector paths read the fp16 cache with F16C (eight halves per 128-bit load, widened to fp32);
+ * every AVX2 CPU has it. */
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define ATTN_SIMD 1
+#endif
+
 /* Requests the `bytes` at p into L1 (or L2) ahead of use. Decode attention over many sequences
  * streams the whole KV cache from DRAM. A block's keys (or values) are contiguous, and so are
  * consecutive blocks, but a sequence's blocks can be scattered through the pool, where the
  * hardware prefetcher loses the stream: the score pass asks for the next block's keys at such a
  * jump, and for the values the second pass will weigh (into L2). */
-static inline void prefetch_span_l1(const float *p, size_t bytes) {
+static inline void prefetch_span_l1(const void *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 3);
 }
-static inline void prefetch_span_l2(const float *p, size_t bytes) {
+static inline void prefetch_span_l2(const void *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, 2);
+}
+
+/* dst (n) = src (n) as halves, rounded to nearest even; the vector and scalar conversions give the
+ * same bits, so where a row splits between them does not matter. */
+static void store_half_row(uint16_t *dst, const float *src, int n) {
+    int i = 0;
+#if defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++) dst[i] = vec_float_to_half(src[i]);
 }
 
 void cpu_kv_store(const KvLayerView *kv, const int32_t *slot_mapping, const float *k_new, const float *v_new,
@@ -27,30 +44,33 @@ void cpu_kv_store(const KvLayerView *kv, const int32_t *slot_mapping, const floa
         int32_t block = slot / bs, off = slot % bs;
         for (int h = 0; h < kv->n_kv_heads; h++) {
             size_t dst = (((size_t)block * kv->n_kv_heads + h) * bs + off) * hd;
-            memcpy(kv->k + dst, k_new + (size_t)t * kv_dim + h * hd, (size_t)hd * sizeof(float));
-            memcpy(kv->v + dst, v_new + (size_t)t * kv_dim + h * hd, (size_t)hd * sizeof(float));
+            store_half_row(kv->k + dst, k_new + (size_t)t * kv_dim + h * hd, hd);
+            store_half_row(kv->v + dst, v_new + (size_t)t * kv_dim + h * hd, hd);
         }
     }
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(ATTN_SIMD)
+/* Eight halves at p as fp32 (exact). */
+static inline __m256 load_half8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
 /* out[0..64) = Σ_j p_j · V_j[c0..c0+64): all 64 lanes in eight registers, one pass over the slots. */
-static void weighted_sum_v64(const float *v_head0, size_t block_stride, const int32_t *block_table, int bs, int hd, int n_ctx,
-                             const float *p, float *out) {
+static void weighted_sum_v64(const uint16_t *v_head0, size_t block_stride, const int32_t *block_table, int bs, int hd,
+                             int n_ctx, const float *p, float *out) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     for (int b = 0, j = 0; j < n_ctx; b++) {
-        const float *v = v_head0 + (size_t)block_table[b] * block_stride;
+        const uint16_t *v = v_head0 + (size_t)block_table[b] * block_stride;
         for (int off = 0; off < bs && j < n_ctx; off++, j++, v += hd) {
             if (p[j] == 0.0f) continue;
             __m256 w = _mm256_set1_ps(p[j]);
-            a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 0), a0);
-            a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8), a1);
-            a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 16), a2);
-            a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 24), a3);
-            a4 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 32), a4);
-            a5 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 40), a5);
-            a6 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 48), a6);
-            a7 = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 56), a7);
+            a0 = _mm256_fmadd_ps(w, load_half8(v + 0), a0);
+            a1 = _mm256_fmadd_ps(w, load_half8(v + 8), a1);
+            a2 = _mm256_fmadd_ps(w, load_half8(v + 16), a2);
+            a3 = _mm256_fmadd_ps(w, load_half8(v + 24), a3);
+            a4 = _mm256_fmadd_ps(w, load_half8(v + 32), a4);
+            a5 = _mm256_fmadd_ps(w, load_half8(v + 40), a5);
+            a6 = _mm256_fmadd_ps(w, load_half8(v + 48), a6);
+            a7 = _mm256_fmadd_ps(w, load_half8(v + 56), a7);
         }
     }
     _mm256_storeu_ps(out + 0, a0); _mm256_storeu_ps(out + 8, a1);
@@ -60,27 +80,53 @@ static void weighted_sum_v64(const float *v_head0, size_t block_stride, const in
 }
 #endif
 
+/* q (n) · k (n halves), in vec_dot_f32's order. For head sizes the vector score path does not take. */
+static inline float dot_f32_half(const float *q, const uint16_t *k, int n) {
+    int i = 0;
+    float sum = 0.0f;
+#if defined(ATTN_SIMD)
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load_half8(k + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load_half8(k + i + 8), acc1);
+    }
+    sum = vec_hsum256(_mm256_add_ps(acc0, acc1));
+#endif
+    for (; i < n; i++) sum += q[i] * vec_half_to_float(k[i]);
+    return sum;
+}
+
+/* y (n) += alpha · x (n halves) */
+static inline void axpy_half(float *y, float alpha, const uint16_t *x, int n) {
+    int i = 0;
+#if defined(ATTN_SIMD)
+    __m256 a = _mm256_set1_ps(alpha);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, load_half8(x + i), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++) y[i] += alpha * vec_half_to_float(x[i]);
+}
+
 /* out (head_dim) = Σ_j p_j · V_j. Running sums stay in registers across slots (a load/store of
  * out per slot would serialize on store forwarding). */
 static void weighted_sum_v(const KvLayerView *kv, const int32_t *block_table, int n_ctx, int kv_head, const float *p,
                            float *out) {
     int hd = kv->head_dim, bs = kv->block_size;
     size_t head_stride = (size_t)bs * hd, block_stride = (size_t)kv->n_kv_heads * head_stride;
-    const float *v_head0 = kv->v + (size_t)kv_head * head_stride;
+    const uint16_t *v_head0 = kv->v + (size_t)kv_head * head_stride;
     int c0 = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(ATTN_SIMD)
     for (; c0 + 64 <= hd; c0 += 64) weighted_sum_v64(v_head0 + c0, block_stride, block_table, bs, hd, n_ctx, p, out + c0);
 #endif
     if (c0 == hd) return;
     memset(out + c0, 0, (size_t)(hd - c0) * sizeof(float));
     for (int b = 0, j = 0; j < n_ctx; b++) {
-        const float *v = v_head0 + (size_t)block_table[b] * block_stride;
+        const uint16_t *v = v_head0 + (size_t)block_table[b] * block_stride;
         for (int off = 0; off < bs && j < n_ctx; off++, j++)
-            if (p[j] != 0.0f) vec_axpy_f32(out + c0, p[j], v + (size_t)off * hd + c0, hd - c0);
+            if (p[j] != 0.0f) axpy_half(out + c0, p[j], v + (size_t)off * hd + c0, hd - c0);
     }
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(ATTN_SIMD)
 /* The eight lanes of each of a[0..8) summed, as one vector: lane s = ((a_s0 + a_s1) + (a_s2 + a_s3))
  * + ((a_s4 + a_s5) + (a_s6 + a_s7)), the same tree for every slot. */
 static inline __m256 sum_lanes8(const __m256 a[8]) {
@@ -102,20 +148,20 @@ static inline __m256 finish_scores8(const __m256 acc[8], const int32_t *pos, int
 
 /* Scores of eight consecutive slot rows k (head_dim a multiple of 8) into out[0..8), through
  * finish_scores8. Each dot is one FMA chain over head_dim in eight lanes, then sum_lanes8. */
-static inline __attribute__((always_inline)) __m256 scores8(const float *q, const float *k, const int32_t *pos,
+static inline __attribute__((always_inline)) __m256 scores8(const float *q, const uint16_t *k, const int32_t *pos,
                                                             int32_t q_pos, int hd, float scale, float *out, __m256 max_v) {
     __m256 acc[8];
     for (int s = 0; s < 8; s++) acc[s] = _mm256_setzero_ps();
     for (int c = 0; c < hd; c += 8) {
         __m256 qv = _mm256_loadu_ps(q + c);
-        for (int s = 0; s < 8; s++) acc[s] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (size_t)s * hd + c), acc[s]);
+        for (int s = 0; s < 8; s++) acc[s] = _mm256_fmadd_ps(qv, load_half8(k + (size_t)s * hd + c), acc[s]);
     }
     return finish_scores8(acc, pos, q_pos, scale, out, max_v);
 }
 
 /* The same for the last m (< 8) slots of a block: each of them gets the same FMA chain and lane
  * sum as in scores8; the missing slots count as masked. */
-static __m256 scores_tail(const float *q, const float *k, const int32_t *pos, int m, int32_t q_pos, int hd, float scale,
+static __m256 scores_tail(const float *q, const uint16_t *k, const int32_t *pos, int m, int32_t q_pos, int hd, float scale,
                           float *out, __m256 max_v) {
     __m256 acc[8];
     float tmp[8];
@@ -123,7 +169,7 @@ static __m256 scores_tail(const float *q, const float *k, const int32_t *pos, in
     for (int s = 0; s < 8; s++) acc[s] = _mm256_setzero_ps();
     for (int c = 0; c < hd; c += 8) {
         __m256 qv = _mm256_loadu_ps(q + c);
-        for (int s = 0; s < m; s++) acc[s] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + (size_t)s * hd + c), acc[s]);
+        for (int s = 0; s < m; s++) acc[s] = _mm256_fmadd_ps(qv, load_half8(k + (size_t)s * hd + c), acc[s]);
     }
     memcpy(pos_pad, pos, (size_t)m * sizeof(int32_t));
     max_v = finish_scores8(acc, pos_pad, q_pos, scale, tmp, max_v);
@@ -176,7 +222,7 @@ static void head_scores(const KvLayerView *kv, const int32_t *block_table, int n
     int hd = kv->head_dim, bs = kv->block_size;
     size_t head_stride = (size_t)bs * hd, block_stride = (size_t)kv->n_kv_heads * head_stride;
     int kv_lo = h_lo / group, kv_hi = (h_hi - 1) / group + 1; /* the KV heads these query heads read */
-    size_t first = (size_t)kv_lo * head_stride, span = (size_t)(kv_hi - kv_lo) * head_stride * sizeof(float);
+    size_t first = (size_t)kv_lo * head_stride, span = (size_t)(kv_hi - kv_lo) * head_stride * sizeof(uint16_t);
     float scale = 1.0f / sqrtf((float)hd);
     for (int h = 0; h < h_hi - h_lo; h++) max[h] = -INFINITY;
     prefetch_span_l1(kv->k + (size_t)block_table[0] * block_stride + first, span);
@@ -188,10 +234,10 @@ static void head_scores(const KvLayerView *kv, const int32_t *block_table, int n
             prefetch_span_l2(kv->k + (size_t)block_table[b + 1] * block_stride + first, span);
         prefetch_span_l2(kv->v + (size_t)block_table[b] * block_stride + first, span);
         for (int h = h_lo; h < h_hi; h++) {
-            const float *k = kv->k + (size_t)block_table[b] * block_stride + (size_t)(h / group) * head_stride;
+            const uint16_t *k = kv->k + (size_t)block_table[b] * block_stride + (size_t)(h / group) * head_stride;
             const float *qh = q + (size_t)(h - h_lo) * hd;
             float *sh = scores + (size_t)(h - h_lo) * n_ctx + j, *mh = max + (h - h_lo);
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(ATTN_SIMD)
             if (hd % 8 == 0) {
                 __m256 max_v = _mm256_set1_ps(-INFINITY);
                 int off = 0;
@@ -205,7 +251,7 @@ static void head_scores(const KvLayerView *kv, const int32_t *block_table, int n
             }
 #endif
             for (int off = 0; off < n; off++) {
-                sh[off] = pos[off] > q_pos ? -INFINITY : vec_dot_f32(qh, k + (size_t)off * hd, hd) * scale;
+                sh[off] = pos[off] > q_pos ? -INFINITY : dot_f32_half(qh, k + (size_t)off * hd, hd) * scale;
                 if (sh[off] > *mh) *mh = sh[off];
             }
         }
@@ -214,7 +260,7 @@ static void head_scores(const KvLayerView *kv, const int32_t *block_table, int n
 
 /* scores (n_ctx) = softmax of the unmasked scores, masked slots 0. */
 static void softmax_scores(float *scores, int n_ctx, float max) {
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(ATTN_SIMD)
     softmax_masked(scores, n_ctx, max);
 #else
     float sum = 0.0f;
