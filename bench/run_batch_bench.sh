@@ -1,31 +1,26 @@
 #!/usr/bin/env bash
-# Engine throughput on the CPU: C concurrent sequences, each a distinct 64-token prompt decoding
+# Engine throughput on the CPU: C concurrent sequences, each a distinct ~120-token prompt decoding
 # 64 tokens (ignore_eos), through `braid batch`; then a shared-prefix workload with the radix cache
-# on and off.   [CPU_MATMUL=int8|fp32] bench/run_batch_bench.sh [MODEL] [CONCURRENCY...]
+# off and on.
+#   [CPU_MATMUL=int8|fp32] [ROUNDS=N] bench/run_batch_bench.sh [MODEL] [CONCURRENCY...]
+# The concurrency levels run interleaved, ROUNDS times (default 5), so a slow spell on a shared
+# machine hits every level alike; the table gives medians, the decode-phase range, and the ratio of
+# medians to one sequence. Per-run numbers go to $OUT/runs.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 shift || true
 levels=${*:-1 4 16 64}
 math=${CPU_MATMUL:-int8}   # the CPU decode arithmetic measured (braid batch --cpu-matmul)
+rounds=${ROUNDS:-5}
 out=${OUT:-/tmp/braid-batch-bench}
 mkdir -p "$out"
-echo "| concurrent sequences | end-to-end generated tok/s | decode-phase tok/s | decode ratio to 1 |"
-echo "| ---: | ---: | ---: | ---: |"
-base=""
-for c in $levels; do
-  python3 - "$c" > "$out/req_$c.jsonl" <<'PY'
-import sys
-c = int(sys.argv[1])
-for i in range(c):
-    words = " ".join(f"item{(i * 31 + k) % 997}" for k in range(40))
-    print('{"id":"s%d","prompt":"Inventory %d: %s. Continue the list:","max_tokens":64,"ignore_eos":true}' % (i, i, words))
-PY
-  build/braid batch --model "$model" --input "$out/req_$c.jsonl" --output "$out/res_$c.jsonl" --max-running "$c" --cpu-matmul "$math" \
-    --max-batch-tokens 2048 --kv-blocks 1024 --cache off 2> "$out/log_$c.txt" > /dev/null
-  tps=$(grep -oE '[0-9.]+ generated tok/s' "$out/log_$c.txt" | cut -d' ' -f1)
-  # decode phase: tokens generated after every request has its first token, over that span
-  dec=$(python3 - "$out/res_$c.jsonl" <<'PY'
+echo "[bench] $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "[bench] --cpu-matmul $math, $rounds rounds over concurrency $levels" >&2
+
+# Decode phase: tokens generated after every request has its first token, over that span.
+decode_rate() {
+  python3 - "$1" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 start = max(r["ttft_ms"] for r in rows)
@@ -37,10 +32,45 @@ for r in rows:  # tokens of each request decoded after `start`, assuming an even
 end = max(r["latency_ms"] for r in rows)
 print(f"{toks / ((end - start) / 1e3):.1f}")
 PY
-)
-  [ -n "$base" ] || base=$dec
-  echo "| $c | $tps | $dec | $(python3 -c "print(f'{$dec / $base:.2f}')") |"
+}
+
+for c in $levels; do
+  python3 - "$c" > "$out/req_$c.jsonl" <<'PY'
+import sys
+c = int(sys.argv[1])
+for i in range(c):
+    words = " ".join(f"item{(i * 31 + k) % 997}" for k in range(40))
+    print('{"id":"s%d","prompt":"Inventory %d: %s. Continue the list:","max_tokens":64,"ignore_eos":true}' % (i, i, words))
+PY
 done
+
+printf 'round\tconcurrency\tend_to_end_tok_s\tdecode_tok_s\n' > "$out/runs.tsv"
+for round in $(seq 1 "$rounds"); do
+  for c in $levels; do
+    build/braid batch --model "$model" --input "$out/req_$c.jsonl" --output "$out/res_$c.jsonl" --max-running "$c" \
+      --cpu-matmul "$math" --max-batch-tokens 2048 --kv-blocks 1024 --cache off 2> "$out/log_$c.txt" > /dev/null
+    tps=$(grep -oE '[0-9.]+ generated tok/s' "$out/log_$c.txt" | cut -d' ' -f1)
+    dec=$(decode_rate "$out/res_$c.jsonl")
+    printf '%s\t%s\t%s\t%s\n' "$round" "$c" "$tps" "$dec" >> "$out/runs.tsv"
+    echo "[bench] round $round/$rounds, $c sequences: decode $dec tok/s" >&2
+  done
+done
+
+python3 - "$out/runs.tsv" <<'PY'
+import csv, statistics, sys
+runs = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+levels = sorted({int(r["concurrency"]) for r in runs})
+def col(c, key):
+    return [float(r[key]) for r in runs if int(r["concurrency"]) == c]
+base = statistics.median(col(levels[0], "decode_tok_s"))
+print("| concurrent sequences | end-to-end generated tok/s | decode-phase tok/s (median) | decode range | decode ratio to %d |" % levels[0])
+print("| ---: | ---: | ---: | ---: | ---: |")
+for c in levels:
+    dec = col(c, "decode_tok_s")
+    med = statistics.median(dec)
+    print(f"| {c} | {statistics.median(col(c, 'end_to_end_tok_s')):.1f} | {med:.1f} | {min(dec):.0f}–{max(dec):.0f} | {med / base:.2f} |")
+PY
+
 python3 - > "$out/shared.jsonl" <<'PY'
 pre = " ".join(f"rule{k}: always validate input {k} before use." for k in range(40))
 for i in range(16):

@@ -23,32 +23,54 @@ static TokenChunk next_chunk(int first, int n_tokens) {
     return (TokenChunk){first, left, 0};
 }
 
-/* y[first + i, r] = values[i] for a chunk's tokens (column r of y). */
-static void store_column(float *y, int64_t rows, int64_t r, int first, int count, const float *values) {
-    for (int i = 0; i < count; i++) y[(size_t)(first + i) * (size_t)rows + (size_t)r] = values[i];
+/* Asks for the weights of the `count` rows from r into L2: the row groups this thread most likely
+ * takes next (the schedule hands out runs of consecutive groups). The weights stream from DRAM once
+ * per step and the hardware prefetcher alone leaves the kernel waiting on them: measured with 16
+ * tokens, the Q8_0 vocabulary head took 30% less time with this, the Q4_1 layers 10% less. */
+static void prefetch_rows(const WeightMatrix *w, int64_t r, int64_t count) {
+    if (r >= w->rows) return;
+    if (r + count > w->rows) count = w->rows - r;
+    const char *p = (const char *)w->data + (size_t)r * w->row_bytes;
+    for (size_t off = 0, n = (size_t)count * w->row_bytes; off < n; off += 64) __builtin_prefetch(p + off, 0, 2);
 }
 
-/* y[t, r] for rows [r0, r1) and every token; through the lane kernel two rows at a time, since the
- * pair shares the activation loads (measured ~10% faster per row). */
+/* Values of a row group for one token chunk, (row − r0, token − first), written to y a token at a
+ * time: a token's rows are contiguous in y, so the group's values fill whole cache lines at once.
+ * Column-wise stores touch a line per token per row, and with a wide output such as the
+ * vocabulary head (tokens 196 KB apart) those lines share cache sets and evict each other before
+ * they fill (measured with 16 tokens: the head 20% faster this way, once prefetch_rows feeds it). */
+typedef struct {
+    float v[ROW_GROUP][QUANT_INT8_MAX_GROUPS * ACT_QUANT_GROUP];
+} ChunkTile;
+
+static void store_tile(const ChunkTile *tile, float *y, int64_t rows, int64_t r0, int64_t n_rows, const TokenChunk *c) {
+    for (int i = 0; i < c->count; i++) {
+        float *dst = y + (size_t)(c->first + i) * (size_t)rows + (size_t)r0;
+        for (int64_t r = 0; r < n_rows; r++) dst[r] = tile->v[r][i];
+    }
+}
+
+/* y[t, r] for rows [r0, r1) (at most ROW_GROUP) and every token; through the lane kernel two rows
+ * at a time, since the pair shares the activation loads (measured ~10% faster per row). */
 static void row_group(const WeightMatrix *w, const Int8Activations *a, int64_t r0, int64_t r1, float *y) {
-    float out[QUANT_INT8_MAX_GROUPS * ACT_QUANT_GROUP], out_next[QUANT_INT8_MAX_GROUPS * ACT_QUANT_GROUP];
+    ChunkTile tile;
+    /* One or two tokens pass over the weights faster than the prefetches pay (measured slower). */
+    if (a->n_tokens >= ACT_QUANT_GROUP) prefetch_rows(w, r1, 2 * (r1 - r0));
     for (int t = 0; t < a->n_tokens;) {
         TokenChunk c = next_chunk(t, a->n_tokens);
         int64_t r = r0;
         if (c.n_groups)
             for (; r + 2 <= r1; r += 2) {
                 const uint8_t *row = w->data + (size_t)r * w->row_bytes;
-                quant_int8_dot_groups_rows2(w->type, row, row + w->row_bytes, a, c.first / ACT_QUANT_GROUP, c.n_groups, out,
-                                            out_next);
-                store_column(y, w->rows, r, c.first, c.count, out);
-                store_column(y, w->rows, r + 1, c.first, c.count, out_next);
+                quant_int8_dot_groups_rows2(w->type, row, row + w->row_bytes, a, c.first / ACT_QUANT_GROUP, c.n_groups,
+                                            tile.v[r - r0], tile.v[r + 1 - r0]);
             }
         for (; r < r1; r++) {
             const void *row = w->data + (size_t)r * w->row_bytes;
-            if (c.n_groups) quant_int8_dot_groups(w->type, row, a, c.first / ACT_QUANT_GROUP, c.n_groups, out);
-            else quant_int8_dot_tokens(w->type, row, a, c.first, c.count, out);
-            store_column(y, w->rows, r, c.first, c.count, out);
+            if (c.n_groups) quant_int8_dot_groups(w->type, row, a, c.first / ACT_QUANT_GROUP, c.n_groups, tile.v[r - r0]);
+            else quant_int8_dot_tokens(w->type, row, a, c.first, c.count, tile.v[r - r0]);
         }
+        store_tile(&tile, y, w->rows, r0, r1 - r0, &c);
         t += c.count;
     }
 }
