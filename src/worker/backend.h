@@ -4,7 +4,7 @@
  * The engine and the single-sequence runner talk to a Backend instead of a particular device.
  * backend_forward() runs a ForwardBatch and returns, for every requested logit row, its greedy
  * token (argmax, lowest id on ties) and, for rows the caller flags, the full fp32 logits on the
- * host. The CPU backend (fp32 KV, quantized weights read in place) is the default and the test
+ * host. The CPU backend (fp16 KV, quantized weights read in place) is the default and the test
  * oracle; the CUDA backend (bf16 weights and KV, cuBLAS, CUDA graphs for decode) is built when
  * BRAID_CUDA is on and chosen with --device cuda.
  * Owns: the KV pool and all scratch of its device. Borrows the weights (which must outlive it).
