@@ -53,3 +53,17 @@ void agent_profile_free(AgentProfile *p) {
     free(p->head);
     p->head = NULL;
 }
+
+int agent_profiles_build(AgentProfile *profiles, const AgentSpec *specs, int n, const char *workload, const char *team,
+                         double scale, BraidError *err) {
+    for (int i = 0; i < n; i++)
+        if (agent_profile_build(&profiles[i], workload, team, &specs[i], scale, err)) {
+            agent_profiles_free(profiles, i);
+            return -1;
+        }
+    return 0;
+}
+
+void agent_profiles_free(AgentProfile *profiles, int n) {
+    for (int i = 0; i < n; i++) agent_profile_free(&profiles[i]);
+}

@@ -31,4 +31,10 @@ int agent_profile_build(AgentProfile *p, const char *workload, const char *team,
                         BraidError *err);
 void agent_profile_free(AgentProfile *p);
 
+/* The profiles of a team of n agents (specs[i] into profiles[i]), all or none: on failure the ones
+ * already built are freed. Returns 0, or -1 with err set when out of memory. */
+int agent_profiles_build(AgentProfile *profiles, const AgentSpec *specs, int n, const char *workload, const char *team,
+                         double scale, BraidError *err);
+void agent_profiles_free(AgentProfile *profiles, int n);
+
 #endif

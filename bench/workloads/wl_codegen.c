@@ -54,7 +54,7 @@ typedef struct {
 static void shared_free(void *shared) {
     Shared *s = shared;
     if (!s) return;
-    for (int i = 0; i < N_AGENTS; i++) agent_profile_free(&s->profiles[i]);
+    agent_profiles_free(s->profiles, N_AGENTS);
     free(s);
 }
 
@@ -64,12 +64,10 @@ static void *shared_create(const WorkloadParams *p, BraidError *err) {
         braid_error_set(err, "out of memory");
         return NULL;
     }
-    for (int i = 0; i < N_AGENTS; i++) {
-        if (agent_profile_build(&s->profiles[i], "codegen", "a software engineering team that resolves GitHub issues",
-                                &agent_specs[i], p->scale, err)) {
-            shared_free(s);
-            return NULL;
-        }
+    if (agent_profiles_build(s->profiles, agent_specs, N_AGENTS, "codegen",
+                             "a software engineering team that resolves GitHub issues", p->scale, err)) {
+        shared_free(s);
+        return NULL;
     }
     return s;
 }

@@ -56,7 +56,7 @@ typedef struct {
 static void shared_free(void *shared) {
     Shared *s = shared;
     if (!s) return;
-    for (int i = 0; i < N_AGENTS; i++) agent_profile_free(&s->profiles[i]);
+    agent_profiles_free(s->profiles, N_AGENTS);
     for (int i = 0; i < CORPUS_DOCS; i++) free(s->docs[i]);
     free(s);
 }
@@ -80,12 +80,10 @@ static void *shared_create(const WorkloadParams *p, BraidError *err) {
         braid_error_set(err, "out of memory");
         return NULL;
     }
-    for (int i = 0; i < N_AGENTS; i++) {
-        if (agent_profile_build(&s->profiles[i], "factcheck", "a fact-verification pipeline over an encyclopedia",
-                                &agent_specs[i], p->scale, err)) {
-            shared_free(s);
-            return NULL;
-        }
+    if (agent_profiles_build(s->profiles, agent_specs, N_AGENTS, "factcheck",
+                             "a fact-verification pipeline over an encyclopedia", p->scale, err)) {
+        shared_free(s);
+        return NULL;
     }
     for (int i = 0; i < CORPUS_DOCS; i++) {
         if (!(s->docs[i] = corpus_doc(p, i))) {

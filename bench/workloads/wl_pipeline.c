@@ -64,7 +64,7 @@ typedef struct {
 static void shared_free(void *shared) {
     Shared *s = shared;
     if (!s) return;
-    for (int i = 0; i < N_AGENTS; i++) agent_profile_free(&s->profiles[i]);
+    agent_profiles_free(s->profiles, N_AGENTS);
     for (int i = 0; i < FILINGS; i++) free(s->filings[i]);
     free(s);
 }
@@ -89,13 +89,10 @@ static void *shared_create(const WorkloadParams *p, BraidError *err) {
         braid_error_set(err, "out of memory");
         return NULL;
     }
-    for (int i = 0; i < N_AGENTS; i++) {
-        if (agent_profile_build(&s->profiles[i], "pipeline",
-                                "a financial research crew that answers questions about annual reports", &agent_specs[i],
-                                p->scale, err)) {
-            shared_free(s);
-            return NULL;
-        }
+    if (agent_profiles_build(s->profiles, agent_specs, N_AGENTS, "pipeline",
+                             "a financial research crew that answers questions about annual reports", p->scale, err)) {
+        shared_free(s);
+        return NULL;
     }
     for (int i = 0; i < FILINGS; i++) {
         if (!(s->filings[i] = build_filing(p, i, s->company[i], sizeof s->company[i]))) {

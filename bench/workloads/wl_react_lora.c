@@ -54,7 +54,7 @@ typedef struct {
 static void shared_free(void *shared) {
     Shared *s = shared;
     if (!s) return;
-    for (int i = 0; i < N_AGENTS; i++) agent_profile_free(&s->profiles[i]);
+    agent_profiles_free(s->profiles, N_AGENTS);
     free(s->context);
     free(s);
 }
@@ -66,12 +66,10 @@ static void *shared_create(const WorkloadParams *p, BraidError *err) {
         return NULL;
     }
     s->context = lora_context_build(p, &s->context_tokens, err);
-    for (int i = 0; s->context && i < N_AGENTS; i++) {
-        if (agent_profile_build(&s->profiles[i], "react-lora", "a ReAct team reading a shared reference document",
-                                &agent_specs[i], p->scale, err)) {
-            shared_free(s);
-            return NULL;
-        }
+    if (s->context && agent_profiles_build(s->profiles, agent_specs, N_AGENTS, "react-lora",
+                             "a ReAct team reading a shared reference document", p->scale, err)) {
+        shared_free(s);
+        return NULL;
     }
     if (!s->context) {
         shared_free(s);

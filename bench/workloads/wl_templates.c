@@ -56,7 +56,7 @@ typedef struct {
 static void shared_free(void *shared) {
     Shared *s = shared;
     if (!s) return;
-    for (int i = 0; i < N_AGENTS; i++) agent_profile_free(&s->profiles[i]);
+    agent_profiles_free(s->profiles, N_AGENTS);
     for (int i = 0; i < LIBRARY; i++) free(s->schemas[i]);
     free(s->scaffold);
     free(s);
@@ -80,12 +80,10 @@ static void *shared_create(const WorkloadParams *p, BraidError *err) {
         braid_error_set(err, "out of memory");
         return NULL;
     }
-    for (int i = 0; i < N_AGENTS; i++) {
-        if (agent_profile_build(&s->profiles[i], "templates", "a tool-using assistant platform", &agent_specs[i], p->scale,
-                                err)) {
-            shared_free(s);
-            return NULL;
-        }
+    if (agent_profiles_build(s->profiles, agent_specs, N_AGENTS, "templates",
+                             "a tool-using assistant platform", p->scale, err)) {
+        shared_free(s);
+        return NULL;
     }
     int built = 1;
     for (int i = 0; i < LIBRARY; i++) {
