@@ -108,7 +108,8 @@ uint16_t fp32_to_fp16(float f) {
     uint32_t sign = (x >> 16) & 0x8000;
     int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
     uint32_t mant = x & 0x7fffff;
-    if (((x >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00 | (mant ? 0x200 : 0));
+    /* NaN stays NaN, quieted, with the top ten payload bits: what F16C's VCVTPS2PH gives. */
+    if (((x >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00 | (mant ? 0x200 | (mant >> 13) : 0));
     if (exp >= 31) return (uint16_t)(sign | 0x7c00);
     if (exp <= 0) {
         if (exp < -10) return (uint16_t)sign;

@@ -44,7 +44,8 @@ size_t tensor_type_block_bytes(uint32_t type);
 /* Bytes of one row of n elements (n must be a multiple of the block size); 0 if not representable. */
 size_t tensor_row_bytes(uint32_t type, uint64_t n);
 
-/* IEEE half and bfloat16 conversions used by dequantization. */
+/* IEEE half and bfloat16 conversions used by dequantization and the CPU KV cache; fp32_to_fp16
+ * rounds to nearest even and keeps a NaN's top payload bits, bit for bit what F16C gives. */
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);
 float bf16_to_fp32(uint16_t b);

@@ -7,8 +7,6 @@
 #define BRAID_KERNELS_CPU_VEC_H
 
 #include <stdint.h>
-#include <string.h>
-
 #include "model/tensor_types.h"
 
 #if defined(__F16C__)
@@ -24,37 +22,15 @@ static inline float vec_half_to_float(uint16_t h) {
 #endif
 }
 
-/* fp32 → IEEE half, rounded to nearest even (subnormal halves included); beyond the half range →
- * ±inf; NaN stays NaN, quieted, keeping the top ten payload bits. Bit for bit what F16C's
- * VCVTPS2PH gives with _MM_FROUND_TO_NEAREST_INT, so a KV cache written by either path holds the
- * same bits (fp32_to_fp16 in tensor_types.c differs on NaN payloads). Always defined, so the tests
- * can hold it against F16C. */
-static inline uint16_t vec_float_to_half_portable(float f) {
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint32_t sign = (x >> 16) & 0x8000u, fexp = (x >> 23) & 0xffu, mant = x & 0x7fffffu;
-    if (fexp == 0xffu) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u | (mant >> 13) : 0u));
-    int32_t exp = (int32_t)fexp - 127 + 15; /* the half's biased exponent */
-    if (exp >= 31) return (uint16_t)(sign | 0x7c00u);
-    if (exp <= 0) {
-        /* Subnormal half: under half the smallest one (2^-25) rounds to zero; float subnormals too. */
-        if (exp < -10) return (uint16_t)sign;
-        mant |= 0x800000u;
-        uint32_t shift = (uint32_t)(14 - exp), h = mant >> shift;
-        uint32_t rem = mant & ((1u << shift) - 1u), mid = 1u << (shift - 1);
-        h += rem > mid || (rem == mid && (h & 1u)); /* a carry into the exponent is the right answer */
-        return (uint16_t)(sign | h);
-    }
-    uint32_t h = ((uint32_t)exp << 10) | (mant >> 13), rem = mant & 0x1fffu;
-    h += rem > 0x1000u || (rem == 0x1000u && (h & 1u)); /* a carry out of 0x7bff gives inf */
-    return (uint16_t)(sign | h);
-}
-
+/* fp32 → IEEE half, rounded to nearest even (subnormal halves included), ±inf beyond the range,
+ * NaN quieted with its top payload bits: F16C's VCVTPS2PH where the build has it, else
+ * fp32_to_fp16, which gives the same bits (test_ops holds them against each other), so a KV
+ * cache written by either build holds the same values. */
 static inline uint16_t vec_float_to_half(float f) {
 #if defined(__F16C__)
     return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
 #else
-    return vec_float_to_half_portable(f);
+    return fp32_to_fp16(f);
 #endif
 }
 
