@@ -116,36 +116,7 @@ INLINE __m256i dot_q8_s8(__m256i acc, __m256i w_abs, __m256i w_raw, __m256i s) {
 }
 #endif
 
-/* ---- AVX2, 8 tokens per vector (lanes = tokens) ------------------------------------------------ */
-
-/* The 8 runs of a 4-bit block, each run's 4 unsigned nibbles repeated in all lanes: run k < 4 holds
- * elements 4k..4k+3 (low nibbles), run k + 4 elements 16+4k..16+4k+3 (high nibbles). */
-INLINE void q4_runs(const uint8_t *qs, __m256i u[8]) {
-    const __m256i mask = _mm256_set1_epi8(0x0F);
-    for (int k = 0; k < 4; k++) {
-        __m256i v = broadcast_run(qs + 4 * k);
-        u[k] = _mm256_and_si256(v, mask);
-        u[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
-    }
-}
-
-/* Per lane Σ u·x over one block of 8 interleaved tokens (x: 8 runs of 32 bytes), in four short
- * chains so that successive dot instructions rarely wait for each other. */
-INLINE __m256i q4_group_isum(const __m256i u[8], const int8_t *x) {
-#define RUN(k) _mm256_loadu_si256((const __m256i *)(x + 32 * (k)))
-#ifdef INT8_DPBUSD
-    __m256i s[4];
-    for (int k = 0; k < 4; k++) s[k] = INT8_DPBUSD(_mm256_setzero_si256(), u[k], RUN(k));
-    for (int k = 0; k < 4; k++) s[k] = INT8_DPBUSD(s[k], u[k + 4], RUN(k + 4));
-    return _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3]));
-#else
-    /* A pair of 4-bit products is at most 2·15·127 = 3810, so all eight runs add up in int16. */
-    __m256i p = _mm256_maddubs_epi16(u[0], RUN(0));
-    for (int k = 1; k < 8; k++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(u[k], RUN(k)));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-#endif
-#undef RUN
-}
+/* ---- AVX2 lane kernels (lanes = tokens): per-block steps they share ---------------------------- */
 
 /* Accumulates one block's contribution into the lanes of acc: the canonical fmaf step per lane. */
 INLINE __m256 scale_step(__m256i isum, __m256 d_w, const float *d_x, __m256 acc) {
@@ -165,66 +136,17 @@ INLINE __m256 broadcast_half(const void *p) {
     return _mm256_cvtph_ps(_mm_set1_epi16(h));
 }
 
-/* One row against ng token groups: out[8·i + l]. */
-INLINE void q4_groups(const uint8_t *row, size_t block_bytes, bool has_min, int bias_shift, const Int8Activations *a, int g0,
-                      int ng, float *out) {
-    __m256 acc[QUANT_INT8_MAX_GROUPS], off[QUANT_INT8_MAX_GROUPS];
-    for (int i = 0; i < ng; i++) acc[i] = off[i] = _mm256_setzero_ps();
-    for (int b = 0; b < a->nb; b++) {
-        const uint8_t *blk = row + (size_t)b * block_bytes;
-        const __m256 d_w = broadcast_half(blk), m_w = has_min ? broadcast_half(blk + 2) : _mm256_setzero_ps();
-        __m256i u[8];
-        q4_runs(blk + (has_min ? 4 : 2), u);
-        for (int i = 0; i < ng; i++) {
-            size_t m = ((size_t)(g0 + i) * (size_t)a->nb + (size_t)b) * ACT_QUANT_GROUP;
-            __m256i isum = unbias(q4_group_isum(u, a->interleaved + m * ACT_QUANT_BLOCK), a->sum + m, bias_shift);
-            acc[i] = scale_step(isum, d_w, a->d + m, acc[i]);
-            if (has_min) off[i] = _mm256_fmadd_ps(m_w, _mm256_loadu_ps(a->dsum + m), off[i]);
-        }
-    }
-    for (int i = 0; i < ng; i++) _mm256_storeu_ps(out + 8 * i, has_min ? _mm256_add_ps(acc[i], off[i]) : acc[i]);
-}
+/* ---- AVX2, two rows × 8 tokens per vector (lanes = tokens) -------------------------------------- */
 
-/* Per lane Σ w·x over one Q8_0 block of 8 interleaved tokens; raw/prep from q8_prepare. */
-INLINE __m256i q8_group_isum(const __m256i raw[8], const __m256i prep[8], const int8_t *x) {
-    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
-    for (int k = 0; k < 4; k++) {
-        s0 = dot_q8_s8(s0, prep[k], raw[k], _mm256_loadu_si256((const __m256i *)(x + 32 * k)));
-        s1 = dot_q8_s8(s1, prep[k + 4], raw[k + 4], _mm256_loadu_si256((const __m256i *)(x + 32 * (k + 4))));
-    }
-    return _mm256_add_epi32(s0, s1);
-}
-
-INLINE void q8_groups(const BlockQ8_0 *row, const Int8Activations *a, int g0, int ng, float *out) {
-    __m256 acc[QUANT_INT8_MAX_GROUPS];
-    for (int i = 0; i < ng; i++) acc[i] = _mm256_setzero_ps();
-    for (int b = 0; b < a->nb; b++) {
-        const __m256 d_w = broadcast_half(&row[b].d);
-        __m256i raw[8], prep[8];
-        for (int k = 0; k < 8; k++) {
-            raw[k] = broadcast_run(row[b].qs + 4 * k);
-            prep[k] = q8_prepare(raw[k]);
-        }
-        for (int i = 0; i < ng; i++) {
-            size_t m = ((size_t)(g0 + i) * (size_t)a->nb + (size_t)b) * ACT_QUANT_GROUP;
-            __m256i isum = unbias(q8_group_isum(raw, prep, a->interleaved + m * ACT_QUANT_BLOCK), a->sum + m, Q8_BIAS_SHIFT);
-            acc[i] = scale_step(isum, d_w, a->d + m, acc[i]);
-        }
-    }
-    for (int i = 0; i < ng; i++) _mm256_storeu_ps(out + 8 * i, acc[i]);
-}
-
-/* ---- AVX2, two rows × 8 tokens per vector ------------------------------------------------------- */
-
-/* Two weight rows share every activation load (the interleaved runs are read once for both rows).
- * Integer partial sums run in two chains per (row, group), low and high runs, each within
- * q4_group_isum's bounds; the float steps per row are exactly q4_groups' (the same fmaf sequence),
- * so both rows get their canonical values. */
+/* Two weight rows share every activation load (the interleaved runs are read once for both rows),
+ * and each weight run is broadcast to the 8 lanes and unpacked once for every token group. Integer
+ * partial sums run in two chains per (row, group), low and high nibble runs; the float steps per
+ * row and group are the canonical fmaf sequence, one block after another. */
 #ifdef INT8_DPBUSD
 INLINE __m256i u4_acc_add(__m256i acc, __m256i u, __m256i x) { return INT8_DPBUSD(acc, u, x); }
 INLINE __m256i u4_acc_finish(__m256i lo, __m256i hi) { return _mm256_add_epi32(lo, hi); }
 #else
-/* int16 lanes: four pair sums of at most 3810 each per chain */
+/* int16 lanes: a pair of 4-bit products is at most 2·15·127 = 3810, four of them per chain fit */
 INLINE __m256i u4_acc_add(__m256i acc, __m256i u, __m256i x) { return _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, x)); }
 INLINE __m256i u4_acc_finish(__m256i lo, __m256i hi) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -365,17 +287,10 @@ INLINE void q8_tokens(const BlockQ8_0 *row, const Int8Activations *a, int t0, in
 
 void quant_int8_dot_groups(uint32_t type, const void *row, const Int8Activations *a, int first_group, int n_groups,
                            float *out) {
-    assert(n_groups >= 1 && n_groups <= QUANT_INT8_MAX_GROUPS);
-    /* Constant group counts let the compiler keep the accumulators in registers. */
-#define GROUPS(NG)                                                                                                     \
-    switch (type) {                                                                                                    \
-    case TENSOR_Q4_0: q4_groups(row, sizeof(BlockQ4_0), false, 3, a, first_group, NG, out); return;                    \
-    case TENSOR_Q4_1: q4_groups(row, sizeof(BlockQ4_1), true, 0, a, first_group, NG, out); return;                     \
-    case TENSOR_Q8_0: q8_groups(row, a, first_group, NG, out); return;                                                 \
-    default: assert(!"quant_int8_dot_groups: unsupported type"); return;                                               \
-    }
-    if (n_groups == 1) GROUPS(1) else GROUPS(2)
-#undef GROUPS
+    /* The two-row kernel with the row twice: the models' row groups are even, so only an odd
+     * remainder (and the tests) come here, and one kernel per type keeps one canonical sequence. */
+    float same[QUANT_INT8_MAX_GROUPS * ACT_QUANT_GROUP];
+    quant_int8_dot_groups_rows2(type, row, row, a, first_group, n_groups, out, same);
 }
 
 void quant_int8_dot_groups_rows2(uint32_t type, const void *row0, const void *row1, const Int8Activations *a,
