@@ -7,6 +7,12 @@
 #include "token_estimate.h"
 #include "workload_kind.h"
 
+void *wl_alloc_state(size_t size, BraidError *err) {
+    void *state = calloc(1, size);
+    if (!state) braid_error_set(err, "out of memory");
+    return state;
+}
+
 int wl_scaled(const WorkloadParams *p, int tokens) {
     int n = (int)(tokens * p->scale + 0.5);
     return n < 1 ? 1 : n;

@@ -70,11 +70,8 @@ static int build_article(const WorkloadParams *p, int i, char **first, char **wi
 }
 
 static void *shared_create(const WorkloadParams *p, BraidError *err) {
-    Shared *s = calloc(1, sizeof *s);
-    if (!s) {
-        braid_error_set(err, "out of memory");
-        return NULL;
-    }
+    Shared *s = wl_alloc_state(sizeof *s, err);
+    if (!s) return NULL;
     if (agent_profile_build(&s->reader, "cross-tenant", "a multi-tenant reading assistant", &reader_spec, p->scale, err)) {
         shared_free(s);
         return NULL;
@@ -115,11 +112,8 @@ static int start_session(Flow *f, int index, BraidError *err) {
 
 static void *flow_create(const void *shared, const WorkloadParams *p, int index, BraidError *err) {
     (void)shared;
-    Flow *f = calloc(1, sizeof *f);
-    if (!f) {
-        braid_error_set(err, "out of memory");
-        return NULL;
-    }
+    Flow *f = wl_alloc_state(sizeof *f, err);
+    if (!f) return NULL;
     f->p = p;
     f->rng = wl_rng_stream(p->seed, (uint64_t)index);
     if (start_session(f, index, err)) {

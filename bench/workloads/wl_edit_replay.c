@@ -77,11 +77,8 @@ static void shared_free(void *shared) {
 }
 
 static void *shared_create(const WorkloadParams *p, BraidError *err) {
-    Shared *s = calloc(1, sizeof *s);
-    if (!s) {
-        braid_error_set(err, "out of memory");
-        return NULL;
-    }
+    Shared *s = wl_alloc_state(sizeof *s, err);
+    if (!s) return NULL;
     if (agent_profile_build(&s->assistant, "edit-replay", "a general-purpose chat service", &assistant_spec, p->scale, err)) {
         shared_free(s);
         return NULL;
@@ -101,11 +98,8 @@ static void flow_free(void *flow) {
 
 static void *flow_create(const void *shared, const WorkloadParams *p, int index, BraidError *err) {
     (void)shared;
-    Flow *f = calloc(1, sizeof *f);
-    if (!f) {
-        braid_error_set(err, "out of memory");
-        return NULL;
-    }
+    Flow *f = wl_alloc_state(sizeof *f, err);
+    if (!f) return NULL;
     f->p = p;
     f->rng = wl_rng_stream(p->seed, (uint64_t)index);
     const Theme *theme = &themes[wl_rng_range(&f->rng, 0, N_THEMES - 1)];

@@ -75,11 +75,8 @@ static char *corpus_doc(const WorkloadParams *p, int i) {
 }
 
 static void *shared_create(const WorkloadParams *p, BraidError *err) {
-    Shared *s = calloc(1, sizeof *s);
-    if (!s) {
-        braid_error_set(err, "out of memory");
-        return NULL;
-    }
+    Shared *s = wl_alloc_state(sizeof *s, err);
+    if (!s) return NULL;
     if (agent_profiles_build(s->profiles, agent_specs, N_AGENTS, "factcheck",
                              "a fact-verification pipeline over an encyclopedia", p->scale, err)) {
         shared_free(s);
@@ -113,11 +110,8 @@ static void write_claim(StrBuf *b, Flow *f) {
 
 static void *flow_create(const void *shared, const WorkloadParams *p, int index, BraidError *err) {
     (void)shared;
-    Flow *f = calloc(1, sizeof *f);
-    if (!f) {
-        braid_error_set(err, "out of memory");
-        return NULL;
-    }
+    Flow *f = wl_alloc_state(sizeof *f, err);
+    if (!f) return NULL;
     f->p = p;
     f->rng = wl_rng_stream(p->seed, (uint64_t)index);
     static const double hop_weights[] = {0.4, 0.35, 0.25}; /* 2-, 3-, 4-hop claims, as in HoVer */

@@ -56,11 +56,8 @@ static int build_agent(AgentSlot *a, const WorkloadParams *p, BraidError *err) {
 }
 
 static void *shared_create(const WorkloadParams *p, BraidError *err) {
-    Shared *s = calloc(1, sizeof *s);
-    if (!s) {
-        braid_error_set(err, "out of memory");
-        return NULL;
-    }
+    Shared *s = wl_alloc_state(sizeof *s, err);
+    if (!s) return NULL;
     s->context = lora_context_build(p, &s->context_tokens, err);
     if (!s->context) {
         shared_free(s);
@@ -98,11 +95,8 @@ static void flow_free(void *flow) {
 
 static void *flow_create(const void *shared, const WorkloadParams *p, int index, BraidError *err) {
     (void)shared;
-    Flow *f = calloc(1, sizeof *f);
-    if (!f) {
-        braid_error_set(err, "out of memory");
-        return NULL;
-    }
+    Flow *f = wl_alloc_state(sizeof *f, err);
+    if (!f) return NULL;
     f->p = p;
     f->rng = wl_rng_stream(p->seed, (uint64_t)index);
     StrBuf t = {0};

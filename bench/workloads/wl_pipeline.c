@@ -84,11 +84,8 @@ static char *build_filing(const WorkloadParams *p, int i, char *company, size_t 
 }
 
 static void *shared_create(const WorkloadParams *p, BraidError *err) {
-    Shared *s = calloc(1, sizeof *s);
-    if (!s) {
-        braid_error_set(err, "out of memory");
-        return NULL;
-    }
+    Shared *s = wl_alloc_state(sizeof *s, err);
+    if (!s) return NULL;
     if (agent_profiles_build(s->profiles, agent_specs, N_AGENTS, "pipeline",
                              "a financial research crew that answers questions about annual reports", p->scale, err)) {
         shared_free(s);
@@ -113,11 +110,8 @@ static void flow_free(void *flow) {
 
 static void *flow_create(const void *shared, const WorkloadParams *p, int index, BraidError *err) {
     const Shared *s = shared;
-    Flow *f = calloc(1, sizeof *f);
-    if (!f) {
-        braid_error_set(err, "out of memory");
-        return NULL;
-    }
+    Flow *f = wl_alloc_state(sizeof *f, err);
+    if (!f) return NULL;
     f->p = p;
     f->rng = wl_rng_stream(p->seed, (uint64_t)index);
     f->filing = wl_rng_zipf(&f->rng, FILINGS, 1.0);

@@ -75,11 +75,8 @@ static char *build_scaffold(const WorkloadParams *p) {
 }
 
 static void *shared_create(const WorkloadParams *p, BraidError *err) {
-    Shared *s = calloc(1, sizeof *s);
-    if (!s) {
-        braid_error_set(err, "out of memory");
-        return NULL;
-    }
+    Shared *s = wl_alloc_state(sizeof *s, err);
+    if (!s) return NULL;
     if (agent_profiles_build(s->profiles, agent_specs, N_AGENTS, "templates",
                              "a tool-using assistant platform", p->scale, err)) {
         shared_free(s);
@@ -143,11 +140,8 @@ static int write_session_and_request(Flow *f, BraidError *err) {
 
 static void *flow_create(const void *shared, const WorkloadParams *p, int index, BraidError *err) {
     (void)shared;
-    Flow *f = calloc(1, sizeof *f);
-    if (!f) {
-        braid_error_set(err, "out of memory");
-        return NULL;
-    }
+    Flow *f = wl_alloc_state(sizeof *f, err);
+    if (!f) return NULL;
     f->p = p;
     f->rng = wl_rng_stream(p->seed, (uint64_t)index);
     pick_candidates(f);

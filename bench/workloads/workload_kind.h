@@ -42,6 +42,9 @@ extern const WorkloadKind wl_kind_codegen, wl_kind_factcheck, wl_kind_pipeline, 
 
 /* ---- helpers (wl_common.c) ---- */
 
+/* calloc(1, size), or NULL with err set to "out of memory": a kind's shared or flow state. */
+void *wl_alloc_state(size_t size, BraidError *err);
+
 /* The estimated-token cap on a prompt: WL_PROMPT_CAP_TOKENS × scale, at least WL_PROMPT_CAP_FLOOR. */
 int wl_prompt_cap(const WorkloadParams *p);
 /* tokens * scale, at least 1. */
