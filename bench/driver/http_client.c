@@ -9,6 +9,7 @@
 #include "common/timeutil.h"
 #include "sleep_util.h"
 #include "sse_reader.h"
+#include "strbuf.h"
 #include "text_copy.h"
 
 #define RETRY_AFTER_DEFAULT_S 1.0
@@ -31,7 +32,7 @@ typedef struct {
     double retry_after_s;
     bool done;               /* "data: [DONE]" arrived */
     SseReader sse;
-    size_t text_cap;
+    StrBuf text;             /* the generated text so far, handed to res->text at the end */
     char *raw;               /* a body that is not an SSE stream (errors), at most ERROR_BODY_MAX_BYTES */
     size_t raw_len;
     BraidError err;          /* why the stream was stopped from inside a callback */
@@ -98,18 +99,9 @@ void http_result_free(HttpResult *r) {
 /* ---- reading one chunk of the stream ---- */
 
 static int append_text(Exchange *x, const char *piece, size_t n) {
-    HttpResult *r = x->res;
-    if (r->text_len + n + 1 > x->text_cap) {
-        size_t cap = x->text_cap ? x->text_cap : 256;
-        while (cap < r->text_len + n + 1) cap *= 2;
-        char *grown = realloc(r->text, cap);
-        if (!grown) return braid_error_set(&x->err, "out of memory holding %zu bytes of generated text", r->text_len + n);
-        r->text = grown;
-        x->text_cap = cap;
-    }
-    memcpy(r->text + r->text_len, piece, n);
-    r->text_len += n;
-    r->text[r->text_len] = '\0';
+    strbuf_append_n(&x->text, piece, n);
+    if (strbuf_failed(&x->text))
+        return braid_error_set(&x->err, "out of memory holding %zu bytes of generated text", x->text.len + n);
     return 0;
 }
 
@@ -218,6 +210,7 @@ static size_t on_body(char *bytes, size_t size, size_t nmemb, void *ctx) {
 
 static void exchange_reset(Exchange *x) {
     sse_reader_free(&x->sse);
+    strbuf_free(&x->text);
     free(x->raw);
     HttpResult *res = x->res;
     bool streaming = x->streaming;
@@ -292,10 +285,9 @@ static char *streaming_body(json_t *body) {
 
 int http_client_complete(HttpClient *c, const char *path, json_t *body, HttpResult *out) {
     *out = (HttpResult){.prompt_tokens = -1, .completion_tokens = -1, .cached_tokens = -1};
-    out->text = calloc(1, 1);
     char *url = url_for(c, path), *payload = streaming_body(body);
     out->t_send = braid_now_seconds();
-    if (!out->text || !url || !payload) {
+    if (!url || !payload) {
         snprintf(out->error, sizeof out->error, "out of memory preparing the request");
         out->t_end = out->t_send;
         free(url), free(payload);
@@ -313,6 +305,13 @@ int http_client_complete(HttpClient *c, const char *path, json_t *body, HttpResu
     }
     out->t_end = braid_now_seconds();
     int result = conclude(c, rc, &x, out);
+    out->text_len = x.text.len;
+    out->text = strbuf_take(&x.text); /* "" when nothing came */
+    if (!out->text) {
+        out->text_len = 0;
+        if (result == 0) snprintf(out->error, sizeof out->error, "out of memory holding the generated text");
+        result = -1;
+    }
     exchange_reset(&x);
     free(url);
     free(payload);

@@ -30,7 +30,7 @@ typedef struct {
     double t_end;           /* when the answer was complete (or failed) */
     int status;             /* HTTP status of the last attempt; 0 when no answer came at all */
     int retries;            /* 429 answers waited out */
-    char *text;             /* the generated text (NUL-terminated, text_len bytes); never NULL after a call */
+    char *text;             /* the generated text (NUL-terminated, text_len bytes); NULL only when out of memory */
     size_t text_len;
     int prompt_tokens, completion_tokens, cached_tokens; /* from the usage chunk; -1 when none came */
     char finish_reason[16]; /* "stop", "length", or "" when none came */

@@ -2,7 +2,6 @@
 #include "plot.h"
 
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "plot_data.h"
+#include "strbuf.h"
 
 static const char plot_usage[] =
     "usage: braid-bench plot DIR... --out chart.png [--latency workflow|request] [--title TEXT]\n"
@@ -88,46 +88,14 @@ static const char *png_terminal(void) { return run_gnuplot("set terminal pngcair
 
 /* ---- the script ---- */
 
-/* A growable script text. */
-typedef struct {
-    char *text;
-    size_t len, cap;
-    bool failed;
-} Script;
-
-static void script_add(Script *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void script_add(Script *s, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || s->failed) return;
-    if (s->len + (size_t)n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 4096;
-        while (cap < s->len + (size_t)n + 1) cap *= 2;
-        char *grown = realloc(s->text, cap);
-        if (!grown) {
-            s->failed = true;
-            return;
-        }
-        s->text = grown;
-        s->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(s->text + s->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    s->len += (size_t)n;
-}
-
 /* text as a gnuplot single-quoted string body: a quote is written twice. */
-static void script_add_quoted(Script *s, const char *text) {
-    script_add(s, "'");
+static void script_add_quoted(StrBuf *s, const char *text) {
+    strbuf_append_char(s, '\'');
     for (const char *p = text; *p; p++) {
-        if (*p == '\'') script_add(s, "''");
-        else script_add(s, "%c", *p);
+        if (*p == '\'') strbuf_append(s, "''");
+        else strbuf_append_char(s, *p);
     }
-    script_add(s, "'");
+    strbuf_append_char(s, '\'');
 }
 
 /* The directory's name for the legend: its last path component. */
@@ -140,9 +108,9 @@ static const char *label_of(const char *dir, char *buf, size_t cap) {
 }
 
 /* One panel: plot each non-empty data file tmp/prefix_k.dat. */
-static void script_panel(Script *s, const PlotArgs *a, const char *tmp, const char *prefix, const bool *has_data, const char *style,
+static void script_panel(StrBuf *s, const PlotArgs *a, const char *tmp, const char *prefix, const bool *has_data, const char *style,
                          const bool *per_request) {
-    script_add(s, "plot ");
+    strbuf_append(s, "plot ");
     bool first = true;
     for (int k = 0; k < a->n_dirs; k++) {
         if (!has_data[k]) continue;
@@ -150,36 +118,32 @@ static void script_panel(Script *s, const PlotArgs *a, const char *tmp, const ch
         snprintf(path, sizeof path, "%s/%s_%d.dat", tmp, prefix, k);
         snprintf(title, sizeof title, "%s%s", label_of(a->dirs[k], label, sizeof label),
                  per_request && per_request[k] && !a->per_request ? " (per request)" : "");
-        script_add(s, "%s", first ? "" : ", \\\n     ");
+        strbuf_appendf(s, "%s", first ? "" : ", \\\n     ");
         script_add_quoted(s, path);
-        script_add(s, " using 1:2 with %s lw 2 title ", style);
+        strbuf_appendf(s, " using 1:2 with %s lw 2 title ", style);
         script_add_quoted(s, title);
         first = false;
     }
-    script_add(s, "\n");
+    strbuf_append(s, "\n");
 }
 
 static char *build_script(const PlotArgs *a, const char *tmp, const char *terminal, const bool *has_hit, const bool *has_cdf,
                           const bool *per_request) {
-    Script s = {0};
-    script_add(&s, "set terminal %s size 1400,560 noenhanced\nset output ", terminal);
+    StrBuf s = {0};
+    strbuf_appendf(&s, "set terminal %s size 1400,560 noenhanced\nset output ", terminal);
     script_add_quoted(&s, a->out);
-    script_add(&s, "\nset multiplot layout 1,2 title ");
+    strbuf_appendf(&s, "\nset multiplot layout 1,2 title ");
     script_add_quoted(&s, a->title);
-    script_add(&s, "\nset grid\nset key bottom right\n");
-    script_add(&s, "set title 'Token-level prefix-cache hit rate (cumulative)'\n"
+    strbuf_appendf(&s, "\nset grid\nset key bottom right\n");
+    strbuf_appendf(&s, "set title 'Token-level prefix-cache hit rate (cumulative)'\n"
                    "set xlabel 'time since start of run (s)'\nset ylabel 'hit rate (%% of prompt tokens)'\nset yrange [0:100]\n");
     script_panel(&s, a, tmp, "hit", has_hit, "steps", NULL);
-    script_add(&s, "set title 'End-to-end latency CDF (%s)'\nset xlabel 'latency (s)'\nset ylabel 'fraction of %s'\n"
+    strbuf_appendf(&s, "set title 'End-to-end latency CDF (%s)'\nset xlabel 'latency (s)'\nset ylabel 'fraction of %s'\n"
                    "set yrange [0:1]\nset xrange [0:*]\n",
                a->per_request ? "per request" : "per workflow", a->per_request ? "requests" : "workflows");
     script_panel(&s, a, tmp, "cdf", has_cdf, "steps", per_request);
-    script_add(&s, "unset multiplot\n");
-    if (s.failed) {
-        free(s.text);
-        return NULL;
-    }
-    return s.text;
+    strbuf_append(&s, "unset multiplot\n");
+    return strbuf_take(&s); /* NULL when out of memory */
 }
 
 /* ---- data files ---- */

@@ -14,10 +14,10 @@
 #include <stddef.h>
 
 #include "common/error.h"
+#include "strbuf.h"
 
 typedef struct {
-    char *line;      /* the incomplete line so far (not NUL-terminated) */
-    size_t len, cap;
+    StrBuf line; /* the incomplete line so far */
 } SseReader;
 
 /* Called with one payload (NUL-terminated, len bytes); returns 0 to go on, -1 to stop the stream
