@@ -1,5 +1,5 @@
 /*
- * vec.h — small fp32 vector primitives shared by the CPU kernels (dot, axpy, exp, fp16 scale loads,
+ * vec.h — small fp32 vector primitives shared by the CPU kernels (dot, exp, fp16 scale loads,
  * fp32 → fp16 for the KV cache), AVX2 / F16C when built for them.
  * Header-only so they inline into the hot loops. Pure functions, thread-safe.
  */
@@ -7,6 +7,7 @@
 #define BRAID_KERNELS_CPU_VEC_H
 
 #include <stdint.h>
+
 #include "model/tensor_types.h"
 
 #if defined(__F16C__)
@@ -76,23 +77,11 @@ static inline __m256 vec_exp256(__m256 x) {
     __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(two_n));
 }
-
-/* y (n) += alpha · x (n) */
-static inline void vec_axpy_f32(float *y, float alpha, const float *x, int64_t n) {
-    __m256 a = _mm256_set1_ps(alpha);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += alpha * x[i];
-}
 #else
 static inline float vec_dot_f32(const float *a, const float *b, int64_t n) {
     float sum = 0.0f;
     for (int64_t i = 0; i < n; i++) sum += a[i] * b[i];
     return sum;
-}
-
-static inline void vec_axpy_f32(float *y, float alpha, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 #endif
 
