@@ -22,10 +22,10 @@
 #include "common/timeutil.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
-#include "simulator.h"
+#include "sim/simulator.h"
 #include "strbuf.h"
 #include "text_gen.h"
-#include "trace_writer.h"
+#include "sim/trace_writer.h"
 #include "workload.h"
 #include "wl_rng.h"
 

@@ -8,7 +8,7 @@
 
 #include "model/gguf.h"
 #include "model/tokenizer.h"
-#include "trace_writer.h"
+#include "sim/trace_writer.h"
 
 struct PromptTrace {
     GgufFile *gguf;        /* the tokenizer's strings point into it */

@@ -10,7 +10,7 @@
 #include "common/timeutil.h"
 #include "model/model.h"
 #include "common/log.h"
-#include "trace_writer.h"
+#include "sim/trace_writer.h"
 #include "worker/engine.h"
 
 static const char batch_usage[] =

@@ -8,8 +8,8 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "common/timeutil.h"
-#include "simulator.h"
-#include "trace.h"
+#include "sim/simulator.h"
+#include "sim/trace.h"
 
 static const char sim_usage[] =
     "usage: braid sim --trace PATH --kv-tokens N [--policy lru|belady] [--block-size B]\n"

@@ -8,7 +8,7 @@
 #include "common/grow.h"
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "trace_writer.h"
+#include "sim/trace_writer.h"
 #include "transport/control_msg.h"
 
 static int leader_rank(const Coordinator *c, int instance) { return 1 + instance * c->cfg.tp; }

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "simulator.h"
-#include "trace.h"
+#include "sim/simulator.h"
+#include "sim/trace.h"
 
 /* Writes requests whose prompts are 4 full blocks of prefix `pattern[i]` plus one token. */
 static void write_trace(const char *path, const int *pattern, int n) {

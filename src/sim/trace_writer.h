@@ -5,8 +5,8 @@
  * generator all write through here, so every producer emits the same format.
  * Stateless; callers serialize writes to one FILE themselves.
  */
-#ifndef BRAID_BENCH_SIM_TRACE_WRITER_H
-#define BRAID_BENCH_SIM_TRACE_WRITER_H
+#ifndef BRAID_SIM_TRACE_WRITER_H
+#define BRAID_SIM_TRACE_WRITER_H
 
 #include <stdint.h>
 #include <stdio.h>

@@ -5,8 +5,8 @@
  * ignored; malformed lines fail with the line number. Owns all strings and hash arrays; trace_free
  * releases them.
  */
-#ifndef BRAID_BENCH_SIM_TRACE_H
-#define BRAID_BENCH_SIM_TRACE_H
+#ifndef BRAID_SIM_TRACE_H
+#define BRAID_SIM_TRACE_H
 
 #include <stdint.h>
 

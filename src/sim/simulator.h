@@ -13,13 +13,13 @@
  * longest request. Tool and client time between stages is not modeled. Requests without a
  * workflow count as one-request workflows.
  */
-#ifndef BRAID_BENCH_SIM_SIMULATOR_H
-#define BRAID_BENCH_SIM_SIMULATOR_H
+#ifndef BRAID_SIM_SIMULATOR_H
+#define BRAID_SIM_SIMULATOR_H
 
 #include <stdint.h>
 
 #include "common/error.h"
-#include "trace.h"
+#include "sim/trace.h"
 
 typedef struct {
     int kv_tokens;            /* cache capacity in tokens */

@@ -1,4 +1,4 @@
-#include "trace.h"
+#include "sim/trace.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* Trace lines: the scalar fields through jansson (escaping), the hash arrays appended as text. */
-#include "trace_writer.h"
+#include "sim/trace_writer.h"
 
 #include <jansson.h>
 #include <stdlib.h>
