@@ -50,6 +50,7 @@ void sched_free(Scheduler *s) {
 
 void plan_free(StepPlan *plan) {
     free(plan->entries);
+    cache_ops_free(&plan->ops);
     memset(plan, 0, sizeof *plan);
 }
 

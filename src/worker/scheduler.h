@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "cache/block_pool.h"
+#include "cache/cache_ops.h"
 #include "cache/radix_tree.h"
 #include "common/error.h"
 #include "worker/sampler.h"
@@ -60,6 +61,9 @@ typedef struct {
     PlanEntry *entries;
     int n, cap;
     int n_tokens;
+    /* Block operations (cache/cache_ops.h) every rank applies, in order, before this step's
+     * forward: demotions to the host tier, load-backs, copies. */
+    CacheOpList ops;
 } StepPlan;
 
 typedef struct {

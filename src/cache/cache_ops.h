@@ -1,0 +1,46 @@
+/*
+ * cache_ops.h — block operations the cache decides and a backend carries out before a forward.
+ *
+ * The cache (src/cache) is metadata only: when it demotes a block to the host tier, loads one back
+ * or copies one, it appends an operation on block ids to a CacheOpList. The scheduler hands the
+ * list to the step plan; every rank of the instance applies it, in list order, on its own KV shard
+ * before that step's forward pass (backend_apply_cache_ops). List order is the contract: a STORE
+ * that reads device block X comes before any later operation or forward that overwrites X, and a
+ * LOAD into X completes before any forward reads X.
+ *   COPY   device block src -> device block dst (K, V and recorded positions of every slot)
+ *   STORE  device block src -> host block dst   (demotion: the host tier keeps a copy)
+ *   LOAD   host block src   -> device block dst (load-back before a request reads it)
+ *   ROTATE device block src: re-position its keys by delta positions (the RoPE-reuse issue
+ *          implements it; backends refuse it until then)
+ * Block ids index each tier's pool; 0 is the null block of both and never appears in an operation.
+ * Not thread-safe; a list is owned by whoever created it.
+ */
+#ifndef BRAID_CACHE_CACHE_OPS_H
+#define BRAID_CACHE_CACHE_OPS_H
+
+#include <stdint.h>
+
+typedef enum { CACHE_OP_COPY = 1, CACHE_OP_STORE = 2, CACHE_OP_LOAD = 3, CACHE_OP_ROTATE = 4 } CacheOpKind;
+
+typedef struct {
+    uint8_t kind;  /* CacheOpKind */
+    int32_t src;   /* COPY/STORE/ROTATE: device block; LOAD: host block */
+    int32_t dst;   /* COPY/LOAD: device block; STORE: host block; ROTATE: unused (0) */
+    int32_t delta; /* ROTATE: positions added to every slot of the block; else 0 */
+} CacheOp;
+
+typedef struct {
+    CacheOp *ops;
+    int n, cap;
+} CacheOpList;
+
+/* Appends one operation; -1 when out of memory (the list is unchanged). */
+int cache_ops_push(CacheOpList *list, CacheOpKind kind, int32_t src, int32_t dst, int32_t delta);
+/* Appends all of src to dst; -1 when out of memory. */
+int cache_ops_append(CacheOpList *dst, const CacheOpList *src);
+void cache_ops_clear(CacheOpList *list);
+void cache_ops_free(CacheOpList *list);
+/* "copy", "store", "load", "rotate" or "?". */
+const char *cache_op_name(int kind);
+
+#endif
