@@ -6,7 +6,8 @@
 
 int block_pool_init(BlockPool *p, int n_blocks, BraidError *err) {
     memset(p, 0, sizeof *p);
-    if (n_blocks < 2) return braid_error_set(err, "block pool: need at least 2 blocks (one is the null block), got %d", n_blocks);
+    /* One block is a valid, empty pool: the null block alone (a tier that is switched off). */
+    if (n_blocks < 1) return braid_error_set(err, "block pool: need at least 1 block (the null block), got %d", n_blocks);
     p->n_blocks = n_blocks;
     p->holders = calloc((size_t)n_blocks, sizeof *p->holders);
     p->in_tree = calloc((size_t)n_blocks, sizeof *p->in_tree);

@@ -12,6 +12,12 @@
 
 #include <stdint.h>
 
+/* The seed of a namespace's chains, from its tenant and adapter names (NULL or "" = none). Every
+ * producer of content hashes (the cache, the coordinator's router, traces) uses this one mapping so
+ * the same names always give the same hashes. A hash, so two namespaces may collide here: the
+ * cache's tree is keyed by interned ids instead, and never relies on this for isolation. */
+uint64_t content_hash_namespace(const char *tenant, const char *adapter);
+
 /* Fills chained[0..n_blocks) and, when non-NULL, chunk[0..n_blocks) for the first n_blocks full
  * blocks of tokens. */
 void content_hash_blocks(uint64_t ns, const int32_t *tokens, int n_blocks, int block_size, uint64_t *chained, uint64_t *chunk);

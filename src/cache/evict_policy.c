@@ -11,12 +11,19 @@ static double lru_score(void *state, const RadixNode *node) {
 
 const EvictPolicy evict_policy_lru = {
     .name = "lru",
+    .description = "least recently used node first (SGLang's RadixCache baseline)",
     .score = lru_score,
 };
 
+static const EvictPolicy *const REGISTRY[] = {&evict_policy_lru};
+
+int evict_policy_list(const EvictPolicy *const **policies) {
+    *policies = REGISTRY;
+    return (int)(sizeof REGISTRY / sizeof REGISTRY[0]);
+}
+
 const EvictPolicy *evict_policy_find(const char *name) {
-    static const EvictPolicy *const all[] = {&evict_policy_lru};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(all[i]->name, name) == 0) return all[i];
+    for (size_t i = 0; i < sizeof REGISTRY / sizeof REGISTRY[0]; i++)
+        if (strcmp(REGISTRY[i]->name, name) == 0) return REGISTRY[i];
     return NULL;
 }

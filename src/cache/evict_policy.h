@@ -1,11 +1,21 @@
 /*
- * evict_policy.h — the eviction policy interface of the radix cache, and the LRU baseline.
+ * evict_policy.h — eviction policy interface v2: the contract every policy implements, the
+ * per-node metadata it sees, and the registry (`--policy NAME`, `braid batch --list-policies`).
  *
- * The radix tree keeps the set of evictable leaves (unlocked, childless) incrementally and asks the
- * policy which of them to drop. A policy sees each node's CacheNodeMeta, which already carries the
- * fields later policies need (ARCHITECTURE § 5): access time and count, tenant and adapter, the
- * workflows and agents that used the node (PBKV's A_w(c)), pin / TTL, tier flags, content hash.
- * Callbacks run on the instance leader's thread; a policy's state is its own.
+ * The KV cache (kv_cache.h) keeps, per tier, the set of nodes it may evict from that tier in an
+ * indexed min-heap ordered by the policy's score. Scores are computed by the cache when a node
+ * enters the set and again after every callback that concerns the node (insert, access, release),
+ * so a policy never sorts: an eviction pops the heap. A policy whose scores change for many nodes
+ * at once (a workflow ended, time advanced) returns true from on_workflow_end / on_step and the
+ * cache rebuilds that tier's heap in O(n).
+ *
+ * Each tier has its own policy instance (create is called once per tier with the tier's id). All
+ * callbacks run on the instance leader's thread; a policy's state is its own; a callback must not
+ * call back into the cache. A node's address is stable while it is in the tree; on_evict is the
+ * last callback a node gets for that tier (on_forget when it leaves the tree altogether).
+ *
+ * Contract for score(): lower is evicted first; it must depend only on the node's metadata and the
+ * policy's own state, and must not change between callbacks unless the policy asks for a rescore.
  */
 #ifndef BRAID_CACHE_EVICT_POLICY_H
 #define BRAID_CACHE_EVICT_POLICY_H
@@ -13,22 +23,29 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/error.h"
+
+typedef enum { CACHE_TIER_DEVICE = 0, CACHE_TIER_HOST = 1, CACHE_N_TIERS = 2 } CacheTier;
+
+/* Bits of CacheNodeMeta.tiers: where a node's blocks live (a node can be on both). */
+enum { CACHE_ON_DEVICE = 1u << CACHE_TIER_DEVICE, CACHE_ON_HOST = 1u << CACHE_TIER_HOST };
+
 #define CACHE_NODE_MAX_WORKFLOWS 4
 
 typedef struct {
-    uint64_t workflow_id;
-    uint64_t agent_mask; /* bit a set: agent a of that workflow used this node */
+    uint32_t workflow;   /* interned workflow id (kv_cache_identity), never 0 */
+    uint64_t agent_mask; /* bit (agent id mod 64) set: that agent of the workflow used this node */
 } CacheNodeUse;
 
 typedef struct {
-    uint64_t last_access;  /* tree tick of the last match/insert touching the node */
+    uint64_t last_access;  /* cache tick of the last match/insert touching the node */
     uint64_t hit_count;    /* matches that reused the node */
-    uint32_t tenant, adapter;
+    uint32_t tenant, adapter; /* interned ids (0 = none); names via kv_cache_name */
     bool pinned;           /* never evicted while set (Leyline PIN) */
     double expires_at;     /* TTL deadline in seconds, 0 = none */
-    uint8_t tier_flags;    /* later: on device / on host */
+    uint8_t tiers;         /* CACHE_ON_DEVICE | CACHE_ON_HOST */
     uint64_t content_hash; /* chained hash of the node's last block */
-    int n_uses;
+    int n_uses;            /* the most recent workflows first */
     CacheNodeUse uses[CACHE_NODE_MAX_WORKFLOWS];
 } CacheNodeMeta;
 
@@ -36,20 +53,27 @@ struct RadixNode;
 
 typedef struct EvictPolicy {
     const char *name;
-    void (*on_insert)(void *state, struct RadixNode *node);
-    void (*on_access)(void *state, struct RadixNode *node);
-    void (*on_release)(void *state, struct RadixNode *node);
-    /* Lower scores are evicted first. */
+    const char *description; /* one line, for --list-policies */
+    /* Optional: per-tier state. NULL create means the state is the one the cache was given. */
+    int (*create)(void **state, CacheTier tier, BraidError *err);
+    void (*destroy)(void *state);
+    /* Required. Lower scores are evicted first. */
     double (*score)(void *state, const struct RadixNode *node);
-    /* Chooses victims among n candidates (evictable leaves) until their blocks reach need_blocks
-     * or candidates run out; writes them to out (capacity n) in eviction order, returns the count.
-     * NULL means: ascending score. */
-    int (*pick_victims)(void *state, struct RadixNode *const *candidates, int n, int need_blocks, struct RadixNode **out);
+    /* Optional notifications. */
+    void (*on_insert)(void *state, const struct RadixNode *node);
+    void (*on_access)(void *state, const struct RadixNode *node);
+    void (*on_release)(void *state, const struct RadixNode *node); /* its last lock went */
+    void (*on_evict)(void *state, const struct RadixNode *node);   /* leaves this tier */
+    /* Return true when scores of other nodes changed (the cache then rebuilds the tier's heap). */
+    bool (*on_workflow_end)(void *state, uint32_t workflow);
+    bool (*on_step)(void *state, double now);
 } EvictPolicy;
 
 /* Least recently used: score = last access tick. */
 extern const EvictPolicy evict_policy_lru;
-/* Looks a policy up by name ("lru"); NULL when unknown. */
+/* Looks a policy up by name; NULL when unknown. */
 const EvictPolicy *evict_policy_find(const char *name);
+/* The registry, in a fixed order; returns the count. */
+int evict_policy_list(const EvictPolicy *const **policies);
 
 #endif

@@ -7,28 +7,39 @@
 
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cache/evict_policy.h"
 #include "common/timeutil.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
 
 static const char sim_usage[] =
-    "usage: braid sim --trace PATH --kv-tokens N [--policy lru|belady] [--block-size B]\n"
-    "                 [--prefill-ms-per-token X] [--decode-ms-per-token Y] [--json]\n"
-    "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's block pool and radix cache in arrival\n"
-    "  order, one request at a time, with a cache of N tokens.\n"
-    "  --policy: lru, or belady, which evicts the block used farthest in the future: the offline\n"
-    "            bound for any policy (default lru)\n"
+    "usage: braid sim --trace PATH --kv-tokens N [--host-kv-tokens H] [--policy NAME] [--block-size B]\n"
+    "                 [--prefill-ms-per-token X] [--decode-ms-per-token Y] [--host-gbs G]\n"
+    "                 [--host-latency-us L] [--kv-bytes-per-token K] [--json]\n"
+    "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's KV cache object (the one the server\n"
+    "  runs) in arrival order, one request at a time, with a device cache of N tokens.\n"
+    "  --host-kv-tokens: a host-memory tier of H tokens below the device cache: evicted blocks are\n"
+    "            demoted there and loaded back on a hit (default 0: off)\n"
+    "  --policy: a registered eviction policy (braid batch --list-policies; default lru), or belady,\n"
+    "            which evicts the block used farthest in the future: the offline bound for any policy\n"
     "  --block-size: cache block size, a multiple of the trace's (default: the trace's)\n"
     "  --prefill-ms-per-token, --decode-ms-per-token: the cost model (defaults: the 2-core CPU's\n"
     "            2.5 and 10 ms)\n"
+    "  --host-gbs, --host-latency-us, --kv-bytes-per-token: the cost of copying blocks between the\n"
+    "            tiers, added to the TTFT of the request that moves them (defaults: 12 GB/s and 5 us,\n"
+    "            measured with the CPU backend's block copies here, and 23040 bytes: SmolLM2-135M fp16)\n"
     "  Reports hit rate, evictions, modeled latency per workflow (critical path of its stages) and\n"
     "  mean modeled TTFT per agent. --json prints one JSON object as the last line.\n";
 
 static void print_text(const SimConfig *cfg, const SimResult *r, double elapsed) {
-    fprintf(stderr, "[sim] %d requests in %d workflows, policy %s, %d-token cache: hit rate %.1f%%, %llu blocks evicted, "
-                    "mean workflow latency %.2f s, mean TTFT %.1f ms%s (replayed in %.3f s)\n",
-            r->requests, r->workflows, cfg->policy, cfg->kv_tokens, 100 * r->hit_rate, (unsigned long long)r->evicted_blocks,
-            r->mean_workflow_latency_s, 1e3 * r->mean_ttft_s, r->too_large ? ", some requests larger than the cache" : "", elapsed);
+    fprintf(stderr, "[sim] %d requests in %d workflows, policy %s, %d-token cache + %d-token host tier: hit rate %.1f%% "
+                    "(device %llu + host %llu of %llu prompt tokens), %llu blocks evicted, %llu demoted, %llu loaded back, "
+                    "%llu host evictions, mean workflow latency %.2f s, mean TTFT %.1f ms (copies %.3f s)%s (replayed in %.3f s)\n",
+            r->requests, r->workflows, cfg->policy, cfg->kv_tokens, cfg->host_kv_tokens, 100 * r->hit_rate,
+            (unsigned long long)r->device_cached_tokens, (unsigned long long)r->host_cached_tokens, (unsigned long long)r->prompt_tokens,
+            (unsigned long long)r->evicted_blocks, (unsigned long long)r->demoted_blocks, (unsigned long long)r->loaded_blocks,
+            (unsigned long long)r->host_evicted_blocks, r->mean_workflow_latency_s, 1e3 * r->mean_ttft_s, r->copy_s,
+            r->too_large ? ", some requests larger than the cache" : "", elapsed);
     for (int a = 0; a < r->n_agents; a++)
         fprintf(stderr, "[sim]   agent %-16s %6d requests, mean TTFT %8.1f ms\n", r->agents[a].agent[0] ? r->agents[a].agent : "(none)",
                 r->agents[a].requests, 1e3 * r->agents[a].mean_ttft_s);
@@ -45,6 +56,13 @@ static void print_json(const SimConfig *cfg, const SimResult *r) {
                           (json_int_t)r->cached_tokens, "hit_rate", r->hit_rate, "evictions", (json_int_t)r->evicted_blocks,
                           "modeled_latency_s", r->modeled_latency_s, "mean_workflow_latency_s", r->mean_workflow_latency_s,
                           "mean_ttft_s", r->mean_ttft_s, "too_large", r->too_large, "agent_ttft_s", agents);
+    json_t *tiers = json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "host_kv_tokens", cfg->host_kv_tokens, "device_cached_tokens",
+                              (json_int_t)r->device_cached_tokens, "host_cached_tokens", (json_int_t)r->host_cached_tokens,
+                              "demoted_blocks", (json_int_t)r->demoted_blocks, "loaded_blocks", (json_int_t)r->loaded_blocks,
+                              "stored_blocks", (json_int_t)r->stored_blocks, "host_evicted_blocks", (json_int_t)r->host_evicted_blocks,
+                              "copy_s", r->copy_s);
+    if (o && tiers) json_object_update(o, tiers);
+    json_decref(tiers);
     char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
     printf("%s\n", line ? line : "{\"error\":\"out of memory\"}");
     free(line);
@@ -52,12 +70,14 @@ static void print_json(const SimConfig *cfg, const SimResult *r) {
 }
 
 int cmd_sim(int argc, char **argv) {
-    enum { O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK };
+    enum { O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
         {"decode-ms-per-token", required_argument, 0, O_DECODE}, {"json", no_argument, 0, O_JSON},
-        {"block-size", required_argument, 0, O_BLOCK},
+        {"block-size", required_argument, 0, O_BLOCK}, {"host-kv-tokens", required_argument, 0, O_HOST},
+        {"host-gbs", required_argument, 0, O_GBS}, {"host-latency-us", required_argument, 0, O_LAT},
+        {"kv-bytes-per-token", required_argument, 0, O_BPT},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     SimConfig cfg = sim_config_default();
     const char *trace_path = NULL;
@@ -70,8 +90,12 @@ int cmd_sim(int argc, char **argv) {
         case O_TRACE: trace_path = optarg; break;
         case O_KV: if (cli_parse_int("--kv-tokens", optarg, 1, 1L << 30, &v)) return 2; cfg.kv_tokens = (int)v; have_kv = 1; break;
         case O_POLICY:
-            if (strcmp(optarg, "lru") && strcmp(optarg, "belady")) {
-                fprintf(stderr, "braid sim: --policy expects lru or belady, got '%s'\n", optarg);
+            if (strcmp(optarg, "belady") && !evict_policy_find(optarg)) {
+                fprintf(stderr, "braid sim: unknown --policy '%s' (belady or one of: ", optarg);
+                const EvictPolicy *const *all;
+                int n = evict_policy_list(&all);
+                for (int i = 0; i < n; i++) fprintf(stderr, "%s%s", i ? ", " : "", all[i]->name);
+                fprintf(stderr, ")\n");
                 return 2;
             }
             cfg.policy = optarg;
@@ -79,6 +103,10 @@ int cmd_sim(int argc, char **argv) {
         case O_PREFILL: if (cli_parse_float("--prefill-ms-per-token", optarg, 0, 1e6, &d)) return 2; cfg.prefill_s_per_token = d / 1e3; break;
         case O_DECODE: if (cli_parse_float("--decode-ms-per-token", optarg, 0, 1e6, &d)) return 2; cfg.decode_s_per_token = d / 1e3; break;
         case O_JSON: json = 1; break;
+        case O_HOST: if (cli_parse_int("--host-kv-tokens", optarg, 0, 1L << 30, &v)) return 2; cfg.host_kv_tokens = (int)v; break;
+        case O_GBS: if (cli_parse_float("--host-gbs", optarg, 1e-3, 1e6, &d)) return 2; cfg.host_bandwidth_bytes_per_s = d * 1e9; break;
+        case O_LAT: if (cli_parse_float("--host-latency-us", optarg, 0, 1e9, &d)) return 2; cfg.host_latency_s = d / 1e6; break;
+        case O_BPT: if (cli_parse_float("--kv-bytes-per-token", optarg, 1, 1e12, &d)) return 2; cfg.kv_bytes_per_token = d; break;
         case O_BLOCK: if (cli_parse_int("--block-size", optarg, 1, 1 << 16, &v)) return 2; block_size = (int)v; break;
         case 'h': fputs(sim_usage, stdout); return 0;
         default: fputs(sim_usage, stderr); return 2;

@@ -4,15 +4,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/block_pool.h"
-#include "cache/radix_tree.h"
+#include "cache/kv_cache.h"
 #include "common/grow.h"
 #include "common/strmap.h"
 
 SimConfig sim_config_default(void) {
     /* Defaults measured on the 2-core CPU with SmolLM2-135M (bench/RESULTS.md): ~400 prefill tok/s,
      * ~100 decode tok/s. Any other machine: pass your own. */
-    SimConfig c = {.kv_tokens = 8192, .policy = "lru", .prefill_s_per_token = 1.0 / 400, .decode_s_per_token = 1.0 / 100};
+    SimConfig c = {.kv_tokens = 8192, .policy = "lru", .prefill_s_per_token = 1.0 / 400, .decode_s_per_token = 1.0 / 100,
+                   /* SmolLM2-135M in fp16: 2 (K, V) x 30 layers x 3 KV heads x 64 dims x 2 bytes per token. Copy
+                    * rate and latency: the CPU backend's block copies on the 2-core machine (bench/RESULTS.md,
+                    * host-tier study); a GPU over PCIe 4/5 sees ~25-50 GB/s. */
+                   .kv_bytes_per_token = 23040, .host_bandwidth_bytes_per_s = 12e9, .host_latency_s = 5e-6};
     return c;
 }
 
@@ -90,33 +93,37 @@ static const EvictPolicy belady_policy = {.name = "belady", .score = belady_scor
 
 /* ---- replay ---- */
 
-static int serve_one(RadixTree *tree, BlockPool *pool, const TraceRequest *r, int bs, int32_t *tokens, int32_t *blocks,
-                     int *cached_blocks) {
-    BraidError err;
+typedef struct {
+    int device_cached_blocks, host_cached_blocks, copied_blocks;
+    int ok; /* 0: the request needed more blocks than the cache could give */
+} Served;
+
+/* One request through the cache, as the scheduler admits and finishes it. */
+static int serve_one(KvCache *c, const TraceRequest *r, int bs, int32_t *tokens, int32_t *blocks, CacheOpList *ops, Served *out,
+                     BraidError *err) {
+    CacheIdentity id;
+    if (kv_cache_identity(c, r->tenant, r->adapter, r->workflow, r->agent, &id, err)) return -1;
     /* Match at most the prompt's full blocks, and never the whole prompt. */
     int limit = r->prompt_tokens > 0 ? (r->prompt_tokens - 1) / bs : 0;
     if (limit > r->n_blocks) limit = r->n_blocks;
     hash_tokens(r->blocks, r->n_blocks, tokens);
-    RadixMatch m;
-    if (radix_match_prefix(tree, r->ns, tokens, limit * SIM_TOKENS_PER_BLOCK + 1, &m, &err)) return -1;
-    radix_lock(tree, m.node);
-    for (int i = 0; i < m.n_blocks; i++) {
-        block_pool_hold(pool, m.blocks[i]);
-        blocks[i] = m.blocks[i];
-    }
-    *cached_blocks = m.n_blocks;
-    free(m.blocks);
-    int total = (r->prompt_tokens + r->output_tokens + bs - 1) / bs, need = total - *cached_blocks, ok = 1;
-    if (need > pool->n_free) radix_evict(tree, need - pool->n_free, NULL);
-    if (block_pool_alloc(pool, need, blocks + *cached_blocks)) ok = 0;
-    int held = ok ? total : *cached_blocks;
-    if (ok) {
-        int already;
-        radix_insert(tree, r->ns, tokens, r->n_blocks, blocks, &already, NULL, &err);
-    }
-    for (int i = 0; i < held; i++) block_pool_release(pool, blocks[i]);
-    radix_unlock(tree, m.node);
-    return ok;
+    uint64_t copies_before = c->counters.stored_blocks + c->counters.loaded_blocks;
+    KvCacheMatch m;
+    if (kv_cache_match(c, &id, tokens, limit * SIM_TOKENS_PER_BLOCK + 1, &m, err)) return -1;
+    int got = kv_cache_acquire(c, &m, blocks, err);
+    if (got < 0) return -1;
+    int total = (r->prompt_tokens + r->output_tokens + bs - 1) / bs, need = total - got;
+    out->ok = kv_cache_reserve(c, need, blocks + got) == 0;
+    RadixNode *lock = m.node;
+    if (out->ok && kv_cache_commit(c, &id, tokens, r->n_blocks, blocks, &lock, false, err)) return -1;
+    kv_cache_release(c, lock, blocks, out->ok ? total : got);
+    out->device_cached_blocks = m.device_blocks;
+    out->host_cached_blocks = m.host_blocks;
+    out->copied_blocks = (int)(c->counters.stored_blocks + c->counters.loaded_blocks - copies_before);
+    /* Nothing carries the operations out here; their cost is modeled from the counters. */
+    if (kv_cache_take_ops(c, ops)) return braid_error_set(err, "sim: out of memory");
+    cache_ops_clear(ops);
+    return 0;
 }
 
 /* ---- per-workflow and per-agent summaries ---- */
@@ -179,57 +186,85 @@ void sim_result_free(SimResult *res) {
     res->n_agents = 0;
 }
 
-int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *err) {
-    memset(res, 0, sizeof *res);
-    int bs = t->block_size > 0 ? t->block_size : 16, n_blocks = cfg->kv_tokens / bs + 1;
-    bool belady = strcmp(cfg->policy, "belady") == 0;
-    const EvictPolicy *policy = belady ? &belady_policy : evict_policy_find(cfg->policy);
-    if (!policy) return braid_error_set(err, "sim: unknown policy '%s' (lru, belady)", cfg->policy);
-    BlockPool pool;
-    RadixTree tree;
-    BeladyState bstate = {0};
-    if (belady && belady_build(&bstate, t)) return braid_error_set(err, "sim: out of memory indexing the trace");
-    if (block_pool_init(&pool, n_blocks, err) || radix_init(&tree, &pool, SIM_TOKENS_PER_BLOCK, policy, belady ? &bstate : NULL, err))
-        return -1;
-    int max_blocks = 1;
+static double copy_seconds(const SimConfig *cfg, int blocks, int bs) {
+    if (blocks == 0) return 0.0;
+    return cfg->host_latency_s + (double)blocks * bs * cfg->kv_bytes_per_token / cfg->host_bandwidth_bytes_per_s;
+}
+
+/* Workflow ends at or before time t reach the cache's policy. */
+static void deliver_ends(KvCache *c, const Trace *t, int *next_end, double until) {
+    while (*next_end < t->n_ends && t->ends[*next_end].t <= until) kv_cache_workflow_end(c, t->ends[(*next_end)++].workflow);
+}
+
+static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, BeladyState *bstate, SimResult *res, double *ttfts, double *latencies,
+                  BraidError *err) {
+    int bs = t->block_size > 0 ? t->block_size : 16, max_blocks = 1, next_end = 0;
     for (int i = 0; i < t->n; i++) {
         int need = (t->reqs[i].prompt_tokens + t->reqs[i].output_tokens + bs - 1) / bs + t->reqs[i].n_blocks + 1;
         if (need > max_blocks) max_blocks = need;
     }
     int32_t *tokens = malloc((size_t)max_blocks * SIM_TOKENS_PER_BLOCK * sizeof *tokens), *blocks = malloc((size_t)max_blocks * sizeof *blocks);
-    double *ttfts = malloc(((size_t)t->n + 1) * sizeof *ttfts), *latencies = malloc(((size_t)t->n + 1) * sizeof *latencies);
-    int rc = tokens && blocks && ttfts && latencies ? 0 : braid_error_set(err, "sim: out of memory");
+    int rc = tokens && blocks ? 0 : braid_error_set(err, "sim: out of memory");
     double ttft_sum = 0;
+    CacheOpList ops = {0};
     for (int i = 0; rc == 0 && i < t->n; i++) {
         const TraceRequest *r = &t->reqs[i];
-        bstate.current = i;
-        int cached_blocks = 0, ok = serve_one(&tree, &pool, r, bs, tokens, blocks, &cached_blocks);
-        if (ok < 0) {
-            rc = braid_error_set(err, "sim: out of memory");
-            break;
-        }
-        if (!ok) res->too_large++;
-        int cached = cached_blocks * bs, computed = r->prompt_tokens - cached;
-        double ttft = computed * cfg->prefill_s_per_token;
+        bstate->current = i;
+        deliver_ends(c, t, &next_end, r->t);
+        Served sv = {0};
+        if ((rc = serve_one(c, r, bs, tokens, blocks, &ops, &sv, err))) break;
+        if (!sv.ok) res->too_large++;
+        int cached = (sv.device_cached_blocks + sv.host_cached_blocks) * bs, computed = r->prompt_tokens - cached;
+        double copy = copy_seconds(cfg, sv.copied_blocks, bs), ttft = computed * cfg->prefill_s_per_token + copy;
         res->requests++;
         res->prompt_tokens += (uint64_t)r->prompt_tokens;
         res->cached_tokens += (uint64_t)cached;
+        res->device_cached_tokens += (uint64_t)sv.device_cached_blocks * bs;
+        res->host_cached_tokens += (uint64_t)sv.host_cached_blocks * bs;
+        res->copy_s += copy;
         ttft_sum += ttft;
         ttfts[i] = ttft;
         latencies[i] = ttft + r->output_tokens * cfg->decode_s_per_token;
         res->modeled_latency_s += latencies[i];
     }
-    if (rc == 0 && summarize(t, ttfts, latencies, res)) rc = braid_error_set(err, "sim: out of memory");
-    res->workflow_ends = t->n_ends;
-    res->evicted_blocks = tree.counters.evicted_blocks;
-    res->hit_rate = res->prompt_tokens ? (double)res->cached_tokens / (double)res->prompt_tokens : 0.0;
+    deliver_ends(c, t, &next_end, INFINITY);
     res->mean_ttft_s = res->requests ? ttft_sum / res->requests : 0.0;
+    cache_ops_free(&ops);
     free(tokens);
     free(blocks);
+    return rc;
+}
+
+int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *err) {
+    memset(res, 0, sizeof *res);
+    int bs = t->block_size > 0 ? t->block_size : 16;
+    bool belady = strcmp(cfg->policy, "belady") == 0;
+    const EvictPolicy *policy = belady ? &belady_policy : evict_policy_find(cfg->policy);
+    if (!policy) return braid_error_set(err, "sim: unknown policy '%s' (a registered one or belady)", cfg->policy);
+    BeladyState bstate = {0};
+    if (belady && belady_build(&bstate, t)) return braid_error_set(err, "sim: out of memory indexing the trace");
+    KvCacheConfig cc = {.block_size = SIM_TOKENS_PER_BLOCK, .device_blocks = cfg->kv_tokens / bs + 1,
+                        .host_blocks = cfg->host_kv_tokens > 0 ? cfg->host_kv_tokens / bs + 1 : 0, .policy = policy,
+                        .policy_state = belady ? &bstate : NULL};
+    KvCache cache;
+    if (kv_cache_init(&cache, &cc, err)) {
+        if (belady) belady_free(&bstate);
+        return -1;
+    }
+    double *ttfts = malloc(((size_t)t->n + 1) * sizeof *ttfts), *latencies = malloc(((size_t)t->n + 1) * sizeof *latencies);
+    int rc = ttfts && latencies ? replay(t, cfg, &cache, &bstate, res, ttfts, latencies, err) : braid_error_set(err, "sim: out of memory");
+    if (rc == 0 && summarize(t, ttfts, latencies, res)) rc = braid_error_set(err, "sim: out of memory");
+    res->workflow_ends = t->n_ends;
+    const KvCacheCounters *k = &cache.counters;
+    res->evicted_blocks = k->device_evicted_blocks;
+    res->demoted_blocks = k->demoted_blocks;
+    res->loaded_blocks = k->loaded_blocks;
+    res->stored_blocks = k->stored_blocks;
+    res->host_evicted_blocks = k->host_evicted_blocks;
+    res->hit_rate = res->prompt_tokens ? (double)res->cached_tokens / (double)res->prompt_tokens : 0.0;
     free(ttfts);
     free(latencies);
-    radix_free(&tree);
-    block_pool_free(&pool);
+    kv_cache_free(&cache);
     if (belady) belady_free(&bstate);
     return rc;
 }

@@ -2,11 +2,13 @@
  * simulator.h — replays a trace through the real cache code (src/cache: block pool, radix tree,
  * eviction policies) with no model, in arrival order, one request at a time.
  *
- * Each request matches its cached prefix (block hashes stand in for tokens; never the whole
- * prompt), takes blocks for the rest of its prompt and its output (evicting per policy when
- * short), then leaves its full prompt blocks in the cache. A cost model turns computed and cached
- * tokens into modeled time. Policies: "lru", and "belady", the offline bound, which evicts the
- * leaf whose next use lies farthest in the future (known from the trace).
+ * It drives the one cache object (src/cache/kv_cache.h) exactly as the scheduler does: each request
+ * matches its cached prefix (block hashes stand in for tokens; never the whole prompt), loads the
+ * host-tier part of it back, takes blocks for the rest of its prompt and its output (the cache
+ * evicts or demotes per policy when short), then leaves its full prompt blocks in the cache.
+ * Workflow ends reach the policy at their time. A cost model turns computed tokens and the blocks
+ * copied between tiers into modeled time. Policies: any registered one, and "belady", the offline
+ * bound, which evicts the node whose next use lies farthest in the future (known from the trace).
  *
  * Per workflow, the modeled latency is the model time on its critical path: its requests grouped
  * into stages by arrival time (a fan-out's calls arrive together), each stage as long as its
@@ -22,9 +24,13 @@
 #include "sim/trace.h"
 
 typedef struct {
-    int kv_tokens;            /* cache capacity in tokens */
-    const char *policy;       /* "lru" or "belady" */
+    int kv_tokens;            /* device cache capacity in tokens */
+    int host_kv_tokens;       /* host tier capacity in tokens (0 = no host tier) */
+    const char *policy;       /* a registered policy (evict_policy_find) or "belady" */
     double prefill_s_per_token, decode_s_per_token;
+    /* Copy cost of the host tier: bytes of K+V per token, copy bandwidth, fixed latency per
+     * request that moves blocks (one batch of copies before its forward). */
+    double kv_bytes_per_token, host_bandwidth_bytes_per_s, host_latency_s;
 } SimConfig;
 
 typedef struct {
@@ -36,6 +42,10 @@ typedef struct {
 typedef struct {
     int requests, too_large;  /* too_large: needed more blocks than the whole cache */
     uint64_t prompt_tokens, cached_tokens, evicted_blocks;
+    /* cached_tokens = device_cached_tokens + host_cached_tokens (loaded back before the forward) */
+    uint64_t device_cached_tokens, host_cached_tokens;
+    uint64_t demoted_blocks, loaded_blocks, stored_blocks, host_evicted_blocks;
+    double copy_s;            /* modeled time spent copying between tiers (in modeled_latency_s) */
     double modeled_latency_s; /* sum over requests */
     double mean_ttft_s;
     double hit_rate;          /* cached prompt tokens / prompt tokens */

@@ -16,35 +16,46 @@ static void event(Scheduler *s, const char *kind, const SchedRequest *r, const c
     fprintf(s->events, "}\n");
 }
 
-int sched_init(Scheduler *s, int n_blocks, int block_size, int max_batch_tokens, int max_running, bool cache_enabled,
-               const EvictPolicy *policy, BraidError *err) {
+/* One JSONL line per cache event, in the shape of vLLM's KV events (BlockStored, BlockRemoved,
+ * AllBlocksCleared) plus the tier ("medium") and why it happened. */
+static void log_cache_event(Scheduler *s, const CacheEvent *ev) {
+    static const char *const kinds[] = {"", "BlockStored", "BlockRemoved", "AllBlocksCleared"};
+    fprintf(s->events, "{\"t\":%.6f,\"event\":\"kv\",\"type\":\"%s\",\"reason\":\"%s\"", s->clock(), kinds[ev->kind], ev->reason);
+    if (ev->kind != CACHE_EVENT_CLEARED) {
+        fprintf(s->events, ",\"medium\":\"%s\",\"blocks\":%d,\"block_hashes\":[", ev->tier == CACHE_TIER_HOST ? "host" : "device", ev->n_blocks);
+        for (int i = 0; i < ev->n_blocks; i++) fprintf(s->events, "%s\"%016llx\"", i ? "," : "", (unsigned long long)ev->hashes[i]);
+        fprintf(s->events, "],\"parent_block_hash\":\"%016llx\",\"tenant\":\"%s\",\"adapter\":\"%s\",\"on_device\":%s,\"on_host\":%s",
+                (unsigned long long)ev->parent_hash, kv_cache_name(&s->cache, CACHE_NAME_TENANT, ev->tenant),
+                kv_cache_name(&s->cache, CACHE_NAME_ADAPTER, ev->adapter), ev->tiers_after & CACHE_ON_DEVICE ? "true" : "false",
+                ev->tiers_after & CACHE_ON_HOST ? "true" : "false");
+    }
+    fprintf(s->events, "}\n");
+}
+
+static void on_cache_event(void *ctx, const CacheEvent *ev) {
+    Scheduler *s = ctx;
+    if (s->events) log_cache_event(s, ev);
+    if (s->observer.on_cache_event) s->observer.on_cache_event(s->observer.ctx, ev);
+}
+
+int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err) {
     memset(s, 0, sizeof *s);
-    s->block_size = block_size;
-    s->max_batch_tokens = max_batch_tokens;
-    s->max_running = max_running;
-    s->cache_enabled = cache_enabled;
+    s->block_size = cfg->block_size;
+    s->max_batch_tokens = cfg->max_batch_tokens;
+    s->max_running = cfg->max_running;
+    s->cache_enabled = cfg->cache_enabled;
     s->clock = braid_now_seconds;
-    if (block_pool_init(&s->pool, n_blocks, err)) return -1;
-    /* Whole nodes are evicted, so one eviction can free up to the whole pool. */
-    s->evicted_ids = malloc((size_t)n_blocks * sizeof *s->evicted_ids);
-    if (!s->evicted_ids) {
-        block_pool_free(&s->pool);
-        return braid_error_set(err, "scheduler: out of memory");
-    }
-    if (radix_init(&s->tree, &s->pool, block_size, policy, NULL, err)) {
-        free(s->evicted_ids);
-        block_pool_free(&s->pool);
-        return -1;
-    }
+    KvCacheConfig cc = {.block_size = cfg->block_size, .device_blocks = cfg->device_blocks,
+                        .host_blocks = cfg->cache_enabled ? cfg->host_blocks : 0, .policy = cfg->policy, .clock = braid_now_seconds};
+    if (kv_cache_init(&s->cache, &cc, err)) return -1;
+    kv_cache_set_observer(&s->cache, on_cache_event, s);
     return 0;
 }
 
 void sched_free(Scheduler *s) {
-    radix_free(&s->tree);
-    block_pool_free(&s->pool);
+    kv_cache_free(&s->cache);
     free(s->waiting);
     free(s->running);
-    free(s->evicted_ids);
     memset(s, 0, sizeof *s);
 }
 
@@ -56,6 +67,10 @@ void plan_free(StepPlan *plan) {
 
 void sched_request_free(SchedRequest *r) {
     free(r->id);
+    free(r->tenant);
+    free(r->adapter);
+    free(r->workflow);
+    free(r->agent);
     free(r->tokens);
     free(r->blocks);
     sampler_free(&r->sampler);
@@ -78,12 +93,19 @@ static void queue_push_front(Scheduler *s, SchedRequest *r) {
 int sched_add(Scheduler *s, SchedRequest *r) {
     r->state = REQ_WAITING;
     r->cached_tokens = -1;
-    int need = blocks_for(s, r->n_prompt + r->max_tokens);
-    if (need > block_pool_total(&s->pool)) {
+    BraidError err;
+    if (kv_cache_identity(&s->cache, r->tenant, r->adapter, r->workflow, r->agent, &r->identity, &err)) {
+        snprintf(r->error, sizeof r->error, "%s", err.msg);
+        r->state = REQ_FINISHED;
+        r->finish_reason = "error";
+        return -1;
+    }
+    int need = blocks_for(s, r->n_prompt + r->max_tokens), total = kv_cache_total(&s->cache, CACHE_TIER_DEVICE);
+    if (need > total) {
         snprintf(r->error, sizeof r->error,
                  "request needs %d KV blocks (%d prompt + %d max_tokens tokens) but the pool holds only %d; "
                  "lower max_tokens or start with more --kv-blocks",
-                 need, r->n_prompt, r->max_tokens, block_pool_total(&s->pool));
+                 need, r->n_prompt, r->max_tokens, total);
         r->state = REQ_FINISHED;
         r->finish_reason = "error";
         return -1;
@@ -99,19 +121,14 @@ int sched_add(Scheduler *s, SchedRequest *r) {
     return 0;
 }
 
-/* Grows r's block table to cover `tokens` slots, evicting from the tree when the pool is short. */
+/* Grows r's block table to cover `tokens` slots; the cache evicts or demotes when the pool is short. */
 static int ensure_blocks(Scheduler *s, SchedRequest *r, int tokens) {
     int need = blocks_for(s, tokens) - r->n_blocks;
     if (need <= 0) return 0;
     if (braid_grow((void **)&r->blocks, &r->cap_blocks, r->n_blocks + need, sizeof *r->blocks)) return -1;
-    if (s->pool.n_free < need) {
-        int evicted = radix_evict(&s->tree, need - s->pool.n_free, s->evicted_ids);
-        if (evicted) event(s, "evict", r, "\"blocks\":%d,\"free\":%d", evicted, s->pool.n_free);
-        if (evicted && s->observer.evicted) s->observer.evicted(s->observer.ctx, s->evicted_ids, evicted);
-    }
-    if (block_pool_alloc(&s->pool, need, r->blocks + r->n_blocks)) return -1;
+    if (kv_cache_reserve(&s->cache, need, r->blocks + r->n_blocks)) return -1;
     r->n_blocks += need;
-    int in_use = s->pool.n_in_use;
+    int in_use = kv_cache_in_use(&s->cache, CACHE_TIER_DEVICE);
     if (in_use > s->counters.peak_in_use) s->counters.peak_in_use = in_use;
     return 0;
 }
@@ -119,29 +136,18 @@ static int ensure_blocks(Scheduler *s, SchedRequest *r, int tokens) {
 /* Inserts r's computed full blocks into the tree. With relock, r's lock moves to the node that
  * ends them, so a running request keeps its cached prefix pinned while others reuse it. */
 static void cache_computed_prefix(Scheduler *s, SchedRequest *r, bool relock) {
-    int full = r->n_computed / s->block_size, cached = 0;
+    int full = r->n_computed / s->block_size;
     if (!s->cache_enabled || full == 0) return;
-    RadixNode *end = NULL;
     BraidError err;
-    if (radix_insert(&s->tree, r->ns, r->tokens, full, r->blocks, &cached, &end, &err)) {
+    if (kv_cache_commit(&s->cache, &r->identity, r->tokens, full, r->blocks, &r->locked, relock, &err))
         LOG_WARN("sched", "req %s: cache insert failed: %s", r->id, err.msg);
-        return;
-    }
-    if (full > cached) event(s, "insert", r, "\"blocks\":%d,\"already_cached\":%d", full - cached, cached);
-    if (full > cached && s->observer.stored) s->observer.stored(s->observer.ctx, r->ns, r->tokens, cached, full, r->blocks);
-    if (relock && end != r->locked) {
-        radix_lock(&s->tree, end);
-        if (r->locked) radix_unlock(&s->tree, r->locked);
-        r->locked = end;
-    }
 }
 
 /* Gives back everything r holds; computed full blocks go into the tree first when caching. */
 static void release_request(Scheduler *s, SchedRequest *r) {
     cache_computed_prefix(s, r, false);
-    for (int b = 0; b < r->n_blocks; b++) block_pool_release(&s->pool, r->blocks[b]);
+    kv_cache_release(&s->cache, r->locked, r->blocks, r->n_blocks);
     r->n_blocks = 0;
-    if (r->locked) radix_unlock(&s->tree, r->locked);
     r->locked = NULL;
 }
 
@@ -217,37 +223,56 @@ static SchedRequest *pick_victim(Scheduler *s, const StepPlan *p) {
     return victim;
 }
 
-/* Admission: match the cached prefix, hold and lock it, reserve blocks for the rest of the
- * sequence so far. Returns 0 when admitted, 1 when it does not fit now. */
-static int admit(Scheduler *s, SchedRequest *r, BraidError *err) {
-    RadixMatch m = {0};
-    if (s->cache_enabled) {
-        if (radix_match_prefix(&s->tree, r->ns, r->tokens, r->n_tokens, &m, err)) return -1;
-        radix_lock(&s->tree, m.node);
-        r->locked = m.node;
-    }
-    if (braid_grow((void **)&r->blocks, &r->cap_blocks, blocks_for(s, r->n_tokens) + 1, sizeof *r->blocks)) {
-        free(m.blocks);
+/* The cached prefix of r: matched, locked, held, its host part loaded back as far as device
+ * blocks allow. Fills r->blocks / n_blocks / n_computed; returns the blocks loaded from the host. */
+static int take_cached_prefix(Scheduler *s, SchedRequest *r, BraidError *err) {
+    KvCacheMatch m;
+    if (kv_cache_match(&s->cache, &r->identity, r->tokens, r->n_tokens, &m, err)) return -1;
+    r->locked = m.node;
+    if (braid_grow((void **)&r->blocks, &r->cap_blocks, m.device_blocks + m.host_blocks + 1, sizeof *r->blocks)) {
+        kv_cache_release(&s->cache, r->locked, NULL, 0);
+        r->locked = NULL;
         return braid_error_set(err, "sched: out of memory");
     }
-    for (int b = 0; b < m.n_blocks; b++) {
-        block_pool_hold(&s->pool, m.blocks[b]);
-        r->blocks[b] = m.blocks[b];
+    int got = kv_cache_acquire(&s->cache, &m, r->blocks, err);
+    if (got < 0) { /* it failed before holding anything */
+        kv_cache_release(&s->cache, m.node, NULL, 0);
+        r->locked = NULL;
+        return -1;
     }
-    r->n_blocks = m.n_blocks;
-    r->n_computed = m.n_blocks * s->block_size;
-    free(m.blocks);
+    r->locked = m.node;
+    r->n_blocks = got;
+    r->n_computed = got * s->block_size;
+    return m.host_blocks;
+}
+
+/* Admission: the cached prefix, then blocks reserved for the rest of the sequence so far.
+ * Returns 0 when admitted, 1 when it does not fit now. */
+static int admit(Scheduler *s, SchedRequest *r, BraidError *err) {
+    int loaded = 0;
+    r->n_blocks = 0;
+    r->n_computed = 0;
+    if (s->cache_enabled && (loaded = take_cached_prefix(s, r, err)) < 0) return -1;
+    if (braid_grow((void **)&r->blocks, &r->cap_blocks, blocks_for(s, r->n_tokens) + 1, sizeof *r->blocks)) {
+        release_request(s, r);
+        return braid_error_set(err, "sched: out of memory");
+    }
     if (ensure_blocks(s, r, r->n_tokens)) {
         release_request(s, r);
         r->n_computed = 0;
         return 1;
     }
     if (r->cached_tokens < 0) {
+        int host = loaded * s->block_size;
         r->cached_tokens = r->n_computed;
-        s->counters.cached_prompt_tokens += (uint64_t)r->n_computed;
+        r->cached_tokens_host = host;
+        s->counters.cached_prompt_tokens_device += (uint64_t)(r->n_computed - host);
+        s->counters.cached_prompt_tokens_host += (uint64_t)host;
         s->counters.computed_prompt_tokens += (uint64_t)(r->n_prompt - r->n_computed);
     }
-    if (r->n_computed > 0) event(s, "hit", r, "\"tokens\":%d,\"prompt\":%d", r->n_computed, r->n_tokens);
+    if (r->n_computed > 0)
+        event(s, "hit", r, "\"tokens\":%d,\"prompt\":%d", r->n_computed, r->n_tokens);
+    if (loaded > 0) event(s, "load", r, "\"blocks\":%d,\"tokens\":%d", loaded, loaded * s->block_size);
     return 0;
 }
 
@@ -281,6 +306,8 @@ static int plan_prefill_chunk(StepPlan *p, SchedRequest *r, int *budget) {
 int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
     p->n = 0;
     p->n_tokens = 0;
+    cache_ops_clear(&p->ops);
+    kv_cache_step(&s->cache, s->clock());
     int budget = s->max_batch_tokens;
     if (plan_decodes(s, p, &budget)) return braid_error_set(err, "sched: out of memory");
     for (int i = 0; i < s->n_running && budget > 0; i++) {
@@ -310,6 +337,9 @@ int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
          * blocks, which an idle scheduler never has. Report rather than spin. */
         return braid_error_set(err, "sched: request %s cannot be admitted with an idle pool", s->waiting[0]->id);
     }
+    /* The cache's block operations run before this plan's forward. A plan with nothing to run
+     * leaves them pending for the next one: list order still puts them before any reader. */
+    if (p->n > 0 && kv_cache_take_ops(&s->cache, &p->ops)) return braid_error_set(err, "sched: out of memory");
     s->counters.steps++;
     return p->n;
 }
@@ -325,4 +355,6 @@ void sched_commit(Scheduler *s, const StepPlan *p) {
     }
 }
 
-int sched_check(const Scheduler *s, BraidError *err) { return radix_check(&s->tree, err); }
+void sched_workflow_end(Scheduler *s, const char *workflow) { kv_cache_workflow_end(&s->cache, workflow); }
+
+int sched_check(const Scheduler *s, BraidError *err) { return kv_cache_check(&s->cache, err); }

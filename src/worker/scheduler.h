@@ -22,9 +22,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "cache/block_pool.h"
 #include "cache/cache_ops.h"
-#include "cache/radix_tree.h"
+#include "cache/kv_cache.h"
 #include "common/error.h"
 #include "worker/sampler.h"
 
@@ -35,7 +34,10 @@ typedef struct SchedRequest {
     int32_t *tokens;     /* prompt, then generated tokens */
     int n_tokens, cap_tokens;
     int n_prompt, max_tokens;
-    uint64_t ns;         /* cache namespace (tenant, adapter) */
+    /* Identity (owned strings, NULL = none): the cache namespace is (tenant, adapter); workflow
+     * and agent reach the eviction policy. Interned into `identity` by sched_add. */
+    char *tenant, *adapter, *workflow, *agent;
+    CacheIdentity identity;
     SamplingParams sampling;
     bool ignore_eos;     /* keep generating past end-of-turn tokens (benchmarks) */
     Sampler sampler;
@@ -45,6 +47,7 @@ typedef struct SchedRequest {
     int n_blocks, cap_blocks;
     int n_computed;      /* tokens whose K/V are in the blocks */
     int cached_tokens;   /* prompt tokens served from the cache at first admission (-1 before) */
+    int cached_tokens_host; /* of those, the ones loaded back from the host tier */
     int preemptions;
     double t_first_token, t_finish;
     const char *finish_reason; /* "stop", "length", "error" */
@@ -67,23 +70,32 @@ typedef struct {
 } StepPlan;
 
 typedef struct {
-    uint64_t cached_prompt_tokens, computed_prompt_tokens, preemptions, steps;
+    /* Prompt tokens at first admission: cached on the device, cached on the host (loaded back),
+     * computed. Their sum is the prompt tokens admitted. Cache-wide counters (demotions,
+     * load-backs, evictions per tier) are in the cache: sched->cache.counters. */
+    uint64_t cached_prompt_tokens_device, cached_prompt_tokens_host, computed_prompt_tokens;
+    uint64_t preemptions, steps;
     int peak_in_use;
 } SchedCounters;
 
-/* Hooks for whoever mirrors the prefix cache elsewhere (the cluster's router index). Optional. */
+/* A hook for whoever mirrors the cache elsewhere (the cluster's router index): every cache event
+ * (kv_cache.h: blocks stored / removed per tier, with content hashes), after the scheduler's own
+ * JSONL log has it. Optional. */
 typedef struct {
     void *ctx;
-    /* The sequence whose first n_full blocks hold tokens[0, n_full * block_size) now has blocks
-     * [first_block, n_full) in the tree (the earlier ones were there already). */
-    void (*stored)(void *ctx, uint64_t ns, const int32_t *tokens, int first_block, int n_full, const int32_t *blocks);
-    /* These blocks just left the tree. */
-    void (*evicted)(void *ctx, const int32_t *blocks, int n);
+    CacheEventFn on_cache_event;
 } SchedObserver;
 
 typedef struct {
-    BlockPool pool;
-    RadixTree tree;
+    int device_blocks;   /* device KV pool, including the null block */
+    int host_blocks;     /* host tier, including its null block; 0 = off */
+    int block_size, max_batch_tokens, max_running;
+    bool cache_enabled;  /* prefix caching; off = every prompt is computed */
+    const EvictPolicy *policy; /* NULL = LRU */
+} SchedConfig;
+
+typedef struct {
+    KvCache cache;
     bool cache_enabled;
     int block_size, max_batch_tokens, max_running;
     SchedRequest **waiting; /* FIFO; preempted requests go back to the front */
@@ -93,12 +105,10 @@ typedef struct {
     SchedCounters counters;
     FILE *events;           /* JSONL cache decisions, or NULL */
     SchedObserver observer;
-    int32_t *evicted_ids;   /* (pool blocks) scratch for the observer's eviction reports */
     double (*clock)(void);
 } Scheduler;
 
-int sched_init(Scheduler *s, int n_blocks, int block_size, int max_batch_tokens, int max_running, bool cache_enabled,
-               const EvictPolicy *policy, BraidError *err);
+int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err);
 void sched_free(Scheduler *s);
 /* Queues a request (the scheduler does not own it). Returns -1 and finishes it with an error when
  * it could never fit in the pool. */
@@ -115,10 +125,13 @@ void sched_finish(Scheduler *s, SchedRequest *req, const char *reason);
  * what it computed goes into the cache, its blocks are released, finish_reason = "cancelled". */
 void sched_cancel(Scheduler *s, SchedRequest *req);
 bool sched_idle(const Scheduler *s);
+/* A workflow ended (the client said so): the eviction policy hears it. */
+void sched_workflow_end(Scheduler *s, const char *workflow);
 /* Accounting invariant and tree consistency (tests, debug builds). */
 int sched_check(const Scheduler *s, BraidError *err);
 void plan_free(StepPlan *plan);
-/* Frees what a request owns (id, tokens, blocks array, sampler); the request must not be queued. */
+/* Frees what a request owns (id, identity strings, tokens, blocks array, sampler); the request
+ * must not be queued. */
 void sched_request_free(SchedRequest *req);
 
 #endif

@@ -1,0 +1,650 @@
+#include "cache/kv_cache.h"
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/content_hash.h"
+#include "common/grow.h"
+#include "common/timeutil.h"
+
+/* ---- eviction heaps: per tier, a min-heap of evictable nodes keyed by the policy's score ---- */
+
+static bool heap_less(const RadixNode *a, const RadixNode *b, int tier) {
+    if (a->heap_key[tier] != b->heap_key[tier]) return a->heap_key[tier] < b->heap_key[tier];
+    return a->meta.last_access < b->meta.last_access; /* deterministic among equal scores */
+}
+
+static void heap_place(KvCacheHeap *h, int tier, int pos, RadixNode *n) {
+    h->nodes[pos] = n;
+    n->heap_pos[tier] = pos;
+}
+
+static void heap_sift_up(KvCacheHeap *h, int tier, int pos) {
+    RadixNode *n = h->nodes[pos];
+    while (pos > 0) {
+        int parent = (pos - 1) / 2;
+        if (!heap_less(n, h->nodes[parent], tier)) break;
+        heap_place(h, tier, pos, h->nodes[parent]);
+        pos = parent;
+    }
+    heap_place(h, tier, pos, n);
+}
+
+static void heap_sift_down(KvCacheHeap *h, int tier, int pos) {
+    RadixNode *n = h->nodes[pos];
+    for (;;) {
+        int child = 2 * pos + 1;
+        if (child >= h->n) break;
+        if (child + 1 < h->n && heap_less(h->nodes[child + 1], h->nodes[child], tier)) child++;
+        if (!heap_less(h->nodes[child], n, tier)) break;
+        heap_place(h, tier, pos, h->nodes[child]);
+        pos = child;
+    }
+    heap_place(h, tier, pos, n);
+}
+
+static void heap_remove(KvCacheHeap *h, int tier, RadixNode *n) {
+    int pos = n->heap_pos[tier];
+    if (pos < 0) return;
+    n->heap_pos[tier] = -1;
+    RadixNode *last = h->nodes[--h->n];
+    if (pos == h->n) return;
+    heap_place(h, tier, pos, last);
+    heap_sift_up(h, tier, pos);
+    heap_sift_down(h, tier, last->heap_pos[tier]);
+}
+
+/* ---- tier membership ---- */
+
+static bool on_tier(const RadixNode *n, unsigned bit) { return (n->meta.tiers & bit) != 0; }
+
+static bool has_device_child(const RadixNode *n) {
+    for (int i = 0; i < n->n_children; i++)
+        if (on_tier(n->children[i], CACHE_ON_DEVICE)) return true;
+    return false;
+}
+
+/* Evicting from the device keeps the device set ancestor-closed: only nodes with no child there. */
+static bool device_evictable(const RadixNode *n) {
+    return !radix_is_root(n) && on_tier(n, CACHE_ON_DEVICE) && n->lock_ref == 0 && !n->meta.pinned && !has_device_child(n);
+}
+
+/* A host copy of a device node is redundant and can always go; a host-only node only as an
+ * unlocked leaf (a locked one is about to be loaded). */
+static bool host_evictable(const RadixNode *n) {
+    if (radix_is_root(n) || !on_tier(n, CACHE_ON_HOST) || n->meta.pinned) return false;
+    return on_tier(n, CACHE_ON_DEVICE) || (n->lock_ref == 0 && n->n_children == 0);
+}
+
+/* Puts n in, takes it out of, or re-keys it in each tier's heap, as its state now says. */
+static void heap_refresh(KvCache *c, RadixNode *n) {
+    for (int t = 0; t < CACHE_N_TIERS; t++) {
+        KvCacheTier *tier = &c->tiers[t];
+        bool want = t == CACHE_TIER_DEVICE ? device_evictable(n) : c->host_enabled && host_evictable(n);
+        if (!want) {
+            heap_remove(&tier->heap, t, n);
+            continue;
+        }
+        n->heap_key[t] = tier->policy->score(tier->state, n);
+        if (n->heap_pos[t] >= 0) {
+            heap_sift_up(&tier->heap, t, n->heap_pos[t]);
+            heap_sift_down(&tier->heap, t, n->heap_pos[t]);
+            continue;
+        }
+        /* Capacity is reserved ahead (node_count_grow), so this push cannot fail. */
+        assert(tier->heap.n < tier->heap.cap);
+        heap_place(&tier->heap, t, tier->heap.n++, n);
+        heap_sift_up(&tier->heap, t, n->heap_pos[t]);
+    }
+}
+
+/* A node's tiers or children changed: it and its parent may enter or leave a heap. */
+static void membership_changed(KvCache *c, RadixNode *n) {
+    heap_refresh(c, n);
+    if (n->parent && !radix_is_root(n->parent)) heap_refresh(c, n->parent);
+}
+
+static void heap_rebuild(KvCache *c, int t) {
+    KvCacheTier *tier = &c->tiers[t];
+    for (int i = 0; i < tier->heap.n; i++) tier->heap.nodes[i]->heap_key[t] = tier->policy->score(tier->state, tier->heap.nodes[i]);
+    for (int i = tier->heap.n / 2 - 1; i >= 0; i--) heap_sift_down(&tier->heap, t, i);
+}
+
+/* Heaps hold at most every node; room for `more` nodes beyond today's count, made before a node
+ * can appear, keeps heap_refresh infallible. */
+static int node_count_grow(KvCache *c, int more) {
+    for (int t = 0; t < CACHE_N_TIERS; t++) {
+        KvCacheHeap *h = &c->tiers[t].heap;
+        if (braid_grow((void **)&h->nodes, &h->cap, c->n_nodes + more + 1, sizeof *h->nodes)) return -1;
+    }
+    return 0;
+}
+
+/* ---- policy notifications ---- */
+
+typedef void (*PolicyNodeFn)(void *state, const RadixNode *node);
+
+static void notify(KvCache *c, size_t offset, const RadixNode *n) {
+    for (int t = 0; t < CACHE_N_TIERS; t++) {
+        PolicyNodeFn fn = *(const PolicyNodeFn *)((const char *)c->tiers[t].policy + offset);
+        if (fn) fn(c->tiers[t].state, n);
+    }
+}
+#define NOTIFY(c, field, n) notify((c), offsetof(EvictPolicy, field), (n))
+
+static void notify_evict(KvCache *c, int t, const RadixNode *n) {
+    if (c->tiers[t].policy->on_evict) c->tiers[t].policy->on_evict(c->tiers[t].state, n);
+}
+
+/* ---- events ---- */
+
+static uint64_t parent_hash(const RadixNode *n) {
+    const RadixNode *p = n->parent;
+    return p && !radix_is_root(p) ? p->hashes[p->n_blocks - 1] : 0;
+}
+
+static void emit(KvCache *c, CacheEventKind kind, CacheTier tier, const char *reason, const RadixNode *n, const int32_t *tokens) {
+    if (!c->on_event) return;
+    CacheEvent ev = {.kind = kind, .tier = tier, .reason = reason, .n_blocks = n->n_blocks, .hashes = n->hashes,
+                     .parent_hash = parent_hash(n), .tokens = tokens, .token_block = c->block_size, .tenant = n->meta.tenant,
+                     .adapter = n->meta.adapter, .tiers_after = n->meta.tiers};
+    c->on_event(c->event_ctx, &ev);
+}
+
+/* ---- locks, touches, uses ---- */
+
+static void lock_path(KvCache *c, RadixNode *node) {
+    for (RadixNode *n = node; n; n = n->parent)
+        if (n->lock_ref++ == 0) heap_refresh(c, n);
+}
+
+static void unlock_path(KvCache *c, RadixNode *node) {
+    for (RadixNode *n = node; n; n = n->parent) {
+        assert(n->lock_ref > 0);
+        if (--n->lock_ref == 0) {
+            NOTIFY(c, on_release, n);
+            heap_refresh(c, n);
+        }
+    }
+}
+
+static void note_use(RadixNode *n, const CacheIdentity *id) {
+    if (!id || id->workflow == 0) return;
+    CacheNodeMeta *m = &n->meta;
+    int i = 0;
+    while (i < m->n_uses && m->uses[i].workflow != id->workflow) i++;
+    CacheNodeUse use = i < m->n_uses ? m->uses[i] : (CacheNodeUse){.workflow = id->workflow};
+    if (i == m->n_uses && m->n_uses < CACHE_NODE_MAX_WORKFLOWS) m->n_uses++;
+    if (i == CACHE_NODE_MAX_WORKFLOWS) i = CACHE_NODE_MAX_WORKFLOWS - 1; /* the oldest workflow gives way */
+    memmove(m->uses + 1, m->uses, (size_t)i * sizeof *m->uses);
+    if (id->agent) use.agent_mask |= 1ull << (id->agent % 64);
+    m->uses[0] = use;
+}
+
+typedef struct {
+    KvCache *c;
+    const CacheIdentity *id;
+    bool hit;
+    /* commit only: the caller's table, to adopt into host-only nodes on the path */
+    const int32_t *table;
+    int pos;
+} WalkCtx;
+
+static void touch(KvCache *c, RadixNode *n, const CacheIdentity *id, bool hit);
+
+static void walk_match_step(void *ctx, RadixNode *n) {
+    WalkCtx *w = ctx;
+    touch(w->c, n, w->id, w->hit);
+}
+
+static void on_split(void *ctx, RadixNode *upper, RadixNode *lower) {
+    KvCache *c = ctx;
+    /* The heaps were grown for one more node before the walk (node_count_grow). */
+    c->n_nodes++;
+    heap_refresh(c, upper);
+    heap_refresh(c, lower);
+}
+
+static void touch(KvCache *c, RadixNode *n, const CacheIdentity *id, bool hit) {
+    n->meta.last_access = ++c->tick;
+    note_use(n, id);
+    if (hit) {
+        n->meta.hit_count++;
+        NOTIFY(c, on_access, n);
+    }
+    heap_refresh(c, n);
+}
+
+/* ---- leaving a tier ---- */
+
+static void free_tier_blocks(KvCache *c, RadixNode *n, int t) {
+    const int32_t *ids = t == CACHE_TIER_DEVICE ? n->blocks : n->host_blocks;
+    for (int i = 0; i < n->n_blocks; i++) block_pool_set_in_tree(&c->tiers[t].pool, ids[i], false);
+    n->meta.tiers &= (uint8_t)~(1u << t);
+}
+
+static void forget_node(KvCache *c, RadixNode *n) {
+    for (int t = 0; t < CACHE_N_TIERS; t++) heap_remove(&c->tiers[t].heap, t, n);
+}
+
+/* Removes an unlocked node and everything under it from the cache (every tier). */
+static void drop_subtree(KvCache *c, RadixNode *n, const char *reason) {
+    assert(n->lock_ref == 0);
+    while (n->n_children > 0) drop_subtree(c, n->children[n->n_children - 1], reason);
+    for (int t = 0; t < CACHE_N_TIERS; t++) {
+        if (!on_tier(n, 1u << t)) continue;
+        free_tier_blocks(c, n, t);
+        if (t == CACHE_TIER_DEVICE) c->counters.device_evicted_blocks += (uint64_t)n->n_blocks;
+        else c->counters.host_evicted_blocks += (uint64_t)n->n_blocks;
+        notify_evict(c, t, n);
+        emit(c, CACHE_EVENT_REMOVED, (CacheTier)t, reason, n, NULL);
+    }
+    c->counters.dropped_blocks += (uint64_t)n->n_blocks;
+    forget_node(c, n);
+    RadixNode *parent = n->parent;
+    radix_remove_leaf(&c->tree, n);
+    c->n_nodes--;
+    if (!radix_is_root(parent)) heap_refresh(c, parent);
+}
+
+/* Host eviction of one heap victim: a redundant host copy, or an unlocked host-only leaf. */
+static void evict_host_node(KvCache *c, RadixNode *n) {
+    if (!on_tier(n, CACHE_ON_DEVICE)) {
+        drop_subtree(c, n, "host_evict");
+        return;
+    }
+    free_tier_blocks(c, n, CACHE_TIER_HOST);
+    c->counters.host_evicted_blocks += (uint64_t)n->n_blocks;
+    notify_evict(c, CACHE_TIER_HOST, n);
+    emit(c, CACHE_EVENT_REMOVED, CACHE_TIER_HOST, "host_evict", n, NULL);
+    membership_changed(c, n);
+}
+
+/* Frees host blocks until n are free; false when the host heap runs dry first. */
+static bool host_make_room(KvCache *c, int n) {
+    KvCacheTier *host = &c->tiers[CACHE_TIER_HOST];
+    while (host->pool.n_free < n && host->heap.n > 0) evict_host_node(c, host->heap.nodes[0]);
+    return host->pool.n_free >= n;
+}
+
+/* Room for `more` operations, so emitting a node's operations is all or nothing. */
+static bool ops_room(KvCache *c, int more) {
+    return braid_grow((void **)&c->pending.ops, &c->pending.cap, c->pending.n + more, sizeof *c->pending.ops) == 0;
+}
+
+/* Copies a device node's blocks into new host blocks (STORE ops); false when it cannot. */
+static bool store_to_host(KvCache *c, RadixNode *n) {
+    BlockPool *host = &c->tiers[CACHE_TIER_HOST].pool;
+    if (!c->host_enabled || n->n_blocks > block_pool_total(host) || !ops_room(c, n->n_blocks) || !host_make_room(c, n->n_blocks))
+        return false;
+    if (block_pool_alloc(host, n->n_blocks, n->host_blocks)) return false;
+    for (int i = 0; i < n->n_blocks; i++) {
+        block_pool_set_in_tree(host, n->host_blocks[i], true);
+        block_pool_release(host, n->host_blocks[i]); /* owned by the tree alone */
+        cache_ops_push(&c->pending, CACHE_OP_STORE, n->blocks[i], n->host_blocks[i], 0);
+    }
+    c->counters.stored_blocks += (uint64_t)n->n_blocks;
+    n->meta.tiers |= CACHE_ON_HOST;
+    emit(c, CACHE_EVENT_STORED, CACHE_TIER_HOST, "demote", n, NULL);
+    return true;
+}
+
+/* Device eviction of one heap victim: demoted to the host tier when it can be, else dropped. */
+static void evict_device_node(KvCache *c, RadixNode *n) {
+    bool on_host = on_tier(n, CACHE_ON_HOST) || store_to_host(c, n);
+    if (!on_host) {
+        drop_subtree(c, n, "evict");
+        return;
+    }
+    free_tier_blocks(c, n, CACHE_TIER_DEVICE);
+    c->counters.device_evicted_blocks += (uint64_t)n->n_blocks;
+    c->counters.demoted_blocks += (uint64_t)n->n_blocks;
+    notify_evict(c, CACHE_TIER_DEVICE, n);
+    emit(c, CACHE_EVENT_REMOVED, CACHE_TIER_DEVICE, "demote", n, NULL);
+    membership_changed(c, n);
+}
+
+int kv_cache_evict(KvCache *c, CacheTier t, int n) {
+    KvCacheTier *tier = &c->tiers[t];
+    int before = tier->pool.n_free;
+    while (tier->pool.n_free - before < n && tier->heap.n > 0) {
+        if (t == CACHE_TIER_DEVICE) evict_device_node(c, tier->heap.nodes[0]);
+        else evict_host_node(c, tier->heap.nodes[0]);
+    }
+    return tier->pool.n_free - before;
+}
+
+/* ---- the request protocol ---- */
+
+int kv_cache_reserve(KvCache *c, int n, int32_t *out) {
+    BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
+    if (n <= 0) return 0;
+    if (dev->n_free < n) kv_cache_evict(c, CACHE_TIER_DEVICE, n - dev->n_free);
+    if (dev->n_free < n) return n - dev->n_free;
+    return block_pool_alloc(dev, n, out) ? n : 0;
+}
+
+static uint64_t namespace_of(const CacheIdentity *id) { return radix_namespace(id->tenant, id->adapter); }
+
+int kv_cache_match(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens, KvCacheMatch *m, BraidError *err) {
+    int limit = n_tokens > 0 ? (n_tokens - 1) / c->block_size : 0;
+    memset(m, 0, sizeof *m);
+    RadixNode *root = radix_root(&c->tree, namespace_of(id));
+    if (!root || node_count_grow(c, 1)) return braid_error_set(err, "kv cache: out of memory matching a prefix");
+    WalkCtx w = {.c = c, .id = id, .hit = true};
+    RadixNode *end;
+    if (radix_walk(&c->tree, root, tokens, limit, &end, walk_match_step, &w) < 0)
+        return braid_error_set(err, "kv cache: out of memory matching a prefix");
+    lock_path(c, end);
+    m->node = end;
+    for (RadixNode *n = end; !radix_is_root(n); n = n->parent) {
+        if (on_tier(n, CACHE_ON_DEVICE)) m->device_blocks += n->n_blocks;
+        else m->host_blocks += n->n_blocks;
+    }
+    return 0;
+}
+
+/* Loads a host-only node into n_blocks freshly reserved device blocks (held by the caller). */
+static bool load_node(KvCache *c, RadixNode *n) {
+    BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
+    if (!ops_room(c, n->n_blocks) || kv_cache_reserve(c, n->n_blocks, n->blocks) != 0) return false;
+    for (int i = 0; i < n->n_blocks; i++) {
+        block_pool_set_in_tree(dev, n->blocks[i], true);
+        cache_ops_push(&c->pending, CACHE_OP_LOAD, n->host_blocks[i], n->blocks[i], 0);
+    }
+    n->meta.tiers |= CACHE_ON_DEVICE;
+    c->counters.loaded_blocks += (uint64_t)n->n_blocks;
+    emit(c, CACHE_EVENT_STORED, CACHE_TIER_DEVICE, "load", n, NULL);
+    membership_changed(c, n);
+    return true;
+}
+
+int kv_cache_acquire(KvCache *c, KvCacheMatch *m, int32_t *table, BraidError *err) {
+    BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
+    int depth = 0;
+    for (RadixNode *n = m->node; !radix_is_root(n); n = n->parent) depth++;
+    if (braid_grow((void **)&c->path, &c->cap_path, depth + 1, sizeof *c->path))
+        return braid_error_set(err, "kv cache: out of memory acquiring a prefix");
+    int i = depth;
+    for (RadixNode *n = m->node; !radix_is_root(n); n = n->parent) c->path[--i] = n;
+    int pos = 0, loaded = 0, device = 0;
+    RadixNode *last = m->node;
+    while (!radix_is_root(last)) last = last->parent; /* the root until a node is usable */
+    for (i = 0; i < depth; i++) {
+        RadixNode *n = c->path[i];
+        if (on_tier(n, CACHE_ON_DEVICE)) {
+            for (int b = 0; b < n->n_blocks; b++) block_pool_hold(dev, n->blocks[b]);
+            device += n->n_blocks;
+        } else if (load_node(c, n)) {
+            loaded += n->n_blocks; /* reserve already made the caller a holder */
+        } else {
+            break;
+        }
+        memcpy(table + pos, n->blocks, (size_t)n->n_blocks * sizeof *table);
+        pos += n->n_blocks;
+        last = n;
+    }
+    if (last != m->node) { /* loads stopped short: the lock follows what is usable */
+        lock_path(c, last);
+        unlock_path(c, m->node);
+        m->node = last;
+    }
+    m->device_blocks = device;
+    m->host_blocks = loaded;
+    c->counters.device_hit_blocks += (uint64_t)device;
+    c->counters.host_hit_blocks += (uint64_t)loaded;
+    return pos;
+}
+
+static void walk_commit_step(void *ctx, RadixNode *n) {
+    WalkCtx *w = ctx;
+    KvCache *c = w->c;
+    if (!on_tier(n, CACHE_ON_DEVICE)) {
+        /* Host-only: the caller computed these blocks itself, so the node adopts them. */
+        BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
+        for (int i = 0; i < n->n_blocks; i++) {
+            n->blocks[i] = w->table[w->pos + i];
+            assert(!dev->in_tree[n->blocks[i]]);
+            block_pool_set_in_tree(dev, n->blocks[i], true);
+        }
+        n->meta.tiers |= CACHE_ON_DEVICE;
+        emit(c, CACHE_EVENT_STORED, CACHE_TIER_DEVICE, "insert", n, NULL);
+        membership_changed(c, n);
+    }
+    w->pos += n->n_blocks;
+    touch(c, n, w->id, false);
+}
+
+static RadixNode *insert_leaf(KvCache *c, const CacheIdentity *id, RadixNode *parent, const int32_t *tokens, const int32_t *table, int k) {
+    RadixNode *leaf = radix_add_leaf(&c->tree, parent, tokens, k);
+    if (!leaf) return NULL;
+    c->n_nodes++;
+    BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
+    memcpy(leaf->blocks, table, (size_t)k * sizeof *table);
+    for (int i = 0; i < k; i++) block_pool_set_in_tree(dev, leaf->blocks[i], true);
+    uint64_t seed = radix_is_root(parent) ? id->hash_seed : parent->hashes[parent->n_blocks - 1];
+    content_hash_blocks(seed, tokens, k, c->block_size, leaf->hashes, NULL);
+    leaf->meta.tenant = id->tenant;
+    leaf->meta.adapter = id->adapter;
+    leaf->meta.tiers = CACHE_ON_DEVICE;
+    leaf->meta.content_hash = leaf->hashes[k - 1];
+    c->counters.inserted_blocks += (uint64_t)k;
+    touch(c, leaf, id, false);
+    NOTIFY(c, on_insert, leaf);
+    emit(c, CACHE_EVENT_STORED, CACHE_TIER_DEVICE, "insert", leaf, tokens);
+    membership_changed(c, leaf);
+    return leaf;
+}
+
+int kv_cache_commit(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_full, const int32_t *table, RadixNode **lock,
+                    bool relock, BraidError *err) {
+    if (n_full <= 0) return 0;
+    RadixNode *root = radix_root(&c->tree, namespace_of(id)), *end;
+    if (!root || node_count_grow(c, 2)) return braid_error_set(err, "kv cache: out of memory inserting blocks");
+    WalkCtx w = {.c = c, .id = id, .table = table};
+    int matched = radix_walk(&c->tree, root, tokens, n_full, &end, walk_commit_step, &w);
+    if (matched < 0) return braid_error_set(err, "kv cache: out of memory inserting blocks");
+    if (matched < n_full) {
+        int bs = c->block_size;
+        end = insert_leaf(c, id, end, tokens + (size_t)matched * bs, table + matched, n_full - matched);
+        if (!end) return braid_error_set(err, "kv cache: out of memory inserting blocks");
+    }
+    if (relock && lock && end != *lock) {
+        lock_path(c, end);
+        if (*lock) unlock_path(c, *lock);
+        *lock = end;
+    }
+    return 0;
+}
+
+void kv_cache_release(KvCache *c, RadixNode *lock, const int32_t *table, int n_blocks) {
+    BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
+    for (int i = 0; i < n_blocks; i++) block_pool_release(dev, table[i]);
+    if (lock) unlock_path(c, lock);
+}
+
+int kv_cache_take_ops(KvCache *c, CacheOpList *out) {
+    if (cache_ops_append(out, &c->pending)) return -1;
+    cache_ops_clear(&c->pending);
+    return 0;
+}
+
+static void rescore_if(KvCache *c, int t, bool changed) {
+    if (changed) heap_rebuild(c, t);
+}
+
+void kv_cache_workflow_end(KvCache *c, const char *workflow) {
+    uint32_t wf = cache_names_find(&c->names, CACHE_NAME_WORKFLOW, workflow);
+    if (wf == 0) return;
+    for (int t = 0; t < CACHE_N_TIERS; t++)
+        if (c->tiers[t].policy->on_workflow_end) rescore_if(c, t, c->tiers[t].policy->on_workflow_end(c->tiers[t].state, wf));
+}
+
+void kv_cache_step(KvCache *c, double now) {
+    for (int t = 0; t < CACHE_N_TIERS; t++)
+        if (c->tiers[t].policy->on_step) rescore_if(c, t, c->tiers[t].policy->on_step(c->tiers[t].state, now));
+}
+
+/* ---- identity ---- */
+
+int kv_cache_identity(KvCache *c, const char *tenant, const char *adapter, const char *workflow, const char *agent, CacheIdentity *id,
+                      BraidError *err) {
+    const char *names[CACHE_NAME_KINDS] = {tenant, adapter, workflow, agent};
+    uint32_t ids[CACHE_NAME_KINDS];
+    for (int k = 0; k < CACHE_NAME_KINDS; k++) {
+        int64_t v = cache_names_intern(&c->names, (CacheNameKind)k, names[k]);
+        if (v < 0) return braid_error_set(err, "kv cache: out of memory interning a request's names");
+        ids[k] = (uint32_t)v;
+    }
+    *id = (CacheIdentity){.tenant = ids[CACHE_NAME_TENANT], .adapter = ids[CACHE_NAME_ADAPTER], .workflow = ids[CACHE_NAME_WORKFLOW],
+                          .agent = ids[CACHE_NAME_AGENT], .hash_seed = content_hash_namespace(tenant, adapter)};
+    return 0;
+}
+
+const char *kv_cache_name(const KvCache *c, CacheNameKind kind, uint32_t id) { return cache_names_get(&c->names, kind, id); }
+
+/* ---- set-up ---- */
+
+int kv_cache_init(KvCache *c, const KvCacheConfig *cfg, BraidError *err) {
+    memset(c, 0, sizeof *c);
+    c->block_size = cfg->block_size;
+    c->clock = cfg->clock ? cfg->clock : braid_now_seconds;
+    c->host_enabled = cfg->host_blocks > 1;
+    int sizes[CACHE_N_TIERS] = {cfg->device_blocks, c->host_enabled ? cfg->host_blocks : 1};
+    const EvictPolicy *policy = cfg->policy ? cfg->policy : &evict_policy_lru;
+    if (cfg->device_blocks < 2)
+        return braid_error_set(err, "kv cache: need at least 2 device blocks (one is the null block), got %d", cfg->device_blocks);
+    if (radix_init(&c->tree, cfg->block_size, err)) return -1;
+    c->tree.on_split = on_split;
+    c->tree.split_ctx = c;
+    if (cache_names_init(&c->names)) {
+        kv_cache_free(c);
+        return braid_error_set(err, "kv cache: out of memory");
+    }
+    for (int t = 0; t < CACHE_N_TIERS; t++) {
+        KvCacheTier *tier = &c->tiers[t];
+        tier->policy = policy;
+        tier->state = cfg->policy_state;
+        if (block_pool_init(&tier->pool, sizes[t], err)) {
+            kv_cache_free(c);
+            return -1;
+        }
+        if (policy->create) {
+            if (policy->create(&tier->state, (CacheTier)t, err)) {
+                kv_cache_free(c);
+                return -1;
+            }
+            tier->owns_state = true;
+        }
+    }
+    return 0;
+}
+
+void kv_cache_set_observer(KvCache *c, CacheEventFn fn, void *ctx) {
+    c->on_event = fn;
+    c->event_ctx = ctx;
+}
+
+void kv_cache_free(KvCache *c) {
+    if (c->on_event) {
+        CacheEvent ev = {.kind = CACHE_EVENT_CLEARED, .reason = "clear"};
+        c->on_event(c->event_ctx, &ev);
+    }
+    radix_free(&c->tree, NULL, NULL);
+    for (int t = 0; t < CACHE_N_TIERS; t++) {
+        KvCacheTier *tier = &c->tiers[t];
+        if (tier->owns_state && tier->policy->destroy) tier->policy->destroy(tier->state);
+        free(tier->heap.nodes);
+        if (tier->pool.holders) block_pool_free(&tier->pool);
+    }
+    cache_names_free(&c->names);
+    cache_ops_free(&c->pending);
+    free(c->path);
+    memset(c, 0, sizeof *c);
+}
+
+/* ---- accounting ---- */
+
+int kv_cache_total(const KvCache *c, CacheTier t) { return block_pool_total(&c->tiers[t].pool); }
+int kv_cache_free_blocks(const KvCache *c, CacheTier t) { return c->tiers[t].pool.n_free; }
+int kv_cache_in_use(const KvCache *c, CacheTier t) { return c->tiers[t].pool.n_in_use; }
+int kv_cache_cached(const KvCache *c, CacheTier t) { return c->tiers[t].pool.n_cached; }
+
+/* ---- consistency check ---- */
+
+typedef struct {
+    uint8_t *seen[CACHE_N_TIERS];
+    int owned[CACHE_N_TIERS];
+} CheckState;
+
+static int check_blocks(const KvCache *c, const RadixNode *n, int t, CheckState *st, BraidError *err) {
+    const BlockPool *pool = &c->tiers[t].pool;
+    const int32_t *ids = t == CACHE_TIER_DEVICE ? n->blocks : n->host_blocks;
+    for (int i = 0; i < n->n_blocks; i++) {
+        int32_t b = ids[i];
+        if (b <= 0 || b >= pool->n_blocks) return braid_error_set(err, "kv cache: tier %d node holds invalid block %d", t, b);
+        if (st->seen[t][b]++) return braid_error_set(err, "kv cache: tier %d block %d appears twice in the tree", t, b);
+        if (!pool->in_tree[b]) return braid_error_set(err, "kv cache: tier %d block %d in the tree is not marked as owned", t, b);
+    }
+    st->owned[t] += n->n_blocks;
+    return 0;
+}
+
+static int check_heap_member(const KvCache *c, const RadixNode *n, int t, bool want, BraidError *err) {
+    const KvCacheHeap *h = &c->tiers[t].heap;
+    int pos = n->heap_pos[t];
+    if ((pos >= 0) != want) return braid_error_set(err, "kv cache: tier %d heap membership wrong for a node (want %d)", t, want);
+    if (pos >= 0 && (pos >= h->n || h->nodes[pos] != n)) return braid_error_set(err, "kv cache: tier %d heap index mismatch", t);
+    return 0;
+}
+
+static int check_node(const KvCache *c, const RadixNode *n, CheckState *st, BraidError *err) {
+    int child_locks = 0;
+    if (!radix_is_root(n)) {
+        if (n->n_blocks < 1) return braid_error_set(err, "kv cache: empty non-root node");
+        if (n->meta.tiers == 0) return braid_error_set(err, "kv cache: node on no tier");
+        if (on_tier(n, CACHE_ON_DEVICE) && !radix_is_root(n->parent) && !on_tier(n->parent, CACHE_ON_DEVICE))
+            return braid_error_set(err, "kv cache: device node under a host-only parent (tier closure broken)");
+        for (int t = 0; t < CACHE_N_TIERS; t++)
+            if (on_tier(n, 1u << t) && check_blocks(c, n, t, st, err)) return -1;
+    }
+    for (int i = 0; i < n->n_children; i++) {
+        const RadixNode *ch = n->children[i];
+        if (ch->parent != n) return braid_error_set(err, "kv cache: broken parent link");
+        child_locks += ch->lock_ref;
+        if (check_node(c, ch, st, err)) return -1;
+    }
+    if (n->lock_ref < child_locks) return braid_error_set(err, "kv cache: lock count %d below its children's %d", n->lock_ref, child_locks);
+    if (check_heap_member(c, n, CACHE_TIER_DEVICE, device_evictable(n), err) ||
+        check_heap_member(c, n, CACHE_TIER_HOST, c->host_enabled && host_evictable(n), err))
+        return -1;
+    return 0;
+}
+
+static int check_heap_order(const KvCache *c, int t, BraidError *err) {
+    const KvCacheHeap *h = &c->tiers[t].heap;
+    for (int i = 1; i < h->n; i++)
+        if (heap_less(h->nodes[i], h->nodes[(i - 1) / 2], t)) return braid_error_set(err, "kv cache: tier %d heap out of order at %d", t, i);
+    return 0;
+}
+
+int kv_cache_check(const KvCache *c, BraidError *err) {
+    CheckState st = {0};
+    int rc = 0;
+    for (int t = 0; t < CACHE_N_TIERS; t++)
+        if (!(st.seen[t] = calloc((size_t)c->tiers[t].pool.n_blocks, 1))) rc = braid_error_set(err, "kv cache: out of memory");
+    for (int i = 0; rc == 0 && i < c->tree.n_roots; i++) rc = check_node(c, c->tree.roots[i].root, &st, err);
+    for (int t = 0; rc == 0 && t < CACHE_N_TIERS; t++) {
+        const BlockPool *pool = &c->tiers[t].pool;
+        for (int b = 1; rc == 0 && b < pool->n_blocks; b++)
+            if (pool->in_tree[b] && !st.seen[t][b]) rc = braid_error_set(err, "kv cache: tier %d block %d owned but in no node", t, b);
+        if (rc == 0) rc = check_heap_order(c, t, err);
+        if (rc == 0) rc = block_pool_check(pool, err);
+    }
+    if (rc == 0 && c->tiers[CACHE_TIER_HOST].pool.n_in_use != 0)
+        rc = braid_error_set(err, "kv cache: %d host blocks held by requests", c->tiers[CACHE_TIER_HOST].pool.n_in_use);
+    for (int t = 0; t < CACHE_N_TIERS; t++) free(st.seen[t]);
+    return rc;
+}

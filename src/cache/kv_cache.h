@@ -1,0 +1,179 @@
+/*
+ * kv_cache.h — one instance's KV cache: the single owner of the device block pool, the host block
+ * pool (the host tier), the radix prefix tree and one eviction policy instance per tier.
+ *
+ * Callers (the scheduler, braid sim, tests) see match / acquire / reserve / commit / release and
+ * never the pools or the tree (the models are mini-sglang's CacheManager and nano-vllm's
+ * BlockManager). The cache is metadata only: what must happen to memory is appended to its pending
+ * operation list (cache_ops.h: STORE on demotion, LOAD on load-back), which the caller drains with
+ * kv_cache_take_ops into the next step plan and the backend applies before that step's forward.
+ *
+ * Tiers. A tree node's blocks live on the device, on the host, or both. Device-resident nodes
+ * form an ancestor-closed set (a node on the device has its parent on the device), so a match is a
+ * device prefix followed by a host-only suffix. Under device pressure, victims (unlocked nodes with
+ * no child on the device, lowest policy score first) are demoted: their blocks are STOREd to host
+ * blocks (none when a host copy already exists) and the device blocks freed. When the host tier is
+ * off or full of locked data, victims are dropped. The host tier evicts by its own policy: a host
+ * copy of a node also on the device, or an unlocked host-only leaf.
+ *
+ * Request protocol (every function returns -1 with err set only on out of memory or misuse):
+ *   kv_cache_match      longest cached prefix of tokens (never all of them); locks the path.
+ *   kv_cache_acquire    holds the device part for the caller (table[0..)), loads the host part into
+ *                       freshly reserved device blocks (LOAD ops), as far as device blocks allow;
+ *                       returns the number of blocks now usable in table.
+ *   kv_cache_reserve    n more device blocks for the caller, evicting/demoting per policy.
+ *   kv_cache_commit     the sequence's first n_full blocks enter the tree (only the new part is
+ *                       taken over; host-only nodes on the path adopt the caller's blocks); the
+ *                       caller's lock moves to the node ending them.
+ *   kv_cache_release    drops the caller's holds on its table and its lock.
+ * Blocks are "held" by callers (a request's block table) and "owned" by the tree; a block returns
+ * to the free list when neither holds it. Invariant, per tier (kv_cache_check):
+ *   free + cached + in use == total.
+ *
+ * Identity: tenant, adapter, workflow and agent names are interned (exact strings, no hashing) into
+ * small ids; the tree is keyed by (tenant id, adapter id), so no match crosses tenants or adapters.
+ * Content hashes (content_hash.h) are computed here, once per inserted block, seeded by a hash of
+ * the namespace's names, stored on the node and carried by every event.
+ *
+ * Not thread-safe: the instance leader's thread (or the simulator) owns a cache.
+ */
+#ifndef BRAID_CACHE_KV_CACHE_H
+#define BRAID_CACHE_KV_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cache/block_pool.h"
+#include "cache/cache_names.h"
+#include "cache/cache_ops.h"
+#include "cache/evict_policy.h"
+#include "cache/radix_tree.h"
+#include "common/error.h"
+
+typedef struct {
+    uint32_t tenant, adapter; /* namespace of the tree */
+    uint32_t workflow, agent; /* 0 = none */
+    uint64_t hash_seed;       /* content-hash seed of the namespace (content_hash_namespace) */
+} CacheIdentity;
+
+typedef struct {
+    RadixNode *node;   /* locked: deepest matched node (a root when nothing matched) */
+    int device_blocks; /* leading matched blocks resident on the device */
+    int host_blocks;   /* following matched blocks on the host only */
+} KvCacheMatch;
+
+typedef enum {
+    CACHE_EVENT_STORED = 1,  /* blocks entered a tier (insert, demotion to host, load-back) */
+    CACHE_EVENT_REMOVED = 2, /* blocks left a tier */
+    CACHE_EVENT_CLEARED = 3, /* everything left every tier (cache destroyed) */
+} CacheEventKind;
+
+typedef struct {
+    CacheEventKind kind;
+    CacheTier tier;
+    const char *reason;       /* "insert", "demote", "load", "evict", "host_evict", "clear" */
+    int n_blocks;
+    const uint64_t *hashes;   /* (n_blocks) chained content hashes, in sequence order */
+    uint64_t parent_hash;     /* chained hash of the block before the first one; 0 at a root */
+    const int32_t *tokens;    /* (n_blocks * token_block) STORED on insert only, else NULL */
+    int token_block;          /* tokens per block in `tokens` */
+    uint32_t tenant, adapter;
+    uint8_t tiers_after;      /* where the blocks are after the event (0 = gone from the cache) */
+} CacheEvent;
+
+typedef void (*CacheEventFn)(void *ctx, const CacheEvent *event);
+
+typedef struct {
+    uint64_t inserted_blocks;       /* blocks that entered the tree */
+    uint64_t device_hit_blocks;     /* matched on the device (every match, incl. re-admissions) */
+    uint64_t host_hit_blocks;       /* matched on the host and loaded back */
+    uint64_t demoted_blocks;        /* device -> host (STORE ops + moves of blocks already on host) */
+    uint64_t stored_blocks;         /* STORE ops emitted */
+    uint64_t loaded_blocks;         /* LOAD ops emitted (load-backs) */
+    uint64_t device_evicted_blocks; /* left the device tier by eviction (demoted or dropped) */
+    uint64_t host_evicted_blocks;   /* left the host tier by eviction */
+    uint64_t dropped_blocks;        /* left the cache altogether */
+} KvCacheCounters;
+
+typedef struct {
+    int block_size;       /* tokens per block */
+    int device_blocks;    /* device pool size including the null block 0 */
+    int host_blocks;      /* host pool size including its null block; <= 1 turns the host tier off */
+    const EvictPolicy *policy; /* both tiers; NULL = LRU */
+    void *policy_state;   /* for policies without create (e.g. the simulator's Belady) */
+    double (*clock)(void); /* seconds, for TTLs and events; NULL = braid_now_seconds */
+} KvCacheConfig;
+
+typedef struct KvCacheHeap {
+    RadixNode **nodes;
+    int n, cap;
+} KvCacheHeap;
+
+typedef struct {
+    const EvictPolicy *policy;
+    void *state;
+    bool owns_state;
+    BlockPool pool;
+    KvCacheHeap heap;
+} KvCacheTier;
+
+typedef struct KvCache {
+    int block_size;
+    KvCacheTier tiers[CACHE_N_TIERS];
+    bool host_enabled;
+    RadixTree tree;
+    CacheNames names;
+    CacheOpList pending;      /* operations not yet taken into a step plan */
+    uint64_t tick;            /* access clock (CacheNodeMeta.last_access) */
+    int n_nodes;              /* non-root nodes; each heap has room for all of them */
+    KvCacheCounters counters;
+    CacheEventFn on_event;
+    void *event_ctx;
+    double (*clock)(void);
+    RadixNode **path;         /* (cap_path) acquire's root-to-node scratch */
+    int cap_path;
+} KvCache;
+
+int kv_cache_init(KvCache *c, const KvCacheConfig *cfg, BraidError *err);
+/* Emits a CLEARED event, then frees everything. */
+void kv_cache_free(KvCache *c);
+void kv_cache_set_observer(KvCache *c, CacheEventFn fn, void *ctx);
+
+/* Interns the names (NULL or "" = none) into ids. -1 only when out of memory. */
+int kv_cache_identity(KvCache *c, const char *tenant, const char *adapter, const char *workflow, const char *agent,
+                      CacheIdentity *id, BraidError *err);
+/* The name of an interned id of a kind, "" for 0 or unknown. */
+const char *kv_cache_name(const KvCache *c, CacheNameKind kind, uint32_t id);
+
+int kv_cache_match(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens, KvCacheMatch *m, BraidError *err);
+/* See the protocol above; table needs room for m->device_blocks + m->host_blocks entries. On
+ * return m->node is the locked node ending the usable prefix (it may move up when loads stopped
+ * short) and m->device_blocks the usable count, m->host_blocks the number loaded. */
+int kv_cache_acquire(KvCache *c, KvCacheMatch *m, int32_t *table, BraidError *err);
+/* n device blocks held by the caller into out. Returns 0, or the number of blocks it could not
+ * find even after evicting everything evictable (then it takes none). */
+int kv_cache_reserve(KvCache *c, int n, int32_t *out);
+/* *lock is the caller's locked node (NULL = none); with relock it moves to the node ending the
+ * committed blocks. table[0..n_full) are the caller's blocks for those tokens. */
+int kv_cache_commit(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_full, const int32_t *table, RadixNode **lock,
+                    bool relock, BraidError *err);
+void kv_cache_release(KvCache *c, RadixNode *lock, const int32_t *table, int n_blocks);
+
+/* Frees at least n blocks of a tier (device: demote or drop; host: evict), as pressure would.
+ * Returns the number freed. */
+int kv_cache_evict(KvCache *c, CacheTier tier, int n);
+/* Appends the pending operations to out and clears them; -1 when out of memory (kept pending). */
+int kv_cache_take_ops(KvCache *c, CacheOpList *out);
+/* A workflow ended: its policies hear it. Unknown names are ignored. */
+void kv_cache_workflow_end(KvCache *c, const char *workflow);
+/* Once per scheduler step, with the step's time. */
+void kv_cache_step(KvCache *c, double now);
+
+int kv_cache_total(const KvCache *c, CacheTier tier);  /* usable blocks */
+int kv_cache_free_blocks(const KvCache *c, CacheTier tier);
+int kv_cache_in_use(const KvCache *c, CacheTier tier);
+int kv_cache_cached(const KvCache *c, CacheTier tier);
+/* Full consistency check (tests, debug builds): per-tier accounting, tree, heaps, tier closure. */
+int kv_cache_check(const KvCache *c, BraidError *err);
+
+#endif
