@@ -15,6 +15,9 @@ int backend_create(Backend *b, const ModelWeights *weights, const BackendConfig 
     if (cfg->n_blocks < 2 || cfg->block_size < 1 || cfg->max_batch_tokens < 1 || cfg->max_seqs < 1 || cfg->max_context < 1)
         return braid_error_set(err, "backend: invalid sizes (%d blocks of %d, %d batch tokens, %d sequences, context %d)",
                                cfg->n_blocks, cfg->block_size, cfg->max_batch_tokens, cfg->max_seqs, cfg->max_context);
+    if (cfg->host_blocks < 0 || cfg->host_blocks == 1)
+        return braid_error_set(err, "backend: a host KV tier needs at least 2 blocks (block 0 is the null block), got %d; "
+                                    "use 0 for none", cfg->host_blocks);
     b->cfg = *cfg;
     b->weights = weights;
     return cfg->kind == BACKEND_CUDA ? backend_cuda_create(b, err) : backend_cpu_create(b, err);
@@ -37,6 +40,54 @@ static int check_batch_shape(const Backend *b, const ForwardBatch *batch, BraidE
 int backend_forward(Backend *b, const ForwardBatch *batch, ForwardOutput *out, BraidError *err) {
     if (check_batch_shape(b, batch, err)) return -1;
     return b->ops->forward(b, batch, out, err);
+}
+
+/* 0 when id is a usable block of a tier of `size` blocks (0 is the null block of every tier). */
+static int check_block(int32_t id, int size, const char *tier, const char *role, int i, const CacheOp *op, BraidError *err) {
+    if (id >= 1 && id < size) return 0;
+    return braid_error_set(err, "cache op %d (%s %d -> %d): %s block %d is %s (the %s tier has blocks 1..%d)", i,
+                           cache_op_name(op->kind), op->src, op->dst, role, id, id == 0 ? "the null block" : "out of range",
+                           tier, size - 1);
+}
+
+static int no_host_tier(const CacheOp *op, int i, BraidError *err) {
+    return braid_error_set(err, "cache op %d (%s %d -> %d): there is no host KV tier (host_blocks is 0)", i, cache_op_name(op->kind),
+                           op->src, op->dst);
+}
+
+/* 0 when the operation can be carried out; -1 with a message naming it otherwise. */
+static int check_cache_op(const Backend *b, const CacheOp *op, int i, BraidError *err) {
+    int dev = b->cfg.n_blocks, host = b->cfg.host_blocks;
+    switch (op->kind) {
+    case CACHE_OP_COPY:
+        if (check_block(op->src, dev, "device", "source", i, op, err) || check_block(op->dst, dev, "device", "target", i, op, err))
+            return -1;
+        if (op->src == op->dst) return braid_error_set(err, "cache op %d: copy of device block %d onto itself", i, op->src);
+        return 0;
+    case CACHE_OP_STORE: /* device -> host */
+        if (host == 0) return no_host_tier(op, i, err);
+        return check_block(op->src, dev, "device", "source", i, op, err) || check_block(op->dst, host, "host", "target", i, op, err)
+                   ? -1
+                   : 0;
+    case CACHE_OP_LOAD: /* host -> device */
+        if (host == 0) return no_host_tier(op, i, err);
+        return check_block(op->src, host, "host", "source", i, op, err) || check_block(op->dst, dev, "device", "target", i, op, err)
+                   ? -1
+                   : 0;
+    case CACHE_OP_ROTATE:
+        return braid_error_set(err, "cache op %d: rotate (block %d by %d positions) is not implemented yet", i, op->src, op->delta);
+    default:
+        return braid_error_set(err, "cache op %d: unknown operation kind %d", i, (int)op->kind);
+    }
+}
+
+int backend_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError *err) {
+    if (n == 0) return 0;
+    if (n < 0 || !ops) return braid_error_set(err, "%s backend: invalid cache operation list (%d operations)", b->ops->name, n);
+    for (int i = 0; i < n; i++)
+        if (check_cache_op(b, &ops[i], i, err)) return braid_error_wrap(err, "%s backend", b->ops->name);
+    if (b->ops->apply_cache_ops(b, ops, n, err)) return braid_error_wrap(err, "%s backend: applying %d cache operations", b->ops->name, n);
+    return 0;
 }
 
 void backend_destroy(Backend *b) {

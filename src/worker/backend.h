@@ -7,7 +7,19 @@
  * host. The CPU backend (fp16 KV, quantized weights read in place) is the default and the test
  * oracle; the CUDA backend (bf16 weights and KV, cuBLAS, CUDA graphs for decode) is built when
  * BRAID_CUDA is on and chosen with --device cuda.
- * Owns: the KV pool and all scratch of its device. Borrows the weights (which must outlive it).
+ *
+ * Host KV tier (host_blocks > 0): a second pool of the same block layout in host memory (pinned
+ * for CUDA). backend_apply_cache_ops() carries out the block operations the cache decided
+ * (cache/cache_ops.h: COPY device->device, STORE device->host, LOAD host->device; ROTATE is
+ * refused until it is implemented). Contract:
+ *   - operations run in list order, all of them before the next backend_forward() starts; a STORE
+ *     reads its device block before that forward may overwrite it, and a LOAD has completed before
+ *     any forward reads its block (CUDA: copies run on a copy stream the compute stream waits on);
+ *   - the whole list is validated first (ids in [1, tier size), host tier present for STORE/LOAD,
+ *     known kinds, no ROTATE); an invalid list is refused with a message and changes nothing;
+ *   - tensor parallelism: every rank applies the same list to its own shard (its KV heads).
+ * Owns: the KV pools (device and host tier) and all scratch of its device. Borrows the weights
+ * (which must outlive it).
  * Not thread-safe: one thread of control drives a backend.
  */
 #ifndef BRAID_WORKER_BACKEND_H
@@ -17,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache/cache_ops.h"
 #include "common/error.h"
 #include "kernels/cpu/matmul.h"
 #include "model/model_weights.h"
@@ -27,6 +40,7 @@ typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } BackendKind;
 typedef struct {
     BackendKind kind;
     int n_blocks, block_size;
+    int host_blocks;      /* host-tier blocks including the null block 0; 0 = no host tier */
     int max_batch_tokens; /* most tokens one ForwardBatch may hold */
     int max_seqs;         /* most sequences one ForwardBatch may hold */
     int max_context;      /* longest context a sequence may reach (sizes block tables) */
@@ -49,6 +63,7 @@ typedef struct {
     BackendConfig cfg;
     const ModelWeights *weights;
     size_t kv_bytes;      /* device memory the KV pool takes */
+    size_t host_kv_bytes; /* host memory the host KV tier takes (0 without one) */
     size_t weight_bytes;  /* device memory the weights take (0 when read in place) */
     void *impl;
 } Backend;
@@ -56,6 +71,8 @@ typedef struct {
 struct BackendOps {
     const char *name;
     int (*forward)(Backend *b, const ForwardBatch *batch, ForwardOutput *out, BraidError *err);
+    /* Called with n >= 1 operations already validated by backend_apply_cache_ops. */
+    int (*apply_cache_ops)(Backend *b, const CacheOp *ops, int n, BraidError *err);
     void (*destroy)(Backend *b);
 };
 
@@ -64,6 +81,12 @@ BackendConfig backend_config_default(BackendKind kind, const ModelConfig *model,
                                      int max_batch_tokens);
 int backend_create(Backend *b, const ModelWeights *weights, const BackendConfig *cfg, BraidError *err);
 int backend_forward(Backend *b, const ForwardBatch *batch, ForwardOutput *out, BraidError *err);
+/* Carries out n block operations in list order before the next forward (see the contract above).
+ * n == 0 is a no-op. Returns -1 with a message naming the offending operation when any id is out
+ * of its tier's range or is the null block 0, a STORE/LOAD meets a backend without a host tier, a
+ * COPY names the same block twice, or an operation is a ROTATE or of unknown kind; then nothing
+ * is applied. */
+int backend_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError *err);
 void backend_destroy(Backend *b);
 
 /* "cpu", "cuda" or "auto" (cuda when this build has it and a GPU is visible, else cpu). */

@@ -1,6 +1,8 @@
 /*
  * backend_cpu.c — the CPU backend: fp32 paged KV pool and the forward pass of worker/forward.c in
  * the configured matmul arithmetic (fp32 or int8 activations), with argmax taken on the host.
+ * The host KV tier is a second KvPool in ordinary memory; cache operations are block copies
+ * between the two pools, done synchronously, so they are complete before the next forward.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 
 typedef struct {
     KvPool kv;
+    KvPool host; /* host tier (n_blocks == 0 when there is none) */
     ForwardContext fwd;
     float *logits; /* (cap_logits, vocab) when the caller wants fewer rows than computed */
     int cap_logits;
@@ -46,22 +49,52 @@ static int cpu_forward(Backend *b, const ForwardBatch *batch, ForwardOutput *out
     return 0;
 }
 
+static int cpu_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError *err) {
+    CpuBackend *cb = b->impl;
+    for (int i = 0; i < n; i++) {
+        const CacheOp *op = &ops[i];
+        if (op->kind == CACHE_OP_COPY) kv_pool_copy_block(&cb->kv, op->src, &cb->kv, op->dst);
+        else if (op->kind == CACHE_OP_STORE) kv_pool_copy_block(&cb->kv, op->src, &cb->host, op->dst);
+        else if (op->kind == CACHE_OP_LOAD) kv_pool_copy_block(&cb->host, op->src, &cb->kv, op->dst);
+        else return braid_error_set(err, "cache op %d: %s is not supported", i, cache_op_name(op->kind));
+    }
+    return 0;
+}
+
 static void cpu_destroy(Backend *b) {
     CpuBackend *cb = b->impl;
     if (!cb) return;
     forward_free(&cb->fwd);
     kv_pool_destroy(&cb->kv);
+    kv_pool_destroy(&cb->host);
     free(cb->logits);
     free(cb);
     b->impl = NULL;
 }
 
-static const BackendOps CPU_OPS = {.name = "cpu", .forward = cpu_forward, .destroy = cpu_destroy};
+static const BackendOps CPU_OPS = {
+    .name = "cpu", .forward = cpu_forward, .apply_cache_ops = cpu_apply_cache_ops, .destroy = cpu_destroy};
+
+static int cpu_create_host_tier(CpuBackend *cb, const Backend *b, BraidError *err) {
+    const ModelConfig *c = &b->weights->cfg;
+    int n = b->cfg.host_blocks;
+    if (n == 0) return 0;
+    if (kv_pool_create(&cb->host, c, n, b->cfg.block_size, err))
+        return braid_error_wrap(err, "cpu backend: host KV tier of %d blocks (%.2f GiB) does not fit in memory "
+                                     "(use fewer --host-kv-blocks or a smaller --host-kv-gib)",
+                                n, (double)kv_pool_block_bytes(c, b->cfg.block_size) * n / (1u << 30));
+    return 0;
+}
 
 int backend_cpu_create(Backend *b, BraidError *err) {
     CpuBackend *cb = calloc(1, sizeof *cb);
     if (!cb) return braid_error_set(err, "cpu backend: out of memory");
     if (kv_pool_create(&cb->kv, &b->weights->cfg, b->cfg.n_blocks, b->cfg.block_size, err)) {
+        free(cb);
+        return -1;
+    }
+    if (cpu_create_host_tier(cb, b, err)) {
+        kv_pool_destroy(&cb->kv);
         free(cb);
         return -1;
     }
@@ -71,5 +104,6 @@ int backend_cpu_create(Backend *b, BraidError *err) {
     b->impl = cb;
     b->ops = &CPU_OPS;
     b->kv_bytes = cb->kv.bytes;
+    b->host_kv_bytes = cb->host.bytes;
     return 0;
 }

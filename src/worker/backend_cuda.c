@@ -9,6 +9,12 @@
  * (one new token per sequence, every sequence sampled) replay the graph of the next ladder size,
  * padding the extra rows; other steps launch the same kernel sequence directly. Only the greedy
  * ids and the logit rows the caller asks for come back to the host.
+ *
+ * Cache operations (COPY, STORE to and LOAD from the host tier, which lives in pinned host memory
+ * when it can) run as cudaMemcpyAsync calls on a copy stream. The copy stream first waits for the
+ * compute stream's earlier work (the forward that wrote a block a STORE reads), and the compute
+ * stream then waits for the copies' event, so the next forward never reads a block before its
+ * LOAD lands nor overwrites one before its STORE has read it. Neither side blocks the host.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +22,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "common/log.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "transport/tp_collective.h"
 #include "worker/backend.h"
@@ -36,9 +43,21 @@ typedef struct {
     int n_splits;
 } DecodeGraph;
 
+/* The host KV tier: one allocation, pinned unless pinning failed. */
+typedef struct {
+    void *mem;
+    size_t bytes;
+    bool pinned;
+    uint16_t **k, **v; /* per layer (host_blocks, n_kv_heads, block_size, head_dim) bf16, inside mem */
+    int32_t *slot_pos; /* (host_blocks, block_size), inside mem */
+} CudaHostTier;
+
 typedef struct {
     int device, n_sms;
     cudaStream_t stream;
+    cudaStream_t copy_stream;            /* cache operations */
+    cudaEvent_t compute_done, copies_done; /* copy stream waits on the first, compute stream on the second */
+    CudaHostTier host;
     cublasHandle_t blas;
     void *blas_workspace;
     CudaWeights w;
@@ -116,6 +135,56 @@ static int alloc_kv(CudaBackend *cb, const Backend *b, BraidError *err) {
     }
     if (alloc_dev((void **)&cb->slot_pos, slots * sizeof(int32_t), "slot positions", err)) return -1;
     CUDA_TRY(cudaMemset(cb->slot_pos, 0, slots * sizeof(int32_t)), "clearing slot positions");
+    return 0;
+}
+
+/* bf16 elements one block takes in one layer's K (or V) cache. */
+static size_t kv_block_elems(const Backend *b) {
+    const ModelConfig *c = &b->weights->cfg;
+    return (size_t)c->n_kv_heads * b->cfg.block_size * c->head_dim;
+}
+
+/* Pinned memory for the whole tier, or pageable memory (with a warning) when pinning fails. */
+static int alloc_host_memory(CudaHostTier *h, size_t bytes, const Backend *b, BraidError *err) {
+    double gib = (double)bytes / (1u << 30);
+    cudaError_t e = cudaHostAlloc(&h->mem, bytes, cudaHostAllocDefault);
+    if (e == cudaSuccess) {
+        h->pinned = true;
+        memset(h->mem, 0, bytes); /* zeroed, like the device pool, so a stray load never brings NaN */
+        return 0;
+    }
+    h->mem = NULL;
+    (void)cudaGetLastError(); /* clear it, or the next kernel launch would report this failure */
+    LOG_WARN("cuda", "host KV tier: pinning %.2f GiB failed (%s); using pageable memory, so loads and stores are slower",
+             gib, cudaGetErrorString(e));
+    h->mem = calloc(1, bytes);
+    if (!h->mem)
+        return braid_error_set(err, "cuda backend: the host KV tier of %d blocks (%.2f GiB) fits neither in pinned nor in "
+                                    "pageable memory (use fewer --host-kv-blocks or a smaller --host-kv-gib)",
+                               b->cfg.host_blocks, gib);
+    return 0;
+}
+
+/* Lays out the host tier as slot positions, then per layer K and V, in one allocation. */
+static int alloc_host_tier(CudaBackend *cb, const Backend *b, BraidError *err) {
+    const ModelConfig *c = &b->weights->cfg;
+    CudaHostTier *h = &cb->host;
+    size_t n = (size_t)b->cfg.host_blocks;
+    if (n == 0) return 0;
+    size_t pos_bytes = n * b->cfg.block_size * sizeof(int32_t), layer_bytes = n * kv_block_elems(b) * sizeof(uint16_t);
+    size_t total = pos_bytes + 2 * layer_bytes * c->n_layers;
+    h->k = calloc((size_t)c->n_layers, sizeof *h->k);
+    h->v = calloc((size_t)c->n_layers, sizeof *h->v);
+    if (!h->k || !h->v) return braid_error_set(err, "cuda backend: out of memory");
+    if (alloc_host_memory(h, total, b, err)) return -1;
+    uint8_t *p = h->mem;
+    h->slot_pos = (int32_t *)p;
+    p += pos_bytes;
+    for (int l = 0; l < c->n_layers; l++, p += 2 * layer_bytes) {
+        h->k[l] = (uint16_t *)p;
+        h->v[l] = (uint16_t *)(p + layer_bytes);
+    }
+    h->bytes = total;
     return 0;
 }
 
@@ -329,6 +398,60 @@ static int cuda_forward(Backend *b, const ForwardBatch *fb, ForwardOutput *out, 
     return copy_results(cb, b, fb, out, err);
 }
 
+/* How many operations from ops[0] form one run: same kind, consecutive source and target blocks,
+ * and, within one tier, source and target ranges that stay apart, so one copy per array does them. */
+static int run_length(const CacheOp *ops, int n) {
+    int len = 1;
+    for (; len < n; len++) {
+        const CacheOp *o = &ops[len];
+        if (o->kind != ops[0].kind || o->src != ops[0].src + len || o->dst != ops[0].dst + len) break;
+        bool overlap = ops[0].src < ops[0].dst + len + 1 && ops[0].dst < ops[0].src + len + 1;
+        if (o->kind == CACHE_OP_COPY && overlap) break;
+    }
+    return len;
+}
+
+/* Enqueues one run of `len` operations like op on the copy stream. */
+static int copy_run(CudaBackend *cb, const Backend *b, const CacheOp *op, int len, BraidError *err) {
+    CudaKvTier dev = {.k = cb->k_cache, .v = cb->v_cache, .slot_pos = cb->slot_pos};
+    CudaKvTier host = {.k = cb->host.k, .v = cb->host.v, .slot_pos = cb->host.slot_pos};
+    const CudaKvTier *src = &dev, *dst = &dev;
+    enum cudaMemcpyKind kind = cudaMemcpyDeviceToDevice;
+    if (op->kind == CACHE_OP_STORE) dst = &host, kind = cudaMemcpyDeviceToHost;
+    else if (op->kind == CACHE_OP_LOAD) src = &host, kind = cudaMemcpyHostToDevice;
+    else if (op->kind != CACHE_OP_COPY) return braid_error_set(err, "%s is not supported", cache_op_name(op->kind));
+    CUDA_TRY(cuda_memcpy_kv_blocks(src, op->src, dst, op->dst, len, b->weights->cfg.n_layers, kv_block_elems(b),
+                                   b->cfg.block_size, kind, cb->copy_stream),
+             "copying KV blocks");
+    return 0;
+}
+
+static int cuda_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError *err) {
+    CudaBackend *cb = b->impl;
+    CUDA_TRY(cudaSetDevice(cb->device), "selecting the device");
+    /* Copies start after the work already on the compute stream (a STORE reads what it wrote)... */
+    CUDA_TRY(cudaEventRecord(cb->compute_done, cb->stream), "recording the compute stream");
+    CUDA_TRY(cudaStreamWaitEvent(cb->copy_stream, cb->compute_done, 0), "ordering copies after the compute stream");
+    for (int i = 0, len; i < n; i += len) {
+        len = run_length(ops + i, n - i);
+        if (copy_run(cb, b, &ops[i], len, err))
+            return braid_error_wrap(err, "cache ops %d..%d (%s of %d blocks from %d to %d)", i, i + len - 1,
+                                    cache_op_name(ops[i].kind), len, ops[i].src, ops[i].dst);
+    }
+    /* ...and the next forward starts after the copies (a LOAD has landed, a STORE has read). */
+    CUDA_TRY(cudaEventRecord(cb->copies_done, cb->copy_stream), "recording the copies");
+    CUDA_TRY(cudaStreamWaitEvent(cb->stream, cb->copies_done, 0), "ordering the next forward after the copies");
+    return 0;
+}
+
+static void free_host_tier(CudaHostTier *h) {
+    if (h->pinned) cudaFreeHost(h->mem);
+    else free(h->mem);
+    free(h->k);
+    free(h->v);
+    memset(h, 0, sizeof *h);
+}
+
 static void cuda_destroy(Backend *b) {
     CudaBackend *cb = b->impl;
     if (!cb) return;
@@ -350,11 +473,16 @@ static void cuda_destroy(Backend *b) {
     cuda_weights_free(&cb->w);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->stream) cudaStreamDestroy(cb->stream);
+    if (cb->copy_stream) cudaStreamDestroy(cb->copy_stream);
+    if (cb->compute_done) cudaEventDestroy(cb->compute_done);
+    if (cb->copies_done) cudaEventDestroy(cb->copies_done);
+    free_host_tier(&cb->host);
     free(cb);
     b->impl = NULL;
 }
 
-static const BackendOps CUDA_OPS = {.name = "cuda", .forward = cuda_forward, .destroy = cuda_destroy};
+static const BackendOps CUDA_OPS = {
+    .name = "cuda", .forward = cuda_forward, .apply_cache_ops = cuda_apply_cache_ops, .destroy = cuda_destroy};
 
 static int check_shape(const Backend *b, BraidError *err) {
     const ModelConfig *c = &b->weights->cfg;
@@ -378,6 +506,9 @@ static int setup_device(CudaBackend *cb, const Backend *b, BraidError *err) {
     CUDA_TRY(cudaDeviceGetAttribute(&cb->n_sms, cudaDevAttrMultiProcessorCount, cb->device), "reading the SM count");
     CUDA_TRY(cuda_kernels_init(), "configuring kernels");
     CUDA_TRY(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking), "creating a stream");
+    CUDA_TRY(cudaStreamCreateWithFlags(&cb->copy_stream, cudaStreamNonBlocking), "creating the copy stream");
+    CUDA_TRY(cudaEventCreateWithFlags(&cb->compute_done, cudaEventDisableTiming), "creating an event");
+    CUDA_TRY(cudaEventCreateWithFlags(&cb->copies_done, cudaEventDisableTiming), "creating an event");
     CUBLAS_TRY(cublasCreate(&cb->blas), "creating a cuBLAS handle");
     CUBLAS_TRY(cublasSetStream(cb->blas, cb->stream), "binding cuBLAS to the stream");
     /* A fixed workspace keeps cuBLAS from allocating while a graph is being captured. */
@@ -397,7 +528,7 @@ int backend_cuda_create(Backend *b, BraidError *err) {
     layout_meta(&cb->meta, &b->cfg);
     graph_ladder_build(&cb->ladder, b->cfg.max_seqs);
     if (setup_device(cb, b, err) || cuda_weights_upload(&cb->w, b->weights, 0x5eed, err) || alloc_kv(cb, b, err) ||
-        alloc_activations(cb, b, err)) {
+        alloc_host_tier(cb, b, err) || alloc_activations(cb, b, err)) {
         cuda_destroy(b);
         b->ops = NULL;
         return -1;
@@ -405,5 +536,6 @@ int backend_cuda_create(Backend *b, BraidError *err) {
     const ModelConfig *c = &b->weights->cfg;
     b->kv_bytes = 2 * (size_t)c->n_layers * b->cfg.n_blocks * b->cfg.block_size * c->n_kv_heads * c->head_dim * 2;
     b->weight_bytes = cb->w.bytes;
+    b->host_kv_bytes = cb->host.bytes;
     return 0;
 }

@@ -9,15 +9,17 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
     memset(e, 0, sizeof *e);
     e->model = model;
     e->cfg = *cfg;
-    if (sched_init(&e->sched, cfg->n_blocks, cfg->block_size, cfg->max_batch_tokens, cfg->max_running, cfg->cache_enabled,
-                   cfg->policy, err))
-        return -1;
+    SchedConfig sc = {.device_blocks = cfg->n_blocks, .host_blocks = cfg->host_blocks, .block_size = cfg->block_size,
+                      .max_batch_tokens = cfg->max_batch_tokens, .max_running = cfg->max_running,
+                      .cache_enabled = cfg->cache_enabled, .policy = cfg->policy};
+    if (sched_init(&e->sched, &sc, err)) return -1;
     BackendConfig bc = backend_config_default(cfg->device, &model->weights.cfg, cfg->n_blocks, cfg->block_size,
                                               cfg->max_batch_tokens);
     bc.max_seqs = cfg->max_running > 0 && cfg->max_running < cfg->max_batch_tokens ? cfg->max_running : cfg->max_batch_tokens;
     bc.cuda_graphs = !cfg->cuda_graphs_off;
     bc.cpu_matmul = engine_cpu_matmul(cfg);
     bc.tp = cfg->tp;
+    bc.host_blocks = cfg->host_blocks;
     if (backend_create(&e->backend, cfg->shard ? cfg->shard : &model->weights, &bc, err)) {
         sched_free(&e->sched);
         return -1;
@@ -131,7 +133,11 @@ int engine_step(Engine *e, BraidError *err) {
     ForwardBatch batch;
     int n_logits = build_batch(e, &batch);
     ForwardOutput out = {.argmax = e->argmax, .logits = e->logits, .want_logits = e->want_logits};
-    if (e->cfg.before_forward && e->cfg.before_forward(e->cfg.before_forward_ctx, &batch, err)) return -1;
+    /* The plan's block operations come before its forward (a LOAD feeds it, a STORE saves a block it
+     * may overwrite). Applied here first, so a list this backend refuses never reaches the peers. */
+    if (backend_apply_cache_ops(&e->backend, e->plan.ops.ops, e->plan.ops.n, err))
+        return braid_error_wrap(err, "engine: cache operations of a step");
+    if (e->cfg.before_forward && e->cfg.before_forward(e->cfg.before_forward_ctx, &batch, &e->plan.ops, err)) return -1;
     if (backend_forward(&e->backend, &batch, &out, err)) return -1;
     sched_commit(&e->sched, &e->plan);
     size_t vocab = (size_t)e->model->weights.cfg.vocab_size;

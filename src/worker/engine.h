@@ -1,7 +1,8 @@
 /*
  * engine.h — one serving instance in one process: scheduler + executor over a shared paged KV pool.
  *
- * engine_step() asks the scheduler for a step plan, turns it into a ForwardBatch (token ids,
+ * engine_step() asks the scheduler for a step plan, carries out the plan's cache operations (block
+ * copies, host-tier stores and loads) on the backend, turns the plan into a ForwardBatch (token ids,
  * positions, slots through each sequence's block table), runs the forward pass, samples the next
  * token of every sequence whose last token was computed, and applies stop rules (end-of-turn
  * tokens, max_tokens, context length). `braid batch` drives it offline; the cluster's instance
@@ -18,6 +19,7 @@
 
 typedef struct {
     int n_blocks, block_size, max_batch_tokens, max_running;
+    int host_blocks;     /* host KV tier blocks including the null block; 0 = no host tier */
     bool cache_enabled;
     const EvictPolicy *policy;
     BackendKind device;  /* BACKEND_CPU (the zero value) or BACKEND_CUDA */
@@ -27,10 +29,11 @@ typedef struct {
      * the single-sequence runner (braid generate, golden tests) always uses fp32. */
     bool cpu_matmul_fp32;
     /* Tensor parallelism (the cluster's instance leader): run on this rank's weight shard and
-     * all-reduce through tp; before each forward, before_forward hands the batch to the peers. */
+     * all-reduce through tp; before each forward, before_forward hands the batch and the step's
+     * cache operations (already applied on this rank) to the peers, which apply them too. */
     const ModelWeights *shard;
     struct TpCollective *tp;
-    int (*before_forward)(void *ctx, const ForwardBatch *batch, BraidError *err);
+    int (*before_forward)(void *ctx, const ForwardBatch *batch, const CacheOpList *ops, BraidError *err);
     void *before_forward_ctx;
 } EngineConfig;
 

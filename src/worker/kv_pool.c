@@ -1,5 +1,6 @@
 #include "worker/kv_pool.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,4 +57,19 @@ KvLayerView kv_pool_layer(const KvPool *pool, int layer) {
         .head_dim = pool->head_dim,
     };
     return view;
+}
+
+void kv_pool_copy_block(const KvPool *src, int32_t src_block, KvPool *dst, int32_t dst_block) {
+    assert(src->n_layers == dst->n_layers && src->n_kv_heads == dst->n_kv_heads && src->block_size == dst->block_size &&
+           src->head_dim == dst->head_dim);
+    assert(src_block >= 0 && src_block < src->n_blocks && dst_block >= 0 && dst_block < dst->n_blocks);
+    assert(src != dst || src_block != dst_block);
+    size_t block_elems = (size_t)src->n_kv_heads * src->block_size * src->head_dim;
+    size_t s = (size_t)src_block * block_elems, d = (size_t)dst_block * block_elems;
+    for (int l = 0; l < src->n_layers; l++) {
+        memcpy(dst->k[l] + d, src->k[l] + s, block_elems * sizeof **src->k);
+        memcpy(dst->v[l] + d, src->v[l] + s, block_elems * sizeof **src->v);
+    }
+    memcpy(dst->slot_pos + (size_t)dst_block * dst->block_size, src->slot_pos + (size_t)src_block * src->block_size,
+           (size_t)src->block_size * sizeof *src->slot_pos);
 }

@@ -5,7 +5,8 @@
  * bytes of fp32: decode streams the whole cache each step, and twice the blocks fit) and the per-slot
  * recorded positions (n_blocks, block_size). Block 0 is the null block: valid memory that padding
  * may write, never handed out by the cache. Which blocks belong to whom is decided elsewhere
- * (src/cache); this module only holds the memory.
+ * (src/cache); this module only holds the memory. The CPU backend's host tier is a second pool
+ * of the same layout; kv_pool_copy_block moves one block between (or within) pools.
  * Thread-safety: the forward pass writes slots of the sequences in its plan; no locking here.
  */
 #ifndef BRAID_WORKER_KV_POOL_H
@@ -30,5 +31,10 @@ void kv_pool_destroy(KvPool *pool);
 KvLayerView kv_pool_layer(const KvPool *pool, int layer);
 /* Bytes one block takes across all layers (K + V). */
 size_t kv_pool_block_bytes(const ModelConfig *cfg, int block_size);
+/* Copies block src_block of src to block dst_block of dst: every layer's K and V (all of the pool's
+ * KV heads) and the recorded slot positions. The pools must have the same geometry (layers, KV
+ * heads, block size, head_dim) and the ids must be in range (asserted: callers validate them);
+ * src and dst may be the same pool, but then the blocks must differ. */
+void kv_pool_copy_block(const KvPool *src, int32_t src_block, KvPool *dst, int32_t dst_block);
 
 #endif

@@ -5,7 +5,21 @@
 
 static int blocks_for(int n_ctx, int block_size) { return (n_ctx + block_size - 1) / block_size; }
 
-void step_msg_encode(WireBuf *b, StepKind kind, const ForwardBatch *fb, int block_size) {
+#define OP_WIRE_BYTES 13 /* kind u8, src, dst, delta i32 */
+
+static void encode_ops(WireBuf *b, const CacheOpList *ops) {
+    int n = ops ? ops->n : 0;
+    wire_put_i32(b, n);
+    for (int i = 0; i < n; i++) {
+        const CacheOp *op = &ops->ops[i];
+        wire_put_u8(b, op->kind);
+        wire_put_i32(b, op->src);
+        wire_put_i32(b, op->dst);
+        wire_put_i32(b, op->delta);
+    }
+}
+
+void step_msg_encode(WireBuf *b, StepKind kind, const ForwardBatch *fb, const CacheOpList *ops, int block_size) {
     wire_put_u8(b, (uint8_t)kind);
     if (kind != STEP_FORWARD) return;
     wire_put_i32s(b, fb->tokens, fb->n_tokens);
@@ -18,6 +32,20 @@ void step_msg_encode(WireBuf *b, StepKind kind, const ForwardBatch *fb, int bloc
     wire_put_i32(b, total);
     for (int s = 0; s < fb->n_seqs; s++)
         wire_put(b, fb->block_tables[s], (size_t)blocks_for(fb->seq_n_ctx[s], block_size) * sizeof(int32_t));
+    encode_ops(b, ops);
+}
+
+/* The operation list; -1 when its count does not fit the bytes left, a kind is unknown, or memory runs out. */
+static int decode_ops(WireReader *r, CacheOpList *ops) {
+    int n = wire_get_i32(r);
+    if (r->failed || n < 0 || (size_t)n > (r->len - r->off) / OP_WIRE_BYTES) return -1;
+    for (int i = 0; i < n; i++) {
+        uint8_t kind = wire_get_u8(r);
+        int32_t src = wire_get_i32(r), dst = wire_get_i32(r), delta = wire_get_i32(r);
+        if (r->failed || kind < CACHE_OP_COPY || kind > CACHE_OP_ROTATE) return -1;
+        if (cache_ops_push(ops, (CacheOpKind)kind, src, dst, delta)) return -1;
+    }
+    return 0;
 }
 
 /* Checks the decoded arrays agree with each other before the forward pass trusts them. */
@@ -49,7 +77,7 @@ int step_msg_decode(WireReader *r, int block_size, StepMsg *m) {
     m->tables = malloc((size_t)n_ctx * sizeof *m->tables);
     if (!m->table_data || !m->tables) goto bad;
     wire_get(r, m->table_data, (size_t)total * sizeof *m->table_data);
-    if (r->failed || r->off != r->len) goto bad;
+    if (r->failed || decode_ops(r, &m->ops) || r->off != r->len) goto bad;
     for (int s = 0, off = 0; s < n_ctx; off += blocks_for(m->seq_ctx[s], block_size), s++) m->tables[s] = m->table_data + off;
     m->batch = (ForwardBatch){.n_tokens = n_tok, .tokens = m->tokens, .positions = m->positions, .slot_mapping = m->slots,
                               .n_seqs = n_ctx, .seq_start = m->seq_start, .block_tables = (const int32_t *const *)m->tables,
@@ -68,5 +96,6 @@ void step_msg_free(StepMsg *m) {
     free(m->seq_ctx);
     free(m->table_data);
     free(m->tables);
+    cache_ops_free(&m->ops);
     memset(m, 0, sizeof *m);
 }

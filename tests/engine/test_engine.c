@@ -63,7 +63,7 @@ typedef struct {
     int n[N_REQ];
     int cached[N_REQ];
     int preemptions;
-    uint64_t evicted;
+    uint64_t evicted, host_cached_tokens, demoted, loaded;
 } RunResult;
 
 /* Serves requests [first, first + count) through one engine; checks the invariant every step. */
@@ -99,11 +99,14 @@ static void serve(const EngineConfig *cfg_in, int first, int count, RunResult *r
         res->n[i] = r->n_tokens - r->n_prompt;
         memcpy(res->tokens[i], r->tokens + r->n_prompt, (size_t)res->n[i] * sizeof(int32_t));
         res->cached[i] = r->cached_tokens;
+        res->host_cached_tokens += (uint64_t)r->cached_tokens_host;
         res->preemptions += r->preemptions;
         sched_request_free(r);
     }
-    res->evicted += e.sched.tree.counters.evicted_blocks;
-    assert_int_equal(e.sched.pool.n_in_use, 0); /* nothing held once idle */
+    res->evicted += e.sched.cache.counters.device_evicted_blocks;
+    res->demoted += e.sched.cache.counters.demoted_blocks;
+    res->loaded += e.sched.cache.counters.loaded_blocks;
+    assert_int_equal(kv_cache_in_use(&e.sched.cache, CACHE_TIER_DEVICE), 0); /* nothing held once idle */
     engine_free(&e);
 }
 
@@ -144,22 +147,26 @@ static void expect_same(const RunResult *a, const RunResult *b, const char *what
     if (ties > N_REQ / 4) fail_msg("%s: %d of %d requests differ", what, ties, N_REQ);
 }
 
+/* Outputs of all requests with an ample cache (test_cache_on_off_alone fills it; later tests
+ * compare against it, as cmocka runs the tests in order). */
+static RunResult reference;
+
 static void test_cache_on_off_alone(void **state) {
     (void)state;
     EngineConfig on = {.n_blocks = 512, .block_size = 16, .max_batch_tokens = 256, .max_running = 64, .cache_enabled = true,
                        .policy = &evict_policy_lru};
     EngineConfig off = on;
     off.cache_enabled = false;
-    static RunResult radix, nocache, alone;
-    serve(&on, 0, N_REQ, &radix);
+    static RunResult nocache, alone;
+    serve(&on, 0, N_REQ, &reference);
     serve(&off, 0, N_REQ, &nocache);
     for (int i = 0; i < N_REQ; i++) serve(&off, i, 1, &alone);
-    expect_same(&radix, &nocache, "radix vs off");
-    expect_same(&radix, &alone, "batched vs alone");
+    expect_same(&reference, &nocache, "radix vs off");
+    expect_same(&reference, &alone, "batched vs alone");
     int hits = 0;
     for (int i = 0; i < N_REQ; i++) {
-        hits += radix.cached[i] > 0;
-        assert_int_equal(radix.cached[i] % 16, 0);
+        hits += reference.cached[i] > 0;
+        assert_int_equal(reference.cached[i] % 16, 0);
         assert_int_equal(nocache.cached[i], 0);
     }
     fprintf(stderr, "engine: %d of %d requests reused a cached prefix\n", hits, N_REQ);
@@ -181,6 +188,35 @@ static void test_pressure_evicts_and_preempts(void **state) {
     assert_true(small.preemptions > 0);
     assert_true(small.evicted > 0);
     expect_same(&small, &big, "tiny pool vs ample pool");
+}
+
+/* The host tier on the real model: a device pool too small for the working set demotes prefixes
+ * to host memory and loads them back (the backend carries out the STORE and LOAD operations);
+ * greedy outputs equal those of an ample pool, so every loaded block held the right K/V. */
+static void test_host_tier_loads_back_exact_kv(void **state) {
+    (void)state;
+    EngineConfig tiny_host = {.n_blocks = 13, .host_blocks = 65, .block_size = 16, .max_batch_tokens = 64, .max_running = 2,
+                              .cache_enabled = true, .policy = &evict_policy_lru};
+    EngineConfig tiny = tiny_host;
+    tiny.host_blocks = 0;
+    static RunResult with_host, without_host;
+    serve(&tiny_host, 0, N_REQ, &with_host);
+    serve(&tiny, 0, N_REQ, &without_host);
+    fprintf(stderr, "engine host tier: %llu blocks demoted, %llu loaded back, %llu prompt tokens from host\n",
+            (unsigned long long)with_host.demoted, (unsigned long long)with_host.loaded,
+            (unsigned long long)with_host.host_cached_tokens);
+    assert_true(with_host.demoted > 0);
+    assert_true(with_host.loaded > 0);
+    assert_true(with_host.host_cached_tokens > 0);
+    assert_int_equal(without_host.host_cached_tokens, 0);
+    expect_same(&with_host, &reference, "tiny pool + host tier vs ample pool");
+    expect_same(&with_host, &without_host, "with vs without host tier");
+    uint64_t cached_with = 0, cached_without = 0;
+    for (int i = 0; i < N_REQ; i++) {
+        cached_with += (uint64_t)with_host.cached[i];
+        cached_without += (uint64_t)without_host.cached[i];
+    }
+    assert_true(cached_with > cached_without); /* the host tier turned recomputation into hits */
 }
 
 static void test_cached_tokens_exact(void **state) {
@@ -255,6 +291,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cache_on_off_alone),
         cmocka_unit_test(test_pressure_evicts_and_preempts),
+        cmocka_unit_test(test_host_tier_loads_back_exact_kv),
         cmocka_unit_test(test_cached_tokens_exact),
         cmocka_unit_test(test_rejects_what_never_fits),
     };

@@ -7,6 +7,9 @@
  *   the first step whose top-2 margin (on the CPU) is under the measured bf16 noise.
  * - A prompt fed in pieces (cached-prefix prefill, then single-token decode steps through the
  *   decode kernel and the graphs) gives the logits of the one-shot prefill.
+ * - Cache operations: blocks stored to the pinned host tier, overwritten on the GPU, then loaded
+ *   into other device blocks (and blocks copied on the device) decode the next token with the
+ *   logits of the original blocks, bit for bit.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +24,7 @@
 #include "golden_io.h"
 #include "model/model.h"
 #include "test_paths.h"
+#include "worker/backend.h"
 #include "worker/sampler.h"
 #include "worker/sequence.h"
 
@@ -179,6 +183,92 @@ static void test_pieces_match_one_shot(void **state) {
     free(ids);
 }
 
+/* ---- cache operations (host tier) ---- */
+
+#define OPS_BS 16
+#define OPS_PROMPT 48 /* three full blocks; the decode at position 48 writes a fourth */
+
+static int32_t ops_prefill(Backend *b, const int32_t *ids, const int32_t *table) {
+    int32_t pos[OPS_PROMPT], slots[OPS_PROMPT], start[] = {0, OPS_PROMPT}, ctx[] = {OPS_PROMPT}, row[] = {OPS_PROMPT - 1}, next;
+    for (int t = 0; t < OPS_PROMPT; t++) pos[t] = t, slots[t] = table[t / OPS_BS] * OPS_BS + t % OPS_BS;
+    const int32_t *tables[] = {table};
+    ForwardBatch fb = {.n_tokens = OPS_PROMPT, .tokens = ids, .positions = pos, .slot_mapping = slots, .n_seqs = 1,
+                       .seq_start = start, .block_tables = tables, .seq_n_ctx = ctx, .n_logits = 1, .logit_rows = row};
+    ForwardOutput out = {.argmax = &next};
+    BraidError err;
+    if (backend_forward(b, &fb, &out, &err)) fail_msg("%s", err.msg);
+    return next;
+}
+
+/* Logits (caller frees) of `token` decoded at position OPS_PROMPT over table[0..3]. */
+static float *ops_decode(Backend *b, int vocab, int32_t token, const int32_t *table) {
+    int32_t pos[] = {OPS_PROMPT}, slots[] = {table[3] * OPS_BS}, start[] = {0, 1}, ctx[] = {OPS_PROMPT + 1}, row[] = {0}, next;
+    const int32_t *tables[] = {table};
+    ForwardBatch fb = {.n_tokens = 1, .tokens = &token, .positions = pos, .slot_mapping = slots, .n_seqs = 1,
+                       .seq_start = start, .block_tables = tables, .seq_n_ctx = ctx, .n_logits = 1, .logit_rows = row};
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    assert_non_null(logits);
+    ForwardOutput out = {.argmax = &next, .logits = logits};
+    BraidError err;
+    if (backend_forward(b, &fb, &out, &err)) fail_msg("%s", err.msg);
+    return logits;
+}
+
+static void ops_apply(Backend *b, const CacheOp *ops, int n) {
+    BraidError err;
+    if (backend_apply_cache_ops(b, ops, n, &err)) fail_msg("%s", err.msg);
+}
+
+static double max_abs_diff(const float *a, const float *b, int n) {
+    double worst = 0.0;
+    for (int i = 0; i < n; i++) worst = fmax(worst, fabs((double)a[i] - b[i]));
+    return worst;
+}
+
+static void test_host_tier_round_trip(void **state) {
+    Fixture *fx = *state;
+    const ModelWeights *w = &fx->golden.model.weights;
+    int vocab = w->cfg.vocab_size, n = 0;
+    json_t *longest = json_array_get(fx->golden.prompts, 0);
+    for (size_t i = 0; i < json_array_size(fx->golden.prompts); i++)
+        if (json_array_size(json_object_get(json_array_get(fx->golden.prompts, i), "ids")) >
+            json_array_size(json_object_get(longest, "ids")))
+            longest = json_array_get(fx->golden.prompts, i);
+    int32_t *ids = golden_int_array(json_object_get(longest, "ids"), &n);
+    assert_true(n >= 2 * OPS_PROMPT); /* two different 48-token prompts from one */
+    BackendConfig cfg = backend_config_default(BACKEND_CUDA, &w->cfg, 16, OPS_BS, 64);
+    cfg.host_blocks = 8;
+    Backend b;
+    BraidError err;
+    if (backend_create(&b, w, &cfg, &err)) fail_msg("%s", err.msg);
+    assert_true(b.host_kv_bytes > 0);
+    const int32_t orig[] = {1, 2, 3, 4}, copied[] = {9, 10, 11, 12}, loaded[] = {5, 6, 7, 8};
+    int32_t next = ops_prefill(&b, ids, orig);
+    float *ref = ops_decode(&b, vocab, next, orig);
+    const CacheOp store[] = {{CACHE_OP_STORE, 1, 6, 0}, {CACHE_OP_STORE, 2, 7, 0}, {CACHE_OP_STORE, 3, 2, 0}};
+    const CacheOp copy[] = {{CACHE_OP_COPY, 1, 9, 0}, {CACHE_OP_COPY, 2, 10, 0}, {CACHE_OP_COPY, 3, 11, 0}};
+    ops_apply(&b, store, 3);
+    ops_apply(&b, copy, 3); /* a contiguous run: one copy per layer array */
+    /* The next forward overwrites the stored blocks: the copies must have read them first. */
+    ops_prefill(&b, ids + OPS_PROMPT, orig);
+    float *overwritten = ops_decode(&b, vocab, next, orig);
+    float *via_copy = ops_decode(&b, vocab, next, copied);
+    const CacheOp load[] = {{CACHE_OP_LOAD, 6, 5, 0}, {CACHE_OP_LOAD, 7, 6, 0}, {CACHE_OP_LOAD, 2, 7, 0}};
+    ops_apply(&b, load, 3);
+    float *via_load = ops_decode(&b, vocab, next, loaded);
+    fprintf(stderr, "host tier: max |diff| vs original: copied %.6f, loaded %.6f, overwritten %.4f\n",
+            max_abs_diff(ref, via_copy, vocab), max_abs_diff(ref, via_load, vocab), max_abs_diff(ref, overwritten, vocab));
+    assert_true(max_abs_diff(ref, overwritten, vocab) > 0.0);
+    assert_memory_equal(ref, via_copy, (size_t)vocab * sizeof *ref);
+    assert_memory_equal(ref, via_load, (size_t)vocab * sizeof *ref);
+    free(ref);
+    free(overwritten);
+    free(via_copy);
+    free(via_load);
+    free(ids);
+    backend_destroy(&b);
+}
+
 int main(void) {
     if (!backend_cuda_available()) {
         fprintf(stderr, "no CUDA backend or GPU here: skipping\n");
@@ -188,6 +278,7 @@ int main(void) {
         cmocka_unit_test(test_logits_match_cpu),
         cmocka_unit_test(test_greedy_matches_cpu),
         cmocka_unit_test(test_pieces_match_one_shot),
+        cmocka_unit_test(test_host_tier_round_trip),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

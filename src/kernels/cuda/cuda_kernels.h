@@ -99,6 +99,23 @@ cudaError_t cuda_copy_blocks(uint16_t *const *k_layers, uint16_t *const *v_layer
                              const int32_t *src, const int32_t *dst, int n_pairs, int block_elems, int block_size,
                              cudaStream_t stream);
 
+/* One KV tier's memory, on the device or in host memory: per layer K and V (n_blocks, n_kv_heads,
+ * block_size, head_dim) bf16, and slot positions (n_blocks, block_size). k and v are host arrays of
+ * per-layer pointers. */
+typedef struct {
+    uint16_t *const *k;
+    uint16_t *const *v;
+    int32_t *slot_pos;
+} CudaKvTier;
+
+/* Copies blocks [src_block, src_block + n) of src onto [dst_block, dst_block + n) of dst, in every
+ * layer's K and V and in the slot positions: 2 n_layers + 1 cudaMemcpyAsync calls of `kind`
+ * (device-to-device, device-to-host or host-to-device) on stream. block_elems is n_kv_heads *
+ * block_size * head_dim. Within one tier the two ranges must not overlap. */
+cudaError_t cuda_memcpy_kv_blocks(const CudaKvTier *src, int src_block, const CudaKvTier *dst, int dst_block, int n,
+                                  int n_layers, size_t block_elems, int block_size, enum cudaMemcpyKind kind,
+                                  cudaStream_t stream);
+
 /* Deterministic pseudo-random bf16 values uniform in [-scale, scale) (synthetic models). */
 cudaError_t cuda_fill_random_bf16(uint16_t *p, size_t n, uint64_t seed, float scale, cudaStream_t stream);
 /* p[0..n) = value. */

@@ -1,6 +1,7 @@
 /*
  * memory_ops.cu — kernels that move or initialize memory: slot-position records, block copies
- * between pool locations (for host-tier and splice work), fills and synthetic random weights.
+ * between pool locations (a kernel within the device pool; cudaMemcpyAsync runs between the device
+ * pool and the host tier), fills and synthetic random weights.
  */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -64,6 +65,21 @@ extern "C" cudaError_t cuda_copy_blocks(uint16_t *const *k_layers, uint16_t *con
     copy_blocks_kernel<<<dim3(n_pairs, n_layers), 256, 0, stream>>>(k_layers, v_layers, slot_pos, src, dst, block_elems,
                                                                      block_size);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_memcpy_kv_blocks(const CudaKvTier *src, int src_block, const CudaKvTier *dst, int dst_block,
+                                             int n, int n_layers, size_t block_elems, int block_size,
+                                             enum cudaMemcpyKind kind, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    size_t bytes = (size_t)n * block_elems * sizeof(uint16_t);
+    size_t s = (size_t)src_block * block_elems, d = (size_t)dst_block * block_elems;
+    for (int l = 0; l < n_layers; l++) {
+        cudaError_t e = cudaMemcpyAsync(dst->k[l] + d, src->k[l] + s, bytes, kind, stream);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(dst->v[l] + d, src->v[l] + s, bytes, kind, stream);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaMemcpyAsync(dst->slot_pos + (size_t)dst_block * block_size, src->slot_pos + (size_t)src_block * block_size,
+                           (size_t)n * block_size * sizeof(int32_t), kind, stream);
 }
 
 extern "C" cudaError_t cuda_fill_random_bf16(uint16_t *p, size_t n, uint64_t seed, float scale, cudaStream_t stream) {
