@@ -26,8 +26,9 @@ static const char sim_usage[] =
     "  --prefill-ms-per-token, --decode-ms-per-token: the cost model (defaults: the 2-core CPU's\n"
     "            2.5 and 10 ms)\n"
     "  --host-gbs, --host-latency-us, --kv-bytes-per-token: the cost of copying blocks between the\n"
-    "            tiers, added to the TTFT of the request that moves them (defaults: 12 GB/s and 5 us,\n"
-    "            measured with the CPU backend's block copies here, and 23040 bytes: SmolLM2-135M fp16)\n"
+    "            tiers, added to the TTFT of the request that moves them (defaults: 14 GB/s and 1 us,\n"
+    "            the CPU backend's block loads measured by bench_cache_ops on the 2-core dev machine,\n"
+    "            and 23040 bytes: SmolLM2-135M in fp16)\n"
     "  Reports hit rate, evictions, modeled latency per workflow (critical path of its stages) and\n"
     "  mean modeled TTFT per agent. --json prints one JSON object as the last line.\n";
 

@@ -13,9 +13,10 @@ SimConfig sim_config_default(void) {
      * ~100 decode tok/s. Any other machine: pass your own. */
     SimConfig c = {.kv_tokens = 8192, .policy = "lru", .prefill_s_per_token = 1.0 / 400, .decode_s_per_token = 1.0 / 100,
                    /* SmolLM2-135M in fp16: 2 (K, V) x 30 layers x 3 KV heads x 64 dims x 2 bytes per token. Copy
-                    * rate and latency: the CPU backend's block copies on the 2-core machine (bench/RESULTS.md,
-                    * host-tier study); a GPU over PCIe 4/5 sees ~25-50 GB/s. */
-                   .kv_bytes_per_token = 23040, .host_bandwidth_bytes_per_s = 12e9, .host_latency_s = 5e-6};
+                    * rate and latency: the CPU backend's block loads on the 2-core machine (bench_cache_ops:
+                    * 13.7 GB/s, ~27 us per block at any batch size; stores run at twice that); a GPU over
+                    * PCIe 4/5 sees ~25-50 GB/s. */
+                   .kv_bytes_per_token = 23040, .host_bandwidth_bytes_per_s = 14e9, .host_latency_s = 1e-6};
     return c;
 }
 
