@@ -79,5 +79,5 @@ PY
 for cache in off radix; do
   build/braid batch --model "$model" --input "$out/shared.jsonl" --output "$out/shared_$cache.jsonl" --max-running 4 \
     --cache "$cache" 2> "$out/shared_$cache.txt" > /dev/null
-  echo "shared prefix, cache $cache: $(grep -oE 'in [0-9.]+ s' "$out/shared_$cache.txt" | head -1), $(grep -oE 'hit rate [0-9.]+%' "$out/shared_$cache.txt")"
+  echo "shared prefix, cache $cache: $(grep -oE 'in [0-9.]+ s' "$out/shared_$cache.txt" | head -1), $(awk '/prompt tokens [0-9]+: device hits/ {gsub(/[:,]/, ""); printf "hit rate %.1f%% (device %d + host %d of %d prompt tokens)", 100 * ($7 + $10) / $4, $7, $10, $4}' "$out/shared_$cache.txt")"
 done

@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 const char *cli_model_path(const char *flag_value) {
@@ -63,4 +64,117 @@ char *cli_read_stdin(size_t *len) {
     buf[n] = '\0';
     *len = n;
     return buf;
+}
+
+/* ---- cache flags ---- */
+
+const EvictPolicy *cli_parse_policy(const char *cmd, const char *name, bool verbose) {
+    const EvictPolicy *p = evict_policy_find(name);
+    if (p || !verbose) return p;
+    const EvictPolicy *const *all;
+    int n = evict_policy_list(&all);
+    fprintf(stderr, "braid %s: unknown --policy '%s'; registered policies:", cmd, name);
+    for (int i = 0; i < n; i++) fprintf(stderr, "%s %s", i ? "," : "", all[i]->name);
+    fputs(" (--list-policies describes them)\n", stderr);
+    return NULL;
+}
+
+void cli_list_policies(FILE *out) {
+    const EvictPolicy *const *all;
+    int n = evict_policy_list(&all);
+    for (int i = 0; i < n; i++) fprintf(out, "%-16s %s\n", all[i]->name, all[i]->description ? all[i]->description : "");
+}
+
+static int host_flags_exclusive(const char *cmd, const CliHostTier *h, bool blocks, bool verbose) {
+    if ((blocks && h->gib >= 0) || (!blocks && h->blocks >= 0)) {
+        if (verbose) fprintf(stderr, "braid %s: --host-kv-blocks and --host-kv-gib are mutually exclusive (give one)\n", cmd);
+        return -1;
+    }
+    return 0;
+}
+
+int cli_parse_host_kv_blocks(const char *cmd, const char *text, CliHostTier *h, bool verbose) {
+    if (host_flags_exclusive(cmd, h, true, verbose)) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < 0 || v > (1L << 30) || v == 1) {
+        if (verbose)
+            fprintf(stderr, "braid %s: --host-kv-blocks expects 0 (off) or a block count in [2, %ld], got '%s'\n", cmd, 1L << 30,
+                    text);
+        return -1;
+    }
+    h->blocks = v;
+    return 0;
+}
+
+int cli_parse_host_kv_gib(const char *cmd, const char *text, CliHostTier *h, bool verbose) {
+    if (host_flags_exclusive(cmd, h, false, verbose)) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !(v >= 0 && v <= 1e9)) {
+        if (verbose) fprintf(stderr, "braid %s: --host-kv-gib expects a size in GiB in [0, 1e9] (0 = off), got '%s'\n", cmd, text);
+        return -1;
+    }
+    h->gib = v;
+    return 0;
+}
+
+unsigned long long cli_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    fclose(f);
+    return kib * 1024ULL;
+}
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+int cli_host_tier_blocks(const CliHostTier *h, long device_blocks, size_t block_bytes, int ranks, long *host_blocks, char *why,
+                         size_t why_cap) {
+    if (ranks < 1) ranks = 1;
+    if (block_bytes == 0) block_bytes = 1;
+    unsigned long long avail = cli_mem_available();
+    long blocks;
+    const char *given = NULL;
+    char given_text[96];
+    if (h->blocks >= 0) {
+        blocks = h->blocks;
+        snprintf(given_text, sizeof given_text, "--host-kv-blocks %ld", h->blocks);
+        given = given_text;
+    } else if (h->gib >= 0) {
+        double n = h->gib * GIB / (double)block_bytes;
+        blocks = n >= (double)(1L << 30) ? 1L << 30 : (long)n;
+        if (blocks == 1) blocks = 2; /* 1 would be the null block alone */
+        snprintf(given_text, sizeof given_text, "--host-kv-gib %g", h->gib);
+        given = given_text;
+    } else {
+        blocks = 4 * device_blocks;
+        if (avail) {
+            unsigned long long fit = avail / 4 / (unsigned long long)ranks / block_bytes;
+            if ((unsigned long long)blocks > fit) blocks = (long)fit;
+        }
+        if (blocks < 2) blocks = 0;
+    }
+    double need = (double)blocks * (double)block_bytes * ranks;
+    if (given && avail && blocks > 0 && need > (double)avail) {
+        snprintf(why, why_cap,
+                 "%s asks for a %.2f GiB host KV tier (%ld blocks of %zu bytes%s), more than the %.2f GiB of "
+                 "MemAvailable; lower it or give 0 to turn the tier off",
+                 given, need / GIB, blocks, block_bytes, ranks > 1 ? ", on every worker rank of this machine" : "",
+                 (double)avail / GIB);
+        return -1;
+    }
+    *host_blocks = blocks;
+    return 0;
+}
+
+void cli_describe_host_tier(long host_blocks, size_t block_bytes, char *out, size_t cap) {
+    if (host_blocks <= 1) snprintf(out, cap, "host KV tier: off");
+    else snprintf(out, cap, "host KV tier: %ld blocks (%.2f GiB per rank)", host_blocks - 1,
+                  (double)(host_blocks - 1) * (double)block_bytes / GIB);
 }

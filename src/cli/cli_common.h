@@ -1,11 +1,17 @@
 /*
  * cli_common.h — helpers shared by the subcommands: the default model path, thread setup, number
- * parsing with range checks, reading all of stdin.
+ * parsing with range checks, reading all of stdin, and the cache flags `braid batch` and `braid
+ * serve` share (--policy / --list-policies, --host-kv-blocks / --host-kv-gib).
+ * Errors are printed on stderr, prefixed "braid <command>: ".
  */
 #ifndef BRAID_CLI_CLI_COMMON_H
 #define BRAID_CLI_CLI_COMMON_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
+
+#include "cache/evict_policy.h"
 
 #define BRAID_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -19,5 +25,48 @@ int cli_parse_int(const char *flag, const char *text, long lo, long hi, long *ou
 int cli_parse_float(const char *flag, const char *text, double lo, double hi, double *out);
 /* Reads stdin to a malloc'd buffer (NUL-terminated; *len excludes the NUL). NULL on failure. */
 char *cli_read_stdin(size_t *len);
+
+/* ---- cache flags ---- */
+
+#define CLI_CACHE_FLAGS_USAGE                                                                                        \
+    "  --policy NAME            eviction policy of both cache tiers (default lru; see --list-policies)\n"         \
+    "  --list-policies          print the eviction policies (name and description) and exit\n"                    \
+    "  --host-kv-blocks N       host-memory KV tier in blocks (the pool, like --kv-blocks); 0 turns it off\n"     \
+    "  --host-kv-gib G          the host tier by size instead: G GiB of host memory per worker rank\n"            \
+    "                           (default: 4x --kv-blocks, capped to 25% of MemAvailable in /proc/meminfo;\n"      \
+    "                           more than MemAvailable is refused at startup)\n"
+
+/* The policy registered under name, or NULL after an error that lists the known ones (printed only
+ * when verbose: under mpirun every rank parses, rank 0 speaks). */
+const EvictPolicy *cli_parse_policy(const char *cmd, const char *name, bool verbose);
+/* One line per registered policy: name, then its description. */
+void cli_list_policies(FILE *out);
+
+/* --host-kv-blocks / --host-kv-gib as given (at most one of them). */
+typedef struct {
+    long blocks;  /* -1 = not given */
+    double gib;   /* < 0 = not given */
+} CliHostTier;
+
+#define CLI_HOST_TIER_DEFAULT ((CliHostTier){.blocks = -1, .gib = -1})
+
+/* Parses one of the two flags into *h; -1 (after an error message when verbose) on a bad value or
+ * when the other one was given already. */
+int cli_parse_host_kv_blocks(const char *cmd, const char *text, CliHostTier *h, bool verbose);
+int cli_parse_host_kv_gib(const char *cmd, const char *text, CliHostTier *h, bool verbose);
+
+/* MemAvailable from /proc/meminfo in bytes, or 0 when it cannot be read. */
+unsigned long long cli_mem_available(void);
+
+/* The host tier's pool size (blocks including the null block, the --kv-blocks convention; 0 =
+ * off). block_bytes: host memory one block takes on one rank; ranks: worker ranks that share this
+ * machine's memory, each holding such a tier. Default (no flag): min(4 x device_blocks, what fits
+ * in 25% of MemAvailable over the ranks). A tier whose memory on this machine (ranks x blocks x
+ * block_bytes) exceeds MemAvailable is an error: returns -1 with a message naming both sizes in
+ * why. An unreadable /proc/meminfo skips the cap and the check. */
+int cli_host_tier_blocks(const CliHostTier *h, long device_blocks, size_t block_bytes, int ranks, long *host_blocks, char *why,
+                         size_t why_cap);
+/* "host KV tier: N blocks (X GiB per rank)" or "host KV tier: off", for the startup line. */
+void cli_describe_host_tier(long host_blocks, size_t block_bytes, char *out, size_t cap);
 
 #endif

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "sim/trace_writer.h"
 #include "worker/engine.h"
+#include "worker/kv_pool.h"
 
 static const char batch_usage[] =
     "usage: braid batch --input requests.jsonl --output results.jsonl [options]\n"
@@ -21,8 +22,9 @@ static const char batch_usage[] =
     "  --max-batch-tokens T     token budget per step, shared by prefill chunks and decodes (default 512)\n"
     "  --max-running N          most sequences in flight (default 64)\n"
     "  --cache radix|off        prefix cache (default radix)\n"
-    "  --policy lru             eviction policy (default lru)\n"
-    "  --events PATH            JSONL log of cache decisions (hit, insert, evict, preempt)\n"
+    CLI_CACHE_FLAGS_USAGE
+    "  --events PATH            JSONL log of cache decisions: per request hit, load, preempt, cancel; every\n"
+    "                           cache event (blocks stored / removed per tier, with the reason and hashes)\n"
     "  --trace-out PATH         write a replayable trace (docs/TRACE_FORMAT.md) for braid sim\n"
     "  --threads N              CPU threads (default: all cores)\n"
     "  --device D               cpu, cuda or auto = cuda when built with it and a GPU is visible (default auto)\n"
@@ -32,8 +34,10 @@ static const char batch_usage[] =
     "                           batched decode throughput, at some cost in accuracy)\n"
     "Input lines: {\"id\", \"prompt\" | \"messages\", \"max_tokens\", \"temperature\", \"top_p\", \"top_k\", \"seed\",\n"
     "              \"tenant\", \"adapter\", \"workflow_id\", \"agent\"}. Output lines, in input order:\n"
-    "{\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", \"cached_tokens\", \"ttft_ms\", \"latency_ms\",\n"
-    " \"preemptions\", \"finish_reason\"} (+ \"error\" for a rejected request). Summary on stderr.\n";
+    "{\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", \"cached_tokens\" (device + host), \"cached_tokens_host\",\n"
+    " \"ttft_ms\", \"latency_ms\", \"preemptions\", \"finish_reason\"} (+ \"error\" for a rejected request).\n"
+    "Summary on stderr: prompt tokens served from the device tier, from the host tier, computed; demotions,\n"
+    "load-backs and evictions per tier (counts).\n";
 
 typedef struct {
     const char *model, *input, *output, *events_path, *trace_path;
@@ -42,11 +46,12 @@ typedef struct {
     CpuMatmulMath cpu_matmul;
     BackendKind device;
     const EvictPolicy *policy;
+    CliHostTier host;
 } BatchArgs;
 
 static int parse_args(int argc, char **argv, BatchArgs *a) {
     enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE, O_DEVICE, O_NO_GRAPHS,
-           O_CPU_MATMUL };
+           O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
         {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
@@ -55,10 +60,11 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         {"events", required_argument, 0, O_EVENTS}, {"threads", required_argument, 0, O_THREADS},
         {"trace-out", required_argument, 0, O_TRACE}, {"device", required_argument, 0, O_DEVICE},
         {"no-cuda-graphs", no_argument, 0, O_NO_GRAPHS}, {"cpu-matmul", required_argument, 0, O_CPU_MATMUL},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"list-policies", no_argument, 0, O_LIST_POLICIES}, {"host-kv-blocks", required_argument, 0, O_HOST_BLOCKS},
+        {"host-kv-gib", required_argument, 0, O_HOST_GIB}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (BatchArgs){.kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
-                     .cpu_matmul = CPU_MATMUL_FP32};
+                     .cpu_matmul = CPU_MATMUL_FP32, .host = CLI_HOST_TIER_DEFAULT};
     int c;
     BraidError err;
     optind = 1;
@@ -95,11 +101,11 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
             a->cache = strcmp(optarg, "radix") == 0;
             break;
         case O_POLICY:
-            if (!(a->policy = evict_policy_find(optarg))) {
-                fprintf(stderr, "braid batch: unknown --policy '%s' (known: lru)\n", optarg);
-                return 2;
-            }
+            if (!(a->policy = cli_parse_policy("batch", optarg, true))) return 2;
             break;
+        case O_LIST_POLICIES: cli_list_policies(stdout); return 1;
+        case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("batch", optarg, &a->host, true)) return 2; break;
+        case O_HOST_GIB: if (cli_parse_host_kv_gib("batch", optarg, &a->host, true)) return 2; break;
         case 'h': fputs(batch_usage, stdout); return 1;
         default: fputs(batch_usage, stderr); return 2;
         }
@@ -150,13 +156,15 @@ static int load_request(const BraidModel *m, json_t *obj, int line, SchedRequest
     json_t *v = json_object_get(obj, "ignore_eos");
     if (v && !json_is_boolean(v)) return snprintf(r->error, sizeof r->error, "ignore_eos must be true or false"), -1;
     r->ignore_eos = json_is_true(v);
+    /* The request's identity, as the server's SUBMIT carries it: exact strings, "" or absent = none. */
     static const char *const text_fields[] = {"tenant", "adapter", "workflow_id", "agent"};
+    char **targets[] = {&r->tenant, &r->adapter, &r->workflow, &r->agent};
     for (size_t i = 0; i < sizeof text_fields / sizeof text_fields[0]; i++) {
         json_t *t = json_object_get(obj, text_fields[i]);
         if (t && !json_is_string(t)) return snprintf(r->error, sizeof r->error, "%s must be a string", text_fields[i]), -1;
+        if (t && json_string_length(t) > 0 && !(*targets[i] = strdup(json_string_value(t))))
+            return snprintf(r->error, sizeof r->error, "out of memory"), -1;
     }
-    r->ns = radix_namespace_for(json_string_value(json_object_get(obj, "tenant")),
-                                json_string_value(json_object_get(obj, "adapter")));
     BraidError err;
     TokenList ids = {0};
     int rc;
@@ -186,19 +194,9 @@ static int load_request(const BraidModel *m, json_t *obj, int line, SchedRequest
     return 0;
 }
 
-/* Strings the trace records next to each request (the scheduler only keeps the namespace). */
-typedef struct {
-    char *workflow, *agent, *tenant, *adapter;
-} RequestLabels;
-
-static char *json_string_or_empty(json_t *obj, const char *key) {
-    const char *v = json_string_value(json_object_get(obj, key));
-    return strdup(v ? v : "");
-}
-
-static void write_trace_line(FILE *f, const SchedRequest *r, const RequestLabels *l, int seq, int block_size) {
-    TraceRecord rec = {.seq = seq, .t = 0.0, .id = r->id, .workflow = l->workflow, .agent = l->agent, .tenant = l->tenant,
-                       .adapter = l->adapter, .prompt = r->tokens, .prompt_tokens = r->n_prompt,
+static void write_trace_line(FILE *f, const SchedRequest *r, int seq, int block_size) {
+    TraceRecord rec = {.seq = seq, .t = 0.0, .id = r->id, .workflow = r->workflow, .agent = r->agent, .tenant = r->tenant,
+                       .adapter = r->adapter, .prompt = r->tokens, .prompt_tokens = r->n_prompt,
                        .output_tokens = r->n_tokens > r->n_prompt ? r->n_tokens - r->n_prompt : 0, .block_size = block_size};
     if (trace_write_request(f, &rec)) LOG_WARN("batch", "could not write the trace line of request %s", r->id ? r->id : "");
 }
@@ -214,6 +212,7 @@ static void write_result(FILE *out, const BraidModel *m, const SchedRequest *r, 
     json_object_set_new(o, "prompt_tokens", json_integer(r->n_prompt));
     json_object_set_new(o, "completion_tokens", json_integer(n_out));
     json_object_set_new(o, "cached_tokens", json_integer(r->cached_tokens > 0 ? r->cached_tokens : 0));
+    json_object_set_new(o, "cached_tokens_host", json_integer(r->cached_tokens > 0 && r->cached_tokens_host > 0 ? r->cached_tokens_host : 0));
     json_object_set_new(o, "ttft_ms", json_real(r->t_first_token > 0 ? (r->t_first_token - t0) * 1e3 : 0));
     json_object_set_new(o, "latency_ms", json_real(r->t_finish > 0 ? (r->t_finish - t0) * 1e3 : 0));
     json_object_set_new(o, "preemptions", json_integer(r->preemptions));
@@ -225,14 +224,13 @@ static void write_result(FILE *out, const BraidModel *m, const SchedRequest *r, 
     json_decref(o);
 }
 
-static int read_requests(const BraidModel *m, const char *path, SchedRequest **out, RequestLabels **labels_out, int *n_out) {
+static int read_requests(const BraidModel *m, const char *path, SchedRequest **out, int *n_out) {
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(stderr, "braid batch: cannot open %s\n", path);
         return -1;
     }
     SchedRequest *reqs = NULL;
-    RequestLabels *labels = NULL;
     int n = 0, cap = 0, line_no = 0;
     char *line = NULL;
     size_t line_cap = 0;
@@ -241,15 +239,11 @@ static int read_requests(const BraidModel *m, const char *path, SchedRequest **o
         if (strspn(line, " \t\r\n") == strlen(line)) continue;
         if (n == cap) {
             SchedRequest *grown = realloc(reqs, (size_t)(cap ? cap * 2 : 64) * sizeof *reqs);
-            RequestLabels *grown_labels = grown ? realloc(labels, (size_t)(cap ? cap * 2 : 64) * sizeof *labels) : NULL;
             if (grown) reqs = grown;
-            if (grown_labels) labels = grown_labels;
-            if (!grown || !grown_labels) {
+            if (!grown) {
                 fprintf(stderr, "braid batch: out of memory reading %s at line %d\n", path, line_no);
                 for (int i = 0; i < n; i++) sched_request_free(&reqs[i]);
                 free(reqs);
-                for (int i = 0; i < n; i++) free(labels[i].workflow), free(labels[i].agent), free(labels[i].tenant), free(labels[i].adapter);
-                free(labels);
                 free(line);
                 fclose(f);
                 return -1;
@@ -260,10 +254,6 @@ static int read_requests(const BraidModel *m, const char *path, SchedRequest **o
         memset(r, 0, sizeof *r);
         json_error_t jerr;
         json_t *obj = json_loads(line, 0, &jerr);
-        labels[n].workflow = json_string_or_empty(obj, "workflow_id");
-        labels[n].agent = json_string_or_empty(obj, "agent");
-        labels[n].tenant = json_string_or_empty(obj, "tenant");
-        labels[n].adapter = json_string_or_empty(obj, "adapter");
         n++;
         if (!json_is_object(obj)) {
             char idbuf[32];
@@ -282,39 +272,32 @@ static int read_requests(const BraidModel *m, const char *path, SchedRequest **o
     free(line);
     fclose(f);
     *out = reqs;
-    *labels_out = labels;
     *n_out = n;
     return 0;
 }
 
+/* Counts, never ratios: prompt tokens at first admission split into device hits, host hits and
+ * computed; the cache's block moves per tier. */
 static void print_summary(const Engine *e, const SchedRequest *reqs, int n, double elapsed) {
     const SchedCounters *c = &e->sched.counters;
+    const KvCacheCounters *k = &e->sched.cache.counters;
     int done = 0, failed = 0;
-    uint64_t prompt = 0;
     for (int i = 0; i < n; i++) {
         if (reqs[i].error[0]) failed++;
         else done++;
-        prompt += (uint64_t)reqs[i].n_prompt;
     }
-    uint64_t total_prompt = c->cached_prompt_tokens + c->computed_prompt_tokens;
+    unsigned long long device = c->cached_prompt_tokens_device, host = c->cached_prompt_tokens_host,
+                       computed = c->computed_prompt_tokens;
     fprintf(stderr,
             "[batch] %d requests (%d completed, %d rejected) in %.2f s: %.1f generated tok/s, %.1f req/s\n"
-            "[batch] prompt tokens %llu, cached %llu (hit rate %.1f%%), evictions %llu blocks, preemptions %llu, "
-            "peak pool use %d of %d blocks, %llu steps\n",
-            n, done, failed, elapsed, e->generated_tokens / elapsed, done / elapsed, (unsigned long long)prompt,
-            (unsigned long long)c->cached_prompt_tokens, total_prompt ? 100.0 * c->cached_prompt_tokens / total_prompt : 0.0,
-            (unsigned long long)e->sched.tree.counters.evicted_blocks, (unsigned long long)c->preemptions, c->peak_in_use,
-            block_pool_total(&e->sched.pool), (unsigned long long)c->steps);
-}
-
-static void free_labels(RequestLabels *labels, int n) {
-    for (int i = 0; labels && i < n; i++) {
-        free(labels[i].workflow);
-        free(labels[i].agent);
-        free(labels[i].tenant);
-        free(labels[i].adapter);
-    }
-    free(labels);
+            "[batch] prompt tokens %llu: device hits %llu, host hits %llu, computed %llu\n"
+            "[batch] KV blocks: demotions %llu, load-backs %llu, device evictions %llu, host evictions %llu, dropped %llu; "
+            "preemptions %llu, peak pool use %d of %d blocks, %llu steps\n",
+            n, done, failed, elapsed, e->generated_tokens / elapsed, done / elapsed, device + host + computed, device, host,
+            computed, (unsigned long long)k->demoted_blocks, (unsigned long long)k->loaded_blocks,
+            (unsigned long long)k->device_evicted_blocks, (unsigned long long)k->host_evicted_blocks,
+            (unsigned long long)k->dropped_blocks, (unsigned long long)c->preemptions, c->peak_in_use,
+            kv_cache_total(&e->sched.cache, CACHE_TIER_DEVICE), (unsigned long long)c->steps);
 }
 
 typedef struct {
@@ -324,14 +307,23 @@ typedef struct {
 /* Reads the requests, serves them all, writes results (and the trace). Returns the exit status. */
 static int serve_batch(const BraidModel *model, const BatchArgs *a, BatchFiles *files) {
     SchedRequest *reqs = NULL;
-    RequestLabels *labels = NULL;
     int n = 0, rc = 0;
-    if (read_requests(model, a->input, &reqs, &labels, &n)) return 1;
+    long host_blocks = 0;
+    char why[512];
+    size_t block_bytes = kv_pool_block_bytes(&model->weights.cfg, (int)a->block_size);
+    if (cli_host_tier_blocks(&a->host, a->kv_blocks, block_bytes, 1, &host_blocks, why, sizeof why)) {
+        fprintf(stderr, "braid batch: %s\n", why);
+        return 1;
+    }
+    char tier[128];
+    cli_describe_host_tier(host_blocks, block_bytes, tier, sizeof tier);
+    fprintf(stderr, "[batch] %s, eviction policy %s\n", tier, a->policy->name);
+    if (read_requests(model, a->input, &reqs, &n)) return 1;
     Engine engine;
     BraidError err;
     EngineConfig cfg = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
-                        .max_running = (int)a->max_running, .cache_enabled = a->cache, .policy = a->policy,
-                        .device = a->device, .cuda_graphs_off = a->no_graphs,
+                        .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
+                        .policy = a->policy, .device = a->device, .cuda_graphs_off = a->no_graphs,
                         .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32};
     if (engine_init(&engine, model, &cfg, &err)) {
         fprintf(stderr, "braid batch: %s\n", err.msg);
@@ -352,13 +344,12 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, BatchFiles *
     double elapsed = braid_now_seconds() - t0;
     for (int i = 0; i < n; i++) write_result(files->out, model, &reqs[i], t0);
     for (int i = 0; files->trace && i < n; i++)
-        if (!reqs[i].error[0]) write_trace_line(files->trace, &reqs[i], &labels[i], i, (int)a->block_size);
+        if (!reqs[i].error[0]) write_trace_line(files->trace, &reqs[i], i, (int)a->block_size);
     print_summary(&engine, reqs, n, elapsed > 0 ? elapsed : 1e-9);
     engine_free(&engine);
 done:
     for (int i = 0; i < n; i++) sched_request_free(&reqs[i]);
     free(reqs);
-    free_labels(labels, n);
     return rc;
 }
 

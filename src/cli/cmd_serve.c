@@ -15,6 +15,7 @@
 #include "coord/metrics.h"
 #include "model/model.h"
 #include "worker/instance_leader.h"
+#include "worker/kv_pool.h"
 
 static const char serve_usage[] =
     "usage: mpirun -n 1+I*T braid serve [options]   (or launch/braid-local, which runs mpirun for you)\n"
@@ -31,7 +32,10 @@ static const char serve_usage[] =
     "  --max-pending N          accepted unfinished requests before new ones get 429 (default 256)\n"
     "  --max-body-bytes N       largest request body; more gets 413 (default 8388608)\n"
     "  --cache radix|off        prefix cache (default radix)\n"
-    "  --policy lru             eviction policy (default lru)\n"
+    CLI_CACHE_FLAGS_USAGE
+    "                           serve: --host-kv-blocks counts an instance's blocks (each of its T ranks holds a\n"
+    "                           1/T share of every block), --host-kv-gib is per rank, and the default's 25% and\n"
+    "                           the MemAvailable check cover all the worker ranks of a machine together\n"
     "  --route-slack N          router: skip an instance with N more requests than the least loaded (default 8)\n"
     "  --events PATH            JSONL log of routing decisions\n"
     "  --trace-out PATH         replayable trace of served requests and workflow ends, for braid sim\n"
@@ -51,11 +55,12 @@ typedef struct {
     CpuMatmulMath cpu_matmul;
     BackendKind device;
     const EvictPolicy *policy;
+    CliHostTier host_tier;
 } ServeArgs;
 
 static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     enum { O_MODEL = 256, O_TP, O_HOST, O_PORT, O_NAME, O_BLOCKS, O_BS, O_MBT, O_RUN, O_PENDING, O_BODY, O_CACHE, O_POLICY,
-           O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL };
+           O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -67,11 +72,12 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"trace-out", required_argument, 0, O_TRACE},
         {"pid-file", required_argument, 0, O_PID}, {"threads", required_argument, 0, O_THREADS},
         {"device", required_argument, 0, O_DEVICE}, {"cpu-matmul", required_argument, 0, O_CPU_MATMUL},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"list-policies", no_argument, 0, O_LIST_POLICIES}, {"host-kv-blocks", required_argument, 0, O_HOST_BLOCKS},
+        {"host-kv-gib", required_argument, 0, O_HOST_GIB}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
                      .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
-                     .cpu_matmul = CPU_MATMUL_FP32};
+                     .cpu_matmul = CPU_MATMUL_FP32, .host_tier = CLI_HOST_TIER_DEFAULT};
     int c;
     BraidError err;
     optind = 1;
@@ -116,11 +122,11 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
             a->cache = strcmp(optarg, "radix") == 0;
             break;
         case O_POLICY:
-            if (!(a->policy = evict_policy_find(optarg))) {
-                if (verbose) fprintf(stderr, "braid serve: unknown --policy '%s' (known: lru)\n", optarg);
-                return 2;
-            }
+            if (!(a->policy = cli_parse_policy("serve", optarg, verbose))) return 2;
             break;
+        case O_LIST_POLICIES: if (verbose) cli_list_policies(stdout); return 1;
+        case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("serve", optarg, &a->host_tier, verbose)) return 2; break;
+        case O_HOST_GIB: if (cli_parse_host_kv_gib("serve", optarg, &a->host_tier, verbose)) return 2; break;
         case 'h': if (verbose) fputs(serve_usage, stdout); return 1;
         default: if (verbose) fputs(serve_usage, stderr); return 2;
         }
@@ -186,12 +192,47 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_in
     return rc;
 }
 
-static int run_worker(const ServeArgs *a, const BraidModel *model, int rank, int tp, MPI_Comm tp_comm) {
+/* Worker ranks sharing a machine's memory with each other, the most on any machine (collective). */
+static int worker_ranks_per_machine(int rank) {
+    MPI_Comm node;
+    int here = 1, has_coordinator = rank == 0, coordinator_here = 0, most = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) != MPI_SUCCESS) return 1;
+    MPI_Comm_size(node, &here);
+    MPI_Allreduce(&has_coordinator, &coordinator_here, 1, MPI_INT, MPI_MAX, node);
+    MPI_Comm_free(&node);
+    int workers = here - coordinator_here;
+    MPI_Allreduce(&workers, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return most > 0 ? most : 1;
+}
+
+/* Collective: rank 0 sizes the host tier (every rank of an instance must agree on it) and tells
+ * everyone; -1 on every rank when the requested tier does not fit (rank 0 says why). */
+static long decide_host_blocks(const ServeArgs *a, const BraidModel *model, int rank) {
+    int ranks = worker_ranks_per_machine(rank);
+    long host_blocks = 0;
+    if (rank == 0) {
+        char why[512], tier[128];
+        size_t block_bytes = kv_pool_block_bytes(&model->weights.cfg, (int)a->block_size) / (size_t)a->tp;
+        if (cli_host_tier_blocks(&a->host_tier, a->kv_blocks, block_bytes, ranks, &host_blocks, why, sizeof why)) {
+            fprintf(stderr, "braid serve: %s\n", why);
+            host_blocks = -1;
+        } else {
+            cli_describe_host_tier(host_blocks, block_bytes, tier, sizeof tier);
+            fprintf(stderr, "braid serve: %s%s, eviction policy %s\n", tier, host_blocks > 1 ? " in each instance" : "",
+                    a->policy->name);
+        }
+    }
+    MPI_Bcast(&host_blocks, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    return host_blocks;
+}
+
+static int run_worker(const ServeArgs *a, const BraidModel *model, int rank, int tp, MPI_Comm tp_comm, long host_blocks) {
     cli_set_threads((int)a->threads);
     WorkerRoleConfig cfg = {
         .model = model, .world = MPI_COMM_WORLD, .tp_comm = tp_comm, .instance = (rank - 1) / tp,
         .engine = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
-                   .max_running = (int)a->max_running, .cache_enabled = a->cache, .policy = a->policy, .device = a->device,
+                   .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
+                   .policy = a->policy, .device = a->device,
                    .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32}};
     int tp_rank = (rank - 1) % tp;
     BraidError err;
@@ -244,8 +285,10 @@ int cmd_serve(int argc, char **argv) {
             MPI_Abort(MPI_COMM_WORLD, 1);
             return 1;
         }
-        rc = rank == 0 ? run_coordinator(&a, &model, (world - 1) / (int)a.tp, &stop)
-                       : run_worker(&a, &model, rank, (int)a.tp, tp_comm);
+        long host_blocks = decide_host_blocks(&a, &model, rank);
+        if (host_blocks < 0) rc = 1;
+        else rc = rank == 0 ? run_coordinator(&a, &model, (world - 1) / (int)a.tp, &stop)
+                            : run_worker(&a, &model, rank, (int)a.tp, tp_comm, host_blocks);
         braid_model_free(&model);
         MPI_Comm_free(&tp_comm);
     }

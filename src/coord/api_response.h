@@ -21,8 +21,13 @@ typedef struct {
     time_t created;
 } ApiResponseHead;
 
+/* usage.prompt_tokens_details: cached_tokens (OpenAI's field) counts every prompt token served from
+ * the cache, whichever tier held it; Braid adds cached_tokens_device and cached_tokens_host, which
+ * sum to it. */
 typedef struct {
-    int prompt_tokens, completion_tokens, cached_tokens;
+    int prompt_tokens, completion_tokens;
+    int cached_tokens;      /* device + host */
+    int cached_tokens_host; /* of those, loaded back from the host tier */
 } ApiUsage;
 
 char *api_response_full(const ApiResponseHead *h, const char *text, size_t len, const char *finish_reason, const ApiUsage *u);

@@ -52,15 +52,15 @@ int coord_request_push_token(CoordRequest *r, int32_t token, double now) {
     return rc;
 }
 
-void coord_request_finish(CoordRequest *r, int reason, int prompt_tokens, int cached_tokens, int completion_tokens,
-                          int preemptions, const char *error) {
+void coord_request_finish(CoordRequest *r, int reason, const CoordUsage *u, const char *error) {
     pthread_mutex_lock(&r->mu);
     r->finished = true;
     r->finish_reason = reason;
-    r->prompt_tokens = prompt_tokens;
-    r->cached_tokens = cached_tokens;
-    r->completion_tokens = completion_tokens;
-    r->preemptions = preemptions;
+    r->prompt_tokens = u->prompt_tokens;
+    r->cached_tokens = u->cached_tokens;
+    r->cached_tokens_host = u->cached_tokens_host;
+    r->completion_tokens = u->completion_tokens;
+    r->preemptions = u->preemptions;
     snprintf(r->error, sizeof r->error, "%s", error ? error : "");
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);

@@ -22,10 +22,10 @@ typedef struct CoordRequest {
     int top_k;
     uint64_t seed;
     bool ignore_eos;
-    uint64_t ns;
-    uint64_t *block_hashes; /* chained hashes of the prompt's full blocks, for routing */
+    uint64_t *block_hashes; /* chained hashes of the prompt's full blocks (seeded by
+                               content_hash_namespace(tenant, adapter)), for routing */
     int n_hashes;
-    char *workflow, *agent, *tenant, *adapter; /* NULL when not given */
+    char *workflow, *agent, *tenant, *adapter; /* NULL when not given; sent to the instance as they are */
     double t_submit;
     /* Progress (under mu). */
     pthread_mutex_t mu;
@@ -35,7 +35,9 @@ typedef struct CoordRequest {
     double t_first_token;
     bool finished;
     int finish_reason;      /* FinishReason */
-    int prompt_tokens, cached_tokens, completion_tokens, preemptions;
+    int prompt_tokens, completion_tokens, preemptions;
+    int cached_tokens;      /* prompt tokens served from the cache, both tiers */
+    int cached_tokens_host; /* of those, loaded back from the host tier */
     char error[256];
     int instance;
     int refs;
@@ -47,7 +49,10 @@ void coord_request_retain(CoordRequest *r);
 void coord_request_release(CoordRequest *r);
 /* MPI thread: appends a token / records the finish and wakes the waiter. */
 int coord_request_push_token(CoordRequest *r, int32_t token, double now);
-void coord_request_finish(CoordRequest *r, int reason, int prompt_tokens, int cached_tokens, int completion_tokens,
-                          int preemptions, const char *error);
+/* The instance's usage numbers for a finished request. */
+typedef struct {
+    int prompt_tokens, cached_tokens, cached_tokens_host, completion_tokens, preemptions;
+} CoordUsage;
+void coord_request_finish(CoordRequest *r, int reason, const CoordUsage *usage, const char *error);
 
 #endif

@@ -145,7 +145,7 @@ static void log_route(Coordinator *c, const CoordRequest *r, RouteDecision d) {
 }
 
 static void fail_request(Coordinator *c, CoordRequest *r, const char *why) {
-    coord_request_finish(r, FINISH_ERROR, r->n_prompt, 0, 0, 0, why);
+    coord_request_finish(r, FINISH_ERROR, &(CoordUsage){.prompt_tokens = r->n_prompt}, why);
     request_done(c);
 }
 
@@ -161,8 +161,8 @@ static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
     router_assigned(&c->router, d.instance, r->workflow);
     log_route(c, r, d);
     MsgSubmit m = {.req_id = r->id, .max_tokens = r->max_tokens, .temperature = r->temperature, .top_p = r->top_p,
-                   .top_k = r->top_k, .seed = r->seed, .ignore_eos = r->ignore_eos, .ns = r->ns, .workflow = r->workflow,
-                   .agent = r->agent, .tokens = r->prompt, .n_tokens = r->n_prompt};
+                   .top_k = r->top_k, .seed = r->seed, .ignore_eos = r->ignore_eos, .tenant = r->tenant, .adapter = r->adapter,
+                   .workflow = r->workflow, .agent = r->agent, .tokens = r->prompt, .n_tokens = r->n_prompt};
     WireBuf b = {0};
     msg_submit_encode(&b, &m);
     return ctrl_send(&c->ctrl, leader_rank(c, d.instance), MSG_SUBMIT, &b, err);
@@ -265,7 +265,9 @@ static void on_finish(Coordinator *c, int instance, WireReader *rd) {
     int at = table_find(c, m.req_id);
     if (at >= 0) {
         trace_finished(c, c->table[at], &m);
-        coord_request_finish(c->table[at], m.reason, m.prompt_tokens, m.cached_tokens, m.completion_tokens, m.preemptions, m.error);
+        CoordUsage u = {.prompt_tokens = m.prompt_tokens, .cached_tokens = m.cached_tokens, .cached_tokens_host = m.cached_tokens_host,
+                        .completion_tokens = m.completion_tokens, .preemptions = m.preemptions};
+        coord_request_finish(c->table[at], m.reason, &u, m.error);
         router_finished(&c->router, instance);
         table_remove(c, at);
         request_done(c);
@@ -277,8 +279,11 @@ static void on_stats(Coordinator *c, int instance, WireReader *rd) {
     MsgStats m;
     if (msg_stats_decode(rd, &m)) return;
     InstanceStats s = {.waiting = m.waiting, .running = m.running, .pool_used_blocks = m.pool_used_blocks,
-                       .pool_total_blocks = m.pool_total_blocks, .cached_prompt_tokens = m.cached_prompt_tokens,
-                       .computed_prompt_tokens = m.computed_prompt_tokens, .evicted_blocks = m.evicted_blocks,
+                       .pool_total_blocks = m.pool_total_blocks, .host_used_blocks = m.host_used_blocks,
+                       .host_total_blocks = m.host_total_blocks, .cached_prompt_tokens_device = m.cached_prompt_tokens_device,
+                       .cached_prompt_tokens_host = m.cached_prompt_tokens_host, .computed_prompt_tokens = m.computed_prompt_tokens,
+                       .demoted_blocks = m.demoted_blocks, .loaded_blocks = m.loaded_blocks,
+                       .host_evicted_blocks = m.host_evicted_blocks, .device_evicted_blocks = m.device_evicted_blocks,
                        .preemptions = m.preemptions, .generated_tokens = m.generated_tokens};
     metrics_set_instance(c->metrics, instance, &s);
 }

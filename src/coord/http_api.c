@@ -1,13 +1,25 @@
-#include "coord/http_internal.h"
+#include "coord/http_api.h"
 
 #include <arpa/inet.h>
 #include <jansson.h>
+#include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/log.h"
+#include "coord/http_generate.h"
+#include "coord/http_internal.h"
+
+struct HttpApi {
+    HttpApiConfig cfg;
+    HttpGenerateContext generate; /* what the completion endpoints borrow of cfg */
+    struct MHD_Daemon *daemon;
+    pthread_mutex_t mu;
+    int open_requests; /* requests whose response is not completely sent yet */
+};
 
 /* The body of one request, collected across MHD's upload callbacks. */
 typedef struct {
@@ -15,37 +27,6 @@ typedef struct {
     size_t len, cap;
     bool too_large;
 } RequestBody;
-
-enum MHD_Result http_send_json(struct MHD_Connection *conn, int status, char *body) {
-    if (!body) return MHD_NO;
-    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    enum MHD_Result rc = MHD_queue_response(conn, (unsigned)status, resp);
-    MHD_destroy_response(resp);
-    return rc;
-}
-
-enum MHD_Result http_send_error(HttpApi *api, struct MHD_Connection *conn, const char *endpoint, const ApiError *e) {
-    if (endpoint) metrics_record_request(api->cfg.metrics, endpoint, e->status, 0, -1, 0, 0, 0);
-    struct MHD_Response *resp;
-    char *body = api_error_json(e);
-    if (!body) return MHD_NO;
-    resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    if (e->status == 429) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    if (e->status == 405) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, POST");
-    enum MHD_Result rc = MHD_queue_response(conn, (unsigned)e->status, resp);
-    MHD_destroy_response(resp);
-    return rc;
-}
 
 static enum MHD_Result send_text(struct MHD_Connection *conn, int status, const char *type, char *body) {
     if (!body) return MHD_NO;
@@ -91,13 +72,13 @@ static enum MHD_Result handle_workflow_end(HttpApi *api, struct MHD_Connection *
     ApiError e;
     if (n == 0 || n > 256) {
         api_error_set(&e, 400, "workflow_id", NULL, "the workflow id in the path must be 1 to 256 bytes");
-        return http_send_error(api, conn, NULL, &e);
+        return http_send_error(api->cfg.metrics, conn, NULL, &e);
     }
     char *id = strndup(url + strlen(prefix), n);
     if (!id || coordinator_workflow_end(api->cfg.coord, id)) {
         free(id);
         api_error_set(&e, 503, NULL, NULL, "the server is out of memory");
-        return http_send_error(api, conn, NULL, &e);
+        return http_send_error(api->cfg.metrics, conn, NULL, &e);
     }
     enum MHD_Result rc = http_send_json(conn, 200, dump(json_pack("{s:s, s:b}", "workflow_id", id, "ended", 1)));
     free(id);
@@ -116,21 +97,21 @@ static enum MHD_Result route(HttpApi *api, struct MHD_Connection *conn, const ch
     bool chat = strcmp(url, "/v1/chat/completions") == 0, completions = strcmp(url, "/v1/completions") == 0;
     bool workflow_end = has_prefix_suffix(url, "/v1/workflows/", "/end");
     if (chat || completions || workflow_end) {
-        if (!post) return api_error_set(&e, 405, NULL, NULL, "%s expects POST", url), http_send_error(api, conn, NULL, &e);
+        if (!post) return api_error_set(&e, 405, NULL, NULL, "%s expects POST", url), http_send_error(api->cfg.metrics, conn, NULL, &e);
         if (body->too_large) {
             api_error_set(&e, 413, NULL, NULL, "request body exceeds %zu bytes", api->cfg.max_body_bytes);
-            return http_send_error(api, conn, chat ? "chat" : completions ? "completions" : NULL, &e);
+            return http_send_error(api->cfg.metrics, conn, chat ? "chat" : completions ? "completions" : NULL, &e);
         }
         if (workflow_end) return handle_workflow_end(api, conn, url);
-        return http_generate(api, conn, chat ? API_CHAT : API_COMPLETION, body->data ? body->data : "", body->len);
+        return http_generate(&api->generate, conn, chat ? API_CHAT : API_COMPLETION, body->data ? body->data : "", body->len);
     }
     bool health = strcmp(url, "/health") == 0, models = strcmp(url, "/v1/models") == 0, metrics = strcmp(url, "/metrics") == 0;
     if (health || models || metrics) {
-        if (!get) return api_error_set(&e, 405, NULL, NULL, "%s expects GET", url), http_send_error(api, conn, NULL, &e);
+        if (!get) return api_error_set(&e, 405, NULL, NULL, "%s expects GET", url), http_send_error(api->cfg.metrics, conn, NULL, &e);
         return health ? handle_health(api, conn) : models ? handle_models(api, conn) : handle_metrics(api, conn);
     }
     api_error_set(&e, 404, NULL, NULL, "no endpoint %s %s (see GET /v1/models, POST /v1/chat/completions)", method, url);
-    return http_send_error(api, conn, NULL, &e);
+    return http_send_error(api->cfg.metrics, conn, NULL, &e);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -187,6 +168,8 @@ HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err) {
     HttpApi *api = calloc(1, sizeof *api);
     if (!api) return braid_error_set(err, "http: out of memory"), NULL;
     api->cfg = *cfg;
+    api->generate = (HttpGenerateContext){.coord = cfg->coord, .metrics = cfg->metrics, .model = cfg->model,
+                                          .served_model = cfg->served_model};
     pthread_mutex_init(&api->mu, NULL);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
     if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {

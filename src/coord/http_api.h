@@ -9,6 +9,9 @@
  * applies the chat template, tokenizes, submits to the coordinator and then waits for tokens,
  * writing them as SSE events when streaming. A streaming client that disconnects cancels its
  * request. HTTP threads never call MPI.
+ * Inside: http_api.c routes and serves the small endpoints, and hands the completion endpoints to
+ * http_generate.h; both reply through http_internal.h. The dependency runs one way (this half
+ * includes http_generate.h, never the reverse), so neither header includes the other back.
  * Owns the daemon; borrows the coordinator, metrics and model, which must outlive it.
  */
 #ifndef BRAID_COORD_HTTP_API_H

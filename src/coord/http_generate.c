@@ -1,5 +1,7 @@
 /* The completion endpoints: request → tokens → coordinator, then the answer, whole or as SSE. */
 #define _GNU_SOURCE /* POLLRDHUP */
+#include "coord/http_generate.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <poll.h>
@@ -10,11 +12,11 @@
 #include <time.h>
 
 #include "cache/content_hash.h"
-#include "cache/radix_tree.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "coord/api_response.h"
 #include "coord/http_internal.h"
+#include "coord/coord_request.h"
 #include "coord/text_stream.h"
 #include "transport/control_msg.h"
 
@@ -40,9 +42,9 @@ static int tokenize_prompt(const BraidModel *m, const ApiRequest *a, TokenList *
 }
 
 /* Fits max_tokens to the context and the KV pool, or says why the request cannot run. */
-static int resolve_max_tokens(HttpApi *api, const ApiRequest *a, int n_prompt, int *max_tokens, ApiError *e) {
-    int context = api->cfg.model->weights.cfg.context_length, pool = 0, block = 0;
-    coordinator_pool(api->cfg.coord, &pool, &block);
+static int resolve_max_tokens(const HttpGenerateContext *ctx, const ApiRequest *a, int n_prompt, int *max_tokens, ApiError *e) {
+    int context = ctx->model->weights.cfg.context_length, pool = 0, block = 0;
+    coordinator_pool(ctx->coord, &pool, &block);
     int limit = pool > 0 && pool < context ? pool : context;
     const char *what = limit < context ? "the KV pool" : "the model's context";
     if (n_prompt >= limit)
@@ -60,16 +62,16 @@ static int resolve_max_tokens(HttpApi *api, const ApiRequest *a, int n_prompt, i
     return 0;
 }
 
-static CoordRequest *build_request(HttpApi *api, const ApiRequest *a, ApiError *e) {
+static CoordRequest *build_request(const HttpGenerateContext *ctx, const ApiRequest *a, ApiError *e) {
     TokenList ids = {0};
-    if (tokenize_prompt(api->cfg.model, a, &ids, e)) return NULL;
+    if (tokenize_prompt(ctx->model, a, &ids, e)) return NULL;
     int max_tokens = 0;
     if (ids.n == 0) {
         api_error_set(e, 400, a->kind == API_CHAT ? "messages" : "prompt", NULL, "the prompt is empty");
-    } else if (resolve_max_tokens(api, a, ids.n, &max_tokens, e) == 0) {
+    } else if (resolve_max_tokens(ctx, a, ids.n, &max_tokens, e) == 0) {
         CoordRequest *r = coord_request_create();
         int pool, block;
-        coordinator_pool(api->cfg.coord, &pool, &block);
+        coordinator_pool(ctx->coord, &pool, &block);
         int n_blocks = block > 0 ? ids.n / block : 0;
         uint64_t *chunk = malloc(((size_t)n_blocks + 1) * sizeof *chunk);
         if (r) r->block_hashes = malloc(((size_t)n_blocks + 1) * sizeof *r->block_hashes);
@@ -84,8 +86,8 @@ static CoordRequest *build_request(HttpApi *api, const ApiRequest *a, ApiError *
             r->top_k = a->top_k;
             r->seed = a->has_seed ? a->seed : (uint64_t)time(NULL);
             r->ignore_eos = a->ignore_eos;
-            r->ns = radix_namespace_for(a->tenant, a->adapter);
-            content_hash_blocks(r->ns, r->prompt, n_blocks, block, r->block_hashes, chunk);
+            /* The same seed the instance's cache uses, so the router's index and the prompt agree. */
+            content_hash_blocks(content_hash_namespace(a->tenant, a->adapter), r->prompt, n_blocks, block, r->block_hashes, chunk);
             r->n_hashes = n_blocks;
             free(chunk);
             return r;
@@ -132,7 +134,8 @@ static const char *finish_name(const CoordRequest *r, bool stopped) {
 }
 
 static ApiUsage usage_of(const CoordRequest *r, int completion_tokens) {
-    return (ApiUsage){.prompt_tokens = r->n_prompt, .completion_tokens = completion_tokens, .cached_tokens = r->cached_tokens};
+    return (ApiUsage){.prompt_tokens = r->n_prompt, .completion_tokens = completion_tokens, .cached_tokens = r->cached_tokens,
+                      .cached_tokens_host = r->cached_tokens_host};
 }
 
 /* After a stop-string cancel: the instance's FINISH (with the usage numbers) follows shortly. */
@@ -157,7 +160,7 @@ static bool client_gone(struct MHD_Connection *conn) {
     return (p.revents & POLLIN) && recv(p.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-static enum MHD_Result answer_whole(HttpApi *api, struct MHD_Connection *conn, ApiRequest *a, CoordRequest *r,
+static enum MHD_Result answer_whole(const HttpGenerateContext *ctx, struct MHD_Connection *conn, ApiRequest *a, CoordRequest *r,
                                     const ApiResponseHead *head, const char *endpoint) {
     TextStream ts = {0};
     int32_t *tokens = NULL;
@@ -166,20 +169,20 @@ static enum MHD_Result answer_whole(HttpApi *api, struct MHD_Connection *conn, A
     for (;;) {
         p = wait_progress(r, p.n_tokens, &tokens, &cap);
         /* Stop strings are checked as tokens arrive so a match ends generation early. */
-        if (a->n_stop > 0 || p.finished) text_stream_update(&ts, &api->cfg.model->tokenizer, tokens, p.n_tokens, a->stop, a->n_stop, p.finished);
+        if (a->n_stop > 0 || p.finished) text_stream_update(&ts, &ctx->model->tokenizer, tokens, p.n_tokens, a->stop, a->n_stop, p.finished);
         if (ts.stopped) {
-            coordinator_cancel(api->cfg.coord, r->id);
+            coordinator_cancel(ctx->coord, r->id);
             wait_finished(r);
             break;
         }
         if (p.finished) break;
         if (client_gone(conn)) {
-            coordinator_cancel(api->cfg.coord, r->id);
+            coordinator_cancel(ctx->coord, r->id);
             wait_finished(r);
             free(tokens);
             text_stream_free(&ts);
             double ttft = r->t_first_token > 0 ? r->t_first_token - r->t_submit : -1;
-            metrics_record_request(api->cfg.metrics, endpoint, 499, braid_now_seconds() - r->t_submit, ttft, r->n_prompt,
+            metrics_record_request(ctx->metrics, endpoint, 499, braid_now_seconds() - r->t_submit, ttft, r->n_prompt,
                                    r->cached_tokens, p.n_tokens);
             return MHD_NO; /* nobody to answer: close the connection */
         }
@@ -195,10 +198,10 @@ static enum MHD_Result answer_whole(HttpApi *api, struct MHD_Connection *conn, A
     if (failed) {
         ApiError e;
         api_error_set(&e, 500, NULL, NULL, "generation failed: %s", error);
-        rc = http_send_error(api, conn, endpoint, &e);
+        rc = http_send_error(ctx->metrics, conn, endpoint, &e);
     } else {
         ApiUsage u = usage_of(r, p.n_tokens);
-        metrics_record_request(api->cfg.metrics, endpoint, 200, latency, ttft, u.prompt_tokens, u.cached_tokens, u.completion_tokens);
+        metrics_record_request(ctx->metrics, endpoint, 200, latency, ttft, u.prompt_tokens, u.cached_tokens, u.completion_tokens);
         rc = http_send_json(conn, 200, api_response_full(head, ts.text ? ts.text : "", ts.len, finish_name(r, ts.stopped), &u));
     }
     text_stream_free(&ts);
@@ -210,7 +213,7 @@ static enum MHD_Result answer_whole(HttpApi *api, struct MHD_Connection *conn, A
 typedef enum { PHASE_ROLE, PHASE_TEXT, PHASE_FINISH, PHASE_USAGE, PHASE_DONE, PHASE_END } StreamPhase;
 
 typedef struct {
-    HttpApi *api;
+    const HttpGenerateContext *ctx;
     ApiRequest req;
     CoordRequest *r;
     ApiResponseHead head;
@@ -253,9 +256,9 @@ static bool next_event(Stream *s) {
     case PHASE_TEXT:
         while (s->phase == PHASE_TEXT) {
             s->progress = wait_progress(r, s->progress.n_tokens, &s->tokens, &s->cap_tokens);
-            text_stream_update(&s->ts, &s->api->cfg.model->tokenizer, s->tokens, s->progress.n_tokens, s->req.stop, s->req.n_stop,
+            text_stream_update(&s->ts, &s->ctx->model->tokenizer, s->tokens, s->progress.n_tokens, s->req.stop, s->req.n_stop,
                                s->progress.finished);
-            if (s->ts.stopped) coordinator_cancel(s->api->cfg.coord, r->id), wait_finished(r);
+            if (s->ts.stopped) coordinator_cancel(s->ctx->coord, r->id), wait_finished(r);
             if (s->ts.stopped || s->progress.finished) s->phase = PHASE_FINISH;
             size_t len;
             const char *piece = text_stream_take(&s->ts, &len);
@@ -310,10 +313,10 @@ static void stream_free(void *cls) {
     if (!complete) {
         /* The client went away mid-stream: stop generating and give its blocks back. */
         LOG_INFO("http", "req %llu: client disconnected mid-stream; cancelling", (unsigned long long)r->id);
-        coordinator_cancel(s->api->cfg.coord, r->id);
+        coordinator_cancel(s->ctx->coord, r->id);
     }
     double latency = braid_now_seconds() - r->t_submit, ttft = r->t_first_token > 0 ? r->t_first_token - r->t_submit : -1;
-    metrics_record_request(s->api->cfg.metrics, s->endpoint, complete ? 200 : 499, latency, ttft, r->n_prompt, r->cached_tokens,
+    metrics_record_request(s->ctx->metrics, s->endpoint, complete ? 200 : 499, latency, ttft, r->n_prompt, r->cached_tokens,
                            s->progress.n_tokens);
     coord_request_release(r);
     api_request_free(&s->req);
@@ -323,11 +326,11 @@ static void stream_free(void *cls) {
     free(s);
 }
 
-static enum MHD_Result answer_stream(HttpApi *api, struct MHD_Connection *conn, ApiRequest *a, CoordRequest *r,
+static enum MHD_Result answer_stream(const HttpGenerateContext *ctx, struct MHD_Connection *conn, ApiRequest *a, CoordRequest *r,
                                      const ApiResponseHead *head, const char *endpoint) {
     Stream *s = calloc(1, sizeof *s);
     if (!s) return MHD_NO;
-    s->api = api;
+    s->ctx = ctx;
     s->req = *a; /* the stream owns the parsed request from here on */
     memset(a, 0, sizeof *a);
     s->r = r;
@@ -350,32 +353,32 @@ static enum MHD_Result answer_stream(HttpApi *api, struct MHD_Connection *conn, 
 
 /* ---- the endpoint ---- */
 
-enum MHD_Result http_generate(HttpApi *api, struct MHD_Connection *conn, ApiKind kind, const char *body, size_t len) {
+enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connection *conn, ApiKind kind, const char *body, size_t len) {
     const char *endpoint = kind == API_CHAT ? "chat" : "completions";
     ApiRequest a;
     ApiError e;
-    if (api_request_parse(body, len, kind, api->cfg.served_model, &a, &e)) return http_send_error(api, conn, endpoint, &e);
+    if (api_request_parse(body, len, kind, ctx->served_model, &a, &e)) return http_send_error(ctx->metrics, conn, endpoint, &e);
     const char *hdr[4];
     static const char *const names[4] = {"X-Braid-Workflow", "X-Braid-Agent", "X-Braid-Tenant", "X-Braid-Adapter"};
     for (int i = 0; i < 4; i++) hdr[i] = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, names[i]);
     CoordRequest *r = NULL;
-    if (api_request_apply_headers(&a, hdr[0], hdr[1], hdr[2], hdr[3], &e) == 0) r = build_request(api, &a, &e);
+    if (api_request_apply_headers(&a, hdr[0], hdr[1], hdr[2], hdr[3], &e) == 0) r = build_request(ctx, &a, &e);
     if (!r) {
         api_request_free(&a);
-        return http_send_error(api, conn, endpoint, &e);
+        return http_send_error(ctx->metrics, conn, endpoint, &e);
     }
-    SubmitResult sr = coordinator_submit(api->cfg.coord, r);
+    SubmitResult sr = coordinator_submit(ctx->coord, r);
     if (sr != SUBMIT_OK) {
         if (sr == SUBMIT_BUSY) api_error_set(&e, 429, NULL, "rate_limit_exceeded", "the server's queue is full; retry shortly");
-        else api_error_set(&e, 503, NULL, NULL, "the server is %s and takes no new requests", coordinator_state(api->cfg.coord));
+        else api_error_set(&e, 503, NULL, NULL, "the server is %s and takes no new requests", coordinator_state(ctx->coord));
         coord_request_release(r);
         api_request_free(&a);
-        return http_send_error(api, conn, endpoint, &e);
+        return http_send_error(ctx->metrics, conn, endpoint, &e);
     }
     char id[40];
     snprintf(id, sizeof id, "%s-%llu", kind == API_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)r->id);
-    ApiResponseHead head = {.kind = kind, .id = id, .model = api->cfg.served_model, .created = time(NULL)};
-    enum MHD_Result rc = a.stream ? answer_stream(api, conn, &a, r, &head, endpoint) : answer_whole(api, conn, &a, r, &head, endpoint);
+    ApiResponseHead head = {.kind = kind, .id = id, .model = ctx->served_model, .created = time(NULL)};
+    enum MHD_Result rc = a.stream ? answer_stream(ctx, conn, &a, r, &head, endpoint) : answer_whole(ctx, conn, &a, r, &head, endpoint);
     coord_request_release(r);
     api_request_free(&a);
     return rc;

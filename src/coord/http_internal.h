@@ -1,28 +1,25 @@
 /*
- * http_internal.h — what http_api.c (daemon, routing, small endpoints) and http_generate.c (the
- * completion endpoints) share. Not a public interface.
+ * http_internal.h — the reply helpers both halves of the HTTP front-end use. Not a public interface.
+ *
+ * The front-end is split one way: http_api.c (daemon, routing, the small endpoints) calls into
+ * http_generate.c (the completion endpoints, http_generate.h) and never the reverse. Both write
+ * their answers through the helpers below (http_internal.c), which depend on neither of them: this
+ * header includes neither http_api.h nor http_generate.h, so no include or link cycle is possible.
+ * Thread-safety: callable from any connection thread (they only queue a response on `conn`).
  */
 #ifndef BRAID_COORD_HTTP_INTERNAL_H
 #define BRAID_COORD_HTTP_INTERNAL_H
 
 #include <microhttpd.h>
-#include <pthread.h>
 
 #include "coord/api_request.h"
-#include "coord/http_api.h"
+#include "coord/metrics.h"
 
-struct HttpApi {
-    HttpApiConfig cfg;
-    struct MHD_Daemon *daemon;
-    pthread_mutex_t mu;
-    int open_requests; /* requests whose response is not completely sent yet */
-};
-
-/* Queues a JSON body (takes ownership of `body`, a malloc'd string) with the given status. */
+/* Queues a JSON body (takes ownership of `body`, a malloc'd string; NULL = out of memory, MHD_NO)
+ * with the given status. */
 enum MHD_Result http_send_json(struct MHD_Connection *conn, int status, char *body);
-/* Queues an OpenAI-style error and counts it in the metrics under `endpoint` (NULL: not counted). */
-enum MHD_Result http_send_error(HttpApi *api, struct MHD_Connection *conn, const char *endpoint, const ApiError *e);
-/* POST /v1/chat/completions and /v1/completions once the whole body is in. */
-enum MHD_Result http_generate(HttpApi *api, struct MHD_Connection *conn, ApiKind kind, const char *body, size_t len);
+/* Queues an OpenAI-style error (Retry-After on 429, Allow on 405) and counts it in `metrics` under
+ * `endpoint` (NULL endpoint or metrics: not counted). */
+enum MHD_Result http_send_error(Metrics *metrics, struct MHD_Connection *conn, const char *endpoint, const ApiError *e);
 
 #endif

@@ -366,45 +366,97 @@ static void render_counter(TextOut *o, const char *name, const char *help, unsig
     out_printf(o, "%s %llu\n", name, value);
 }
 
-/* One per-instance family: where its value lives in InstanceStats, and whether it is an int gauge
- * or an unsigned long long counter. */
+/* One series of instance stats: where its value lives in InstanceStats, whether it is an int gauge
+ * or an unsigned long long counter, its per-instance family and (for the cache families) the family
+ * of its sum over instances. Rows of one family are adjacent and differ by their tier label. */
 typedef struct {
-    const char *name, *help;
+    const char *name, *help;         /* per instance, labelled instance="i" */
+    const char *sum_name, *sum_help; /* summed over instances; NULL = not summed */
+    const char *tier;                /* value of a tier label, or NULL */
     size_t offset;
     int is_gauge; /* gauges are int fields, counters unsigned long long */
 } InstanceFamily;
 
+#define STAT(field) offsetof(InstanceStats, field)
 static const InstanceFamily INSTANCE_FAMILIES[] = {
-    {"braid_instance_waiting_requests", "Requests queued at the instance.", offsetof(InstanceStats, waiting), 1},
-    {"braid_instance_running_sequences", "Sequences the instance is running.", offsetof(InstanceStats, running), 1},
-    {"braid_instance_kv_blocks_used", "KV cache blocks in use.", offsetof(InstanceStats, pool_used_blocks), 1},
-    {"braid_instance_kv_blocks_total", "KV cache blocks in the pool.", offsetof(InstanceStats, pool_total_blocks), 1},
-    {"braid_instance_cached_prompt_tokens_total", "Prompt tokens served from the prefix cache.",
-     offsetof(InstanceStats, cached_prompt_tokens), 0},
-    {"braid_instance_computed_prompt_tokens_total", "Prompt tokens computed by prefill.",
-     offsetof(InstanceStats, computed_prompt_tokens), 0},
-    {"braid_instance_evicted_blocks_total", "KV cache blocks evicted.", offsetof(InstanceStats, evicted_blocks), 0},
-    {"braid_instance_preemptions_total", "Sequences preempted.", offsetof(InstanceStats, preemptions), 0},
-    {"braid_instance_generated_tokens_total", "Tokens generated.", offsetof(InstanceStats, generated_tokens), 0},
+    {"braid_instance_waiting_requests", "Requests queued at the instance.", NULL, NULL, NULL, STAT(waiting), 1},
+    {"braid_instance_running_sequences", "Sequences the instance is running.", NULL, NULL, NULL, STAT(running), 1},
+    {"braid_instance_kv_blocks_used", "Device KV blocks held by running requests.", NULL, NULL, NULL, STAT(pool_used_blocks), 1},
+    {"braid_instance_kv_blocks_total", "Device KV blocks in the pool.", NULL, NULL, NULL, STAT(pool_total_blocks), 1},
+    {"braid_instance_host_kv_blocks_used", "Host-tier KV blocks holding data (cached or in use).", "braid_kv_host_blocks_used",
+     "Host-tier KV blocks holding data, summed over instances.", NULL, STAT(host_used_blocks), 1},
+    {"braid_instance_host_kv_blocks_total", "Host-tier KV blocks (0 when the host tier is off).", "braid_kv_host_blocks_total",
+     "Host-tier KV blocks, summed over instances.", NULL, STAT(host_total_blocks), 1},
+    {"braid_instance_cached_prompt_tokens_total", "Prompt tokens served from the prefix cache, by the tier that held them.",
+     "braid_prompt_tokens_cached_total", "Prompt tokens served from the prefix cache at admission, by tier, summed over instances.",
+     "device", STAT(cached_prompt_tokens_device), 0},
+    {"braid_instance_cached_prompt_tokens_total", NULL, "braid_prompt_tokens_cached_total", NULL, "host",
+     STAT(cached_prompt_tokens_host), 0},
+    {"braid_instance_computed_prompt_tokens_total", "Prompt tokens computed by prefill.", "braid_prompt_tokens_computed_total",
+     "Prompt tokens computed by prefill at admission, summed over instances.", NULL, STAT(computed_prompt_tokens), 0},
+    {"braid_instance_kv_demoted_blocks_total", "KV blocks demoted from the device to the host tier.", "braid_kv_demoted_blocks_total",
+     "KV blocks demoted from the device to the host tier, summed over instances.", NULL, STAT(demoted_blocks), 0},
+    {"braid_instance_kv_loaded_blocks_total", "KV blocks loaded back from the host tier to the device.", "braid_kv_loaded_blocks_total",
+     "KV blocks loaded back from the host tier to the device, summed over instances.", NULL, STAT(loaded_blocks), 0},
+    {"braid_instance_kv_host_evicted_blocks_total", "KV blocks evicted from the host tier.", "braid_kv_host_evicted_blocks_total",
+     "KV blocks evicted from the host tier, summed over instances.", NULL, STAT(host_evicted_blocks), 0},
+    {"braid_instance_evicted_blocks_total", "KV blocks evicted from the device tier (demoted to the host or dropped).",
+     "braid_kv_device_evicted_blocks_total", "KV blocks evicted from the device tier (demoted or dropped), summed over instances.",
+     NULL, STAT(device_evicted_blocks), 0},
+    {"braid_instance_preemptions_total", "Sequences preempted.", NULL, NULL, NULL, STAT(preemptions), 0},
+    {"braid_instance_generated_tokens_total", "Tokens generated.", NULL, NULL, NULL, STAT(generated_tokens), 0},
 };
+#undef STAT
+#define N_INSTANCE_FAMILIES (sizeof INSTANCE_FAMILIES / sizeof INSTANCE_FAMILIES[0])
+
+static unsigned long long instance_value(const InstanceStats *s, const InstanceFamily *fam) {
+    const char *field = (const char *)s + fam->offset;
+    if (fam->is_gauge) {
+        int v;
+        memcpy(&v, field, sizeof v);
+        return v > 0 ? (unsigned long long)v : 0;
+    }
+    unsigned long long v;
+    memcpy(&v, field, sizeof v);
+    return v;
+}
+
+/* `{instance="i",tier="t"}`-style label set; either part may be absent. */
+static void out_labels(TextOut *o, int instance, const char *tier) {
+    if (instance < 0 && !tier) return;
+    out_str(o, "{");
+    if (instance >= 0) out_printf(o, "instance=\"%d\"%s", instance, tier ? "," : "");
+    if (tier) out_printf(o, "tier=\"%s\"", tier);
+    out_str(o, "}");
+}
 
 static void render_instances(TextOut *o, const InstanceStats *instances, int n_instances) {
-    size_t n_families = sizeof INSTANCE_FAMILIES / sizeof INSTANCE_FAMILIES[0];
-    for (size_t f = 0; f < n_families; f++) {
+    for (size_t f = 0; f < N_INSTANCE_FAMILIES; f++) {
         const InstanceFamily *fam = &INSTANCE_FAMILIES[f];
-        out_family(o, fam->name, fam->is_gauge ? "gauge" : "counter", fam->help);
+        if (f == 0 || strcmp(fam->name, INSTANCE_FAMILIES[f - 1].name) != 0)
+            out_family(o, fam->name, fam->is_gauge ? "gauge" : "counter", fam->help);
         for (int i = 0; i < n_instances; i++) {
-            const char *field = (const char *)&instances[i] + fam->offset;
-            if (fam->is_gauge) {
-                int v;
-                memcpy(&v, field, sizeof v);
-                out_printf(o, "%s{instance=\"%d\"} %d\n", fam->name, i, v);
-            } else {
-                unsigned long long v;
-                memcpy(&v, field, sizeof v);
-                out_printf(o, "%s{instance=\"%d\"} %llu\n", fam->name, i, v);
-            }
+            out_str(o, fam->name);
+            out_labels(o, i, fam->tier);
+            out_printf(o, " %llu\n", instance_value(&instances[i], fam));
         }
+    }
+}
+
+/* The cache families summed over instances: the cluster-wide view a dashboard divides itself. */
+static void render_instance_sums(TextOut *o, const InstanceStats *instances, int n_instances) {
+    const char *previous = NULL;
+    for (size_t f = 0; f < N_INSTANCE_FAMILIES; f++) {
+        const InstanceFamily *fam = &INSTANCE_FAMILIES[f];
+        if (!fam->sum_name) continue;
+        if (!previous || strcmp(fam->sum_name, previous) != 0)
+            out_family(o, fam->sum_name, fam->is_gauge ? "gauge" : "counter", fam->sum_help);
+        previous = fam->sum_name;
+        unsigned long long sum = 0;
+        for (int i = 0; i < n_instances; i++) sum += instance_value(&instances[i], fam);
+        out_str(o, fam->sum_name);
+        out_labels(o, -1, fam->tier);
+        out_printf(o, " %llu\n", sum);
     }
 }
 
@@ -422,6 +474,7 @@ static void render_all(TextOut *o, const MetricsTotals *t, const InstanceStats *
     render_scalar(o, "braid_requests_queued", "gauge", "Requests waiting in the coordinator's queue.", t->queued);
     render_counter(o, "braid_requests_rejected_total", "Requests rejected with 429 because the queue was full.",
                    t->rejected);
+    render_instance_sums(o, instances, n_instances);
     render_instances(o, instances, n_instances);
     out_family(o, "braid_model_info", "gauge", "The served model; the value is always 1.");
     out_str(o, "braid_model_info{model=\"");

@@ -48,11 +48,17 @@ void metrics_destroy(Metrics *m);
 void metrics_record_request(Metrics *m, const char *endpoint, int status, double latency_s, double ttft_s,
                             int prompt_tokens, int cached_tokens, int completion_tokens);
 
-/* Latest absolute counters from instance i (sent periodically by its leader): replace, don't add. */
+/* Latest absolute values from instance i (sent periodically by its leader): replace, don't add.
+ * Counters per cache tier, never ratios: prompt tokens at first admission are device hits + host
+ * hits + computed. Rendered per instance (instance="i") and, for the cache families, summed over
+ * the instances (braid_prompt_tokens_cached_total{tier=...}, braid_kv_*). */
 typedef struct {
     int waiting, running; /* queue depth and running sequences now */
-    int pool_used_blocks, pool_total_blocks;
-    unsigned long long cached_prompt_tokens, computed_prompt_tokens, evicted_blocks, preemptions, generated_tokens;
+    int pool_used_blocks, pool_total_blocks; /* device tier: blocks held by requests, usable blocks */
+    int host_used_blocks, host_total_blocks; /* host tier: blocks holding KV, usable blocks (0 = off) */
+    unsigned long long cached_prompt_tokens_device, cached_prompt_tokens_host, computed_prompt_tokens;
+    unsigned long long demoted_blocks, loaded_blocks, host_evicted_blocks, device_evicted_blocks;
+    unsigned long long preemptions, generated_tokens;
 } InstanceStats;
 
 /* Stores a copy of *s for instance `instance`. The index comes from an MPI peer, so an index out

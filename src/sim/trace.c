@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/radix_tree.h"
+#include "cache/content_hash.h"
 #include "common/grow.h"
 
 static char *dup_field(json_t *obj, const char *key) {
@@ -17,6 +17,8 @@ void trace_request_free(TraceRequest *r) {
     free(r->id);
     free(r->workflow);
     free(r->agent);
+    free(r->tenant);
+    free(r->adapter);
     free(r->blocks);
     memset(r, 0, sizeof *r);
 }
@@ -51,9 +53,10 @@ static int parse_request(json_t *o, TraceRequest *r, int *block_size, BraidError
     r->id = dup_field(o, "id");
     r->workflow = dup_field(o, "workflow");
     r->agent = dup_field(o, "agent");
-    r->ns = radix_namespace_for(json_string_value(json_object_get(o, "tenant")),
-                                json_string_value(json_object_get(o, "adapter")));
-    if (!r->id || !r->workflow || !r->agent) return braid_error_set(err, "out of memory");
+    r->tenant = dup_field(o, "tenant");
+    r->adapter = dup_field(o, "adapter");
+    if (!r->id || !r->workflow || !r->agent || !r->tenant || !r->adapter) return braid_error_set(err, "out of memory");
+    r->ns = content_hash_namespace(r->tenant, r->adapter);
     return TRACE_LINE_REQUEST;
 }
 

@@ -15,8 +15,8 @@
 typedef struct {
     int seq;
     double t;
-    char *id, *workflow, *agent;
-    uint64_t ns;        /* namespace from tenant and adapter */
+    char *id, *workflow, *agent, *tenant, *adapter; /* "" when absent */
+    uint64_t ns;        /* content_hash_namespace(tenant, adapter): the seed of the block hashes */
     int prompt_tokens, output_tokens;
     int n_blocks;
     uint64_t *blocks;   /* chained hashes of the full prompt blocks */

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "cache/content_hash.h"
-#include "cache/radix_tree.h"
 
 static const char *or_empty(const char *s) { return s ? s : ""; }
 
@@ -27,7 +26,7 @@ int trace_write_request(FILE *f, const TraceRecord *rec) {
     uint64_t *chained = malloc((size_t)(n_blocks + 1) * sizeof *chained), *chunk = malloc((size_t)(n_blocks + 1) * sizeof *chunk);
     int rc = -1;
     if (head && chained && chunk) {
-        uint64_t ns = radix_namespace_for(rec->tenant, rec->adapter);
+        uint64_t ns = content_hash_namespace(rec->tenant, rec->adapter);
         content_hash_blocks(ns, rec->prompt, n_blocks, rec->block_size, chained, chunk);
         head[strlen(head) - 1] = '\0'; /* reopen the object to append the hash arrays */
         fputs(head, f);

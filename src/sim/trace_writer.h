@@ -21,7 +21,7 @@ typedef struct {
     int block_size;
 } TraceRecord;
 
-/* One request line; the namespace comes from tenant and adapter as the engine computes it.
+/* One request line; the hashes are seeded by content_hash_namespace(tenant, adapter), as the cache's.
  * Returns 0, or -1 when out of memory or the write failed. */
 int trace_write_request(FILE *f, const TraceRecord *rec);
 /* {"type":"workflow_end","t":T,"workflow":W}. Returns 0 or -1. */

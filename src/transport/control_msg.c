@@ -26,7 +26,8 @@ void msg_submit_encode(WireBuf *b, const MsgSubmit *m) {
     wire_put_i32(b, m->top_k);
     wire_put_u64(b, m->seed);
     wire_put_u8(b, m->ignore_eos);
-    wire_put_u64(b, m->ns);
+    wire_put_str(b, m->tenant);
+    wire_put_str(b, m->adapter);
     wire_put_str(b, m->workflow);
     wire_put_str(b, m->agent);
     wire_put_i32s(b, m->tokens, m->n_tokens);
@@ -41,7 +42,8 @@ int msg_submit_decode(WireReader *r, MsgSubmit *m) {
     m->top_k = wire_get_i32(r);
     m->seed = wire_get_u64(r);
     m->ignore_eos = wire_get_u8(r);
-    m->ns = wire_get_u64(r);
+    m->tenant = wire_get_str(r);
+    m->adapter = wire_get_str(r);
     m->workflow = wire_get_str(r);
     m->agent = wire_get_str(r);
     m->tokens = wire_get_i32s(r, &m->n_tokens);
@@ -53,6 +55,8 @@ int msg_submit_decode(WireReader *r, MsgSubmit *m) {
 }
 
 void msg_submit_free(MsgSubmit *m) {
+    free(m->tenant);
+    free(m->adapter);
     free(m->workflow);
     free(m->agent);
     free(m->tokens);
@@ -92,6 +96,7 @@ void msg_finish_encode(WireBuf *b, const MsgFinish *m) {
     wire_put_u8(b, m->reason);
     wire_put_i32(b, m->prompt_tokens);
     wire_put_i32(b, m->cached_tokens);
+    wire_put_i32(b, m->cached_tokens_host);
     wire_put_i32(b, m->completion_tokens);
     wire_put_i32(b, m->preemptions);
     wire_put_str(b, m->error);
@@ -103,6 +108,7 @@ int msg_finish_decode(WireReader *r, MsgFinish *m) {
     m->reason = wire_get_u8(r);
     m->prompt_tokens = wire_get_i32(r);
     m->cached_tokens = wire_get_i32(r);
+    m->cached_tokens_host = wire_get_i32(r);
     m->completion_tokens = wire_get_i32(r);
     m->preemptions = wire_get_i32(r);
     m->error = wire_get_str(r);
@@ -145,10 +151,26 @@ void msg_ready_free(MsgReady *m) {
     memset(m, 0, sizeof *m);
 }
 
-void msg_stats_encode(WireBuf *b, const MsgStats *m) { wire_put(b, m, sizeof *m); }
+/* Field by field (not the struct's bytes), so padding never travels and the order is explicit. */
+void msg_stats_encode(WireBuf *b, const MsgStats *m) {
+    const int32_t gauges[] = {m->waiting, m->running, m->pool_used_blocks, m->pool_total_blocks, m->host_used_blocks,
+                              m->host_total_blocks};
+    const uint64_t counters[] = {m->cached_prompt_tokens_device, m->cached_prompt_tokens_host, m->computed_prompt_tokens,
+                                 m->demoted_blocks, m->loaded_blocks, m->host_evicted_blocks, m->device_evicted_blocks,
+                                 m->preemptions, m->generated_tokens};
+    for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) wire_put_i32(b, gauges[i]);
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) wire_put_u64(b, counters[i]);
+}
 
 int msg_stats_decode(WireReader *r, MsgStats *m) {
-    wire_get(r, m, sizeof *m);
+    memset(m, 0, sizeof *m);
+    int32_t *gauges[] = {&m->waiting, &m->running, &m->pool_used_blocks, &m->pool_total_blocks, &m->host_used_blocks,
+                         &m->host_total_blocks};
+    uint64_t *counters[] = {&m->cached_prompt_tokens_device, &m->cached_prompt_tokens_host, &m->computed_prompt_tokens,
+                            &m->demoted_blocks, &m->loaded_blocks, &m->host_evicted_blocks, &m->device_evicted_blocks,
+                            &m->preemptions, &m->generated_tokens};
+    for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) *gauges[i] = wire_get_i32(r);
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) *counters[i] = wire_get_u64(r);
     return reader_ok(r);
 }
 

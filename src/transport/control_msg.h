@@ -3,9 +3,12 @@
  *
  * coordinator → leader: SUBMIT (a tokenized request), CANCEL, WORKFLOW_END, SHUTDOWN (drain done).
  * leader → coordinator: READY (model loaded, pool size; or the load error), TOKENS (every token a
- * step sampled, for all its requests at once), FINISH (a request's end and usage), STATS
- * (periodic absolute counters), KV_STORED / KV_EVICTED (chained content hashes of blocks that
- * entered or left the instance's prefix cache, which feed the router's per-instance index).
+ * step sampled, for all its requests at once), FINISH (a request's end and usage, cached tokens
+ * split by tier), STATS (periodic absolute counters, per cache tier; never ratios), KV_STORED /
+ * KV_EVICTED (chained content hashes of blocks that entered or entirely left the instance's cache,
+ * whatever tier; they feed the router's per-instance index).
+ * A request's identity travels as its names (tenant, adapter, workflow, agent), exact strings:
+ * the leader's cache interns them, and content hashes are seeded by content_hash_namespace().
  * Each message is one MPI message whose tag is its type; the body is a wire.h encoding.
  * encode/decode are pure; decoded strings and arrays are malloc'd and freed by the *_free helpers.
  */
@@ -40,7 +43,7 @@ typedef struct {
     int32_t top_k;
     uint64_t seed;
     uint8_t ignore_eos;
-    uint64_t ns;              /* cache namespace (tenant, adapter) */
+    char *tenant, *adapter;   /* cache namespace; may be empty (= none) */
     char *workflow, *agent;   /* may be empty */
     int32_t *tokens;
     int n_tokens;
@@ -57,7 +60,10 @@ typedef enum { FINISH_STOP = 0, FINISH_LENGTH, FINISH_CANCELLED, FINISH_ERROR } 
 typedef struct {
     uint64_t req_id;
     uint8_t reason;           /* FinishReason */
-    int32_t prompt_tokens, cached_tokens, completion_tokens, preemptions;
+    int32_t prompt_tokens;
+    int32_t cached_tokens;      /* prompt tokens served from the cache, device and host tiers together */
+    int32_t cached_tokens_host; /* of those, the ones loaded back from the host tier */
+    int32_t completion_tokens, preemptions;
     char *error;              /* empty unless FINISH_ERROR */
 } MsgFinish;
 
@@ -67,9 +73,15 @@ typedef struct {
     char *error;              /* why loading failed, when !ok */
 } MsgReady;
 
+/* Absolute values since the instance started (gauges: now). Prompt tokens at first admission are
+ * device hits + host hits + computed; block counters are the cache's (kv_cache.h). */
 typedef struct {
-    int32_t waiting, running, pool_used_blocks, pool_total_blocks;
-    uint64_t cached_prompt_tokens, computed_prompt_tokens, evicted_blocks, preemptions, generated_tokens;
+    int32_t waiting, running;
+    int32_t pool_used_blocks, pool_total_blocks; /* device tier: in use (held by requests), usable total */
+    int32_t host_used_blocks, host_total_blocks; /* host tier: occupied (cached + in use), usable total; 0 = off */
+    uint64_t cached_prompt_tokens_device, cached_prompt_tokens_host, computed_prompt_tokens;
+    uint64_t demoted_blocks, loaded_blocks, host_evicted_blocks, device_evicted_blocks;
+    uint64_t preemptions, generated_tokens;
 } MsgStats;
 
 /* KV_STORED and KV_EVICTED: chained block hashes (content_hash.h). */

@@ -4,7 +4,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache/content_hash.h"
 #include "common/grow.h"
 #include "common/log.h"
 #include "common/timeutil.h"
@@ -40,8 +39,7 @@ typedef struct {
     TpSetup tp;
     LeaderRequest **active;
     int n_active, cap_active;
-    uint64_t *block_hash;       /* (pool blocks) chained content hash of what each cached block holds */
-    uint64_t *stored, *evicted; /* hashes to report */
+    uint64_t *stored, *evicted; /* chained hashes to report (KV_STORED / KV_EVICTED) */
     int n_stored, cap_stored, n_evicted, cap_evicted;
     MsgTokens tokens;           /* this step's sampled tokens */
     int cap_tokens;
@@ -88,7 +86,7 @@ static int all_ranks_ok(MPI_Comm tp_comm, int ok) {
 
 static int send_ready(Leader *L, bool ok, const char *error) {
     const Engine *e = &L->engine;
-    MsgReady m = {.ok = ok, .n_blocks = ok ? block_pool_total(&e->sched.pool) : 0, .block_size = L->cfg->engine.block_size,
+    MsgReady m = {.ok = ok, .n_blocks = ok ? kv_cache_total(&e->sched.cache, CACHE_TIER_DEVICE) : 0, .block_size = L->cfg->engine.block_size,
                   .context_length = L->cfg->model->weights.cfg.context_length, .error = (char *)(error ? error : "")};
     WireBuf b = {0};
     msg_ready_encode(&b, &m);
@@ -97,10 +95,18 @@ static int send_ready(Leader *L, bool ok, const char *error) {
 
 static int send_stats(Leader *L) {
     const Scheduler *s = &L->engine.sched;
-    MsgStats m = {.waiting = s->n_waiting, .running = s->n_running, .pool_used_blocks = s->pool.n_in_use,
-                  .pool_total_blocks = block_pool_total(&s->pool), .cached_prompt_tokens = s->counters.cached_prompt_tokens,
-                  .computed_prompt_tokens = s->counters.computed_prompt_tokens, .evicted_blocks = s->tree.counters.evicted_blocks,
-                  .preemptions = s->counters.preemptions, .generated_tokens = L->engine.generated_tokens};
+    const KvCache *c = &s->cache;
+    const KvCacheCounters *cc = &c->counters;
+    MsgStats m = {.waiting = s->n_waiting, .running = s->n_running, .pool_used_blocks = kv_cache_in_use(c, CACHE_TIER_DEVICE),
+                  .pool_total_blocks = kv_cache_total(c, CACHE_TIER_DEVICE),
+                  .host_used_blocks = kv_cache_total(c, CACHE_TIER_HOST) - kv_cache_free_blocks(c, CACHE_TIER_HOST),
+                  .host_total_blocks = kv_cache_total(c, CACHE_TIER_HOST),
+                  .cached_prompt_tokens_device = s->counters.cached_prompt_tokens_device,
+                  .cached_prompt_tokens_host = s->counters.cached_prompt_tokens_host,
+                  .computed_prompt_tokens = s->counters.computed_prompt_tokens, .demoted_blocks = cc->demoted_blocks,
+                  .loaded_blocks = cc->loaded_blocks, .host_evicted_blocks = cc->host_evicted_blocks,
+                  .device_evicted_blocks = cc->device_evicted_blocks, .preemptions = s->counters.preemptions,
+                  .generated_tokens = L->engine.generated_tokens};
     WireBuf b = {0};
     msg_stats_encode(&b, &m);
     L->last_stats = braid_now_seconds();
@@ -128,6 +134,7 @@ static int send_finish(Leader *L, const LeaderRequest *lr) {
     const SchedRequest *r = &lr->req;
     MsgFinish m = {.req_id = lr->req_id, .reason = (uint8_t)reason_code(r), .prompt_tokens = r->n_prompt,
                    .cached_tokens = r->cached_tokens > 0 ? r->cached_tokens : 0,
+                   .cached_tokens_host = r->cached_tokens > 0 && r->cached_tokens_host > 0 ? r->cached_tokens_host : 0,
                    .completion_tokens = r->n_tokens - r->n_prompt, .preemptions = r->preemptions, .error = (char *)r->error};
     WireBuf b = {0};
     msg_finish_encode(&b, &m);
@@ -136,30 +143,27 @@ static int send_finish(Leader *L, const LeaderRequest *lr) {
 
 /* ---- prefix-cache mirror for the router ---- */
 
-static int push_hash(uint64_t **list, int *n, int *cap, uint64_t h) {
-    if (braid_grow((void **)list, cap, *n + 1, sizeof **list)) return -1;
-    (*list)[(*n)++] = h;
+static int push_hashes(uint64_t **list, int *n, int *cap, const uint64_t *hashes, int count) {
+    if (count <= 0) return 0;
+    if (braid_grow((void **)list, cap, *n + count, sizeof **list)) return -1;
+    memcpy(*list + *n, hashes, (size_t)count * sizeof *hashes);
+    *n += count;
     return 0;
 }
 
-static void on_stored(void *ctx, uint64_t ns, const int32_t *tokens, int first, int n_full, const int32_t *blocks) {
+/* The router's index says which blocks an instance holds, in any tier: blocks that newly enter the
+ * cache (an insert) are reported stored, blocks that leave it entirely (no tier left) evicted.
+ * Demotions to the host tier and load-backs keep a block on the instance, so they change nothing
+ * here (they are counted in STATS). A failed allocation loses a report: the index is approximate
+ * anyway, and a lost one costs a routing choice at most. */
+static void on_cache_event(void *ctx, const CacheEvent *ev) {
     Leader *L = ctx;
-    uint64_t *chained = malloc((size_t)n_full * sizeof *chained), *chunk = malloc((size_t)n_full * sizeof *chunk);
-    if (chained && chunk) {
-        content_hash_blocks(ns, tokens, n_full, L->cfg->engine.block_size, chained, chunk);
-        for (int i = first; i < n_full; i++) {
-            L->block_hash[blocks[i]] = chained[i];
-            if (push_hash(&L->stored, &L->n_stored, &L->cap_stored, chained[i])) break;
-        }
-    }
-    free(chained);
-    free(chunk);
-}
-
-static void on_evicted(void *ctx, const int32_t *blocks, int n) {
-    Leader *L = ctx;
-    for (int i = 0; i < n; i++)
-        if (push_hash(&L->evicted, &L->n_evicted, &L->cap_evicted, L->block_hash[blocks[i]])) break;
+    int rc = 0;
+    if (ev->kind == CACHE_EVENT_STORED && ev->reason && strcmp(ev->reason, "insert") == 0)
+        rc = push_hashes(&L->stored, &L->n_stored, &L->cap_stored, ev->hashes, ev->n_blocks);
+    else if (ev->kind == CACHE_EVENT_REMOVED && ev->tiers_after == 0)
+        rc = push_hashes(&L->evicted, &L->n_evicted, &L->cap_evicted, ev->hashes, ev->n_blocks);
+    if (rc) LOG_WARN("leader", "instance %d: out of memory; %d block hashes not reported to the router", L->cfg->instance, ev->n_blocks);
 }
 
 /* ---- requests ---- */
@@ -190,7 +194,11 @@ static int accept_submit(Leader *L, MsgSubmit *m) {
     r->n_tokens = r->n_prompt = r->cap_tokens = m->n_tokens;
     m->tokens = NULL;
     r->max_tokens = m->max_tokens;
-    r->ns = m->ns;
+    /* The identity strings move over (empty = none); sched_request_free frees them. */
+    char **names[][2] = {{&m->tenant, &r->tenant}, {&m->adapter, &r->adapter}, {&m->workflow, &r->workflow}, {&m->agent, &r->agent}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (*names[i][0] && **names[i][0]) *names[i][1] = *names[i][0], *names[i][0] = NULL;
+    }
     r->ignore_eos = m->ignore_eos;
     r->sampling = (SamplingParams){.temperature = m->temperature, .top_p = m->top_p, .top_k = m->top_k, .seed = m->seed};
     L->active[L->n_active++] = lr;
@@ -216,6 +224,7 @@ static void handle_message(Leader *L, int type, const uint8_t *data, size_t len)
     } else if (type == MSG_WORKFLOW_END) {
         char *wf = wire_get_str(&rd);
         LOG_DEBUG("leader", "instance %d: workflow %s ended", L->cfg->instance, wf ? wf : "?");
+        if (wf && *wf) sched_workflow_end(&L->engine.sched, wf);
         free(wf);
     } else if (type == MSG_SHUTDOWN) {
         L->shutting_down = true;
@@ -265,10 +274,11 @@ static int report_progress(Leader *L) {
 
 /* ---- TP: the batch goes to the peers before the leader's own forward ---- */
 
-static int send_step(void *ctx, const ForwardBatch *batch, BraidError *err) {
+/* The step's cache operations travel with it; every peer applies them to its shard first. */
+static int send_step(void *ctx, const ForwardBatch *batch, const CacheOpList *ops, BraidError *err) {
     Leader *L = ctx;
     WireBuf b = {0};
-    step_msg_encode(&b, STEP_FORWARD, batch, L->cfg->engine.block_size);
+    step_msg_encode(&b, STEP_FORWARD, batch, ops, L->cfg->engine.block_size);
     if (b.failed) return wire_buf_free(&b), braid_error_set(err, "leader: out of memory encoding a step");
     int rc = 0;
     for (int peer = 1; peer < L->tp.tp_size && rc == 0; peer++)
@@ -297,11 +307,7 @@ static int leader_init(Leader *L, const WorkerRoleConfig *cfg, BraidError *err) 
         ec.before_forward_ctx = L;
     }
     if (ok && engine_init(&L->engine, cfg->model, &ec, err)) ok = 0;
-    if (ok) {
-        L->block_hash = calloc((size_t)ec.n_blocks, sizeof *L->block_hash);
-        if (!L->block_hash) ok = 0, braid_error_set(err, "leader: out of memory");
-        L->engine.sched.observer = (SchedObserver){.ctx = L, .stored = on_stored, .evicted = on_evicted};
-    }
+    if (ok) L->engine.sched.observer = (SchedObserver){.ctx = L, .on_cache_event = on_cache_event};
     if (!all_ranks_ok(cfg->tp_comm, ok) && ok) braid_error_set(err, "a TP peer of instance %d failed to set up (see its log)", cfg->instance), ok = 0;
     return ok ? 0 : -1;
 }
@@ -311,7 +317,6 @@ static void leader_free(Leader *L, bool engine_up) {
     free(L->active);
     if (engine_up) engine_free(&L->engine);
     tp_teardown(&L->tp);
-    free(L->block_hash);
     free(L->stored);
     free(L->evicted);
     msg_tokens_free(&L->tokens);
@@ -350,8 +355,9 @@ int instance_leader_run(const WorkerRoleConfig *cfg, BraidError *err) {
         LOG_ERROR("leader", "instance %d: %s", cfg->instance, err->msg);
         send_ready(L, false, err->msg);
     } else {
-        LOG_INFO("leader", "instance %d ready: %d ranks, %d KV blocks of %d tokens", cfg->instance, L->tp.tp_size,
-                 block_pool_total(&L->engine.sched.pool), cfg->engine.block_size);
+        LOG_INFO("leader", "instance %d ready: %d ranks, %d KV blocks of %d tokens, host tier %d blocks", cfg->instance,
+                 L->tp.tp_size, kv_cache_total(&L->engine.sched.cache, CACHE_TIER_DEVICE), cfg->engine.block_size,
+                 kv_cache_total(&L->engine.sched.cache, CACHE_TIER_HOST));
         rc = send_ready(L, true, NULL);
     }
     double idle_since = braid_now_seconds();
@@ -388,6 +394,7 @@ int tp_peer_run(const WorkerRoleConfig *cfg, BraidError *err) {
         BackendConfig bc = backend_config_default(cfg->engine.device, &cfg->model->weights.cfg, cfg->engine.n_blocks,
                                                   cfg->engine.block_size, cfg->engine.max_batch_tokens);
         bc.max_seqs = cfg->engine.max_running;
+        bc.host_blocks = cfg->engine.host_blocks; /* the leader's host tier, so every op's block ids exist here */
         bc.cpu_matmul = engine_cpu_matmul(&cfg->engine); /* the leader's arithmetic, so partial sums match */
         bc.tp = &t.tp;
         bc.cuda_device = cfg->cuda_device;
@@ -419,7 +426,9 @@ int tp_peer_run(const WorkerRoleConfig *cfg, BraidError *err) {
         /* A peer that could not set up still has to drain steps; the leader refused to serve, so none come. */
         if (ok) {
             ForwardOutput out = {0};
-            rc = backend_forward(&backend, &m.batch, &out, err);
+            rc = backend_apply_cache_ops(&backend, m.ops.ops, m.ops.n, err);
+            if (rc) braid_error_wrap(err, "tp peer: the step's cache operations");
+            else rc = backend_forward(&backend, &m.batch, &out, err);
         }
         step_msg_free(&m);
         if (rc) break;

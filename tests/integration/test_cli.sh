@@ -107,10 +107,44 @@ check "batch: chat answer" bash -c "grep '\"id\":\"chat\"' '$tmp/res.jsonl' | gr
 check "batch: missing prompt is a clear error" bash -c "grep '\"id\":\"nomsg\"' '$tmp/res.jsonl' | grep -q 'needs a'"
 check "batch: bad JSON line is reported" bash -c "grep -q 'not a JSON object' '$tmp/res.jsonl'"
 check "batch: oversized request rejected with a reason" bash -c "grep '\"id\":\"huge\"' '$tmp/res.jsonl' | grep -q 'KV blocks'"
-check "batch: summary on stderr" contains "$tmp/batch.err" "hit rate"
-check "batch: events logged" bash -c "grep -q '\"event\":\"insert\"' '$tmp/ev.jsonl'"
+check "batch: summary counts device and host hits" contains "$tmp/batch.err" "device hits"
+check "batch: summary counts demotions and load-backs" bash -c "grep -q 'demotions' '$tmp/batch.err' && grep -q 'load-backs' '$tmp/batch.err'"
+check "batch: startup line names the host tier" contains "$tmp/batch.err" "host KV tier: "
+check "batch: output lines carry cached_tokens_host" bash -c "grep '\"id\":\"q1\"' '$tmp/res.jsonl' | grep -q '\"cached_tokens_host\":'"
+check "batch: events logged" bash -c "grep -qE '\"(event|reason)\":\"insert\"' '$tmp/ev.jsonl'"
 "$braid" batch --model "$model" --input "$tmp/req.jsonl" --output "$tmp/r2.jsonl" --cache lfu > /dev/null 2>&1; rc=$?
 check "batch: bad --cache is a usage error" exit_code_is "$rc" 2
+# cache flags: the policy registry, the host tier's size
+"$braid" batch --list-policies > "$tmp/policies" 2>&1; rc=$?
+check "batch --list-policies exits 0" exit_code_is "$rc" 0
+check "batch --list-policies lists lru" bash -c "grep -qE '^lru +[a-z]' '$tmp/policies'"
+"$braid" batch --model "$model" --input "$tmp/req.jsonl" --output "$tmp/r5.jsonl" --policy nope > /dev/null 2> "$tmp/e10"; rc=$?
+check "batch --policy nope: usage error 2" exit_code_is "$rc" 2
+check "batch --policy nope: names it and the known ones" bash -c "grep -q \"'nope'\" '$tmp/e10' && grep -q lru '$tmp/e10'"
+"$braid" batch --model "$model" --input "$tmp/req.jsonl" --output "$tmp/r6.jsonl" --kv-blocks 64 --host-kv-blocks 0 \
+  > /dev/null 2> "$tmp/e11"; rc=$?
+check "batch --host-kv-blocks 0 runs without a host tier" bash -c "[ $rc -eq 0 ] && grep -q 'host KV tier: off' '$tmp/e11'"
+check "batch --host-kv-blocks 0: every line answered" bash -c "[ \$(wc -l < '$tmp/r6.jsonl') -eq 8 ]"
+"$braid" batch --model "$model" --input "$tmp/req.jsonl" --output "$tmp/r7.jsonl" --host-kv-gib 100000 > /dev/null 2> "$tmp/e12"; rc=$?
+check "batch --host-kv-gib 100000: startup error" exit_code_is "$rc" 1
+check "batch --host-kv-gib 100000: names the tier and the available memory" \
+  bash -c "grep -q 'host-kv-gib 100000' '$tmp/e12' && grep -q 'MemAvailable' '$tmp/e12'"
+"$braid" batch --model "$model" --input "$tmp/req.jsonl" --output "$tmp/r8.jsonl" --host-kv-gib 1 --host-kv-blocks 8 > /dev/null 2> "$tmp/e13"; rc=$?
+check "batch: --host-kv-gib with --host-kv-blocks is a usage error" bash -c "[ $rc -eq 2 ] && grep -q 'mutually exclusive' '$tmp/e13'"
+# A prefix pushed out of a small device pool comes back from the host tier (one request at a time).
+python3 -c "
+import json
+words = lambda i: ('Topic %d: ' % i) + ' '.join('word%d' % (j * 7 + i) for j in range(60))
+for i in range(8): print(json.dumps({'id': 'p%d' % i, 'prompt': words(i), 'max_tokens': 2}))
+print(json.dumps({'id': 'again', 'prompt': words(0), 'max_tokens': 2}))
+" > "$tmp/tier.jsonl"
+"$braid" batch --model "$model" --input "$tmp/tier.jsonl" --output "$tmp/tier.out" --kv-blocks 40 --max-running 1 \
+  --host-kv-blocks 256 > /dev/null 2> "$tmp/tier.err"; rc=$?
+check "batch: host tier run exits 0" exit_code_is "$rc" 0
+check "batch: a demoted prefix is loaded back from the host (cached_tokens_host > 0)" \
+  bash -c "grep '\"id\":\"again\"' '$tmp/tier.out' | grep -qE '\"cached_tokens_host\":[1-9]'"
+check "batch: the summary counts host hits" bash -c "grep -qE 'host hits [1-9]' '$tmp/tier.err'"
+
 "$braid" batch --model "$model" --input "$tmp/req.jsonl" --output /nonexistent/dir/out.jsonl > /dev/null 2> "$tmp/e7"; rc=$?
 check "batch: unwritable output fails before serving" exit_code_is "$rc" 1
 check "batch: unwritable output is named" contains "$tmp/e7" "/nonexistent/dir/out.jsonl"

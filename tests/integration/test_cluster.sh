@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Integration test of the cluster: real mpirun ranks, real HTTP, the official openai client.
 #   tests/integration/test_cluster.sh BRAID_BINARY MODEL
-# 1. 1 + 2x1 ranks: the openai client (chat, stream + usage, completion, cached prefix, 404);
+# 1. 1 + 2x1 ranks: the openai client (chat, stream + usage, completion, cached prefix, 404); usage
+#    split by cache tier (whole and streamed); per-tier cache counters in /metrics;
 #    64 concurrent curl requests with the same greedy outputs as alone; every bad-input case
 #    answers its 4xx and the server still answers; a client leaving mid-stream cancels its request;
 #    SIGTERM drains an in-flight request, refuses new ones with 503, exits 0, leaves no ranks;
@@ -132,9 +133,33 @@ check "server still answers after bad input" [ "$(greedy_text "${prompts[0]}")" 
 # Workflow end and the X-Braid headers.
 code=$(post /v1/workflows/wf-7/end '')
 check "POST /v1/workflows/wf-7/end -> 200 (got $code)" [ "$code" = 200 ]
-code=$(curl -s -o /dev/null -w '%{http_code}' "$url/v1/completions" -H 'X-Braid-Workflow: wf-8' -H 'X-Braid-Agent: coder' \
-  -d '{"prompt": "hello", "max_tokens": 2}')
+# The identity travels to the instance: the same tenant's second request reuses the first one's
+# prefix, another tenant's identical prompt does not.
+shared='{"prompt": "A long shared preamble about the history of tea, long enough to fill a couple of KV blocks. Question:", "max_tokens": 2}'
+for n in 1 2; do
+  code=$(curl -s -o "$work/labelled.$n.json" -w '%{http_code}' "$url/v1/completions" -H 'X-Braid-Workflow: wf-8' \
+    -H 'X-Braid-Agent: coder' -H 'X-Braid-Tenant: acme' -H 'X-Braid-Adapter: lora-a' -d "$shared")
+done
 check "X-Braid headers accepted (got $code)" [ "$code" = 200 ]
+curl -s -o "$work/other_tenant.json" "$url/v1/completions" -H 'X-Braid-Tenant: globex' -H 'X-Braid-Adapter: lora-a' -d "$shared"
+# usage splits cached prompt tokens by tier: cached_tokens (OpenAI) = cached_tokens_device + cached_tokens_host.
+usage_split() {  # usage_split FILE [CHECK]: the usage details of a whole answer or of an SSE stream's usage chunk
+  python3 -c '
+import json, sys
+text = open(sys.argv[1]).read()
+docs = [json.loads(l[6:]) for l in text.splitlines() if l.startswith("data: {")] or [json.loads(text)]
+u = [d["usage"] for d in docs if d.get("usage")][-1]["prompt_tokens_details"]
+assert u["cached_tokens"] == u["cached_tokens_device"] + u["cached_tokens_host"] and u["cached_tokens_host"] >= 0, u
+cached = u["cached_tokens"]
+assert eval(sys.argv[2] if len(sys.argv) > 2 else "True"), u
+' "$@"
+}
+check "usage has cached_tokens_device and cached_tokens_host" usage_split "$work/labelled.1.json"
+check "same tenant and adapter: the second request hits the cache" usage_split "$work/labelled.2.json" "cached >= 16"
+check "another tenant shares nothing" usage_split "$work/other_tenant.json" "cached == 0"
+curl -sN "$url/v1/completions" -d '{"prompt": "hello", "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}}' \
+  > "$work/stream_usage.txt"
+check "streamed usage chunk has the per-tier split" usage_split "$work/stream_usage.txt"
 
 # A client that leaves mid-stream: its request is cancelled, not run to max_tokens.
 timeout 1.5 curl -sN "$url/v1/completions" -d '{"prompt": "Tell a long story", "max_tokens": 2000, "ignore_eos": true, "stream": true}' > /dev/null
@@ -148,8 +173,15 @@ sleep 2
 running=$(curl -s "$url/metrics" | awk '/^braid_instance_running_sequences/ {s += $2} END {print s + 0}')
 aborted=$(curl -s "$url/metrics" | awk '/status="499"/ {s += $2} END {print s + 0}')
 check "non-streaming client disconnect cancels too (running now $running, 499s recorded $aborted)" [ "$running" = 0 -a "$aborted" -ge 2 ]
-metrics_ok=$(curl -s "$url/metrics" | grep -cE '^braid_(request_latency_seconds_bucket|time_to_first_token_seconds_count|instance_kv_blocks_total|cached_prompt_tokens_total)')
+curl -s "$url/metrics" > "$work/metrics.txt"
+metrics_ok=$(grep -cE '^braid_(request_latency_seconds_bucket|time_to_first_token_seconds_count|instance_kv_blocks_total|cached_prompt_tokens_total)' "$work/metrics.txt")
 check "metrics expose latency, TTFT, pool and cache counters" [ "$metrics_ok" -ge 4 ]
+tiers_ok=$(grep -cE '^braid_(prompt_tokens_cached_total\{tier="(device|host)"\}|prompt_tokens_computed_total|kv_demoted_blocks_total|kv_loaded_blocks_total|kv_host_evicted_blocks_total|kv_device_evicted_blocks_total|kv_host_blocks_used|kv_host_blocks_total) ' "$work/metrics.txt")
+check "metrics expose the per-tier cache counters ($tiers_ok of 9 series)" [ "$tiers_ok" = 9 ]
+check "the host tier is on by default (braid_kv_host_blocks_total > 0)" \
+  awk '/^braid_kv_host_blocks_total / {found = $2 > 0} END {exit !found}' "$work/metrics.txt"
+check "device cache hits are counted (the repeated tenant prompt)" \
+  awk '/^braid_prompt_tokens_cached_total\{tier="device"\} / {found = $2 > 0} END {exit !found}' "$work/metrics.txt"
 
 # SIGTERM while a request runs: it completes, a new one gets 503, everything exits 0.
 curl -s -o "$work/inflight" -w '%{http_code}' "$url/v1/completions" -d '{"prompt": "Write a story", "max_tokens": 256, "ignore_eos": true}' > "$work/inflight.code" &

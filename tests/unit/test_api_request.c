@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "coord/api_request.h"
+#include "coord/api_response.h"
 
 #define SERVED "smollm2-135m"
 #define CHAT_PREFIX "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
@@ -552,8 +553,32 @@ static void test_headers(void **state) {
     api_request_free(&r);
 }
 
+/* usage.prompt_tokens_details: OpenAI's cached_tokens is every cached prompt token (both tiers);
+ * Braid's cached_tokens_device / cached_tokens_host split it, in whole answers and the stream's
+ * usage chunk alike. */
+static void test_usage_per_tier(void **state) {
+    (void)state;
+    ApiResponseHead head = {.kind = API_COMPLETION, .id = "cmpl-1", .model = "m", .created = 1};
+    ApiUsage u = {.prompt_tokens = 100, .completion_tokens = 5, .cached_tokens = 64, .cached_tokens_host = 16};
+    char *bodies[2] = {api_response_full(&head, "hi", 2, "stop", &u), api_response_usage_chunk(&head, &u)};
+    for (int i = 0; i < 2; i++) {
+        assert_non_null(bodies[i]);
+        json_t *o = json_loads(bodies[i], 0, NULL);
+        assert_non_null(o);
+        json_t *usage = json_object_get(o, "usage"), *details = json_object_get(usage, "prompt_tokens_details");
+        assert_int_equal(json_integer_value(json_object_get(usage, "prompt_tokens")), 100);
+        assert_int_equal(json_integer_value(json_object_get(usage, "total_tokens")), 105);
+        assert_int_equal(json_integer_value(json_object_get(details, "cached_tokens")), 64);
+        assert_int_equal(json_integer_value(json_object_get(details, "cached_tokens_device")), 48);
+        assert_int_equal(json_integer_value(json_object_get(details, "cached_tokens_host")), 16);
+        json_decref(o);
+        free(bodies[i]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_usage_per_tier),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_body_json),
         cmocka_unit_test(test_chat_roles_and_content),

@@ -1,4 +1,6 @@
-/* The cluster's pure pieces: control-message and step-plan encodings (round trip, corrupt input),
+/* The cluster's pure pieces: control-message encodings (SUBMIT with the identity names, FINISH
+ * and STATS with per-tier counters) and step-plan encodings (round trip with cache
+ * operations, truncated and corrupt input),
  * the router's per-instance block index and its choices, streamed text with stop strings and
  * split UTF-8, and the tensor-parallel shard ranges. */
 #include <stdarg.h>
@@ -23,18 +25,29 @@ static void test_submit_round_trip(void **state) {
     (void)state;
     int32_t toks[] = {5, 6, 7, 8};
     MsgSubmit in = {.req_id = 42, .max_tokens = 9, .temperature = 0.5f, .top_p = 0.9f, .top_k = 3, .seed = 77, .ignore_eos = 1,
-                    .ns = 0xabc, .workflow = "wf", .agent = "coder", .tokens = toks, .n_tokens = 4};
+                    .tenant = "acme \xC3\xA9", .adapter = "lora-7", .workflow = "wf", .agent = "coder", .tokens = toks, .n_tokens = 4};
     WireBuf b = {0};
     msg_submit_encode(&b, &in);
     MsgSubmit out;
     WireReader r = wire_reader(b.data, b.len);
     assert_int_equal(msg_submit_decode(&r, &out), 0);
-    assert_true(out.req_id == 42 && out.max_tokens == 9 && out.top_k == 3 && out.seed == 77 && out.ignore_eos == 1 && out.ns == 0xabc);
+    assert_true(out.req_id == 42 && out.max_tokens == 9 && out.top_k == 3 && out.seed == 77 && out.ignore_eos == 1);
+    /* The identity arrives as the exact names, not a hash of them. */
+    assert_string_equal(out.tenant, "acme \xC3\xA9");
+    assert_string_equal(out.adapter, "lora-7");
     assert_string_equal(out.workflow, "wf");
     assert_string_equal(out.agent, "coder");
     assert_int_equal(out.n_tokens, 4);
     assert_memory_equal(out.tokens, toks, sizeof toks);
     msg_submit_free(&out);
+    /* Absent names travel as empty strings. */
+    WireBuf nb = {0};
+    msg_submit_encode(&nb, &(MsgSubmit){.req_id = 1, .tokens = toks, .n_tokens = 1});
+    WireReader nr = wire_reader(nb.data, nb.len);
+    assert_int_equal(msg_submit_decode(&nr, &out), 0);
+    assert_true(out.tenant && !out.tenant[0] && out.adapter && !out.adapter[0] && out.workflow && !out.workflow[0]);
+    msg_submit_free(&out);
+    wire_buf_free(&nb);
     /* Every truncation, and one byte too many, is refused rather than misread. */
     for (size_t cut = 0; cut < b.len; cut++) {
         WireReader t = wire_reader(b.data, cut);
@@ -61,13 +74,39 @@ static void test_tokens_finish_hashes(void **state) {
     wire_buf_free(&b);
 
     msg_finish_encode(&b, &(MsgFinish){.req_id = 7, .reason = FINISH_LENGTH, .prompt_tokens = 30, .cached_tokens = 16,
-                                       .completion_tokens = 5, .preemptions = 1, .error = ""});
+                                       .cached_tokens_host = 12, .completion_tokens = 5, .preemptions = 1, .error = ""});
     MsgFinish f;
     r = wire_reader(b.data, b.len);
     assert_int_equal(msg_finish_decode(&r, &f), 0);
-    assert_true(f.req_id == 7 && f.reason == FINISH_LENGTH && f.cached_tokens == 16 && f.preemptions == 1);
+    assert_true(f.req_id == 7 && f.reason == FINISH_LENGTH && f.prompt_tokens == 30 && f.cached_tokens == 16 &&
+                f.cached_tokens_host == 12 && f.completion_tokens == 5 && f.preemptions == 1);
     assert_string_equal(finish_reason_name(f.reason), "length");
     msg_finish_free(&f);
+    for (size_t cut = 0; cut < b.len; cut++) {
+        WireReader t = wire_reader(b.data, cut);
+        assert_int_equal(msg_finish_decode(&t, &f), -1);
+    }
+    wire_buf_free(&b);
+
+    /* STATS: every per-tier counter survives, in its own field; a short or long body is refused. */
+    MsgStats st = {.waiting = 1, .running = 2, .pool_used_blocks = 3, .pool_total_blocks = 4, .host_used_blocks = 5,
+                   .host_total_blocks = 6, .cached_prompt_tokens_device = 7, .cached_prompt_tokens_host = 8,
+                   .computed_prompt_tokens = 9, .demoted_blocks = 10, .loaded_blocks = 11, .host_evicted_blocks = 12,
+                   .device_evicted_blocks = 13, .preemptions = 14, .generated_tokens = 1ULL << 40};
+    msg_stats_encode(&b, &st);
+    MsgStats sd;
+    r = wire_reader(b.data, b.len);
+    assert_int_equal(msg_stats_decode(&r, &sd), 0);
+    assert_true(sd.waiting == 1 && sd.running == 2 && sd.pool_used_blocks == 3 && sd.pool_total_blocks == 4 &&
+                sd.host_used_blocks == 5 && sd.host_total_blocks == 6);
+    assert_true(sd.cached_prompt_tokens_device == 7 && sd.cached_prompt_tokens_host == 8 && sd.computed_prompt_tokens == 9 &&
+                sd.demoted_blocks == 10 && sd.loaded_blocks == 11 && sd.host_evicted_blocks == 12 &&
+                sd.device_evicted_blocks == 13 && sd.preemptions == 14 && sd.generated_tokens == 1ULL << 40);
+    r = wire_reader(b.data, b.len - 1);
+    assert_int_equal(msg_stats_decode(&r, &sd), -1);
+    wire_put_u8(&b, 0);
+    r = wire_reader(b.data, b.len);
+    assert_int_equal(msg_stats_decode(&r, &sd), -1);
     wire_buf_free(&b);
 
     uint64_t h[] = {0x1111, 0x2222};
@@ -93,7 +132,7 @@ static void test_step_round_trip(void **state) {
     ForwardBatch fb = {.n_tokens = 4, .tokens = tokens, .positions = pos, .slot_mapping = slots, .n_seqs = 2, .seq_start = start,
                        .block_tables = tables, .seq_n_ctx = ctx};
     WireBuf b = {0};
-    step_msg_encode(&b, STEP_FORWARD, &fb, 2);
+    step_msg_encode(&b, STEP_FORWARD, &fb, NULL, 2);
     StepMsg m;
     WireReader r = wire_reader(b.data, b.len);
     assert_int_equal(step_msg_decode(&r, 2, &m), 0);
@@ -103,16 +142,66 @@ static void test_step_round_trip(void **state) {
     assert_int_equal(m.batch.n_logits, 0);
     assert_memory_equal(m.batch.slot_mapping, slots, sizeof slots);
     assert_memory_equal(m.batch.block_tables[1], t1, sizeof t1);
+    assert_int_equal(m.ops.n, 0);
     step_msg_free(&m);
     /* Decoded with a different block size the table lengths disagree: refused. */
     r = wire_reader(b.data, b.len);
     assert_int_equal(step_msg_decode(&r, 4, &m), -1);
     wire_buf_free(&b);
-    step_msg_encode(&b, STEP_STOP, NULL, 2);
+    step_msg_encode(&b, STEP_STOP, NULL, NULL, 2);
     r = wire_reader(b.data, b.len);
     assert_int_equal(step_msg_decode(&r, 2, &m), 0);
     assert_int_equal(m.kind, STEP_STOP);
     wire_buf_free(&b);
+}
+
+/* The step's cache operations travel after the block tables; a cut message or a bad kind is refused. */
+static void test_step_cache_ops(void **state) {
+    (void)state;
+    int32_t tokens[] = {9}, pos[] = {4}, slots[] = {10}, start[] = {0, 1}, ctx[] = {5}, t0[] = {3, 5, 7};
+    const int32_t *tables[] = {t0};
+    ForwardBatch fb = {.n_tokens = 1, .tokens = tokens, .positions = pos, .slot_mapping = slots, .n_seqs = 1, .seq_start = start,
+                       .block_tables = tables, .seq_n_ctx = ctx};
+    CacheOpList ops = {0};
+    assert_int_equal(cache_ops_push(&ops, CACHE_OP_STORE, 3, 12, 0), 0);
+    assert_int_equal(cache_ops_push(&ops, CACHE_OP_LOAD, 12, 5, 0), 0);
+    assert_int_equal(cache_ops_push(&ops, CACHE_OP_COPY, 5, 7, 0), 0);
+    assert_int_equal(cache_ops_push(&ops, CACHE_OP_ROTATE, 7, 0, -42), 0);
+    WireBuf b = {0};
+    step_msg_encode(&b, STEP_FORWARD, &fb, &ops, 2);
+    assert_false(b.failed);
+    StepMsg m;
+    WireReader r = wire_reader(b.data, b.len);
+    assert_int_equal(step_msg_decode(&r, 2, &m), 0);
+    assert_int_equal(m.ops.n, 4);
+    for (int i = 0; i < 4; i++) {
+        const CacheOp *got = &m.ops.ops[i], *want = &ops.ops[i];
+        assert_true(got->kind == want->kind && got->src == want->src && got->dst == want->dst && got->delta == want->delta);
+    }
+    assert_memory_equal(m.batch.block_tables[0], t0, sizeof t0);
+    step_msg_free(&m);
+    /* Every cut short of the whole message is refused (and leaves nothing to free). */
+    for (size_t len = 0; len < b.len; len++) {
+        r = wire_reader(b.data, len);
+        assert_int_equal(step_msg_decode(&r, 2, &m), -1);
+        assert_null(m.ops.ops);
+    }
+    /* An operation count larger than the bytes that follow, a negative one, an unknown kind. */
+    size_t count_at = b.len - 4 * 13 - 4, kind_at = count_at + 4;
+    int32_t bogus[] = {5, 1 << 30, -1};
+    for (int i = 0; i < 3; i++) {
+        int32_t saved;
+        memcpy(&saved, b.data + count_at, 4);
+        memcpy(b.data + count_at, &bogus[i], 4);
+        r = wire_reader(b.data, b.len);
+        assert_int_equal(step_msg_decode(&r, 2, &m), -1);
+        memcpy(b.data + count_at, &saved, 4);
+    }
+    b.data[kind_at] = 9;
+    r = wire_reader(b.data, b.len);
+    assert_int_equal(step_msg_decode(&r, 2, &m), -1);
+    wire_buf_free(&b);
+    cache_ops_free(&ops);
 }
 
 static void test_block_index(void **state) {
@@ -232,6 +321,7 @@ static void test_shard_ranges(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_submit_round_trip), cmocka_unit_test(test_tokens_finish_hashes), cmocka_unit_test(test_step_round_trip),
+        cmocka_unit_test(test_step_cache_ops),
         cmocka_unit_test(test_block_index), cmocka_unit_test(test_router), cmocka_unit_test(test_utf8), cmocka_unit_test(test_text_stream_real_tokenizer),
         cmocka_unit_test(test_shard_ranges),
     };

@@ -168,8 +168,14 @@ static void test_instance_stats_replace(void **state) {
     assert_line(text, "braid_instance_generated_tokens_total{instance=\"0\"} 0");
     free(text);
 
-    InstanceStats a = {1, 2, 3, 100, 10, 20, 30, 40, 50};
-    InstanceStats b = {4, 5, 60, 128, 1000, 2000, 3000, 4000, 5000000000ULL};
+    InstanceStats a = {.waiting = 1, .running = 2, .pool_used_blocks = 3, .pool_total_blocks = 100, .host_used_blocks = 7,
+                       .host_total_blocks = 400, .cached_prompt_tokens_device = 10, .cached_prompt_tokens_host = 11,
+                       .computed_prompt_tokens = 20, .demoted_blocks = 12, .loaded_blocks = 13, .host_evicted_blocks = 14,
+                       .device_evicted_blocks = 30, .preemptions = 40, .generated_tokens = 50};
+    InstanceStats b = {.waiting = 4, .running = 5, .pool_used_blocks = 60, .pool_total_blocks = 128, .host_used_blocks = 9,
+                       .host_total_blocks = 512, .cached_prompt_tokens_device = 1000, .cached_prompt_tokens_host = 1100,
+                       .computed_prompt_tokens = 2000, .demoted_blocks = 1200, .loaded_blocks = 1300, .host_evicted_blocks = 1400,
+                       .device_evicted_blocks = 3000, .preemptions = 4000, .generated_tokens = 5000000000ULL};
     metrics_set_instance(m, 0, &a);
     metrics_set_instance(m, 1, &a);
     metrics_set_instance(m, 1, &b); /* replaces, does not add */
@@ -185,12 +191,30 @@ static void test_instance_stats_replace(void **state) {
     assert_line(text, "braid_instance_kv_blocks_used{instance=\"0\"} 3");
     assert_line(text, "braid_instance_kv_blocks_used{instance=\"1\"} 60");
     assert_line(text, "braid_instance_kv_blocks_total{instance=\"1\"} 128");
+    assert_line(text, "braid_instance_host_kv_blocks_used{instance=\"1\"} 9");
+    assert_line(text, "braid_instance_host_kv_blocks_total{instance=\"0\"} 400");
     assert_line(text, "# TYPE braid_instance_cached_prompt_tokens_total counter");
-    assert_line(text, "braid_instance_cached_prompt_tokens_total{instance=\"1\"} 1000");
+    assert_line(text, "braid_instance_cached_prompt_tokens_total{instance=\"1\",tier=\"device\"} 1000");
+    assert_line(text, "braid_instance_cached_prompt_tokens_total{instance=\"1\",tier=\"host\"} 1100");
     assert_line(text, "braid_instance_computed_prompt_tokens_total{instance=\"0\"} 20");
+    assert_line(text, "braid_instance_kv_demoted_blocks_total{instance=\"0\"} 12");
+    assert_line(text, "braid_instance_kv_loaded_blocks_total{instance=\"1\"} 1300");
+    assert_line(text, "braid_instance_kv_host_evicted_blocks_total{instance=\"1\"} 1400");
     assert_line(text, "braid_instance_evicted_blocks_total{instance=\"1\"} 3000");
     assert_line(text, "braid_instance_preemptions_total{instance=\"0\"} 40");
     assert_line(text, "braid_instance_generated_tokens_total{instance=\"1\"} 5000000000");
+    /* The cache families summed over the instances, counts per tier (no ratios). */
+    assert_line(text, "# TYPE braid_prompt_tokens_cached_total counter");
+    assert_line(text, "braid_prompt_tokens_cached_total{tier=\"device\"} 1010");
+    assert_line(text, "braid_prompt_tokens_cached_total{tier=\"host\"} 1111");
+    assert_line(text, "braid_prompt_tokens_computed_total 2020");
+    assert_line(text, "braid_kv_demoted_blocks_total 1212");
+    assert_line(text, "braid_kv_loaded_blocks_total 1313");
+    assert_line(text, "braid_kv_host_evicted_blocks_total 1414");
+    assert_line(text, "braid_kv_device_evicted_blocks_total 3030");
+    assert_line(text, "# TYPE braid_kv_host_blocks_used gauge");
+    assert_line(text, "braid_kv_host_blocks_used 16");
+    assert_line(text, "braid_kv_host_blocks_total 912");
     assert_null(strstr(text, "instance=\"2\""));
     assert_valid_exposition(text);
     free(text);

@@ -1,0 +1,35 @@
+/*
+ * http_generate.h — the completion endpoints (POST /v1/chat/completions, POST /v1/completions)
+ * once http_api.c has routed a request here with its whole body.
+ *
+ * Dependencies run one way: http_api.c includes this header and calls http_generate(); this half
+ * knows nothing of the daemon or of http_api.h. What it needs of the server is the context below,
+ * which http_api.c fills from its configuration; replies go through http_internal.h.
+ * Per request: parse and validate (4xx), template + tokenize, compute the prompt's chained block
+ * hashes for the router (content_hash_namespace(tenant, adapter)), submit to the coordinator, then
+ * answer whole or as SSE. Runs on the connection's thread; never calls MPI. The context's objects
+ * are borrowed and must outlive every connection.
+ */
+#ifndef BRAID_COORD_HTTP_GENERATE_H
+#define BRAID_COORD_HTTP_GENERATE_H
+
+#include <stddef.h>
+
+#include <microhttpd.h>
+
+#include "coord/api_request.h"
+#include "coord/coordinator.h"
+#include "coord/metrics.h"
+#include "model/model.h"
+
+typedef struct {
+    Coordinator *coord;
+    Metrics *metrics;
+    const BraidModel *model;
+    const char *served_model; /* the model id requests must name */
+} HttpGenerateContext;
+
+enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connection *conn, ApiKind kind, const char *body,
+                              size_t len);
+
+#endif
