@@ -1,6 +1,7 @@
 /*
  * block_index.h — the set of chained block hashes one instance holds in its prefix cache, as the
- * coordinator knows it from the instance's KV_STORED / KV_EVICTED reports.
+ * coordinator knows it from the instance's KV events (KV_EVENTS: blocks inserted are added, blocks
+ * gone from every tier removed).
  *
  * Open addressing over uint64 keys with tombstones; the key 0 and 1 are reserved as the empty and
  * deleted markers, so a hash that happens to be 0 or 1 is nudged to 2 (a one-in-2^63 collision the

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "common/grow.h"
+#include "common/json_text.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "sim/trace_writer.h"
@@ -135,10 +136,11 @@ static void request_done(Coordinator *c) {
 
 static void log_route(Coordinator *c, const CoordRequest *r, RouteDecision d) {
     if (!c->cfg.events) return;
-    fprintf(c->cfg.events, "{\"t\":%.6f,\"event\":\"route\",\"req\":%llu,\"workflow\":\"%s\",\"instance\":%d,"
-            "\"matched_blocks\":%d,\"prompt_blocks\":%d,\"reason\":\"%s\",\"loads\":[",
-            braid_now_seconds(), (unsigned long long)r->id, r->workflow ? r->workflow : "", d.instance, d.matched_blocks,
-            r->n_hashes, d.reason);
+    fprintf(c->cfg.events, "{\"t\":%.6f,\"event\":\"route\",\"req\":%llu,\"workflow\":", braid_now_seconds(),
+            (unsigned long long)r->id);
+    json_text_string(c->cfg.events, r->workflow);
+    fprintf(c->cfg.events, ",\"instance\":%d,\"matched_blocks\":%d,\"prompt_blocks\":%d,\"reason\":\"%s\",\"loads\":[",
+            d.instance, d.matched_blocks, r->n_hashes, d.reason);
     for (int i = 0; i < c->router.n_instances; i++) fprintf(c->cfg.events, i ? ",%d" : "%d", c->router.load[i]);
     fputs("]}\n", c->cfg.events);
     fflush(c->cfg.events);
@@ -288,12 +290,44 @@ static void on_stats(Coordinator *c, int instance, WireReader *rd) {
     metrics_set_instance(c->metrics, instance, &s);
 }
 
-static void on_hashes(Coordinator *c, int instance, int type, WireReader *rd) {
-    MsgHashes m;
-    if (msg_hashes_decode(rd, &m)) return;
-    if (type == MSG_KV_STORED) router_stored(&c->router, instance, m.hashes, m.n);
-    else router_evicted(&c->router, instance, m.hashes, m.n);
-    msg_hashes_free(&m);
+/* One KV event as a JSONL line, in the shape and with the field names of the scheduler's own
+ * --events lines (vLLM's KV events), plus the instance. */
+static void log_kv_event(Coordinator *c, int instance, const MsgKvEvent *e, double now) {
+    FILE *f = c->cfg.events;
+    fprintf(f, "{\"t\":%.6f,\"event\":\"kv\",\"instance\":%d,\"type\":\"%s\",\"reason\":\"%s\"", now, instance,
+            kv_event_type_name(e->kind), kv_reason_name(e->reason));
+    if (e->kind != KV_EVENT_CLEARED) {
+        fprintf(f, ",\"medium\":\"%s\",\"blocks\":%d,\"block_hashes\":[", e->tier == KV_TIER_HOST ? "host" : "device", e->n_blocks);
+        for (int i = 0; i < e->n_blocks; i++) fprintf(f, "%s\"%016llx\"", i ? "," : "", (unsigned long long)e->hashes[i]);
+        fprintf(f, "],\"parent_block_hash\":\"%016llx\",\"tenant\":", (unsigned long long)e->parent_hash);
+        json_text_string(f, e->tenant);
+        fputs(",\"adapter\":", f);
+        json_text_string(f, e->adapter);
+        fprintf(f, ",\"on_device\":%s,\"on_host\":%s", e->tiers_after & KV_ON_DEVICE ? "true" : "false",
+                e->tiers_after & KV_ON_HOST ? "true" : "false");
+    }
+    fputs("}\n", f);
+}
+
+/* The router's index holds what an instance has in any tier: blocks inserted are stored there,
+ * blocks gone from every tier (or a cleared cache) leave it; demotions and load-backs move a block
+ * between tiers of the same instance and change nothing. Every event goes to --events. */
+static void on_kv_events(Coordinator *c, int instance, WireReader *rd) {
+    MsgKvEvents m;
+    if (msg_kv_events_decode(rd, &m)) {
+        LOG_WARN("coord", "instance %d: malformed KV events message (%zu bytes) dropped", instance, rd->len);
+        return;
+    }
+    double now = braid_now_seconds();
+    for (int i = 0; i < m.n; i++) {
+        const MsgKvEvent *e = &m.events[i];
+        if (e->kind == KV_EVENT_STORED && e->reason == KV_REASON_INSERT) router_stored(&c->router, instance, e->hashes, e->n_blocks);
+        else if (e->kind == KV_EVENT_REMOVED && e->tiers_after == 0) router_evicted(&c->router, instance, e->hashes, e->n_blocks);
+        else if (e->kind == KV_EVENT_CLEARED) router_cleared(&c->router, instance);
+        if (c->cfg.events) log_kv_event(c, instance, e, now);
+    }
+    if (c->cfg.events && m.n) fflush(c->cfg.events);
+    msg_kv_events_free(&m);
 }
 
 static void handle_message(Coordinator *c, int source, int type, const uint8_t *data, size_t len) {
@@ -308,8 +342,7 @@ static void handle_message(Coordinator *c, int source, int type, const uint8_t *
     case MSG_TOKENS: on_tokens(c, &rd); break;
     case MSG_FINISH: on_finish(c, instance, &rd); break;
     case MSG_STATS: on_stats(c, instance, &rd); break;
-    case MSG_KV_STORED:
-    case MSG_KV_EVICTED: on_hashes(c, instance, type, &rd); break;
+    case MSG_KV_EVENTS: on_kv_events(c, instance, &rd); break;
     default: LOG_WARN("coord", "unexpected %s message from rank %d ignored", msg_type_name(type), source);
     }
 }

@@ -37,7 +37,7 @@ typedef struct {
     int n_instances, tp;
     int max_pending;     /* accepted, unfinished requests beyond which submit answers 429 */
     int load_slack;      /* router: see router.h */
-    FILE *events;        /* JSONL routing decisions, or NULL */
+    FILE *events;        /* JSONL routing decisions and the instances' KV events, or NULL */
     FILE *trace;         /* replayable trace of finished requests and workflow ends (docs/TRACE_FORMAT.md), or NULL */
     const char *ready_line; /* printed on stdout once every instance is up (the URL), or NULL */
 } CoordinatorConfig;

@@ -83,3 +83,8 @@ void router_stored(Router *r, int instance, const uint64_t *hashes, int n) {
 void router_evicted(Router *r, int instance, const uint64_t *hashes, int n) {
     for (int i = 0; i < n; i++) block_index_remove(&r->index[instance], hashes[i]);
 }
+
+void router_cleared(Router *r, int instance) {
+    block_index_free(&r->index[instance]);
+    block_index_init(&r->index[instance]);
+}

@@ -2,7 +2,7 @@
  * router.h — picks the instance for each request (ARCHITECTURE § 3, step 2).
  *
  * Prefers the instance whose prefix cache already holds the longest prefix of the prompt (by the
- * per-instance BlockIndex the instances' KV reports keep current), unless that instance is badly
+ * per-instance BlockIndex the instances' KV events keep current), unless that instance is badly
  * overloaded compared with the least-loaded one: then only instances within the load slack
  * compete. Ties go to the instance that served the workflow last (its history is most likely
  * cached there), then to the least loaded, then to the lowest index.
@@ -43,5 +43,7 @@ void router_workflow_ended(Router *r, const char *workflow);
 #define ROUTER_MAX_AFFINITY 65536
 void router_stored(Router *r, int instance, const uint64_t *hashes, int n);
 void router_evicted(Router *r, int instance, const uint64_t *hashes, int n);
+/* The instance's cache was cleared (AllBlocksCleared): its index empties. */
+void router_cleared(Router *r, int instance);
 
 #endif

@@ -6,7 +6,7 @@
 static const char *const type_names[MSG_TYPE_END] = {
     [MSG_SUBMIT] = "submit", [MSG_CANCEL] = "cancel", [MSG_WORKFLOW_END] = "workflow_end", [MSG_SHUTDOWN] = "shutdown",
     [MSG_READY] = "ready", [MSG_TOKENS] = "tokens", [MSG_FINISH] = "finish", [MSG_STATS] = "stats",
-    [MSG_KV_STORED] = "kv_stored", [MSG_KV_EVICTED] = "kv_evicted"};
+    [MSG_KV_EVENTS] = "kv_events"};
 
 const char *msg_type_name(int type) { return type > 0 && type < MSG_TYPE_END ? type_names[type] : "unknown"; }
 
@@ -174,23 +174,103 @@ int msg_stats_decode(WireReader *r, MsgStats *m) {
     return reader_ok(r);
 }
 
-void msg_hashes_encode(WireBuf *b, const MsgHashes *m) {
-    wire_put_i32(b, m->n);
-    wire_put(b, m->hashes, (size_t)m->n * sizeof *m->hashes);
+static const char *const reason_names[KV_REASON_END] = {
+    [KV_REASON_INSERT] = "insert", [KV_REASON_DEMOTE] = "demote", [KV_REASON_LOAD] = "load", [KV_REASON_EVICT] = "evict",
+    [KV_REASON_HOST_EVICT] = "host_evict", [KV_REASON_CLEAR] = "clear", [KV_REASON_OTHER] = "other"};
+
+const char *kv_reason_name(int reason) { return reason >= 0 && reason < KV_REASON_END ? reason_names[reason] : "other"; }
+
+int kv_reason_code(const char *name) {
+    for (int i = 0; name && i < KV_REASON_OTHER; i++)
+        if (strcmp(name, reason_names[i]) == 0) return i;
+    return KV_REASON_OTHER;
 }
 
-int msg_hashes_decode(WireReader *r, MsgHashes *m) {
+const char *kv_event_type_name(int kind) {
+    switch (kind) {
+    case KV_EVENT_STORED: return "BlockStored";
+    case KV_EVENT_REMOVED: return "BlockRemoved";
+    case KV_EVENT_CLEARED: return "AllBlocksCleared";
+    default: return "unknown";
+    }
+}
+
+/* The smallest encoded event: four u8, the parent hash, two empty strings and an empty hash list. */
+enum { KV_EVENT_MIN_BYTES = 4 + 8 + 4 + 4 + 4 };
+
+void msg_kv_events_begin(WireBuf *b) { wire_put_i32(b, 0); }
+
+void msg_kv_event_append(WireBuf *b, const MsgKvEvent *e) {
+    wire_put_u8(b, e->kind);
+    wire_put_u8(b, e->tier);
+    wire_put_u8(b, e->reason);
+    wire_put_u8(b, e->tiers_after);
+    wire_put_u64(b, e->parent_hash);
+    wire_put_str(b, e->tenant);
+    wire_put_str(b, e->adapter);
+    int n = e->n_blocks > 0 ? e->n_blocks : 0;
+    wire_put_i32(b, n);
+    wire_put(b, e->hashes, (size_t)n * sizeof *e->hashes);
+}
+
+void msg_kv_events_finish(WireBuf *b, int n) {
+    int32_t count = n;
+    if (!b->failed && b->len >= sizeof count) memcpy(b->data, &count, sizeof count);
+}
+
+void msg_kv_events_encode(WireBuf *b, const MsgKvEvent *events, int n) {
+    msg_kv_events_begin(b);
+    for (int i = 0; i < n; i++) msg_kv_event_append(b, &events[i]);
+    msg_kv_events_finish(b, n);
+}
+
+static int kv_event_decode(WireReader *r, MsgKvEvent *e) {
+    e->kind = wire_get_u8(r);
+    e->tier = wire_get_u8(r);
+    e->reason = wire_get_u8(r);
+    e->tiers_after = wire_get_u8(r);
+    e->parent_hash = wire_get_u64(r);
+    if (r->failed || e->kind < KV_EVENT_STORED || e->kind > KV_EVENT_CLEARED || e->tier > KV_TIER_HOST ||
+        (e->tiers_after & ~(KV_ON_DEVICE | KV_ON_HOST)))
+        return -1;
+    if (e->reason >= KV_REASON_END) e->reason = KV_REASON_OTHER;
+    e->tenant = wire_get_str(r);
+    e->adapter = wire_get_str(r);
+    int32_t n = wire_get_i32(r);
+    if (r->failed || n < 0 || (size_t)n > (r->len - r->off) / sizeof(uint64_t)) return -1;
+    e->hashes = malloc((size_t)n * sizeof *e->hashes + 1);
+    if (!e->hashes) return -1;
+    e->n_blocks = n;
+    wire_get(r, e->hashes, (size_t)n * sizeof *e->hashes);
+    return r->failed ? -1 : 0;
+}
+
+int msg_kv_events_decode(WireReader *r, MsgKvEvents *m) {
     memset(m, 0, sizeof *m);
     int32_t n = wire_get_i32(r);
-    if (r->failed || n < 0 || (size_t)n * sizeof(uint64_t) != r->len - r->off) return -1;
-    m->hashes = malloc((size_t)n * sizeof *m->hashes + 1);
-    if (!m->hashes) return -1;
+    if (r->failed || n < 0 || (size_t)n > (r->len - r->off) / KV_EVENT_MIN_BYTES) return -1;
+    m->events = calloc((size_t)n + 1, sizeof *m->events);
+    if (!m->events) return -1;
     m->n = n;
-    wire_get(r, m->hashes, (size_t)n * sizeof *m->hashes);
-    return reader_ok(r);
+    for (int i = 0; i < n; i++) {
+        if (kv_event_decode(r, &m->events[i])) {
+            msg_kv_events_free(m);
+            return -1;
+        }
+    }
+    if (reader_ok(r)) {
+        msg_kv_events_free(m);
+        return -1;
+    }
+    return 0;
 }
 
-void msg_hashes_free(MsgHashes *m) {
-    free(m->hashes);
+void msg_kv_events_free(MsgKvEvents *m) {
+    for (int i = 0; m->events && i < m->n; i++) {
+        free(m->events[i].tenant);
+        free(m->events[i].adapter);
+        free(m->events[i].hashes);
+    }
+    free(m->events);
     memset(m, 0, sizeof *m);
 }

@@ -4,9 +4,10 @@
  * coordinator → leader: SUBMIT (a tokenized request), CANCEL, WORKFLOW_END, SHUTDOWN (drain done).
  * leader → coordinator: READY (model loaded, pool size; or the load error), TOKENS (every token a
  * step sampled, for all its requests at once), FINISH (a request's end and usage, cached tokens
- * split by tier), STATS (periodic absolute counters, per cache tier; never ratios), KV_STORED /
- * KV_EVICTED (chained content hashes of blocks that entered or entirely left the instance's cache,
- * whatever tier; they feed the router's per-instance index).
+ * split by tier), STATS (periodic absolute counters, per cache tier; never ratios), KV_EVENTS (a
+ * batch of the cache's events in vLLM's shape, BlockStored / BlockRemoved / AllBlocksCleared per
+ * tier with reason, chained content hashes, parent hash, tenant and adapter names and where the
+ * blocks are afterwards; they feed the router's per-instance index and the --events stream).
  * A request's identity travels as its names (tenant, adapter, workflow, agent), exact strings:
  * the leader's cache interns them, and content hashes are seeded by content_hash_namespace().
  * Each message is one MPI message whose tag is its type; the body is a wire.h encoding.
@@ -29,8 +30,7 @@ typedef enum {
     MSG_TOKENS,
     MSG_FINISH,
     MSG_STATS,
-    MSG_KV_STORED,
-    MSG_KV_EVICTED,
+    MSG_KV_EVENTS,
     MSG_TYPE_END
 } MsgType;
 
@@ -84,11 +84,38 @@ typedef struct {
     uint64_t preemptions, generated_tokens;
 } MsgStats;
 
-/* KV_STORED and KV_EVICTED: chained block hashes (content_hash.h). */
+/* KV_EVENTS. The values mirror the cache's (kv_cache.h: CacheEventKind, CacheTier, the tier bits
+ * of tiers_after, the reason strings) without this module depending on the cache. */
+typedef enum { KV_EVENT_STORED = 1, KV_EVENT_REMOVED = 2, KV_EVENT_CLEARED = 3 } KvEventKind;
+typedef enum { KV_TIER_DEVICE = 0, KV_TIER_HOST = 1 } KvEventTier;
+enum { KV_ON_DEVICE = 1u << KV_TIER_DEVICE, KV_ON_HOST = 1u << KV_TIER_HOST };
+typedef enum {
+    KV_REASON_INSERT = 0,
+    KV_REASON_DEMOTE,
+    KV_REASON_LOAD,
+    KV_REASON_EVICT,
+    KV_REASON_HOST_EVICT,
+    KV_REASON_CLEAR,
+    KV_REASON_OTHER, /* a reason this build does not know; logged as "other" */
+    KV_REASON_END
+} KvEventReason;
+
+/* One event. Encoding borrows the strings and hashes; decoding mallocs them (msg_kv_events_free). */
+typedef struct {
+    uint8_t kind;         /* KvEventKind */
+    uint8_t tier;         /* KvEventTier (meaningless for CLEARED) */
+    uint8_t reason;       /* KvEventReason */
+    uint8_t tiers_after;  /* KV_ON_DEVICE | KV_ON_HOST: where the blocks are afterwards (0 = gone) */
+    uint64_t parent_hash; /* chained hash of the block before the first one; 0 at a root */
+    char *tenant, *adapter; /* names, "" = none (never NULL once decoded) */
+    int n_blocks;
+    uint64_t *hashes;     /* (n_blocks) chained content hashes, in sequence order */
+} MsgKvEvent;
+
 typedef struct {
     int n;
-    uint64_t *hashes;
-} MsgHashes;
+    MsgKvEvent *events;
+} MsgKvEvents;
 
 void msg_submit_encode(WireBuf *b, const MsgSubmit *m);
 int msg_submit_decode(WireReader *r, MsgSubmit *m);
@@ -109,9 +136,24 @@ void msg_ready_free(MsgReady *m);
 void msg_stats_encode(WireBuf *b, const MsgStats *m);
 int msg_stats_decode(WireReader *r, MsgStats *m);
 
-void msg_hashes_encode(WireBuf *b, const MsgHashes *m);
-int msg_hashes_decode(WireReader *r, MsgHashes *m);
-void msg_hashes_free(MsgHashes *m);
+/* Wire form: i32 count, then per event u8 kind, u8 tier, u8 reason, u8 tiers_after, u64 parent
+ * hash, str tenant, str adapter, i32 n_blocks, n_blocks x u64 hashes. A sender that batches events
+ * as they happen writes the count with msg_kv_events_begin, appends each event, then patches the
+ * count with msg_kv_events_finish; msg_kv_events_encode does all three for an array. */
+void msg_kv_events_begin(WireBuf *b);
+void msg_kv_event_append(WireBuf *b, const MsgKvEvent *e);
+void msg_kv_events_finish(WireBuf *b, int n);
+void msg_kv_events_encode(WireBuf *b, const MsgKvEvent *events, int n);
+/* Refuses (-1, nothing to free) a truncated or over-long body, a count or length the bytes cannot
+ * hold, an unknown kind or tier, or tier bits beyond device and host. An unknown reason decodes
+ * as KV_REASON_OTHER. */
+int msg_kv_events_decode(WireReader *r, MsgKvEvents *m);
+void msg_kv_events_free(MsgKvEvents *m);
+/* "insert", "demote", "load", "evict", "host_evict", "clear" <-> KvEventReason ("other" else). */
+const char *kv_reason_name(int reason);
+int kv_reason_code(const char *name);
+/* "BlockStored", "BlockRemoved", "AllBlocksCleared" (vLLM's event names); "unknown" else. */
+const char *kv_event_type_name(int kind);
 
 const char *finish_reason_name(int reason);
 

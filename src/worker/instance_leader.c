@@ -39,8 +39,8 @@ typedef struct {
     TpSetup tp;
     LeaderRequest **active;
     int n_active, cap_active;
-    uint64_t *stored, *evicted; /* chained hashes to report (KV_STORED / KV_EVICTED) */
-    int n_stored, cap_stored, n_evicted, cap_evicted;
+    WireBuf kv_events;          /* this step's cache events, encoded as they happen (KV_EVENTS) */
+    int n_kv_events;
     MsgTokens tokens;           /* this step's sampled tokens */
     int cap_tokens;
     bool shutting_down, failed;
@@ -113,13 +113,20 @@ static int send_stats(Leader *L) {
     return ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_STATS, &b, &L->err);
 }
 
-static int send_hashes(Leader *L, int type, uint64_t *hashes, int *n) {
-    if (*n == 0) return 0;
-    MsgHashes m = {.n = *n, .hashes = hashes};
-    WireBuf b = {0};
-    msg_hashes_encode(&b, &m);
-    *n = 0;
-    return ctrl_send(&L->ctrl, COORDINATOR_RANK, type, &b, &L->err);
+/* The step's cache events in one message. A batch whose encoding ran out of memory is dropped
+ * with a warning: the router's index is approximate anyway, and a lost report costs a routing
+ * choice (and lines of the event log) at most. */
+static int send_kv_events(Leader *L) {
+    int n = L->n_kv_events;
+    if (n == 0) return 0;
+    L->n_kv_events = 0;
+    if (L->kv_events.failed) {
+        LOG_WARN("leader", "instance %d: out of memory; %d KV events not reported", L->cfg->instance, n);
+        wire_buf_free(&L->kv_events);
+        return 0;
+    }
+    msg_kv_events_finish(&L->kv_events, n);
+    return ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_KV_EVENTS, &L->kv_events, &L->err);
 }
 
 static FinishReason reason_code(const SchedRequest *r) {
@@ -141,29 +148,33 @@ static int send_finish(Leader *L, const LeaderRequest *lr) {
     return ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_FINISH, &b, &L->err);
 }
 
-/* ---- prefix-cache mirror for the router ---- */
+/* ---- KV events for the coordinator (router index, --events) ---- */
 
-static int push_hashes(uint64_t **list, int *n, int *cap, const uint64_t *hashes, int count) {
-    if (count <= 0) return 0;
-    if (braid_grow((void **)list, cap, *n + count, sizeof **list)) return -1;
-    memcpy(*list + *n, hashes, (size_t)count * sizeof *hashes);
-    *n += count;
-    return 0;
-}
+_Static_assert((int)KV_EVENT_STORED == (int)CACHE_EVENT_STORED && (int)KV_EVENT_REMOVED == (int)CACHE_EVENT_REMOVED &&
+                   (int)KV_EVENT_CLEARED == (int)CACHE_EVENT_CLEARED, "KV event kinds travel as the cache's values");
+_Static_assert((int)KV_TIER_DEVICE == (int)CACHE_TIER_DEVICE && (int)KV_TIER_HOST == (int)CACHE_TIER_HOST &&
+                   (int)KV_ON_DEVICE == (int)CACHE_ON_DEVICE && (int)KV_ON_HOST == (int)CACHE_ON_HOST,
+               "KV event tiers travel as the cache's values");
 
-/* The router's index says which blocks an instance holds, in any tier: blocks that newly enter the
- * cache (an insert) are reported stored, blocks that leave it entirely (no tier left) evicted.
- * Demotions to the host tier and load-backs keep a block on the instance, so they change nothing
- * here (they are counted in STATS). A failed allocation loses a report: the index is approximate
- * anyway, and a lost one costs a routing choice at most. */
+/* Every cache event is encoded at once (the hashes belong to a node that may be gone after the
+ * callback; the names are resolved from the interned ids here, since the coordinator knows no
+ * ids) and sent with the step's others in one KV_EVENTS message. The coordinator decides what
+ * changes its router index: blocks inserted (reason insert) are stored on the instance, blocks gone
+ * from every tier evicted from it; demotions and load-backs keep a block on the instance. */
 static void on_cache_event(void *ctx, const CacheEvent *ev) {
     Leader *L = ctx;
-    int rc = 0;
-    if (ev->kind == CACHE_EVENT_STORED && ev->reason && strcmp(ev->reason, "insert") == 0)
-        rc = push_hashes(&L->stored, &L->n_stored, &L->cap_stored, ev->hashes, ev->n_blocks);
-    else if (ev->kind == CACHE_EVENT_REMOVED && ev->tiers_after == 0)
-        rc = push_hashes(&L->evicted, &L->n_evicted, &L->cap_evicted, ev->hashes, ev->n_blocks);
-    if (rc) LOG_WARN("leader", "instance %d: out of memory; %d block hashes not reported to the router", L->cfg->instance, ev->n_blocks);
+    const KvCache *c = &L->engine.sched.cache;
+    if (L->n_kv_events == 0) {
+        wire_buf_free(&L->kv_events);
+        msg_kv_events_begin(&L->kv_events);
+    }
+    MsgKvEvent e = {.kind = (uint8_t)ev->kind, .tier = (uint8_t)ev->tier, .reason = (uint8_t)kv_reason_code(ev->reason),
+                    .tiers_after = ev->tiers_after, .parent_hash = ev->parent_hash,
+                    .tenant = (char *)kv_cache_name(c, CACHE_NAME_TENANT, ev->tenant),
+                    .adapter = (char *)kv_cache_name(c, CACHE_NAME_ADAPTER, ev->adapter), .n_blocks = ev->n_blocks,
+                    .hashes = (uint64_t *)ev->hashes};
+    msg_kv_event_append(&L->kv_events, &e);
+    L->n_kv_events++;
 }
 
 /* ---- requests ---- */
@@ -317,8 +328,7 @@ static void leader_free(Leader *L, bool engine_up) {
     free(L->active);
     if (engine_up) engine_free(&L->engine);
     tp_teardown(&L->tp);
-    free(L->stored);
-    free(L->evicted);
+    wire_buf_free(&L->kv_events); /* after engine_free: the cache's last (CLEARED) event lands here */
     msg_tokens_free(&L->tokens);
     ctrl_free(&L->ctrl);
 }
@@ -335,9 +345,9 @@ static int leader_iteration(Leader *L, double *idle_since) {
     if (got < 0 || L->failed) return -1;
     bool busy = !sched_idle(&L->engine.sched);
     if (busy && engine_step(&L->engine, &L->err) < 0) return -1;
-    if (report_progress(L) || send_hashes(L, MSG_KV_STORED, L->stored, &L->n_stored) ||
-        send_hashes(L, MSG_KV_EVICTED, L->evicted, &L->n_evicted))
-        return -1;
+    /* KV events before the tokens and finishes: a client that sends its next request as soon as its
+     * answer ends finds the blocks of this one in the router's index already. */
+    if (send_kv_events(L) || report_progress(L)) return -1;
     double now = braid_now_seconds();
     if (now - L->last_stats >= STATS_PERIOD_S && send_stats(L)) return -1;
     if (ctrl_progress(&L->ctrl, &L->err)) return -1;

@@ -4,8 +4,8 @@
  * The leader (tp_rank 0) owns the instance's engine (scheduler, prefix cache, backend on its
  * weight shard). It takes SUBMIT / CANCEL / WORKFLOW_END / SHUTDOWN from the coordinator, runs
  * engine steps while there is work, and reports back: one TOKENS message per step with every token
- * sampled in it, FINISH per ended request, STATS about every 100 ms, and KV_STORED / KV_EVICTED
- * with the chained content hashes of blocks entering and leaving its prefix cache. With T > 1 it
+ * sampled in it, FINISH per ended request, STATS about every 100 ms, and one KV_EVENTS message per
+ * step with the cache's events (blocks stored / removed per tier, with chained content hashes). With T > 1 it
  * sends each step's batch to its peers (step_msg.h) before running its own share of the forward.
  * A peer runs the same forward on its shard for every batch it receives, until a STOP.
  * After SHUTDOWN the leader finishes every request it holds, then stops its peers and returns.

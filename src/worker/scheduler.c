@@ -6,12 +6,15 @@
 
 #include "common/grow.h"
 
+#include "common/json_text.h"
 #include "common/log.h"
 #include "common/timeutil.h"
 
 static void event(Scheduler *s, const char *kind, const SchedRequest *r, const char *fmt, int a, int b) {
     if (!s->events) return;
-    fprintf(s->events, "{\"t\":%.6f,\"event\":\"%s\",\"req\":\"%s\",", s->clock(), kind, r ? r->id : "");
+    fprintf(s->events, "{\"t\":%.6f,\"event\":\"%s\",\"req\":", s->clock(), kind);
+    json_text_string(s->events, r ? r->id : "");
+    fputc(',', s->events);
     fprintf(s->events, fmt, a, b);
     fprintf(s->events, "}\n");
 }
@@ -24,9 +27,11 @@ static void log_cache_event(Scheduler *s, const CacheEvent *ev) {
     if (ev->kind != CACHE_EVENT_CLEARED) {
         fprintf(s->events, ",\"medium\":\"%s\",\"blocks\":%d,\"block_hashes\":[", ev->tier == CACHE_TIER_HOST ? "host" : "device", ev->n_blocks);
         for (int i = 0; i < ev->n_blocks; i++) fprintf(s->events, "%s\"%016llx\"", i ? "," : "", (unsigned long long)ev->hashes[i]);
-        fprintf(s->events, "],\"parent_block_hash\":\"%016llx\",\"tenant\":\"%s\",\"adapter\":\"%s\",\"on_device\":%s,\"on_host\":%s",
-                (unsigned long long)ev->parent_hash, kv_cache_name(&s->cache, CACHE_NAME_TENANT, ev->tenant),
-                kv_cache_name(&s->cache, CACHE_NAME_ADAPTER, ev->adapter), ev->tiers_after & CACHE_ON_DEVICE ? "true" : "false",
+        fprintf(s->events, "],\"parent_block_hash\":\"%016llx\",\"tenant\":", (unsigned long long)ev->parent_hash);
+        json_text_string(s->events, kv_cache_name(&s->cache, CACHE_NAME_TENANT, ev->tenant));
+        fputs(",\"adapter\":", s->events);
+        json_text_string(s->events, kv_cache_name(&s->cache, CACHE_NAME_ADAPTER, ev->adapter));
+        fprintf(s->events, ",\"on_device\":%s,\"on_host\":%s", ev->tiers_after & CACHE_ON_DEVICE ? "true" : "false",
                 ev->tiers_after & CACHE_ON_HOST ? "true" : "false");
     }
     fprintf(s->events, "}\n");

@@ -6,9 +6,10 @@
 #    64 concurrent curl requests with the same greedy outputs as alone; every bad-input case
 #    answers its 4xx and the server still answers; a client leaving mid-stream cancels its request;
 #    SIGTERM drains an in-flight request, refuses new ones with 503, exits 0, leaves no ranks;
-#    --trace-out records a trace braid sim replays.
-# 2. 1 + 1x2 ranks (tensor parallel): greedy outputs equal the T=1 ones; a full queue answers 429
-#    with Retry-After.
+#    --trace-out records a trace braid sim replays; --events logs the instances' KV events.
+# 2. 1 + 1x2 ranks (tensor parallel) on a tiny device pool with a host tier: greedy outputs equal
+#    the T=1 ones, also for a prefix demoted to the host tier and loaded back; a full queue answers
+#    429 with Retry-After.
 # The python with the openai package: $BRAID_TEST_PYTHON, else .venv-test/bin/python (scripts/test.sh).
 set -uo pipefail
 braid=$(realpath "$1")
@@ -64,11 +65,32 @@ greedy_text() {  # greedy_text PROMPT -> the completion text
     python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))'
 }
 
+greedy_cached() {  # greedy_cached PROMPT -> "TEXT<tab>CACHED_DEVICE<tab>CACHED_HOST" (prompt tokens from each tier)
+  curl -s "$url/v1/completions" -d "{\"prompt\": \"$1\", \"max_tokens\": 16, \"temperature\": 0}" |
+    python3 -c 'import json, sys; d = json.load(sys.stdin); u = d["usage"]["prompt_tokens_details"]
+print(json.dumps(d["choices"][0]["text"]), u["cached_tokens_device"], u["cached_tokens_host"], sep="\t")'
+}
+cached_of() { sed -n "${2}p" "$1" | cut -f2- | tr '\t' ' '; }  # cached_of FILE LINE -> "DEVICE HOST"
+
+# events_have FILE CHECK: some "kv" line of an --events log satisfies CHECK (a python expression on e).
+events_have() {
+  python3 -c '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+sys.exit(0 if any(eval("(" + sys.argv[2] + ")") for e in lines if e.get("event") == "kv") else 1)
+' "$@"
+}
+
 prompts=("The capital of France is" "def fibonacci(n):" "Once upon a time" "The three primary colors are"
          "To make a cup of tea," "Water boils at" "The largest planet is" "A haiku about rain:")
+# Two longer prompts, run as long_a, long_b, long_a: long_a's second run reuses its first 2 blocks
+# (37 tokens); on the tensor-parallel run's tiny pool long_b (59 tokens + 16 = all 5 device blocks)
+# pushes them to the host tier first, so that reuse is a load-back.
+long_a="The history of the printing press begins in China, where woodblock printing was used on cloth and paper centuries before Gutenberg built his machine in Mainz. In a few sentences, explain why"
+long_b="In a quiet village by the sea, an old lighthouse keeper kept a careful journal of every ship that passed his light, its name, its flag and the weather. One stormy night in November, with the lamp flickering and the wind howling at the windows, he wrote the following entry:"
 
 # ---------------------------------------------------------------- 1 + 2x1
-start_cluster two-instances --instances 2 --kv-blocks 256 --trace-out "$work/trace.jsonl" || exit 1
+start_cluster two-instances --instances 2 --kv-blocks 256 --trace-out "$work/trace.jsonl" --events "$work/events.jsonl" || exit 1
 served=$(curl -s "$url/v1/models" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])')
 
 if [ -x "$python" ] && "$python" -c 'import openai' 2> /dev/null; then
@@ -78,6 +100,9 @@ else
 fi
 
 for p in "${prompts[@]}"; do greedy_text "$p"; done > "$work/alone.txt"
+for p in "$long_a" "$long_b" "$long_a"; do greedy_cached "$p"; done > "$work/alone_long.txt"
+check "long_a's second run reuses its prefix from the device (cached $(cached_of "$work/alone_long.txt" 3))" \
+  [ "$(cached_of "$work/alone_long.txt" 3)" = "32 0" ]
 # 64 at once: each prompt 8 times, all greedy; every answer must equal the one computed alone.
 for i in $(seq 0 63); do echo "${prompts[$((i % 8))]}"; done > "$work/concurrent.in"
 tr '\n' '\0' < "$work/concurrent.in" | xargs -0 -P 64 -I{} sh -c \
@@ -157,6 +182,10 @@ assert eval(sys.argv[2] if len(sys.argv) > 2 else "True"), u
 check "usage has cached_tokens_device and cached_tokens_host" usage_split "$work/labelled.1.json"
 check "same tenant and adapter: the second request hits the cache" usage_split "$work/labelled.2.json" "cached >= 16"
 check "another tenant shares nothing" usage_split "$work/other_tenant.json" "cached == 0"
+# --events: the instances' KV events reach the coordinator's log in vLLM's shape, with the names.
+check "--events logs the tenant's blocks stored on the device" events_have "$work/events.jsonl" \
+  'e["type"] == "BlockStored" and e["medium"] == "device" and e["reason"] == "insert" and e["block_hashes"] and
+   e["tenant"] == "acme" and e["adapter"] == "lora-a" and e["on_device"] and e["instance"] in (0, 1)'
 curl -sN "$url/v1/completions" -d '{"prompt": "hello", "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}}' \
   > "$work/stream_usage.txt"
 check "streamed usage chunk has the per-tier split" usage_split "$work/stream_usage.txt"
@@ -206,9 +235,24 @@ check "trace records served requests ($n_traced) and the workflow end" \
 check "braid sim replays the server's trace" grep -q '"workflow_ends":1' "$work/sim.json"
 
 # ---------------------------------------------------------------- 1 + 1x2 (tensor parallel)
-start_cluster tensor-parallel --instances 1 --tp 2 --kv-blocks 256 --max-pending 2 || exit 1
+# 5 usable device blocks (80 tokens) and a 32-block host tier: the cache demotes and loads back.
+start_cluster tensor-parallel --instances 1 --tp 2 --kv-blocks 6 --host-kv-blocks 32 --max-pending 2 \
+  --events "$work/tp_events.jsonl" || exit 1
 for p in "${prompts[@]}"; do greedy_text "$p"; done > "$work/tp2.txt"
 check "T=2 greedy outputs equal T=1" cmp -s "$work/alone.txt" "$work/tp2.txt"
+for p in "$long_a" "$long_b" "$long_a"; do greedy_cached "$p"; done > "$work/tp2_long.txt"
+check "T=2: long_a's prefix comes back from the host tier (cached $(cached_of "$work/tp2_long.txt" 3))" \
+  [ "$(cached_of "$work/tp2_long.txt" 3)" = "0 32" ]
+check "T=2 greedy outputs equal T=1 through demotion and load-back" \
+  cmp -s <(cut -f1 "$work/alone_long.txt") <(cut -f1 "$work/tp2_long.txt")
+sleep 0.3 # STATS come every 0.1 s
+curl -s "$url/metrics" > "$work/tp_metrics.txt"
+check "T=2: blocks loaded back from the host tier (braid_kv_loaded_blocks_total > 0)" \
+  awk '/^braid_kv_loaded_blocks_total / {found = $2 > 0} END {exit !found}' "$work/tp_metrics.txt"
+check "T=2: --events logs the demotion to the host tier" events_have "$work/tp_events.jsonl" \
+  'e["type"] == "BlockStored" and e["medium"] == "host" and e["reason"] == "demote" and e["on_host"]'
+check "T=2: --events logs the load-back" events_have "$work/tp_events.jsonl" \
+  'e["type"] == "BlockStored" and e["medium"] == "device" and e["reason"] == "load" and e["on_device"] and e["on_host"]'
 for i in $(seq 1 8); do
   curl -s -D "$work/h.$i" -o /dev/null -w '%{http_code}\n' "$url/v1/completions" \
     -d '{"prompt": "Keep talking", "max_tokens": 32, "ignore_eos": true}' > "$work/q.$i" &

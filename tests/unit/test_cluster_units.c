@@ -1,5 +1,5 @@
 /* The cluster's pure pieces: control-message encodings (SUBMIT with the identity names, FINISH
- * and STATS with per-tier counters) and step-plan encodings (round trip with cache
+ * and STATS with per-tier counters, KV_EVENTS batches) and step-plan encodings (round trip with cache
  * operations, truncated and corrupt input),
  * the router's per-instance block index and its choices, streamed text with stop strings and
  * split UTF-8, and the tensor-parallel shard ranges. */
@@ -59,7 +59,7 @@ static void test_submit_round_trip(void **state) {
     wire_buf_free(&b);
 }
 
-static void test_tokens_finish_hashes(void **state) {
+static void test_tokens_finish_stats(void **state) {
     (void)state;
     uint64_t ids[] = {1, 2, 3};
     int32_t toks[] = {10, 20, 30};
@@ -109,18 +109,111 @@ static void test_tokens_finish_hashes(void **state) {
     assert_int_equal(msg_stats_decode(&r, &sd), -1);
     wire_buf_free(&b);
 
-    uint64_t h[] = {0x1111, 0x2222};
-    msg_hashes_encode(&b, &(MsgHashes){.n = 2, .hashes = h});
-    MsgHashes m;
+}
+
+/* KV_EVENTS: a batch of full events (kind, tier, reason, hashes, parent, names, tiers after)
+ * survives the trip, empty names included; every cut, a trailing byte, a count the bytes cannot
+ * hold and an unknown kind or tier are refused; an unknown reason reads as "other". */
+static void test_kv_events_round_trip(void **state) {
+    (void)state;
+    uint64_t h0[] = {0x1111222233334444ull, 0x5555, 0xffffffffffffffffull}, h1[] = {0x77};
+    MsgKvEvent in[] = {
+        {.kind = KV_EVENT_STORED, .tier = KV_TIER_DEVICE, .reason = KV_REASON_INSERT, .tiers_after = KV_ON_DEVICE,
+         .parent_hash = 0, .tenant = "acme \"q\" \xC3\xA9", .adapter = "lora-a", .n_blocks = 3, .hashes = h0},
+        {.kind = KV_EVENT_STORED, .tier = KV_TIER_HOST, .reason = KV_REASON_DEMOTE, .tiers_after = KV_ON_DEVICE | KV_ON_HOST,
+         .parent_hash = 0x5555, .tenant = "acme", .adapter = NULL, .n_blocks = 1, .hashes = h1},
+        {.kind = KV_EVENT_REMOVED, .tier = KV_TIER_HOST, .reason = KV_REASON_HOST_EVICT, .tiers_after = 0,
+         .parent_hash = 0xabcdef, .tenant = "", .adapter = "", .n_blocks = 1, .hashes = h1},
+        {.kind = KV_EVENT_CLEARED, .reason = KV_REASON_CLEAR},
+    };
+    const int n_in = (int)(sizeof in / sizeof in[0]);
+    WireBuf b = {0};
+    msg_kv_events_encode(&b, in, n_in);
+    assert_false(b.failed);
+    MsgKvEvents m;
+    WireReader r = wire_reader(b.data, b.len);
+    assert_int_equal(msg_kv_events_decode(&r, &m), 0);
+    assert_int_equal(m.n, n_in);
+    for (int i = 0; i < n_in; i++) {
+        const MsgKvEvent *got = &m.events[i], *want = &in[i];
+        assert_true(got->kind == want->kind && got->tier == want->tier && got->reason == want->reason &&
+                    got->tiers_after == want->tiers_after && got->parent_hash == want->parent_hash);
+        assert_string_equal(got->tenant, want->tenant ? want->tenant : "");
+        assert_string_equal(got->adapter, want->adapter ? want->adapter : "");
+        assert_int_equal(got->n_blocks, want->n_blocks);
+        if (want->n_blocks) assert_memory_equal(got->hashes, want->hashes, (size_t)want->n_blocks * sizeof *want->hashes);
+    }
+    msg_kv_events_free(&m);
+    assert_null(m.events);
+
+    /* Batched as the events happen, the bytes are the same. */
+    WireBuf inc = {0};
+    msg_kv_events_begin(&inc);
+    for (int i = 0; i < n_in; i++) msg_kv_event_append(&inc, &in[i]);
+    msg_kv_events_finish(&inc, n_in);
+    assert_int_equal(inc.len, b.len);
+    assert_memory_equal(inc.data, b.data, b.len);
+    wire_buf_free(&inc);
+
+    /* Every cut short of the whole message, and one byte too many, is refused with nothing to free. */
+    for (size_t cut = 0; cut < b.len; cut++) {
+        r = wire_reader(b.data, cut);
+        assert_int_equal(msg_kv_events_decode(&r, &m), -1);
+        assert_null(m.events);
+    }
+    wire_put_u8(&b, 0);
     r = wire_reader(b.data, b.len);
-    assert_int_equal(msg_hashes_decode(&r, &m), 0);
-    assert_true(m.n == 2 && m.hashes[1] == 0x2222);
-    msg_hashes_free(&m);
-    /* A count larger than the bytes that follow must not be believed. */
-    b.data[0] = 100;
+    assert_int_equal(msg_kv_events_decode(&r, &m), -1);
+    b.len--;
+
+    /* Counts the bytes cannot hold: the event count, and the first event's hash count. */
+    const size_t names_at = 4 + 4 + 8, hashes_at = names_at + 4 + strlen(in[0].tenant) + 4 + strlen(in[0].adapter);
+    int32_t bogus[] = {1000, 1 << 30, -1};
+    for (int i = 0; i < 3; i++) {
+        size_t at[] = {0, hashes_at, names_at};
+        for (int j = 0; j < 3; j++) {
+            int32_t saved;
+            memcpy(&saved, b.data + at[j], 4);
+            memcpy(b.data + at[j], &bogus[i], 4);
+            r = wire_reader(b.data, b.len);
+            assert_int_equal(msg_kv_events_decode(&r, &m), -1);
+            memcpy(b.data + at[j], &saved, 4);
+        }
+    }
+    /* An unknown kind, tier or tier bit is refused; an unknown reason reads as "other". */
+    const size_t field_at[] = {4, 5, 7};
+    const uint8_t bad[] = {9, 2, 4};
+    for (int i = 0; i < 3; i++) {
+        uint8_t saved = b.data[field_at[i]];
+        b.data[field_at[i]] = bad[i];
+        r = wire_reader(b.data, b.len);
+        assert_int_equal(msg_kv_events_decode(&r, &m), -1);
+        b.data[field_at[i]] = saved;
+    }
+    b.data[6] = 200;
     r = wire_reader(b.data, b.len);
-    assert_int_equal(msg_hashes_decode(&r, &m), -1);
+    assert_int_equal(msg_kv_events_decode(&r, &m), 0);
+    assert_int_equal(m.events[0].reason, KV_REASON_OTHER);
+    assert_string_equal(kv_reason_name(m.events[0].reason), "other");
+    msg_kv_events_free(&m);
     wire_buf_free(&b);
+
+    /* An empty batch is a valid message. */
+    msg_kv_events_encode(&b, NULL, 0);
+    r = wire_reader(b.data, b.len);
+    assert_int_equal(msg_kv_events_decode(&r, &m), 0);
+    assert_int_equal(m.n, 0);
+    msg_kv_events_free(&m);
+    wire_buf_free(&b);
+
+    /* The names the cache uses map to codes and back; the kinds to vLLM's event names. */
+    const char *reasons[] = {"insert", "demote", "load", "evict", "host_evict", "clear"};
+    for (int i = 0; i < 6; i++) assert_string_equal(kv_reason_name(kv_reason_code(reasons[i])), reasons[i]);
+    assert_int_equal(kv_reason_code("something new"), KV_REASON_OTHER);
+    assert_int_equal(kv_reason_code(NULL), KV_REASON_OTHER);
+    assert_string_equal(kv_event_type_name(KV_EVENT_STORED), "BlockStored");
+    assert_string_equal(kv_event_type_name(KV_EVENT_REMOVED), "BlockRemoved");
+    assert_string_equal(kv_event_type_name(KV_EVENT_CLEARED), "AllBlocksCleared");
 }
 
 static void test_step_round_trip(void **state) {
@@ -252,6 +345,12 @@ static void test_router(void **state) {
     router_workflow_ended(&r, "wf-a"); /* an ended workflow keeps no affinity */
     d = router_pick(&r, other, 1, "wf-a");
     assert_string_equal(d.reason, "load");
+    /* A cleared cache (AllBlocksCleared) empties that instance's index only. */
+    router_cleared(&r, 2);
+    assert_int_equal(r.index[2].count, 0);
+    d = router_pick(&r, prompt, 4, NULL);
+    assert_int_equal(d.instance, 1);
+    assert_int_equal(d.matched_blocks, 1);
     router_free(&r);
 }
 
@@ -320,7 +419,8 @@ static void test_shard_ranges(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_submit_round_trip), cmocka_unit_test(test_tokens_finish_hashes), cmocka_unit_test(test_step_round_trip),
+        cmocka_unit_test(test_submit_round_trip), cmocka_unit_test(test_tokens_finish_stats), cmocka_unit_test(test_kv_events_round_trip),
+        cmocka_unit_test(test_step_round_trip),
         cmocka_unit_test(test_step_cache_ops),
         cmocka_unit_test(test_block_index), cmocka_unit_test(test_router), cmocka_unit_test(test_utf8), cmocka_unit_test(test_text_stream_real_tokenizer),
         cmocka_unit_test(test_shard_ranges),
