@@ -315,6 +315,7 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, BatchFiles *
         fprintf(stderr, "braid batch: %s\n", why);
         return 1;
     }
+    if (!a->cache) host_blocks = 0; /* nothing is cached, so nothing is demoted */
     char tier[128];
     cli_describe_host_tier(host_blocks, block_bytes, tier, sizeof tier);
     fprintf(stderr, "[batch] %s, eviction policy %s\n", tier, a->policy->name);

@@ -218,6 +218,7 @@ static long decide_host_blocks(const ServeArgs *a, const BraidModel *model, int 
             fprintf(stderr, "braid serve: %s\n", why);
             host_blocks = -1;
         } else {
+            if (!a->cache) host_blocks = 0; /* nothing is cached, so nothing is demoted */
             cli_describe_host_tier(host_blocks, block_bytes, tier, sizeof tier);
             fprintf(stderr, "braid serve: %s%s, eviction policy %s\n", tier, host_blocks > 1 ? " in each instance" : "",
                     a->policy->name);

@@ -19,7 +19,8 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
     bc.cuda_graphs = !cfg->cuda_graphs_off;
     bc.cpu_matmul = engine_cpu_matmul(cfg);
     bc.tp = cfg->tp;
-    bc.host_blocks = cfg->host_blocks;
+    /* The host tier holds evicted cache; with caching off there is nothing to put there. */
+    bc.host_blocks = cfg->cache_enabled ? cfg->host_blocks : 0;
     if (backend_create(&e->backend, cfg->shard ? cfg->shard : &model->weights, &bc, err)) {
         sched_free(&e->sched);
         return -1;
