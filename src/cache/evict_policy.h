@@ -47,7 +47,20 @@ typedef struct {
     uint64_t content_hash; /* chained hash of the node's last block */
     int n_uses;            /* the most recent workflows first */
     CacheNodeUse uses[CACHE_NODE_MAX_WORKFLOWS];
+    uint32_t workflows_seen; /* distinct workflows that used the node (counted when one joins `uses`) */
 } CacheNodeMeta;
+
+/* A workflow's predicted future, as the coordinator's predictor sees it after its latest call:
+ * prob[(s - 1) * n_agents + i] is the probability that the workflow's s-th next call (s = 1..k)
+ * invokes agents[i] (unconditional: the mass missing from a row is the chance it ended before). */
+typedef struct {
+    uint32_t workflow;       /* interned workflow id */
+    uint32_t current_agent;  /* the agent invoked now (interned; 0 = unknown) */
+    int k;                   /* horizon */
+    int n_agents;
+    const uint32_t *agents;  /* (n_agents) interned agent ids */
+    const float *prob;       /* (k, n_agents) */
+} CachePrediction;
 
 struct RadixNode;
 
@@ -67,10 +80,13 @@ typedef struct EvictPolicy {
     /* Return true when scores of other nodes changed (the cache then rebuilds the tier's heap). */
     bool (*on_workflow_end)(void *state, uint32_t workflow);
     bool (*on_step)(void *state, double now);
+    bool (*on_prediction)(void *state, const CachePrediction *prediction); /* copy what you keep */
 } EvictPolicy;
 
 /* Least recently used: score = last access tick. */
 extern const EvictPolicy evict_policy_lru;
+/* PBKV (policy_pbkv.c): retired workflows' cache first, then the K-step lookahead score. */
+extern const EvictPolicy evict_policy_pbkv;
 /* Looks a policy up by name; NULL when unknown. */
 const EvictPolicy *evict_policy_find(const char *name);
 /* The registry, in a fixed order; returns the count. */

@@ -176,6 +176,7 @@ static void note_use(RadixNode *n, const CacheIdentity *id) {
     int i = 0;
     while (i < m->n_uses && m->uses[i].workflow != id->workflow) i++;
     CacheNodeUse use = i < m->n_uses ? m->uses[i] : (CacheNodeUse){.workflow = id->workflow};
+    if (i == m->n_uses) m->workflows_seen++;
     if (i == m->n_uses && m->n_uses < CACHE_NODE_MAX_WORKFLOWS) m->n_uses++;
     if (i == CACHE_NODE_MAX_WORKFLOWS) i = CACHE_NODE_MAX_WORKFLOWS - 1; /* the oldest workflow gives way */
     memmove(m->uses + 1, m->uses, (size_t)i * sizeof *m->uses);
@@ -480,6 +481,32 @@ void kv_cache_workflow_end(KvCache *c, const char *workflow) {
     if (wf == 0) return;
     for (int t = 0; t < CACHE_N_TIERS; t++)
         if (c->tiers[t].policy->on_workflow_end) rescore_if(c, t, c->tiers[t].policy->on_workflow_end(c->tiers[t].state, wf));
+}
+
+int kv_cache_predict(KvCache *c, const char *workflow, const char *current_agent, int k, int n_agents, const char *const *agents,
+                     const float *prob, BraidError *err) {
+    int64_t wf = cache_names_intern(&c->names, CACHE_NAME_WORKFLOW, workflow);
+    int64_t cur = cache_names_intern(&c->names, CACHE_NAME_AGENT, current_agent);
+    uint32_t *ids = malloc((size_t)(n_agents > 0 ? n_agents : 1) * sizeof *ids);
+    if (wf < 0 || cur < 0 || !ids) {
+        free(ids);
+        return braid_error_set(err, "kv cache: out of memory taking a prediction");
+    }
+    for (int i = 0; i < n_agents; i++) {
+        int64_t a = cache_names_intern(&c->names, CACHE_NAME_AGENT, agents[i]);
+        if (a < 0) {
+            free(ids);
+            return braid_error_set(err, "kv cache: out of memory taking a prediction");
+        }
+        ids[i] = (uint32_t)a;
+    }
+    if (wf > 0) {
+        CachePrediction p = {.workflow = (uint32_t)wf, .current_agent = (uint32_t)cur, .k = k, .n_agents = n_agents, .agents = ids, .prob = prob};
+        for (int t = 0; t < CACHE_N_TIERS; t++)
+            if (c->tiers[t].policy->on_prediction) rescore_if(c, t, c->tiers[t].policy->on_prediction(c->tiers[t].state, &p));
+    }
+    free(ids);
+    return 0;
 }
 
 void kv_cache_step(KvCache *c, double now) {

@@ -166,6 +166,10 @@ int kv_cache_evict(KvCache *c, CacheTier tier, int n);
 int kv_cache_take_ops(KvCache *c, CacheOpList *out);
 /* A workflow ended: its policies hear it. Unknown names are ignored. */
 void kv_cache_workflow_end(KvCache *c, const char *workflow);
+/* A workflow's predicted next calls (see CachePrediction: prob is (k, n_agents), agents by name)
+ * reach the policies; names are interned. -1 only when out of memory. */
+int kv_cache_predict(KvCache *c, const char *workflow, const char *current_agent, int k, int n_agents, const char *const *agents,
+                     const float *prob, BraidError *err);
 /* Once per scheduler step, with the step's time. */
 void kv_cache_step(KvCache *c, double now);
 

@@ -1,0 +1,125 @@
+/*
+ * policy_pbkv.c — PBKV's hierarchical, lookahead eviction (../shared/papers/001_*, §4.2).
+ *
+ * Every node knows the workflows that used it and, per workflow, which agents (CacheNodeMeta.uses).
+ * Two classes, evicted in this order:
+ *   1. retired cache: every workflow that used the node has ended. Deterministically worthless to
+ *      them, so it goes first; among it, nodes fewer workflows used go first (a popular shared
+ *      prefix outlives a private history), then the least recently used.
+ *   2. everything else, by the lookahead score of Eq. 2:
+ *        Score(c) = sum_k gamma^(k-1) sum_{w active in c} s_w^(k) * A_w(c) . P_w^(k)
+ *      The predictions handed to the policy are unconditional (the survival s_w^(k) is already in
+ *      them: a row's missing mass is the chance the workflow ended), so per workflow the policy keeps
+ *      W_w[a] = sum_k gamma^(k-1) P_w^(k)[a] and a node's score is the sum of W_w over the agents of
+ *      its active workflows. Ties (and nodes with no workflow at all) fall back to recency.
+ * gamma = 0.7, the paper's setting. A new prediction or a workflow end changes many nodes' scores,
+ * so both ask the cache to rebuild the tier's heap (O(nodes)); evictions themselves pop the heap.
+ * Per-tier state: a table indexed by interned workflow id (ids are dense and small).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/evict_policy.h"
+#include "cache/radix_tree.h"
+#include "common/grow.h"
+
+#define PBKV_GAMMA 0.7
+#define PBKV_MAX_AGENTS 32
+
+/* Keys combine the class, then the value, then recency (ticks stay far below 2^30). */
+#define PBKV_RETIRED_BASE (-1e15)
+#define PBKV_POPULARITY_UNIT 1e9
+#define PBKV_SCORE_UNIT 1e12
+
+typedef struct {
+    bool known, retired;
+    int n_agents;
+    uint32_t agents[PBKV_MAX_AGENTS];
+    double weight[PBKV_MAX_AGENTS]; /* W_w[a]: discounted predicted calls of agents[a] within the horizon */
+} PbkvWorkflow;
+
+typedef struct {
+    PbkvWorkflow *workflows; /* indexed by interned workflow id */
+    int cap;
+} PbkvState;
+
+static int pbkv_create(void **state, CacheTier tier, BraidError *err) {
+    (void)tier;
+    PbkvState *s = calloc(1, sizeof *s);
+    if (!s) return braid_error_set(err, "pbkv: out of memory");
+    *state = s;
+    return 0;
+}
+
+static void pbkv_destroy(void *state) {
+    PbkvState *s = state;
+    if (!s) return;
+    free(s->workflows);
+    free(s);
+}
+
+static PbkvWorkflow *workflow_slot(PbkvState *s, uint32_t id) {
+    if ((int)id >= s->cap) {
+        int old = s->cap;
+        if (braid_grow((void **)&s->workflows, &s->cap, (int)id + 1, sizeof *s->workflows)) return NULL;
+        memset(s->workflows + old, 0, (size_t)(s->cap - old) * sizeof *s->workflows);
+    }
+    return &s->workflows[id];
+}
+
+static const PbkvWorkflow *workflow_find(const PbkvState *s, uint32_t id) { return (int)id < s->cap ? &s->workflows[id] : NULL; }
+
+/* sum over the workflow's predicted agents that the node's agent mask names */
+static double use_value(const PbkvWorkflow *w, uint64_t agent_mask) {
+    double v = 0;
+    for (int i = 0; i < w->n_agents; i++)
+        if (agent_mask & (1ull << (w->agents[i] % 64))) v += w->weight[i];
+    return v;
+}
+
+static double pbkv_score(void *state, const RadixNode *node) {
+    const PbkvState *s = state;
+    const CacheNodeMeta *m = &node->meta;
+    double recency = (double)m->last_access, value = 0;
+    int active = 0;
+    for (int i = 0; i < m->n_uses; i++) {
+        const PbkvWorkflow *w = workflow_find(s, m->uses[i].workflow);
+        if (w && w->retired) continue;
+        active++;
+        if (w && w->known) value += use_value(w, m->uses[i].agent_mask);
+    }
+    if (m->n_uses > 0 && active == 0) return PBKV_RETIRED_BASE + (double)m->workflows_seen * PBKV_POPULARITY_UNIT + recency;
+    return value * PBKV_SCORE_UNIT + recency;
+}
+
+static bool pbkv_on_workflow_end(void *state, uint32_t workflow) {
+    PbkvWorkflow *w = workflow_slot(state, workflow);
+    if (!w || w->retired) return false;
+    w->retired = true;
+    return true;
+}
+
+static bool pbkv_on_prediction(void *state, const CachePrediction *p) {
+    PbkvWorkflow *w = workflow_slot(state, p->workflow);
+    if (!w) return false; /* out of memory: the old prediction stays */
+    w->known = true;
+    w->retired = false; /* a call after an end revives the workflow */
+    w->n_agents = p->n_agents < PBKV_MAX_AGENTS ? p->n_agents : PBKV_MAX_AGENTS;
+    for (int i = 0; i < w->n_agents; i++) {
+        double v = 0, discount = 1;
+        for (int step = 0; step < p->k; step++, discount *= PBKV_GAMMA) v += discount * p->prob[(size_t)step * p->n_agents + i];
+        w->agents[i] = p->agents[i];
+        w->weight[i] = v;
+    }
+    return true;
+}
+
+const EvictPolicy evict_policy_pbkv = {
+    .name = "pbkv",
+    .description = "PBKV: retired workflows' cache first, then the lowest K-step lookahead reuse score (needs predictions)",
+    .create = pbkv_create,
+    .destroy = pbkv_destroy,
+    .score = pbkv_score,
+    .on_workflow_end = pbkv_on_workflow_end,
+    .on_prediction = pbkv_on_prediction,
+};
