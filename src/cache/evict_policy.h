@@ -87,6 +87,8 @@ typedef struct EvictPolicy {
 extern const EvictPolicy evict_policy_lru;
 /* PBKV (policy_pbkv.c): retired workflows' cache first, then the K-step lookahead score. */
 extern const EvictPolicy evict_policy_pbkv;
+/* KVFlow baseline (policy_kvflow.c): farthest steps-to-execution first, from the predictions. */
+extern const EvictPolicy evict_policy_kvflow;
 /* Looks a policy up by name; NULL when unknown. */
 const EvictPolicy *evict_policy_find(const char *name);
 /* The registry, in a fixed order; returns the count. */
