@@ -418,6 +418,38 @@ static void walk_commit_step(void *ctx, RadixNode *n) {
     touch(c, n, w->id, false);
 }
 
+/* Drops (workflow, agent) from a node's uses; true when it was there. */
+static bool drop_use(RadixNode *n, uint32_t workflow, uint64_t agent_bit) {
+    CacheNodeMeta *m = &n->meta;
+    for (int i = 0; i < m->n_uses; i++) {
+        if (m->uses[i].workflow != workflow || !(m->uses[i].agent_mask & agent_bit)) continue;
+        m->uses[i].agent_mask &= ~agent_bit;
+        if (m->uses[i].agent_mask == 0) {
+            memmove(m->uses + i, m->uses + i + 1, (size_t)(m->n_uses - i - 1) * sizeof *m->uses);
+            m->n_uses--;
+        }
+        return true;
+    }
+    return false;
+}
+
+static void forget_use_below(KvCache *c, RadixNode *n, uint32_t workflow, uint64_t agent_bit) {
+    if (!drop_use(n, workflow, agent_bit)) return; /* the workflow's agent never went further down here */
+    heap_refresh(c, n);
+    for (int i = 0; i < n->n_children; i++) forget_use_below(c, n->children[i], workflow, agent_bit);
+}
+
+/* A workflow's agent branched off at `branch` into `leaf`: what the same agent of the same workflow
+ * left below the other branches (the tail of its previous call: the instruction, the old end of the
+ * conversation) will not be read by it again, so that use goes from those nodes (policies that
+ * weigh uses see them as dead for that workflow). Other workflows' and agents' uses stay. */
+static void forget_passed_branches(KvCache *c, RadixNode *branch, RadixNode *leaf, const CacheIdentity *id) {
+    if (id->workflow == 0 || id->agent == 0) return;
+    uint64_t bit = 1ull << (id->agent % 64);
+    for (int i = 0; i < branch->n_children; i++)
+        if (branch->children[i] != leaf) forget_use_below(c, branch->children[i], id->workflow, bit);
+}
+
 static RadixNode *insert_leaf(KvCache *c, const CacheIdentity *id, RadixNode *parent, const int32_t *tokens, const int32_t *table, int k) {
     RadixNode *leaf = radix_add_leaf(&c->tree, parent, tokens, k);
     if (!leaf) return NULL;
@@ -449,8 +481,10 @@ int kv_cache_commit(KvCache *c, const CacheIdentity *id, const int32_t *tokens, 
     if (matched < 0) return braid_error_set(err, "kv cache: out of memory inserting blocks");
     if (matched < n_full) {
         int bs = c->block_size;
+        RadixNode *branch = end;
         end = insert_leaf(c, id, end, tokens + (size_t)matched * bs, table + matched, n_full - matched);
         if (!end) return braid_error_set(err, "kv cache: out of memory inserting blocks");
+        forget_passed_branches(c, branch, end, id);
     }
     if (relock && lock && end != *lock) {
         lock_path(c, end);

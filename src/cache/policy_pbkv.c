@@ -11,11 +11,15 @@
  *      The predictions handed to the policy are unconditional (the survival s_w^(k) is already in
  *      them: a row's missing mass is the chance the workflow ended), so per workflow the policy keeps
  *      W_w[a] = sum_k gamma^(k-1) P_w^(k)[a] and a node's score is the sum of W_w over the agents of
- *      its active workflows. Ties (and nodes with no workflow at all) fall back to recency.
+ *      its active workflows, in steps of PBKV_VALUE_STEP; within a step (and for nodes with no
+ *      workflow at all) the least recently used goes first.
+ * A workflow's agent that branched away from a node (its next call did not continue it) no longer
+ * counts as a use of it (kv_cache.c forgets it), so the tail of an old prompt is retired cache.
  * gamma = 0.7, the paper's setting. A new prediction or a workflow end changes many nodes' scores,
  * so both ask the cache to rebuild the tier's heap (O(nodes)); evictions themselves pop the heap.
  * Per-tier state: a table indexed by interned workflow id (ids are dense and small).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +28,11 @@
 #include "common/grow.h"
 
 #define PBKV_GAMMA 0.7
+/* Scores closer than this are one class, ordered by recency inside: differences of a few hundredths
+ * between two workflows' probabilities are the predictor's smoothing, not information, and letting
+ * them decide alone cost 1-3 points of hit rate on codegen and factcheck traces (seeds 1 and 5, see
+ * bench/RESULTS.md) against recency breaking the tie. */
+#define PBKV_VALUE_STEP 0.05
 #define PBKV_MAX_AGENTS 32
 
 /* Keys combine the class, then the value, then recency (ticks stay far below 2^30). */
@@ -88,8 +97,9 @@ static double pbkv_score(void *state, const RadixNode *node) {
         active++;
         if (w && w->known) value += use_value(w, m->uses[i].agent_mask);
     }
-    if (m->n_uses > 0 && active == 0) return PBKV_RETIRED_BASE + (double)m->workflows_seen * PBKV_POPULARITY_UNIT + recency;
-    return value * PBKV_SCORE_UNIT + recency;
+    /* Retired: every workflow that used it ended, or moved past it (the cache drops such uses). */
+    if (m->workflows_seen > 0 && active == 0) return PBKV_RETIRED_BASE + (double)m->workflows_seen * PBKV_POPULARITY_UNIT + recency;
+    return floor(value / PBKV_VALUE_STEP) * PBKV_VALUE_STEP * PBKV_SCORE_UNIT + recency;
 }
 
 static bool pbkv_on_workflow_end(void *state, uint32_t workflow) {

@@ -144,14 +144,45 @@ static void test_multi_step_discount(void **state) {
     call(&c, "w2", "tester", 2000);
     BraidError err;
     const char *agents[2] = {"coder", "tester"};
-    /* w1: coder certain at step 3 only (0.7^2 = 0.49); w2: tester at step 1 with 0.45 */
-    float p1[6] = {0, 0, 0, 0, 1, 0}, p2[6] = {0, 0.45f, 0, 0, 0, 0};
+    /* w1: coder certain at step 3 only (0.7^2 = 0.49); w2: tester at step 1 with 0.3 */
+    float p1[6] = {0, 0, 0, 0, 1, 0}, p2[6] = {0, 0.3f, 0, 0, 0, 0};
     assert_int_equal(kv_cache_predict(&c, "w1", "planner", 3, 2, agents, p1, &err), 0);
     assert_int_equal(kv_cache_predict(&c, "w2", "planner", 3, 2, agents, p2, &err), 0);
     assert_int_equal(kv_cache_evict(&c, CACHE_TIER_DEVICE, 2), 2);
-    assert_false(cached(&c, 2000)); /* 0.45 < 0.49 */
+    assert_false(cached(&c, 2000)); /* 0.3 < 0.49, though more recent */
     assert_true(cached(&c, 1000));
     check(&c);
+    kv_cache_free(&c);
+}
+
+/* A workflow's agent that branches away from the tail of its previous call leaves that tail dead:
+ * it goes before anything an active workflow may still read, however recent. */
+static void test_passed_tail_is_retired(void **state) {
+    (void)state;
+    KvCache c;
+    init(&c, 9);
+    call(&c, "w2", "tester", 2000); /* older, active, no prediction */
+    call(&c, "w1", "coder", 1000);  /* blocks 1000..1007 */
+    /* w1's coder again: the first block shared, then it goes on differently (a new tail) */
+    BraidError err;
+    CacheIdentity id;
+    assert_int_equal(kv_cache_identity(&c, NULL, NULL, "w1", "coder", &id, &err), 0);
+    int32_t tokens[3 * BS + 1], table[4];
+    for (int i = 0; i < 3 * BS + 1; i++) tokens[i] = i < BS ? 1000 + i : 7000 + i;
+    KvCacheMatch m;
+    assert_int_equal(kv_cache_match(&c, &id, tokens, 3 * BS + 1, &m, &err), 0);
+    int got = kv_cache_acquire(&c, &m, table, &err);
+    assert_int_equal(got, 1);
+    assert_int_equal(kv_cache_reserve(&c, 2, table + 1), 0);
+    RadixNode *lock = m.node;
+    assert_int_equal(kv_cache_commit(&c, &id, tokens, 3, table, &lock, false, &err), 0);
+    kv_cache_release(&c, lock, table, 3);
+    check(&c);
+    /* the old tail (block 1004..1007) goes first, before w2's older but live prompt */
+    assert_int_equal(kv_cache_evict(&c, CACHE_TIER_DEVICE, 1), 1);
+    check(&c);
+    assert_true(cached(&c, 2000));
+    assert_false(cached(&c, 1000));
     kv_cache_free(&c);
 }
 
@@ -161,6 +192,7 @@ int main(void) {
         cmocka_unit_test(test_popular_retired_last),
         cmocka_unit_test(test_lookahead_beats_recency),
         cmocka_unit_test(test_multi_step_discount),
+        cmocka_unit_test(test_passed_tail_is_retired),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
