@@ -13,5 +13,6 @@ int cmd_detokenize(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_train_predictor(int argc, char **argv);
 
 #endif
