@@ -15,13 +15,18 @@
 static const char sim_usage[] =
     "usage: braid sim --trace PATH --kv-tokens N [--host-kv-tokens H] [--policy NAME] [--block-size B]\n"
     "                 [--prefill-ms-per-token X] [--decode-ms-per-token Y] [--host-gbs G]\n"
-    "                 [--host-latency-us L] [--kv-bytes-per-token K] [--json]\n"
+    "                 [--host-latency-us L] [--kv-bytes-per-token K] [--predictor FILE | --markov 1|2]\n"
+    "                 [--predictor-learn] [--horizon K] [--json]\n"
     "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's KV cache object (the one the server\n"
     "  runs) in arrival order, one request at a time, with a device cache of N tokens.\n"
     "  --host-kv-tokens: a host-memory tier of H tokens below the device cache: evicted blocks are\n"
     "            demoted there and loaded back on a hit (default 0: off)\n"
     "  --policy: a registered eviction policy (braid batch --list-policies; default lru), or belady,\n"
     "            which evicts the block used farthest in the future: the offline bound for any policy\n"
+    "  --predictor FILE: a next-agent predictor trained by braid train-predictor, for the policies that\n"
+    "            take predictions (pbkv, kvflow); without it a Markov predictor (--markov 1|2, default 1)\n"
+    "            learns online from the trace as it replays. --predictor-learn keeps a trained one learning.\n"
+    "  --horizon: prediction steps K (default 4)\n"
     "  --block-size: cache block size, a multiple of the trace's (default: the trace's)\n"
     "  --prefill-ms-per-token, --decode-ms-per-token: the cost model (defaults: the 2-core CPU's\n"
     "            2.5 and 10 ms)\n"
@@ -41,6 +46,9 @@ static void print_text(const SimConfig *cfg, const SimResult *r, double elapsed)
             (unsigned long long)r->evicted_blocks, (unsigned long long)r->demoted_blocks, (unsigned long long)r->loaded_blocks,
             (unsigned long long)r->host_evicted_blocks, r->mean_workflow_latency_s, 1e3 * r->mean_ttft_s, r->copy_s,
             r->too_large ? ", some requests larger than the cache" : "", elapsed);
+    if (r->predicted_calls)
+        fprintf(stderr, "[sim] next-agent forecasts: %llu of %llu calls predicted right at step 1 (%.1f%%)\n",
+                (unsigned long long)r->correct_next, (unsigned long long)r->predicted_calls, 100.0 * r->correct_next / r->predicted_calls);
     for (int a = 0; a < r->n_agents; a++)
         fprintf(stderr, "[sim]   agent %-16s %6d requests, mean TTFT %8.1f ms\n", r->agents[a].agent[0] ? r->agents[a].agent : "(none)",
                 r->agents[a].requests, 1e3 * r->agents[a].mean_ttft_s);
@@ -57,11 +65,12 @@ static void print_json(const SimConfig *cfg, const SimResult *r) {
                           (json_int_t)r->cached_tokens, "hit_rate", r->hit_rate, "evictions", (json_int_t)r->evicted_blocks,
                           "modeled_latency_s", r->modeled_latency_s, "mean_workflow_latency_s", r->mean_workflow_latency_s,
                           "mean_ttft_s", r->mean_ttft_s, "too_large", r->too_large, "agent_ttft_s", agents);
-    json_t *tiers = json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "host_kv_tokens", cfg->host_kv_tokens, "device_cached_tokens",
+    json_t *tiers = json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I}", "host_kv_tokens", cfg->host_kv_tokens, "device_cached_tokens",
                               (json_int_t)r->device_cached_tokens, "host_cached_tokens", (json_int_t)r->host_cached_tokens,
                               "demoted_blocks", (json_int_t)r->demoted_blocks, "loaded_blocks", (json_int_t)r->loaded_blocks,
                               "stored_blocks", (json_int_t)r->stored_blocks, "host_evicted_blocks", (json_int_t)r->host_evicted_blocks,
-                              "copy_s", r->copy_s);
+                              "copy_s", r->copy_s, "predicted_calls", (json_int_t)r->predicted_calls, "correct_next",
+                              (json_int_t)r->correct_next);
     if (o && tiers) json_object_update(o, tiers);
     json_decref(tiers);
     char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
@@ -71,14 +80,17 @@ static void print_json(const SimConfig *cfg, const SimResult *r) {
 }
 
 int cmd_sim(int argc, char **argv) {
-    enum { O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT };
+    enum { O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV, O_LEARN,
+           O_HORIZON };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
         {"decode-ms-per-token", required_argument, 0, O_DECODE}, {"json", no_argument, 0, O_JSON},
         {"block-size", required_argument, 0, O_BLOCK}, {"host-kv-tokens", required_argument, 0, O_HOST},
         {"host-gbs", required_argument, 0, O_GBS}, {"host-latency-us", required_argument, 0, O_LAT},
-        {"kv-bytes-per-token", required_argument, 0, O_BPT},
+        {"kv-bytes-per-token", required_argument, 0, O_BPT}, {"predictor", required_argument, 0, O_PRED},
+        {"markov", required_argument, 0, O_MARKOV}, {"predictor-learn", no_argument, 0, O_LEARN},
+        {"horizon", required_argument, 0, O_HORIZON},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     SimConfig cfg = sim_config_default();
     const char *trace_path = NULL;
@@ -108,6 +120,10 @@ int cmd_sim(int argc, char **argv) {
         case O_GBS: if (cli_parse_float("--host-gbs", optarg, 1e-3, 1e6, &d)) return 2; cfg.host_bandwidth_bytes_per_s = d * 1e9; break;
         case O_LAT: if (cli_parse_float("--host-latency-us", optarg, 0, 1e9, &d)) return 2; cfg.host_latency_s = d / 1e6; break;
         case O_BPT: if (cli_parse_float("--kv-bytes-per-token", optarg, 1, 1e12, &d)) return 2; cfg.kv_bytes_per_token = d; break;
+        case O_PRED: cfg.predictor_path = optarg; break;
+        case O_MARKOV: if (cli_parse_int("--markov", optarg, 1, 2, &v)) return 2; cfg.predictor_kind = (int)v; break;
+        case O_LEARN: cfg.predictor_learn = true; break;
+        case O_HORIZON: if (cli_parse_int("--horizon", optarg, 1, 64, &v)) return 2; cfg.horizon = (int)v; break;
         case O_BLOCK: if (cli_parse_int("--block-size", optarg, 1, 1 << 16, &v)) return 2; block_size = (int)v; break;
         case 'h': fputs(sim_usage, stdout); return 0;
         default: fputs(sim_usage, stderr); return 2;

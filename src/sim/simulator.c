@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cache/kv_cache.h"
+#include "predict/workflow_forecast.h"
 #include "common/grow.h"
 #include "common/strmap.h"
 
@@ -192,13 +193,33 @@ static double copy_seconds(const SimConfig *cfg, int blocks, int bs) {
     return cfg->host_latency_s + (double)blocks * bs * cfg->kv_bytes_per_token / cfg->host_bandwidth_bytes_per_s;
 }
 
-/* Workflow ends at or before time t reach the cache's policy. */
-static void deliver_ends(KvCache *c, const Trace *t, int *next_end, double until) {
-    while (*next_end < t->n_ends && t->ends[*next_end].t <= until) kv_cache_workflow_end(c, t->ends[(*next_end)++].workflow);
+/* Workflow ends at or before time t reach the forecaster and the cache's policy. */
+static void deliver_ends(KvCache *c, WorkflowForecast *f, const Trace *t, int *next_end, double until) {
+    while (*next_end < t->n_ends && t->ends[*next_end].t <= until) {
+        const TraceWorkflowEnd *e = &t->ends[(*next_end)++];
+        if (f) workflow_forecast_end(f, e->workflow, e->t);
+        kv_cache_workflow_end(c, e->workflow);
+    }
 }
 
-static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, BeladyState *bstate, SimResult *res, double *ttfts, double *latencies,
-                  BraidError *err) {
+/* The workflow's forecast after this call reaches the cache's policy. */
+static int forecast_call(KvCache *c, WorkflowForecast *f, const TraceRequest *r, BraidError *err) {
+    if (!f || !r->workflow[0] || !r->agent[0]) return 0;
+    const AgentPrediction *p;
+    if (workflow_forecast_call(f, r->workflow, r->agent, r->t, &p, err)) return -1;
+    if (p->k == 0) return 0;
+    return kv_cache_predict(c, r->workflow, r->agent, p->k, p->n_agents, (const char *const *)p->agents, p->prob, err);
+}
+
+static int forecast_init(const SimConfig *cfg, WorkflowForecast *f, BraidError *err) {
+    WorkflowForecastConfig fc = {.kind = cfg->predictor_kind == 2 ? PREDICTOR_MARKOV2 : PREDICTOR_MARKOV1, .learn = cfg->predictor_learn,
+                                 .horizon = cfg->horizon > 0 ? cfg->horizon : 4};
+    if (cfg->predictor_path && agent_predictor_load(&fc.predictor, cfg->predictor_path, err)) return -1;
+    return workflow_forecast_init(f, &fc, err);
+}
+
+static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, WorkflowForecast *f, BeladyState *bstate, SimResult *res,
+                  double *ttfts, double *latencies, BraidError *err) {
     int bs = t->block_size > 0 ? t->block_size : 16, max_blocks = 1, next_end = 0;
     for (int i = 0; i < t->n; i++) {
         int need = (t->reqs[i].prompt_tokens + t->reqs[i].output_tokens + bs - 1) / bs + t->reqs[i].n_blocks + 1;
@@ -211,9 +232,9 @@ static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, BeladyState 
     for (int i = 0; rc == 0 && i < t->n; i++) {
         const TraceRequest *r = &t->reqs[i];
         bstate->current = i;
-        deliver_ends(c, t, &next_end, r->t);
+        deliver_ends(c, f, t, &next_end, r->t);
         Served sv = {0};
-        if ((rc = serve_one(c, r, bs, tokens, blocks, &ops, &sv, err))) break;
+        if ((rc = forecast_call(c, f, r, err)) || (rc = serve_one(c, r, bs, tokens, blocks, &ops, &sv, err))) break;
         if (!sv.ok) res->too_large++;
         int cached = (sv.device_cached_blocks + sv.host_cached_blocks) * bs, computed = r->prompt_tokens - cached;
         double copy = copy_seconds(cfg, sv.copied_blocks, bs), ttft = computed * cfg->prefill_s_per_token + copy;
@@ -228,7 +249,11 @@ static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, BeladyState 
         latencies[i] = ttft + r->output_tokens * cfg->decode_s_per_token;
         res->modeled_latency_s += latencies[i];
     }
-    deliver_ends(c, t, &next_end, INFINITY);
+    deliver_ends(c, f, t, &next_end, INFINITY);
+    if (f) {
+        res->predicted_calls = f->predicted_calls;
+        res->correct_next = f->correct_next;
+    }
     res->mean_ttft_s = res->requests ? ttft_sum / res->requests : 0.0;
     cache_ops_free(&ops);
     free(tokens);
@@ -248,12 +273,18 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
                         .host_blocks = cfg->host_kv_tokens > 0 ? cfg->host_kv_tokens / bs + 1 : 0, .policy = policy,
                         .policy_state = belady ? &bstate : NULL};
     KvCache cache;
-    if (kv_cache_init(&cache, &cc, err)) {
+    WorkflowForecast forecast, *f = policy->on_prediction ? &forecast : NULL;
+    if (f && forecast_init(cfg, f, err)) {
         if (belady) belady_free(&bstate);
         return -1;
     }
+    if (kv_cache_init(&cache, &cc, err)) {
+        if (belady) belady_free(&bstate);
+        if (f) workflow_forecast_free(f);
+        return -1;
+    }
     double *ttfts = malloc(((size_t)t->n + 1) * sizeof *ttfts), *latencies = malloc(((size_t)t->n + 1) * sizeof *latencies);
-    int rc = ttfts && latencies ? replay(t, cfg, &cache, &bstate, res, ttfts, latencies, err) : braid_error_set(err, "sim: out of memory");
+    int rc = ttfts && latencies ? replay(t, cfg, &cache, f, &bstate, res, ttfts, latencies, err) : braid_error_set(err, "sim: out of memory");
     if (rc == 0 && summarize(t, ttfts, latencies, res)) rc = braid_error_set(err, "sim: out of memory");
     res->workflow_ends = t->n_ends;
     const KvCacheCounters *k = &cache.counters;
@@ -266,6 +297,7 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
     free(ttfts);
     free(latencies);
     kv_cache_free(&cache);
+    if (f) workflow_forecast_free(f);
     if (belady) belady_free(&bstate);
     return rc;
 }

@@ -18,6 +18,7 @@
 #ifndef BRAID_SIM_SIMULATOR_H
 #define BRAID_SIM_SIMULATOR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -31,6 +32,13 @@ typedef struct {
     /* Copy cost of the host tier: bytes of K+V per token, copy bandwidth, fixed latency per
      * request that moves blocks (one batch of copies before its forward). */
     double kv_bytes_per_token, host_bandwidth_bytes_per_s, host_latency_s;
+    /* Policies that take predictions (pbkv, kvflow) get each workflow's K-step forecast before
+     * each of its calls: from a trained predictor file (kept learning only with predictor_learn),
+     * or a Markov-`predictor_kind` predictor learning online from the trace as it replays. */
+    const char *predictor_path;
+    int predictor_kind;       /* 1 or 2 (default 1) */
+    bool predictor_learn;
+    int horizon;              /* K (default 4) */
 } SimConfig;
 
 typedef struct {
@@ -46,6 +54,7 @@ typedef struct {
     uint64_t device_cached_tokens, host_cached_tokens;
     uint64_t demoted_blocks, loaded_blocks, stored_blocks, host_evicted_blocks;
     double copy_s;            /* modeled time spent copying between tiers (in modeled_latency_s) */
+    uint64_t predicted_calls, correct_next; /* step-1 top-1 accuracy of the forecasts, as they happened */
     double modeled_latency_s; /* sum over requests */
     double mean_ttft_s;
     double hit_rate;          /* cached prompt tokens / prompt tokens */
