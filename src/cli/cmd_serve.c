@@ -14,6 +14,7 @@
 #include "coord/http_api.h"
 #include "coord/metrics.h"
 #include "model/model.h"
+#include "predict/agent_predictor.h"
 #include "worker/instance_leader.h"
 #include "worker/kv_pool.h"
 
@@ -40,6 +41,15 @@ static const char serve_usage[] =
     "  --events PATH            JSONL log of routing decisions and of every instance's KV events (vLLM's\n"
     "                           BlockStored / BlockRemoved / AllBlocksCleared, per tier, with the instance)\n"
     "  --trace-out PATH         replayable trace of served requests and workflow ends, for braid sim\n"
+    "  --predictor FILE         next-agent predictor trained by braid train-predictor; rank 0 forecasts each\n"
+    "                           workflow's next agents with it and sends the forecasts to the instances' policy\n"
+    "                           (pbkv, kvflow). Default: a Markov predictor that learns online from the traffic\n"
+    "  --predictor-learn        keep a --predictor file learning online too (default: frozen)\n"
+    "  --markov 1|2             order of the online predictor when there is no --predictor (default 1)\n"
+    "  --horizon K              forecast steps (default 4, at most 64)\n"
+    "  --workflow-idle-timeout S  a workflow with no request for S seconds is retired, as if it had ended\n"
+    "                           (default 600; 0 = only POST /v1/workflows/{id}/end retires one)\n"
+    "  --max-workflows N        workflows the tracker remembers (default 65536; retired ones go first)\n"
     "  --pid-file PATH          rank 0 writes its pid here (launch/braid-local signals it to drain)\n"
     "  --threads N              CPU threads per worker rank (default: all cores)\n"
     "  --device D               cpu, cuda or auto (default auto)\n"
@@ -50,9 +60,11 @@ static const char serve_usage[] =
     "SIGINT / SIGTERM to rank 0 drains: new requests get 503, in-flight ones finish, then every rank exits.\n";
 
 typedef struct {
-    const char *model, *host, *served_name, *events_path, *pid_file, *trace_path;
+    const char *model, *host, *served_name, *events_path, *pid_file, *trace_path, *predictor_path;
     long tp, port, kv_blocks, block_size, max_batch_tokens, max_running, max_pending, max_body, threads, route_slack;
-    bool cache;
+    long markov, horizon, max_workflows; /* markov 0: not given */
+    double idle_timeout;
+    bool cache, predictor_learn;
     CpuMatmulMath cpu_matmul;
     BackendKind device;
     const EvictPolicy *policy;
@@ -61,7 +73,8 @@ typedef struct {
 
 static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     enum { O_MODEL = 256, O_TP, O_HOST, O_PORT, O_NAME, O_BLOCKS, O_BS, O_MBT, O_RUN, O_PENDING, O_BODY, O_CACHE, O_POLICY,
-           O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB };
+           O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB,
+           O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -74,11 +87,15 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"pid-file", required_argument, 0, O_PID}, {"threads", required_argument, 0, O_THREADS},
         {"device", required_argument, 0, O_DEVICE}, {"cpu-matmul", required_argument, 0, O_CPU_MATMUL},
         {"list-policies", no_argument, 0, O_LIST_POLICIES}, {"host-kv-blocks", required_argument, 0, O_HOST_BLOCKS},
-        {"host-kv-gib", required_argument, 0, O_HOST_GIB}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"host-kv-gib", required_argument, 0, O_HOST_GIB}, {"predictor", required_argument, 0, O_PREDICTOR},
+        {"predictor-learn", no_argument, 0, O_PREDICTOR_LEARN}, {"markov", required_argument, 0, O_MARKOV},
+        {"horizon", required_argument, 0, O_HORIZON}, {"workflow-idle-timeout", required_argument, 0, O_IDLE},
+        {"max-workflows", required_argument, 0, O_MAX_WORKFLOWS}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
                      .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
-                     .cpu_matmul = CPU_MATMUL_FP32, .host_tier = CLI_HOST_TIER_DEFAULT};
+                     .cpu_matmul = CPU_MATMUL_FP32, .host_tier = CLI_HOST_TIER_DEFAULT, .horizon = 4, .max_workflows = 65536,
+                     .idle_timeout = 600};
     int c;
     BraidError err;
     optind = 1;
@@ -103,6 +120,16 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_BODY: target = &a->max_body, flag = "--max-body-bytes", lo = 1024, hi = 1L << 30; break;
         case O_SLACK: target = &a->route_slack, flag = "--route-slack", lo = 0; break;
         case O_THREADS: target = &a->threads, flag = "--threads", hi = 1024; break;
+        case O_PREDICTOR: a->predictor_path = optarg; break;
+        case O_PREDICTOR_LEARN: a->predictor_learn = true; break;
+        case O_MARKOV: target = &a->markov, flag = "--markov", hi = 2; break;
+        case O_HORIZON: target = &a->horizon, flag = "--horizon", hi = 64; break;
+        case O_MAX_WORKFLOWS: target = &a->max_workflows, flag = "--max-workflows"; break;
+        case O_IDLE:
+            if (verbose ? cli_parse_float("--workflow-idle-timeout", optarg, 0, 1e9, &a->idle_timeout)
+                        : (a->idle_timeout = strtod(optarg, NULL), 0))
+                return 2;
+            break;
         case O_DEVICE:
             if (backend_parse_kind(optarg, &a->device, &err)) {
                 if (verbose) fprintf(stderr, "braid serve: --device: %s\n", err.msg);
@@ -137,7 +164,44 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         if (verbose) fprintf(stderr, "braid serve: unexpected argument '%s'\n%s", argv[optind], serve_usage);
         return 2;
     }
+    if (verbose && a->predictor_path && a->markov)
+        fprintf(stderr, "braid serve: --markov is ignored: the --predictor file has its own order\n");
+    if (verbose && !a->predictor_path && a->predictor_learn)
+        fprintf(stderr, "braid serve: --predictor-learn is ignored without --predictor (the online predictor always learns)\n");
     return 0;
+}
+
+/* Collective: rank 0 loads --predictor and tells everyone whether it could, so that a bad file
+ * stops every rank cleanly. Returns 0 (with *p the predictor on rank 0, NULL elsewhere or without
+ * --predictor) or -1 on every rank. */
+static int load_predictor(const ServeArgs *a, int rank, AgentPredictor **p) {
+    int ok = 1;
+    *p = NULL;
+    if (rank == 0 && a->predictor_path) {
+        BraidError err;
+        if (agent_predictor_load(p, a->predictor_path, &err)) {
+            fprintf(stderr, "braid serve: --predictor: %s\n", err.msg);
+            ok = 0;
+        }
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return ok ? 0 : -1;
+}
+
+/* One line on rank 0 naming the predictor and what its forecasts feed. */
+static void describe_forecasts(const ServeArgs *a, const AgentPredictor *p) {
+    char what[768];
+    if (p)
+        snprintf(what, sizeof what, "predictor %s (Markov-%d, %d agents, %llu transitions, %s)", a->predictor_path,
+                 (int)agent_predictor_kind(p), agent_predictor_n_agents(p), (unsigned long long)agent_predictor_n_transitions(p),
+                 a->predictor_learn ? "learning online" : "frozen");
+    else snprintf(what, sizeof what, "Markov-%ld predictor learning online (no --predictor)", a->markov ? a->markov : 1);
+    char idle[64];
+    if (a->idle_timeout > 0) snprintf(idle, sizeof idle, "idle timeout %g s", a->idle_timeout);
+    else snprintf(idle, sizeof idle, "no idle timeout");
+    fprintf(stderr, "braid serve: workflow forecasts: %s, horizon %ld, %s, at most %ld workflows; %s%s%s\n", what, a->horizon, idle,
+            a->max_workflows, a->policy->on_prediction ? "sent to the instances' policy " : "not sent (policy ", a->policy->name,
+            a->policy->on_prediction ? "" : " takes no predictions)");
 }
 
 /* "dir/SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct.Q4_1" */
@@ -148,7 +212,8 @@ static void default_served_name(const char *path, char *out, size_t cap) {
     if (n > 5 && strcmp(out + n - 5, ".gguf") == 0) out[n - 5] = '\0';
 }
 
-static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_instances, const sigset_t *stop) {
+/* Takes *predictor over (NULL afterwards). */
+static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_instances, const sigset_t *stop, AgentPredictor **predictor) {
     char name[256], ready_line[512];
     if (a->served_name) snprintf(name, sizeof name, "%s", a->served_name);
     else default_served_name(cli_model_path(a->model), name, sizeof name);
@@ -163,11 +228,18 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_in
     Metrics *metrics = metrics_create(n_instances, name);
     Coordinator coord;
     BraidError err;
+    describe_forecasts(a, *predictor);
     CoordinatorConfig cc = {.n_instances = n_instances, .tp = (int)a->tp, .max_pending = (int)a->max_pending,
-                            .load_slack = (int)a->route_slack, .events = events, .trace = trace, .ready_line = ready_line};
+                            .load_slack = (int)a->route_slack, .events = events, .trace = trace, .ready_line = ready_line,
+                            .forecast = {.predictor = *predictor, .kind = a->markov == 2 ? PREDICTOR_MARKOV2 : PREDICTOR_MARKOV1,
+                                         .learn = a->predictor_learn, .horizon = (int)a->horizon,
+                                         .max_workflows = (int)a->max_workflows, .idle_timeout_s = a->idle_timeout},
+                            .send_forecasts = a->policy->on_prediction != NULL};
     int rc = 1;
+    *predictor = NULL; /* cc.forecast holds it; coordinator_init takes it over, even when it fails */
+    if (!metrics) agent_predictor_free(cc.forecast.predictor);
     if (!metrics || coordinator_init(&coord, &cc, MPI_COMM_WORLD, metrics, &err)) {
-        fprintf(stderr, "braid serve: coordinator: out of memory\n");
+        fprintf(stderr, "braid serve: %s\n", metrics ? err.msg : "coordinator: out of memory");
         /* The workers still wait for a SHUTDOWN; without a coordinator, mpirun's abort is the only way out. */
         MPI_Abort(MPI_COMM_WORLD, 1);
         return 1;
@@ -267,6 +339,7 @@ int cmd_serve(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     ServeArgs a;
+    AgentPredictor *predictor = NULL; /* rank 0's --predictor until the coordinator takes it */
     int rc = parse_args(argc, argv, &a, rank == 0);
     bool help = rc == 1;
     if (rc == 0) rc = check_layout(world, a.tp, rank);
@@ -281,17 +354,23 @@ int cmd_serve(int argc, char **argv) {
             if (f) fprintf(f, "%ld\n", (long)getpid()), fclose(f);
             else fprintf(stderr, "braid serve: cannot write --pid-file %s\n", a.pid_file);
         }
-        /* Every rank maps the model: the coordinator for its tokenizer, the workers for weights. */
-        if (braid_model_load(cli_model_path(a.model), &model, &err)) {
-            fprintf(stderr, "braid serve: rank %d: %s\n", rank, err.msg);
-            MPI_Abort(MPI_COMM_WORLD, 1);
-            return 1;
+        /* A bad --predictor stops every rank before anything heavy is loaded. */
+        if (load_predictor(&a, rank, &predictor)) {
+            rc = 1;
+        } else {
+            /* Every rank maps the model: the coordinator for its tokenizer, the workers for weights. */
+            if (braid_model_load(cli_model_path(a.model), &model, &err)) {
+                fprintf(stderr, "braid serve: rank %d: %s\n", rank, err.msg);
+                MPI_Abort(MPI_COMM_WORLD, 1);
+                return 1;
+            }
+            long host_blocks = decide_host_blocks(&a, &model, rank);
+            if (host_blocks < 0) rc = 1;
+            else rc = rank == 0 ? run_coordinator(&a, &model, (world - 1) / (int)a.tp, &stop, &predictor)
+                                : run_worker(&a, &model, rank, (int)a.tp, tp_comm, host_blocks);
+            braid_model_free(&model);
         }
-        long host_blocks = decide_host_blocks(&a, &model, rank);
-        if (host_blocks < 0) rc = 1;
-        else rc = rank == 0 ? run_coordinator(&a, &model, (world - 1) / (int)a.tp, &stop)
-                            : run_worker(&a, &model, rank, (int)a.tp, tp_comm, host_blocks);
-        braid_model_free(&model);
+        agent_predictor_free(predictor); /* still here only when the coordinator never took it */
         MPI_Comm_free(&tp_comm);
     }
     MPI_Finalize();

@@ -25,11 +25,17 @@ int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm worl
     c->world = world;
     c->metrics = metrics;
     c->next_id = 1;
-    c->t_start = braid_now_seconds();
+    c->t_start = c->last_expiry = braid_now_seconds();
+    c->cfg.forecast.predictor = NULL; /* c->forecast owns it from here */
+    if (workflow_forecast_init(&c->forecast, &cfg->forecast, err)) return braid_error_wrap(err, "coordinator: workflow forecasts");
+    c->have_forecast = true;
+    if (router_init(&c->router, cfg->n_instances, cfg->load_slack)) {
+        workflow_forecast_free(&c->forecast);
+        return braid_error_set(err, "coordinator: out of memory");
+    }
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->wake, NULL);
     ctrl_init(&c->ctrl, world);
-    if (router_init(&c->router, cfg->n_instances, cfg->load_slack)) return braid_error_set(err, "coordinator: out of memory");
     return 0;
 }
 
@@ -42,6 +48,7 @@ void coordinator_free(Coordinator *c) {
     for (int i = 0; i < c->n_table; i++) coord_request_release(c->table[i]);
     free(c->table);
     router_free(&c->router);
+    if (c->have_forecast) workflow_forecast_free(&c->forecast);
     ctrl_free(&c->ctrl);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->wake);
@@ -151,6 +158,123 @@ static void fail_request(Coordinator *c, CoordRequest *r, const char *why) {
     request_done(c);
 }
 
+/* ---- MPI thread: workflow forecasts ---- */
+
+static double server_seconds(const Coordinator *c) { return braid_now_seconds() - c->t_start; }
+
+static void publish_workflow_metrics(Coordinator *c) {
+    WorkflowMetrics w = {.workflows_active = workflow_tracker_active(c->forecast.tracker), .forecasts_sent = c->forecasts_sent,
+                         .step1_correct = c->forecast.correct_next, .step1_total = c->forecast.predicted_calls};
+    metrics_set_workflows(c->metrics, &w);
+}
+
+typedef struct {
+    int index;
+    float mass;
+} AgentMass;
+
+static int by_mass_desc(const void *a, const void *b) {
+    const AgentMass *x = a, *y = b;
+    if (x->mass != y->mass) return x->mass > y->mass ? -1 : 1;
+    return x->index - y->index;
+}
+
+/* The forecast as PREDICT, agents ordered by their predicted calls over the horizon (most first:
+ * a policy that keeps only the first few keeps the likely ones) and cut at MSG_PREDICT_MAX_AGENTS. */
+static int encode_forecast(WireBuf *b, const char *workflow, const char *agent, const AgentPrediction *p) {
+    int n = p->n_agents < MSG_PREDICT_MAX_AGENTS ? p->n_agents : MSG_PREDICT_MAX_AGENTS;
+    AgentMass *order = malloc((size_t)(p->n_agents > 0 ? p->n_agents : 1) * sizeof *order);
+    char **names = malloc((size_t)(n > 0 ? n : 1) * sizeof *names);
+    float *prob = malloc((size_t)p->k * (size_t)(n > 0 ? n : 1) * sizeof *prob);
+    int rc = -1;
+    if (order && names && prob) {
+        for (int i = 0; i < p->n_agents; i++) {
+            float mass = 0;
+            for (int s = 0; s < p->k; s++) mass += p->prob[(size_t)s * p->n_agents + i];
+            order[i] = (AgentMass){.index = i, .mass = mass};
+        }
+        qsort(order, (size_t)p->n_agents, sizeof *order, by_mass_desc);
+        for (int j = 0; j < n; j++) {
+            names[j] = p->agents[order[j].index];
+            for (int s = 0; s < p->k; s++) prob[(size_t)s * n + j] = p->prob[(size_t)s * p->n_agents + order[j].index];
+        }
+        msg_predict_encode(b, &(MsgPredict){.workflow = (char *)workflow, .agent = (char *)agent, .k = p->k, .n_agents = n,
+                                            .agents = names, .prob = prob});
+        rc = b->failed ? -1 : 0;
+    }
+    free(order);
+    free(names);
+    free(prob);
+    return rc;
+}
+
+/* The request is a call of its agent in its workflow: recorded, learned, forecast; the forecast
+ * goes to every leader (the workflow's blocks may sit on any instance) before the request does. A
+ * call the forecaster cannot take (out of memory, too many agent names) only costs its forecast. */
+static int forecast_call(Coordinator *c, const CoordRequest *r, BraidError *err) {
+    if (!c->have_forecast || !r->workflow || !r->workflow[0] || !r->agent || !r->agent[0]) return 0;
+    const AgentPrediction *p;
+    BraidError ferr;
+    int rc = 0;
+    if (workflow_forecast_call(&c->forecast, r->workflow, r->agent, server_seconds(c), &p, &ferr)) {
+        LOG_WARN("coord", "req %llu: workflow %s: no forecast: %s", (unsigned long long)r->id, r->workflow, ferr.msg);
+    } else if (c->cfg.send_forecasts && p->k > 0) {
+        WireBuf b = {0};
+        if (encode_forecast(&b, r->workflow, r->agent, p)) {
+            LOG_WARN("coord", "req %llu: workflow %s: out of memory encoding its forecast", (unsigned long long)r->id, r->workflow);
+        } else {
+            for (int i = 0; i < c->cfg.n_instances && rc == 0; i++) {
+                WireBuf copy = {0};
+                wire_put(&copy, b.data, b.len);
+                if (copy.failed) {
+                    wire_buf_free(&copy);
+                    LOG_WARN("coord", "workflow %s: out of memory sending its forecast", r->workflow);
+                    break;
+                }
+                rc = ctrl_send(&c->ctrl, leader_rank(c, i), MSG_PREDICT, &copy, err);
+            }
+            if (rc == 0) c->forecasts_sent++;
+        }
+        wire_buf_free(&b);
+    }
+    publish_workflow_metrics(c);
+    return rc;
+}
+
+/* The leaders' policies hear that the workflow ended (explicitly, or idle past the timeout). */
+static int send_workflow_end(Coordinator *c, const char *workflow, BraidError *err) {
+    for (int i = 0; i < c->cfg.n_instances; i++) {
+        WireBuf b = {0};
+        wire_put_str(&b, workflow);
+        if (ctrl_send(&c->ctrl, leader_rank(c, i), MSG_WORKFLOW_END, &b, err)) return -1;
+    }
+    return 0;
+}
+
+static void on_workflow_expired(void *ctx, const char *workflow) {
+    Coordinator *c = ctx;
+    LOG_DEBUG("coord", "workflow %s: idle past --workflow-idle-timeout, retired", workflow);
+    if (c->expiry_rc == 0) c->expiry_rc = send_workflow_end(c, workflow, c->expiry_err);
+}
+
+/* Once a second: workflows idle past the timeout retire (not learned as an END: a slow workflow
+ * that calls again resumes with its history). Not written to --trace-out, which records what
+ * clients did. */
+static int expire_workflows(Coordinator *c, BraidError *err) {
+    double now = braid_now_seconds();
+    if (!c->have_forecast || c->cfg.forecast.idle_timeout_s <= 0 || now - c->last_expiry < 1.0) return 0;
+    c->last_expiry = now;
+    c->expiry_rc = 0;
+    c->expiry_err = err;
+    int n = workflow_tracker_expire(c->forecast.tracker, now - c->t_start, on_workflow_expired, c);
+    c->expiry_err = NULL;
+    if (n > 0) {
+        LOG_INFO("coord", "%d workflow%s idle past %.0f s retired", n, n == 1 ? "" : "s", c->cfg.forecast.idle_timeout_s);
+        publish_workflow_metrics(c);
+    }
+    return c->expiry_rc;
+}
+
 static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
     RouteDecision d = router_pick(&c->router, r->block_hashes, r->n_hashes, r->workflow);
     if (braid_grow((void **)&c->table, &c->cap_table, c->n_table + 1, sizeof *c->table)) {
@@ -162,6 +286,7 @@ static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
     c->table[c->n_table++] = r; /* ids grow monotonically, so appending keeps the table sorted */
     router_assigned(&c->router, d.instance, r->workflow);
     log_route(c, r, d);
+    if (forecast_call(c, r, err)) return -1;
     MsgSubmit m = {.req_id = r->id, .max_tokens = r->max_tokens, .temperature = r->temperature, .top_p = r->top_p,
                    .top_k = r->top_k, .seed = r->seed, .ignore_eos = r->ignore_eos, .tenant = r->tenant, .adapter = r->adapter,
                    .workflow = r->workflow, .agent = r->agent, .tokens = r->prompt, .n_tokens = r->n_prompt};
@@ -182,12 +307,11 @@ static int dispatch_workflow_end(Coordinator *c, const char *workflow, BraidErro
     router_workflow_ended(&c->router, workflow);
     if (c->cfg.trace && trace_write_workflow_end(c->cfg.trace, braid_now_seconds() - c->t_start, workflow))
         LOG_WARN("coord", "workflow %s: could not write its trace line", workflow);
-    for (int i = 0; i < c->cfg.n_instances; i++) {
-        WireBuf b = {0};
-        wire_put_str(&b, workflow);
-        if (ctrl_send(&c->ctrl, leader_rank(c, i), MSG_WORKFLOW_END, &b, err)) return -1;
+    if (c->have_forecast) {
+        workflow_forecast_end(&c->forecast, workflow, server_seconds(c));
+        publish_workflow_metrics(c);
     }
-    return 0;
+    return send_workflow_end(c, workflow, err);
 }
 
 /* Takes the queued commands in one swap so HTTP threads wait on the mutex only for that. */
@@ -233,7 +357,7 @@ static void on_ready(Coordinator *c, int instance, WireReader *rd) {
         printf("%s\n", c->cfg.ready_line);
         fflush(stdout);
     }
-    else LOG_ERROR("coord", "instance %d failed to start: %s", instance, m.error);
+    if (!m.ok) LOG_ERROR("coord", "instance %d failed to start: %s", instance, m.error);
     msg_ready_free(&m);
 }
 
@@ -413,7 +537,7 @@ int coordinator_run(Coordinator *c, const sigset_t *stop_signals, BraidError *er
         }
         int worked = drain_commands(c, err);
         int got = worked < 0 ? -1 : poll_messages(c, err);
-        if (worked < 0 || got < 0 || ctrl_progress(&c->ctrl, err)) {
+        if (worked < 0 || got < 0 || expire_workflows(c, err) || ctrl_progress(&c->ctrl, err)) {
             rc = -1;
             break;
         }

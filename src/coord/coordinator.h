@@ -8,6 +8,12 @@
  * polls the leaders' messages (READY, TOKENS, FINISH, STATS, KV events) and updates the requests
  * and the metrics. SIGINT / SIGTERM (blocked in every thread and polled here) start a drain: new
  * requests get 503, in-flight ones finish, then every leader gets SHUTDOWN and the loop returns.
+ * Workflow forecasts: the MPI thread owns a WorkflowForecast (src/predict/workflow_forecast.h:
+ * the workflow tracker and the next-agent predictor). Every routed request with a workflow id and
+ * an agent is a call: recorded, learned from, forecast; a non-empty forecast goes to every leader
+ * as PREDICT ahead of the request's SUBMIT (when the instances' policy takes predictions). A
+ * workflow end (POST /v1/workflows/{id}/end) retires it; once a second, workflows idle longer than
+ * the timeout retire too and every leader gets WORKFLOW_END for them.
  * Thread-safety: the functions marked "any thread" are safe from HTTP threads.
  */
 #ifndef BRAID_COORD_COORDINATOR_H
@@ -22,6 +28,7 @@
 #include "coord/coord_request.h"
 #include "coord/metrics.h"
 #include "coord/router.h"
+#include "predict/workflow_forecast.h"
 #include "transport/ctrl_endpoint.h"
 
 typedef enum { CMD_SUBMIT, CMD_CANCEL, CMD_WORKFLOW_END } CoordCommandKind;
@@ -40,6 +47,10 @@ typedef struct {
     FILE *events;        /* JSONL routing decisions and the instances' KV events, or NULL */
     FILE *trace;         /* replayable trace of finished requests and workflow ends (docs/TRACE_FORMAT.md), or NULL */
     const char *ready_line; /* printed on stdout once every instance is up (the URL), or NULL */
+    /* The tracker and predictor; coordinator_init takes forecast.predictor over, even when it fails.
+     * forecast.idle_timeout_s > 0: workflows idle that long retire (WORKFLOW_END to the leaders). */
+    WorkflowForecastConfig forecast;
+    bool send_forecasts;    /* the instances' eviction policy takes predictions: send PREDICT */
 } CoordinatorConfig;
 
 typedef enum { SUBMIT_OK = 0, SUBMIT_BUSY = 429, SUBMIT_UNAVAILABLE = 503 } SubmitResult;
@@ -67,6 +78,12 @@ typedef struct {
     CtrlEndpoint ctrl;
     CoordRequest **table;        /* sorted by id */
     int n_table, cap_table;
+    WorkflowForecast forecast;
+    bool have_forecast;
+    uint64_t forecasts_sent;
+    double last_expiry;          /* when idle workflows were last looked for */
+    int expiry_rc;               /* an MPI failure while sending the expired ones' WORKFLOW_END */
+    BraidError *expiry_err;
 } Coordinator;
 
 int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm world, Metrics *metrics, BraidError *err);

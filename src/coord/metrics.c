@@ -54,6 +54,7 @@ typedef struct {
     int n_pairs; /* used slots below OVERFLOW_PAIR */
     unsigned long long prompt_tokens, cached_prompt_tokens, completion_tokens, rejected;
     int inflight, queued;
+    WorkflowMetrics workflows;
 } MetricsTotals;
 
 struct Metrics {
@@ -156,6 +157,13 @@ void metrics_set_queued(Metrics *m, int queued) {
     if (!m) return;
     pthread_mutex_lock(&m->lock);
     m->totals.queued = queued;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_set_workflows(Metrics *m, const WorkflowMetrics *w) {
+    if (!m || !w) return;
+    pthread_mutex_lock(&m->lock);
+    m->totals.workflows = *w;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -474,6 +482,14 @@ static void render_all(TextOut *o, const MetricsTotals *t, const InstanceStats *
     render_scalar(o, "braid_requests_queued", "gauge", "Requests waiting in the coordinator's queue.", t->queued);
     render_counter(o, "braid_requests_rejected_total", "Requests rejected with 429 because the queue was full.",
                    t->rejected);
+    render_scalar(o, "braid_workflows_active", "gauge", "Workflows the coordinator's tracker holds as active.",
+                  t->workflows.workflows_active);
+    render_counter(o, "braid_workflow_forecasts_total", "Next-agent forecasts sent to the instances (one per call).",
+                   t->workflows.forecasts_sent);
+    render_counter(o, "braid_workflow_forecast_step1_correct_total",
+                   "Workflow calls whose agent was the previous forecast's most likely next agent.", t->workflows.step1_correct);
+    render_counter(o, "braid_workflow_forecast_step1_total", "Workflow calls a previous forecast predicted.",
+                   t->workflows.step1_total);
     render_instance_sums(o, instances, n_instances);
     render_instances(o, instances, n_instances);
     out_family(o, "braid_model_info", "gauge", "The served model; the value is always 1.");

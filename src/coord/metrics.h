@@ -70,6 +70,16 @@ void metrics_set_instance(Metrics *m, int instance, const InstanceStats *s);
 void metrics_set_inflight(Metrics *m, int inflight);
 void metrics_set_queued(Metrics *m, int queued);
 
+/* The coordinator's workflow forecasts (src/predict/workflow_forecast.h), absolute values:
+ * workflows active now in the tracker, forecasts sent to the instances (one per call, whatever the
+ * number of instances), and the online top-1 accuracy of each forecast's first step as counts
+ * (calls the previous forecast predicted, and those it got right). */
+typedef struct {
+    int workflows_active;
+    unsigned long long forecasts_sent, step1_correct, step1_total;
+} WorkflowMetrics;
+void metrics_set_workflows(Metrics *m, const WorkflowMetrics *w);
+
 /* Requests rejected with 429 because the queue was full. */
 void metrics_count_rejected(Metrics *m);
 

@@ -1,12 +1,13 @@
 #include "transport/control_msg.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char *const type_names[MSG_TYPE_END] = {
     [MSG_SUBMIT] = "submit", [MSG_CANCEL] = "cancel", [MSG_WORKFLOW_END] = "workflow_end", [MSG_SHUTDOWN] = "shutdown",
     [MSG_READY] = "ready", [MSG_TOKENS] = "tokens", [MSG_FINISH] = "finish", [MSG_STATS] = "stats",
-    [MSG_KV_EVENTS] = "kv_events"};
+    [MSG_KV_EVENTS] = "kv_events", [MSG_PREDICT] = "predict"};
 
 const char *msg_type_name(int type) { return type > 0 && type < MSG_TYPE_END ? type_names[type] : "unknown"; }
 
@@ -272,5 +273,50 @@ void msg_kv_events_free(MsgKvEvents *m) {
         free(m->events[i].hashes);
     }
     free(m->events);
+    memset(m, 0, sizeof *m);
+}
+
+void msg_predict_encode(WireBuf *b, const MsgPredict *m) {
+    wire_put_str(b, m->workflow);
+    wire_put_str(b, m->agent);
+    wire_put_i32(b, m->k);
+    wire_put_i32(b, m->n_agents);
+    for (int i = 0; i < m->n_agents; i++) wire_put_str(b, m->agents[i]);
+    for (size_t i = 0; i < (size_t)m->k * (size_t)m->n_agents; i++) wire_put_f32(b, m->prob[i]);
+}
+
+int msg_predict_decode(WireReader *r, MsgPredict *m) {
+    memset(m, 0, sizeof *m);
+    m->workflow = wire_get_str(r);
+    m->agent = wire_get_str(r);
+    int32_t k = wire_get_i32(r), n = wire_get_i32(r);
+    /* Each name takes at least its 4-byte length, each probability 4 bytes. */
+    if (r->failed || !m->workflow[0] || k < 1 || k > MSG_PREDICT_MAX_K || n < 0 || n > MSG_PREDICT_MAX_AGENTS ||
+        (size_t)n * (4 + 4 * (size_t)k) > r->len - r->off)
+        goto bad;
+    m->k = k;
+    m->agents = calloc((size_t)n + 1, sizeof *m->agents);
+    m->prob = malloc((size_t)k * (size_t)n * sizeof *m->prob + 1);
+    if (!m->agents || !m->prob) goto bad;
+    for (; m->n_agents < n; m->n_agents++)
+        if (!(m->agents[m->n_agents] = wire_get_str(r))) goto bad;
+    if ((size_t)k * (size_t)n * sizeof *m->prob != r->len - r->off) goto bad;
+    for (size_t i = 0; i < (size_t)k * (size_t)n; i++) {
+        float p = wire_get_f32(r);
+        if (!isfinite(p) || p < 0.0f || p > 1.001f) goto bad; /* a little over 1: float rounding of a sure thing */
+        m->prob[i] = p < 1.0f ? p : 1.0f;
+    }
+    if (reader_ok(r) == 0) return 0;
+bad:
+    msg_predict_free(m);
+    return -1;
+}
+
+void msg_predict_free(MsgPredict *m) {
+    free(m->workflow);
+    free(m->agent);
+    for (int i = 0; m->agents && i < m->n_agents; i++) free(m->agents[i]);
+    free(m->agents);
+    free(m->prob);
     memset(m, 0, sizeof *m);
 }

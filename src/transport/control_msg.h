@@ -1,7 +1,9 @@
 /*
  * control_msg.h — the typed control-plane messages between the coordinator and instance leaders.
  *
- * coordinator → leader: SUBMIT (a tokenized request), CANCEL, WORKFLOW_END, SHUTDOWN (drain done).
+ * coordinator → leader: SUBMIT (a tokenized request), CANCEL, WORKFLOW_END, SHUTDOWN (drain done),
+ * PREDICT (a workflow's K-step next-agent forecast, for the cache's eviction policy; sent before
+ * the SUBMIT of the call that produced it).
  * leader → coordinator: READY (model loaded, pool size; or the load error), TOKENS (every token a
  * step sampled, for all its requests at once), FINISH (a request's end and usage, cached tokens
  * split by tier), STATS (periodic absolute counters, per cache tier; never ratios), KV_EVENTS (a
@@ -31,6 +33,7 @@ typedef enum {
     MSG_FINISH,
     MSG_STATS,
     MSG_KV_EVENTS,
+    MSG_PREDICT,
     MSG_TYPE_END
 } MsgType;
 
@@ -154,6 +157,27 @@ const char *kv_reason_name(int reason);
 int kv_reason_code(const char *name);
 /* "BlockStored", "BlockRemoved", "AllBlocksCleared" (vLLM's event names); "unknown" else. */
 const char *kv_event_type_name(int kind);
+
+/* PREDICT: after workflow `workflow` called `agent`, prob[(s - 1) * n_agents + i] is the
+ * probability that its s-th next call (s = 1..k) invokes agents[i] (unconditional: what a row
+ * lacks of 1 is the chance it ended first), as kv_cache_predict takes it.
+ * Wire form: str workflow, str agent, i32 k, i32 n_agents, n_agents x str, k * n_agents x f32.
+ * Encoding borrows everything; decoding mallocs (msg_predict_free). */
+#define MSG_PREDICT_MAX_K 64
+#define MSG_PREDICT_MAX_AGENTS 4096
+typedef struct {
+    char *workflow, *agent;
+    int k, n_agents;
+    char **agents; /* (n_agents) */
+    float *prob;   /* (k, n_agents) */
+} MsgPredict;
+
+void msg_predict_encode(WireBuf *b, const MsgPredict *m);
+/* Refuses (-1, nothing to free) a truncated or over-long body, an empty workflow name, k outside
+ * [1, MSG_PREDICT_MAX_K], n_agents outside [0, MSG_PREDICT_MAX_AGENTS], counts the bytes cannot
+ * hold, and a probability that is not a finite number in [0, 1] (up to 1.001, read as 1: rounding). */
+int msg_predict_decode(WireReader *r, MsgPredict *m);
+void msg_predict_free(MsgPredict *m);
 
 const char *finish_reason_name(int reason);
 

@@ -237,6 +237,17 @@ static void handle_message(Leader *L, int type, const uint8_t *data, size_t len)
         LOG_DEBUG("leader", "instance %d: workflow %s ended", L->cfg->instance, wf ? wf : "?");
         if (wf && *wf) sched_workflow_end(&L->engine.sched, wf);
         free(wf);
+    } else if (type == MSG_PREDICT) {
+        /* A forecast is advice: a malformed one is dropped, one the cache cannot take is lost. */
+        MsgPredict m;
+        BraidError err;
+        if (msg_predict_decode(&rd, &m)) {
+            LOG_WARN("leader", "instance %d: malformed predict message (%zu bytes) dropped", L->cfg->instance, len);
+            return;
+        }
+        if (sched_predict(&L->engine.sched, m.workflow, m.agent, m.k, m.n_agents, (const char *const *)m.agents, m.prob, &err))
+            LOG_WARN("leader", "instance %d: workflow %s: forecast lost: %s", L->cfg->instance, m.workflow, err.msg);
+        msg_predict_free(&m);
     } else if (type == MSG_SHUTDOWN) {
         L->shutting_down = true;
     } else {

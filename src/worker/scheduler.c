@@ -362,4 +362,9 @@ void sched_commit(Scheduler *s, const StepPlan *p) {
 
 void sched_workflow_end(Scheduler *s, const char *workflow) { kv_cache_workflow_end(&s->cache, workflow); }
 
+int sched_predict(Scheduler *s, const char *workflow, const char *agent, int k, int n_agents, const char *const *agents,
+                  const float *prob, BraidError *err) {
+    return kv_cache_predict(&s->cache, workflow, agent, k, n_agents, agents, prob, err);
+}
+
 int sched_check(const Scheduler *s, BraidError *err) { return kv_cache_check(&s->cache, err); }

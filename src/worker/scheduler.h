@@ -127,6 +127,10 @@ void sched_cancel(Scheduler *s, SchedRequest *req);
 bool sched_idle(const Scheduler *s);
 /* A workflow ended (the client said so): the eviction policy hears it. */
 void sched_workflow_end(Scheduler *s, const char *workflow);
+/* A workflow's K-step next-agent forecast (the coordinator's MSG_PREDICT) reaches the eviction
+ * policy: kv_cache_predict. -1 only when out of memory. */
+int sched_predict(Scheduler *s, const char *workflow, const char *agent, int k, int n_agents, const char *const *agents,
+                  const float *prob, BraidError *err);
 /* Accounting invariant and tree consistency (tests, debug builds). */
 int sched_check(const Scheduler *s, BraidError *err);
 void plan_free(StepPlan *plan);

@@ -6,7 +6,8 @@
 #    64 concurrent curl requests with the same greedy outputs as alone; every bad-input case
 #    answers its 4xx and the server still answers; a client leaving mid-stream cancels its request;
 #    SIGTERM drains an in-flight request, refuses new ones with 503, exits 0, leaves no ranks;
-#    --trace-out records a trace braid sim replays; --events logs the instances' KV events.
+#    --trace-out records a trace braid sim replays; --events logs the instances' KV events;
+#    with --policy pbkv, a workflow's calls are forecast and the forecasts counted in /metrics.
 # 2. 1 + 1x2 ranks (tensor parallel) on a tiny device pool with a host tier: greedy outputs equal
 #    the T=1 ones, also for a prefix demoted to the host tier and loaded back; a full queue answers
 #    429 with Retry-After.
@@ -90,7 +91,8 @@ long_a="The history of the printing press begins in China, where woodblock print
 long_b="In a quiet village by the sea, an old lighthouse keeper kept a careful journal of every ship that passed his light, its name, its flag and the weather. One stormy night in November, with the lamp flickering and the wind howling at the windows, he wrote the following entry:"
 
 # ---------------------------------------------------------------- 1 + 2x1
-start_cluster two-instances --instances 2 --kv-blocks 256 --trace-out "$work/trace.jsonl" --events "$work/events.jsonl" || exit 1
+start_cluster two-instances --instances 2 --kv-blocks 256 --trace-out "$work/trace.jsonl" --events "$work/events.jsonl" \
+  --policy pbkv || exit 1
 served=$(curl -s "$url/v1/models" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])')
 
 if [ -x "$python" ] && "$python" -c 'import openai' 2> /dev/null; then
@@ -186,6 +188,24 @@ check "another tenant shares nothing" usage_split "$work/other_tenant.json" "cac
 check "--events logs the tenant's blocks stored on the device" events_have "$work/events.jsonl" \
   'e["type"] == "BlockStored" and e["medium"] == "device" and e["reason"] == "insert" and e["block_hashes"] and
    e["tenant"] == "acme" and e["adapter"] == "lora-a" and e["on_device"] and e["instance"] in (0, 1)'
+# Workflow forecasts (PBKV live): three calls of a workflow (fields and headers) and its end all
+# succeed; the coordinator forecast the calls, sent the forecasts to the instances' pbkv policy and
+# scored each forecast's first step against the next call.
+wf_codes=$(post /v1/completions '{"prompt": "Plan the work:", "max_tokens": 2, "workflow_id": "wf-pbkv", "agent": "planner"}')
+wf_codes+=" $(curl -s -o /dev/null -w '%{http_code}' "$url/v1/completions" -H 'X-Braid-Workflow: wf-pbkv' -H 'X-Braid-Agent: coder' \
+  -d '{"prompt": "Write the code:", "max_tokens": 2}')"
+wf_codes+=" $(post /v1/completions '{"prompt": "Review the code:", "max_tokens": 2, "workflow_id": "wf-pbkv", "agent": "reviewer"}')"
+wf_codes+=" $(post /v1/workflows/wf-pbkv/end '')"
+check "a workflow's three calls and its end succeed (got $wf_codes)" [ "$wf_codes" = "200 200 200 200" ]
+curl -s "$url/metrics" > "$work/wf_metrics.txt"
+metric() { awk -v name="$1" '$1 == name {print $2; found = 1} END {if (!found) print -1}' "$work/wf_metrics.txt"; }
+check "metrics expose the workflow forecast series" \
+  [ "$(metric braid_workflows_active)" -ge 0 -a "$(metric braid_workflow_forecast_step1_correct_total)" -ge 0 ]
+check "forecasts were sent (braid_workflow_forecasts_total $(metric braid_workflow_forecasts_total))" \
+  [ "$(metric braid_workflow_forecasts_total)" -gt 0 ]
+check "the workflow's later calls were scored (step1 $(metric braid_workflow_forecast_step1_correct_total) of $(metric braid_workflow_forecast_step1_total))" \
+  [ "$(metric braid_workflow_forecast_step1_total)" -ge 2 -a \
+    "$(metric braid_workflow_forecast_step1_correct_total)" -le "$(metric braid_workflow_forecast_step1_total)" ]
 curl -sN "$url/v1/completions" -d '{"prompt": "hello", "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}}' \
   > "$work/stream_usage.txt"
 check "streamed usage chunk has the per-tier split" usage_split "$work/stream_usage.txt"
@@ -229,10 +249,11 @@ sleep 0.5
 check "no ranks left after drain" bash -c "! pgrep -f '[b]raid serve .*--port $port' > /dev/null"
 # The server's trace: the requests it served and the workflow end, replayable by braid sim.
 n_traced=$(grep -c '"type":"request"' "$work/trace.jsonl")
-check "trace records served requests ($n_traced) and the workflow end" \
-  bash -c "[ $n_traced -ge 64 ] && grep -q '\"type\":\"workflow_end\".*\"workflow\":\"wf-7\"' '$work/trace.jsonl'"
+check "trace records served requests ($n_traced) and the workflow ends" \
+  bash -c "[ $n_traced -ge 64 ] && grep -q '\"type\":\"workflow_end\".*\"workflow\":\"wf-7\"' '$work/trace.jsonl' &&
+           grep -q '\"type\":\"workflow_end\".*\"workflow\":\"wf-pbkv\"' '$work/trace.jsonl'"
 "$braid" sim --trace "$work/trace.jsonl" --kv-tokens 4096 --json > "$work/sim.json" 2> /dev/null
-check "braid sim replays the server's trace" grep -q '"workflow_ends":1' "$work/sim.json"
+check "braid sim replays the server's trace" grep -q '"workflow_ends":2' "$work/sim.json"
 
 # ---------------------------------------------------------------- 1 + 1x2 (tensor parallel)
 # 5 usable device blocks (80 tokens) and a 32-block host tier: the cache demotes and loads back.

@@ -1,5 +1,5 @@
 /* The cluster's pure pieces: control-message encodings (SUBMIT with the identity names, FINISH
- * and STATS with per-tier counters, KV_EVENTS batches) and step-plan encodings (round trip with cache
+ * and STATS with per-tier counters, KV_EVENTS batches, PREDICT forecasts) and step-plan encodings (round trip with cache
  * operations, truncated and corrupt input),
  * the router's per-instance block index and its choices, streamed text with stop strings and
  * split UTF-8, and the tensor-parallel shard ranges. */
@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -216,6 +217,92 @@ static void test_kv_events_round_trip(void **state) {
     assert_string_equal(kv_event_type_name(KV_EVENT_CLEARED), "AllBlocksCleared");
 }
 
+/* A PREDICT body written field by field, for the refusals an encoder cannot produce. */
+static void predict_body(WireBuf *b, const char *workflow, int32_t k, int32_t n, int names, int probs, float value) {
+    wire_put_str(b, workflow);
+    wire_put_str(b, "coder");
+    wire_put_i32(b, k);
+    wire_put_i32(b, n);
+    for (int i = 0; i < names; i++) wire_put_str(b, "a");
+    for (int i = 0; i < probs; i++) wire_put_f32(b, value);
+}
+
+static int predict_decodes(const WireBuf *b) {
+    MsgPredict m;
+    WireReader r = wire_reader(b->data, b->len);
+    int rc = msg_predict_decode(&r, &m);
+    if (rc == 0) msg_predict_free(&m);
+    else assert_null(m.agents); /* nothing left to free after a refusal */
+    return rc;
+}
+
+static void test_predict_round_trip(void **state) {
+    (void)state;
+    char *agents[] = {"planner", "coder", "reviewer \xC3\xA9"};
+    float prob[] = {0.1f, 0.7f, 0.2f, /* step 2 */ 0.3f, 0.1f, 0.4f};
+    MsgPredict in = {.workflow = "wf-9", .agent = "planner", .k = 2, .n_agents = 3, .agents = agents, .prob = prob};
+    WireBuf b = {0};
+    msg_predict_encode(&b, &in);
+    assert_false(b.failed);
+    assert_string_equal(msg_type_name(MSG_PREDICT), "predict");
+    MsgPredict out;
+    WireReader r = wire_reader(b.data, b.len);
+    assert_int_equal(msg_predict_decode(&r, &out), 0);
+    assert_string_equal(out.workflow, "wf-9");
+    assert_string_equal(out.agent, "planner");
+    assert_int_equal(out.k, 2);
+    assert_int_equal(out.n_agents, 3);
+    for (int i = 0; i < 3; i++) assert_string_equal(out.agents[i], agents[i]);
+    assert_memory_equal(out.prob, prob, sizeof prob);
+    msg_predict_free(&out);
+    /* Every truncation, and one byte too many, is refused rather than misread. */
+    for (size_t cut = 0; cut < b.len; cut++) {
+        WireReader t = wire_reader(b.data, cut);
+        assert_int_equal(msg_predict_decode(&t, &out), -1);
+    }
+    wire_put_u8(&b, 0);
+    WireReader extra = wire_reader(b.data, b.len);
+    assert_int_equal(msg_predict_decode(&extra, &out), -1);
+    wire_buf_free(&b);
+
+    /* Edges that are fine: no agents known yet, the largest k and n. */
+    predict_body(&b, "wf", 1, 0, 0, 0, 0);
+    assert_int_equal(predict_decodes(&b), 0);
+    wire_buf_free(&b);
+    predict_body(&b, "wf", MSG_PREDICT_MAX_K, 2, 2, 2 * MSG_PREDICT_MAX_K, 0.5f);
+    assert_int_equal(predict_decodes(&b), 0);
+    wire_buf_free(&b);
+    predict_body(&b, "wf", 1, MSG_PREDICT_MAX_AGENTS, MSG_PREDICT_MAX_AGENTS, MSG_PREDICT_MAX_AGENTS, 1.0f);
+    assert_int_equal(predict_decodes(&b), 0);
+    wire_buf_free(&b);
+    /* Bad k or n, an empty workflow, counts the bytes do not match, probabilities that are not. */
+    const struct {
+        const char *workflow;
+        int32_t k, n;
+        int names, probs;
+        float value;
+    } bad[] = {
+        {"wf", 0, 1, 1, 0, 0.5f},                                     /* k = 0 */
+        {"wf", -3, 1, 1, 3, 0.5f},                                    /* negative k */
+        {"wf", MSG_PREDICT_MAX_K + 1, 1, 1, MSG_PREDICT_MAX_K + 1, 0.5f}, /* k too large */
+        {"wf", 1, -1, 0, 0, 0.5f},                                    /* negative n */
+        {"wf", 1, MSG_PREDICT_MAX_AGENTS + 1, MSG_PREDICT_MAX_AGENTS + 1, MSG_PREDICT_MAX_AGENTS + 1, 0.5f}, /* n too large */
+        {"wf", 2, 1000, 2, 4, 0.5f},                                  /* n the bytes cannot hold */
+        {"wf", 2, 2, 2, 3, 0.5f},                                     /* one probability short */
+        {"wf", 2, 2, 2, 5, 0.5f},                                     /* one probability over */
+        {"wf", 1, 2, 1, 4, 0.5f},                                     /* a name short (the bytes reread as one) */
+        {"", 1, 1, 1, 1, 0.5f},                                       /* no workflow */
+        {"wf", 1, 1, 1, 1, NAN},                                      /* not a number */
+        {"wf", 1, 1, 1, 1, -0.25f},                                   /* negative */
+        {"wf", 1, 1, 1, 1, 1.5f},                                     /* above 1 */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        predict_body(&b, bad[i].workflow, bad[i].k, bad[i].n, bad[i].names, bad[i].probs, bad[i].value);
+        if (predict_decodes(&b) != -1) fail_msg("bad predict body %zu was accepted", i);
+        wire_buf_free(&b);
+    }
+}
+
 static void test_step_round_trip(void **state) {
     (void)state;
     /* Two sequences: a 3-token prefill chunk over 2 blocks of 2 and a 1-token decode. */
@@ -420,7 +507,7 @@ static void test_shard_ranges(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_submit_round_trip), cmocka_unit_test(test_tokens_finish_stats), cmocka_unit_test(test_kv_events_round_trip),
-        cmocka_unit_test(test_step_round_trip),
+        cmocka_unit_test(test_predict_round_trip), cmocka_unit_test(test_step_round_trip),
         cmocka_unit_test(test_step_cache_ops),
         cmocka_unit_test(test_block_index), cmocka_unit_test(test_router), cmocka_unit_test(test_utf8), cmocka_unit_test(test_text_stream_real_tokenizer),
         cmocka_unit_test(test_shard_ranges),
