@@ -16,7 +16,7 @@ static const char sim_usage[] =
     "usage: braid sim --trace PATH --kv-tokens N [--host-kv-tokens H] [--policy NAME] [--block-size B]\n"
     "                 [--prefill-ms-per-token X] [--decode-ms-per-token Y] [--host-gbs G]\n"
     "                 [--host-latency-us L] [--kv-bytes-per-token K] [--predictor FILE | --markov 1|2]\n"
-    "                 [--predictor-learn] [--horizon K] [--json]\n"
+    "                 [--predictor-learn] [--horizon K] [--cache-outputs] [--json]\n"
     "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's KV cache object (the one the server\n"
     "  runs) in arrival order, one request at a time, with a device cache of N tokens.\n"
     "  --host-kv-tokens: a host-memory tier of H tokens below the device cache: evicted blocks are\n"
@@ -27,6 +27,8 @@ static const char sim_usage[] =
     "            take predictions (pbkv, kvflow); without it a Markov predictor (--markov 1|2, default 1)\n"
     "            learns online from the trace as it replays. --predictor-learn keeps a trained one learning.\n"
     "  --horizon: prediction steps K (default 4)\n"
+    "  --cache-outputs: also cache each request's generated blocks (unique to it), as the live engine\n"
+    "            does; by default only prompt blocks are cached\n"
     "  --block-size: cache block size, a multiple of the trace's (default: the trace's)\n"
     "  --prefill-ms-per-token, --decode-ms-per-token: the cost model (defaults: the 2-core CPU's\n"
     "            2.5 and 10 ms)\n"
@@ -80,7 +82,7 @@ static void print_json(const SimConfig *cfg, const SimResult *r) {
 }
 
 int cmd_sim(int argc, char **argv) {
-    enum { O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV, O_LEARN,
+    enum { O_OUTPUTS = 300, O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV, O_LEARN,
            O_HORIZON };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
@@ -90,7 +92,7 @@ int cmd_sim(int argc, char **argv) {
         {"host-gbs", required_argument, 0, O_GBS}, {"host-latency-us", required_argument, 0, O_LAT},
         {"kv-bytes-per-token", required_argument, 0, O_BPT}, {"predictor", required_argument, 0, O_PRED},
         {"markov", required_argument, 0, O_MARKOV}, {"predictor-learn", no_argument, 0, O_LEARN},
-        {"horizon", required_argument, 0, O_HORIZON},
+        {"horizon", required_argument, 0, O_HORIZON}, {"cache-outputs", no_argument, 0, O_OUTPUTS},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     SimConfig cfg = sim_config_default();
     const char *trace_path = NULL;
@@ -123,6 +125,7 @@ int cmd_sim(int argc, char **argv) {
         case O_PRED: cfg.predictor_path = optarg; break;
         case O_MARKOV: if (cli_parse_int("--markov", optarg, 1, 2, &v)) return 2; cfg.predictor_kind = (int)v; break;
         case O_LEARN: cfg.predictor_learn = true; break;
+        case O_OUTPUTS: cfg.cache_outputs = true; break;
         case O_HORIZON: if (cli_parse_int("--horizon", optarg, 1, 64, &v)) return 2; cfg.horizon = (int)v; break;
         case O_BLOCK: if (cli_parse_int("--block-size", optarg, 1, 1 << 16, &v)) return 2; block_size = (int)v; break;
         case 'h': fputs(sim_usage, stdout); return 0;

@@ -100,9 +100,21 @@ typedef struct {
     int ok; /* 0: the request needed more blocks than the cache could give */
 } Served;
 
+/* The live engine also caches the blocks its generated tokens fill (the prompt's partial last block
+ * included) when a request ends. The trace has no hashes for them; their content is this request's
+ * own, so each gets tokens no other block has. Returns the blocks to commit. */
+static int output_blocks(const TraceRequest *r, int bs, int seq, int32_t *tokens) {
+    int full = r->prompt_tokens + r->output_tokens > 0 ? (r->prompt_tokens + r->output_tokens - 1) / bs : 0;
+    for (int b = r->n_blocks; b < full; b++) {
+        tokens[SIM_TOKENS_PER_BLOCK * b] = (int32_t)(0x40000000u | (uint32_t)seq);
+        tokens[SIM_TOKENS_PER_BLOCK * b + 1] = b;
+    }
+    return full > r->n_blocks ? full : r->n_blocks;
+}
+
 /* One request through the cache, as the scheduler admits and finishes it. */
-static int serve_one(KvCache *c, const TraceRequest *r, int bs, int32_t *tokens, int32_t *blocks, CacheOpList *ops, Served *out,
-                     BraidError *err) {
+static int serve_one(KvCache *c, const TraceRequest *r, int bs, bool cache_outputs, int seq, int32_t *tokens, int32_t *blocks,
+                     CacheOpList *ops, Served *out, BraidError *err) {
     CacheIdentity id;
     if (kv_cache_identity(c, r->tenant, r->adapter, r->workflow, r->agent, &id, err)) return -1;
     /* Match at most the prompt's full blocks, and never the whole prompt. */
@@ -114,10 +126,11 @@ static int serve_one(KvCache *c, const TraceRequest *r, int bs, int32_t *tokens,
     if (kv_cache_match(c, &id, tokens, limit * SIM_TOKENS_PER_BLOCK + 1, &m, err)) return -1;
     int got = kv_cache_acquire(c, &m, blocks, err);
     if (got < 0) return -1;
-    int total = (r->prompt_tokens + r->output_tokens + bs - 1) / bs, need = total - got;
+    int total = (r->prompt_tokens + r->output_tokens + bs - 1) / bs, need = total - got, n_commit = r->n_blocks;
+    if (cache_outputs) n_commit = output_blocks(r, bs, seq, tokens);
     out->ok = kv_cache_reserve(c, need, blocks + got) == 0;
     RadixNode *lock = m.node;
-    if (out->ok && kv_cache_commit(c, &id, tokens, r->n_blocks, blocks, &lock, false, err)) return -1;
+    if (out->ok && kv_cache_commit(c, &id, tokens, n_commit, blocks, &lock, false, err)) return -1;
     kv_cache_release(c, lock, blocks, out->ok ? total : got);
     out->device_cached_blocks = m.device_blocks;
     out->host_cached_blocks = m.host_blocks;
@@ -234,7 +247,7 @@ static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, WorkflowFore
         bstate->current = i;
         deliver_ends(c, f, t, &next_end, r->t);
         Served sv = {0};
-        if ((rc = forecast_call(c, f, r, err)) || (rc = serve_one(c, r, bs, tokens, blocks, &ops, &sv, err))) break;
+        if ((rc = forecast_call(c, f, r, err)) || (rc = serve_one(c, r, bs, cfg->cache_outputs, i, tokens, blocks, &ops, &sv, err))) break;
         if (!sv.ok) res->too_large++;
         int cached = (sv.device_cached_blocks + sv.host_cached_blocks) * bs, computed = r->prompt_tokens - cached;
         double copy = copy_seconds(cfg, sv.copied_blocks, bs), ttft = computed * cfg->prefill_s_per_token + copy;

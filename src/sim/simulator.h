@@ -39,6 +39,9 @@ typedef struct {
     int predictor_kind;       /* 1 or 2 (default 1) */
     bool predictor_learn;
     int horizon;              /* K (default 4) */
+    /* Cache each request's generated blocks too, as the live engine does (they are unique to the
+     * request: the trace has no hashes for them). Off = prompt blocks only. */
+    bool cache_outputs;
 } SimConfig;
 
 typedef struct {
