@@ -48,6 +48,7 @@ typedef struct {
     int n_uses;            /* the most recent workflows first */
     CacheNodeUse uses[CACHE_NODE_MAX_WORKFLOWS];
     uint32_t workflows_seen; /* distinct workflows that used the node (counted when one joins `uses`) */
+    bool prefetched;       /* on the device by kv_cache_prefetch and not yet acquired by a request */
 } CacheNodeMeta;
 
 /* A workflow's predicted future, as the coordinator's predictor sees it after its latest call:
@@ -81,6 +82,11 @@ typedef struct EvictPolicy {
     bool (*on_workflow_end)(void *state, uint32_t workflow);
     bool (*on_step)(void *state, double now);
     bool (*on_prediction)(void *state, const CachePrediction *prediction); /* copy what you keep */
+    /* Optional: prefetching from the host tier (kv_cache_prefetch). The expected use of a host-only
+     * node by the next call of the workflows that used it (PBKV's one-step Value(c), Eq. 1); only
+     * nodes valued above 0 are loaded, highest first. Asked of the device tier's instance. A policy
+     * without it never prefetches. */
+    double (*prefetch_value)(void *state, const struct RadixNode *node);
 } EvictPolicy;
 
 /* Least recently used: score = last access tick. */

@@ -222,6 +222,10 @@ static void touch(KvCache *c, RadixNode *n, const CacheIdentity *id, bool hit) {
 
 static void free_tier_blocks(KvCache *c, RadixNode *n, int t) {
     const int32_t *ids = t == CACHE_TIER_DEVICE ? n->blocks : n->host_blocks;
+    if (t == CACHE_TIER_DEVICE && n->meta.prefetched) { /* prefetched, then evicted before any request used it */
+        n->meta.prefetched = false;
+        c->counters.prefetch_wasted_blocks += (uint64_t)n->n_blocks;
+    }
     for (int i = 0; i < n->n_blocks; i++) block_pool_set_in_tree(&c->tiers[t].pool, ids[i], false);
     n->meta.tiers &= (uint8_t)~(1u << t);
 }
@@ -378,6 +382,10 @@ int kv_cache_acquire(KvCache *c, KvCacheMatch *m, int32_t *table, BraidError *er
         if (on_tier(n, CACHE_ON_DEVICE)) {
             for (int b = 0; b < n->n_blocks; b++) block_pool_hold(dev, n->blocks[b]);
             device += n->n_blocks;
+            if (n->meta.prefetched) { /* a prefetch paid off: a device hit instead of a load-back */
+                n->meta.prefetched = false;
+                c->counters.prefetch_hit_blocks += (uint64_t)n->n_blocks;
+            }
         } else if (load_node(c, n)) {
             loaded += n->n_blocks; /* reserve already made the caller a holder */
         } else {
@@ -397,6 +405,104 @@ int kv_cache_acquire(KvCache *c, KvCacheMatch *m, int32_t *table, BraidError *er
     c->counters.device_hit_blocks += (uint64_t)device;
     c->counters.host_hit_blocks += (uint64_t)loaded;
     return pos;
+}
+
+/* ---- prefetch ---- */
+
+typedef struct KvCachePrefetchCand {
+    double value;
+    RadixNode *node;
+} KvCachePrefetchCand;
+
+typedef struct {
+    KvCache *c;
+    const EvictPolicy *policy;
+    void *state;
+    int n, limit; /* candidates in the max-heap c->cands; nodes larger than limit blocks are skipped */
+    bool oom;
+} PrefetchCtx;
+
+static void cand_push(PrefetchCtx *p, RadixNode *node) {
+    KvCache *c = p->c;
+    if (node->n_blocks > p->limit) return;
+    double v = p->policy->prefetch_value(p->state, node);
+    if (!(v > 0)) return;
+    if (braid_grow((void **)&c->cands, &c->cap_cands, p->n + 1, sizeof *c->cands)) {
+        p->oom = true;
+        return;
+    }
+    int pos = p->n++;
+    while (pos > 0 && c->cands[(pos - 1) / 2].value < v) {
+        c->cands[pos] = c->cands[(pos - 1) / 2];
+        pos = (pos - 1) / 2;
+    }
+    c->cands[pos] = (KvCachePrefetchCand){v, node};
+}
+
+static RadixNode *cand_pop(PrefetchCtx *p) {
+    KvCachePrefetchCand *h = p->c->cands;
+    RadixNode *top = h[0].node;
+    KvCachePrefetchCand last = h[--p->n];
+    int pos = 0;
+    for (;;) {
+        int child = 2 * pos + 1;
+        if (child >= p->n) break;
+        if (child + 1 < p->n && h[child + 1].value > h[child].value) child++;
+        if (h[child].value <= last.value) break;
+        h[pos] = h[child];
+        pos = child;
+    }
+    if (p->n > 0) h[pos] = last;
+    return top;
+}
+
+/* Host-only children of device nodes (roots count as on the device) under n. */
+static void collect_candidates(PrefetchCtx *p, RadixNode *n) {
+    for (int i = 0; i < n->n_children; i++) {
+        RadixNode *ch = n->children[i];
+        if (on_tier(ch, CACHE_ON_DEVICE)) collect_candidates(p, ch);
+        else cand_push(p, ch);
+    }
+}
+
+/* Loads a host-only node into free device blocks owned by the tree alone; false when they are not
+ * free (nothing is evicted for it) or out of memory. */
+static bool prefetch_node(KvCache *c, RadixNode *n) {
+    BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
+    if (n->n_blocks > dev->n_free || !ops_room(c, n->n_blocks) || block_pool_alloc(dev, n->n_blocks, n->blocks)) return false;
+    for (int i = 0; i < n->n_blocks; i++) {
+        block_pool_set_in_tree(dev, n->blocks[i], true);
+        block_pool_release(dev, n->blocks[i]); /* no request holds it */
+        cache_ops_push(&c->pending, CACHE_OP_LOAD, n->host_blocks[i], n->blocks[i], 0);
+    }
+    n->meta.tiers |= CACHE_ON_DEVICE;
+    n->meta.prefetched = true;
+    c->counters.prefetched_blocks += (uint64_t)n->n_blocks;
+    emit(c, CACHE_EVENT_STORED, CACHE_TIER_DEVICE, "load", n, NULL);
+    membership_changed(c, n);
+    return true;
+}
+
+int kv_cache_prefetch(KvCache *c, int budget_blocks, int *loaded_out) {
+    KvCacheTier *dev = &c->tiers[CACHE_TIER_DEVICE];
+    int free_blocks = dev->pool.n_free, budget = budget_blocks < free_blocks ? budget_blocks : free_blocks, loaded = 0;
+    if (loaded_out) *loaded_out = 0;
+    if (!c->host_enabled || !dev->policy->prefetch_value || budget <= 0 || c->tiers[CACHE_TIER_HOST].pool.n_cached == 0) return 0;
+    PrefetchCtx p = {.c = c, .policy = dev->policy, .state = dev->state, .limit = budget};
+    for (int i = 0; i < c->tree.n_roots; i++) collect_candidates(&p, c->tree.roots[i].root);
+    while (p.n > 0 && loaded < budget) {
+        RadixNode *n = cand_pop(&p);
+        if (n->n_blocks > budget - loaded) continue; /* whole nodes only: a smaller one may still fit */
+        if (!prefetch_node(c, n)) {
+            p.oom = true;
+            break;
+        }
+        loaded += n->n_blocks;
+        p.limit = budget - loaded;
+        for (int i = 0; i < n->n_children; i++) cand_push(&p, n->children[i]); /* all host-only: n was */
+    }
+    if (loaded_out) *loaded_out = loaded;
+    return p.oom ? -1 : 0;
 }
 
 static void walk_commit_step(void *ctx, RadixNode *n) {
@@ -623,6 +729,7 @@ void kv_cache_free(KvCache *c) {
     cache_names_free(&c->names);
     cache_ops_free(&c->pending);
     free(c->path);
+    free(c->cands);
     memset(c, 0, sizeof *c);
 }
 
@@ -668,6 +775,7 @@ static int check_node(const KvCache *c, const RadixNode *n, CheckState *st, Brai
         if (n->meta.tiers == 0) return braid_error_set(err, "kv cache: node on no tier");
         if (on_tier(n, CACHE_ON_DEVICE) && !radix_is_root(n->parent) && !on_tier(n->parent, CACHE_ON_DEVICE))
             return braid_error_set(err, "kv cache: device node under a host-only parent (tier closure broken)");
+        if (n->meta.prefetched && !on_tier(n, CACHE_ON_DEVICE)) return braid_error_set(err, "kv cache: prefetched node not on the device");
         for (int t = 0; t < CACHE_N_TIERS; t++)
             if (on_tier(n, 1u << t) && check_blocks(c, n, t, st, err)) return -1;
     }

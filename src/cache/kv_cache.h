@@ -26,6 +26,8 @@
  *                       taken over; host-only nodes on the path adopt the caller's blocks); the
  *                       caller's lock moves to the node ending them.
  *   kv_cache_release    drops the caller's holds on its table and its lock.
+ *   kv_cache_prefetch   (between requests) loads host-only nodes the policy values into free
+ *                       device blocks only; see below.
  * Blocks are "held" by callers (a request's block table) and "owned" by the tree; a block returns
  * to the free list when neither holds it. Invariant, per tier (kv_cache_check):
  *   free + cached + in use == total.
@@ -89,10 +91,14 @@ typedef struct {
     uint64_t host_hit_blocks;       /* matched on the host and loaded back */
     uint64_t demoted_blocks;        /* device -> host (STORE ops + moves of blocks already on host) */
     uint64_t stored_blocks;         /* STORE ops emitted */
-    uint64_t loaded_blocks;         /* LOAD ops emitted (load-backs) */
+    uint64_t loaded_blocks;         /* LOAD ops emitted for load-backs (prefetches: prefetched_blocks) */
     uint64_t device_evicted_blocks; /* left the device tier by eviction (demoted or dropped) */
     uint64_t host_evicted_blocks;   /* left the host tier by eviction */
     uint64_t dropped_blocks;        /* left the cache altogether */
+    /* kv_cache_prefetch: blocks loaded ahead of any request (LOAD ops); of those, blocks a request
+     * then acquired (also counted in device_hit_blocks), and blocks that left the device again
+     * unused. prefetched - hit - wasted are on the device now, not yet used. */
+    uint64_t prefetched_blocks, prefetch_hit_blocks, prefetch_wasted_blocks;
 } KvCacheCounters;
 
 typedef struct {
@@ -132,6 +138,8 @@ typedef struct KvCache {
     double (*clock)(void);
     RadixNode **path;         /* (cap_path) acquire's root-to-node scratch */
     int cap_path;
+    struct KvCachePrefetchCand *cands; /* (cap_cands) kv_cache_prefetch's candidate heap */
+    int cap_cands;
 } KvCache;
 
 int kv_cache_init(KvCache *c, const KvCacheConfig *cfg, BraidError *err);
@@ -170,6 +178,16 @@ void kv_cache_workflow_end(KvCache *c, const char *workflow);
  * reach the policies; names are interned. -1 only when out of memory. */
 int kv_cache_predict(KvCache *c, const char *workflow, const char *current_agent, int k, int n_agents, const char *const *agents,
                      const float *prob, BraidError *err);
+/* Conservative prefetch from the host tier (PBKV §4.3). Candidates are host-only nodes whose parent
+ * is on the device (or is a root), so loading one keeps the device set ancestor-closed; a loaded
+ * node's host-only children become candidates in turn. They are ranked by the device policy's
+ * prefetch_value (highest first, only values > 0) and loaded whole, greedily, while they fit in
+ * min(budget_blocks, free device blocks): nothing is ever evicted or demoted for a prefetch. A
+ * load is a load-back with no request: LOAD ops on the pending list, the node on both tiers, its
+ * device blocks owned by the tree alone (evictable as any cached node). *loaded_out (may be NULL)
+ * gets the blocks loaded. A policy without prefetch_value, or no host tier, loads nothing.
+ * Returns 0, or -1 when out of memory (what was loaded before stays loaded and counted). */
+int kv_cache_prefetch(KvCache *c, int budget_blocks, int *loaded_out);
 /* Once per scheduler step, with the step's time. */
 void kv_cache_step(KvCache *c, double now);
 

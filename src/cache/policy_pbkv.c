@@ -18,6 +18,12 @@
  * gamma = 0.7, the paper's setting. A new prediction or a workflow end changes many nodes' scores,
  * so both ask the cache to rebuild the tier's heap (O(nodes)); evictions themselves pop the heap.
  * Per-tier state: a table indexed by interned workflow id (ids are dense and small).
+ *
+ * Prefetch (§4.3): prefetch_value is the one-step Value(c) of Eq. 1, the sum over the node's active
+ * workflows' uses of the step-1 predicted probability of the agents that used it (a retired or
+ * never-predicted workflow adds 0). Kept per workflow next to the K-step weights. The cache ranks
+ * host-only candidates by it; the guardrails (free device blocks only, pure-decode steps, a copy
+ * cap per step) are the cache's and the scheduler's.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -45,6 +51,7 @@ typedef struct {
     int n_agents;
     uint32_t agents[PBKV_MAX_AGENTS];
     double weight[PBKV_MAX_AGENTS]; /* W_w[a]: discounted predicted calls of agents[a] within the horizon */
+    double next[PBKV_MAX_AGENTS];   /* P_w^(1)[a]: probability that the next call invokes agents[a] */
 } PbkvWorkflow;
 
 typedef struct {
@@ -78,11 +85,12 @@ static PbkvWorkflow *workflow_slot(PbkvState *s, uint32_t id) {
 
 static const PbkvWorkflow *workflow_find(const PbkvState *s, uint32_t id) { return (int)id < s->cap ? &s->workflows[id] : NULL; }
 
-/* sum over the workflow's predicted agents that the node's agent mask names */
-static double use_value(const PbkvWorkflow *w, uint64_t agent_mask) {
+/* sum of per-agent values (weight or next) over the workflow's predicted agents that the node's
+ * agent mask names */
+static double use_value(const PbkvWorkflow *w, const double *per_agent, uint64_t agent_mask) {
     double v = 0;
     for (int i = 0; i < w->n_agents; i++)
-        if (agent_mask & (1ull << (w->agents[i] % 64))) v += w->weight[i];
+        if (agent_mask & (1ull << (w->agents[i] % 64))) v += per_agent[i];
     return v;
 }
 
@@ -95,11 +103,23 @@ static double pbkv_score(void *state, const RadixNode *node) {
         const PbkvWorkflow *w = workflow_find(s, m->uses[i].workflow);
         if (w && w->retired) continue;
         active++;
-        if (w && w->known) value += use_value(w, m->uses[i].agent_mask);
+        if (w && w->known) value += use_value(w, w->weight, m->uses[i].agent_mask);
     }
     /* Retired: every workflow that used it ended, or moved past it (the cache drops such uses). */
     if (m->workflows_seen > 0 && active == 0) return PBKV_RETIRED_BASE + (double)m->workflows_seen * PBKV_POPULARITY_UNIT + recency;
     return floor(value / PBKV_VALUE_STEP) * PBKV_VALUE_STEP * PBKV_SCORE_UNIT + recency;
+}
+
+/* Eq. 1: Value(c) = sum over active w in c of A_w(c) . P_w^(1). */
+static double pbkv_prefetch_value(void *state, const RadixNode *node) {
+    const PbkvState *s = state;
+    const CacheNodeMeta *m = &node->meta;
+    double value = 0;
+    for (int i = 0; i < m->n_uses; i++) {
+        const PbkvWorkflow *w = workflow_find(s, m->uses[i].workflow);
+        if (w && w->known && !w->retired) value += use_value(w, w->next, m->uses[i].agent_mask);
+    }
+    return value;
 }
 
 static bool pbkv_on_workflow_end(void *state, uint32_t workflow) {
@@ -120,6 +140,7 @@ static bool pbkv_on_prediction(void *state, const CachePrediction *p) {
         for (int step = 0; step < p->k; step++, discount *= PBKV_GAMMA) v += discount * p->prob[(size_t)step * p->n_agents + i];
         w->agents[i] = p->agents[i];
         w->weight[i] = v;
+        w->next[i] = p->k > 0 ? p->prob[i] : 0.0;
     }
     return true;
 }
@@ -132,4 +153,5 @@ const EvictPolicy evict_policy_pbkv = {
     .score = pbkv_score,
     .on_workflow_end = pbkv_on_workflow_end,
     .on_prediction = pbkv_on_prediction,
+    .prefetch_value = pbkv_prefetch_value,
 };

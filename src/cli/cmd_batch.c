@@ -23,6 +23,9 @@ static const char batch_usage[] =
     "  --max-running N          most sequences in flight (default 64)\n"
     "  --cache radix|off        prefix cache (default radix)\n"
     CLI_CACHE_FLAGS_USAGE
+    "  --prefetch on|off        load host-tier blocks the policy expects the next calls to use into free device\n"
+    "                           blocks on pure-decode steps (PBKV's conservative prefetch; never evicts for it;\n"
+    "                           default on when the policy can value them: pbkv)\n"
     "  --events PATH            JSONL log of cache decisions: per request hit, load, preempt, cancel; every\n"
     "                           cache event (blocks stored / removed per tier, with the reason and hashes)\n"
     "  --trace-out PATH         write a replayable trace (docs/TRACE_FORMAT.md) for braid sim\n"
@@ -47,11 +50,12 @@ typedef struct {
     BackendKind device;
     const EvictPolicy *policy;
     CliHostTier host;
+    int prefetch; /* -1: on when the policy has prefetch_value; 0 off; 1 on */
 } BatchArgs;
 
 static int parse_args(int argc, char **argv, BatchArgs *a) {
     enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE, O_DEVICE, O_NO_GRAPHS,
-           O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB };
+           O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
         {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
@@ -61,8 +65,9 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         {"trace-out", required_argument, 0, O_TRACE}, {"device", required_argument, 0, O_DEVICE},
         {"no-cuda-graphs", no_argument, 0, O_NO_GRAPHS}, {"cpu-matmul", required_argument, 0, O_CPU_MATMUL},
         {"list-policies", no_argument, 0, O_LIST_POLICIES}, {"host-kv-blocks", required_argument, 0, O_HOST_BLOCKS},
-        {"host-kv-gib", required_argument, 0, O_HOST_GIB}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    *a = (BatchArgs){.kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
+        {"host-kv-gib", required_argument, 0, O_HOST_GIB}, {"prefetch", required_argument, 0, O_PREFETCH},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    *a = (BatchArgs){.prefetch = -1, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
                      .cpu_matmul = CPU_MATMUL_FP32, .host = CLI_HOST_TIER_DEFAULT};
     int c;
@@ -106,6 +111,13 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         case O_LIST_POLICIES: cli_list_policies(stdout); return 1;
         case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("batch", optarg, &a->host, true)) return 2; break;
         case O_HOST_GIB: if (cli_parse_host_kv_gib("batch", optarg, &a->host, true)) return 2; break;
+        case O_PREFETCH:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "braid batch: --prefetch expects on or off, got '%s'\n", optarg);
+                return 2;
+            }
+            a->prefetch = strcmp(optarg, "on") == 0;
+            break;
         case 'h': fputs(batch_usage, stdout); return 1;
         default: fputs(batch_usage, stderr); return 2;
         }
@@ -114,6 +126,11 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         fprintf(stderr, "braid batch: --input and --output are required\n%s", batch_usage);
         return 2;
     }
+    if (a->prefetch == 1 && !a->policy->prefetch_value) {
+        fprintf(stderr, "braid batch: --prefetch on needs a policy that values host-tier blocks (pbkv); %s does not\n", a->policy->name);
+        return 2;
+    }
+    if (a->prefetch < 0) a->prefetch = a->policy->prefetch_value != NULL;
     return 0;
 }
 
@@ -292,12 +309,15 @@ static void print_summary(const Engine *e, const SchedRequest *reqs, int n, doub
             "[batch] %d requests (%d completed, %d rejected) in %.2f s: %.1f generated tok/s, %.1f req/s\n"
             "[batch] prompt tokens %llu: device hits %llu, host hits %llu, computed %llu\n"
             "[batch] KV blocks: demotions %llu, load-backs %llu, device evictions %llu, host evictions %llu, dropped %llu; "
-            "preemptions %llu, peak pool use %d of %d blocks, %llu steps\n",
+            "preemptions %llu, peak pool use %d of %d blocks, %llu steps (%llu pure decode); "
+            "prefetched %llu, used %llu, wasted %llu (in %llu steps)\n",
             n, done, failed, elapsed, e->generated_tokens / elapsed, done / elapsed, device + host + computed, device, host,
             computed, (unsigned long long)k->demoted_blocks, (unsigned long long)k->loaded_blocks,
             (unsigned long long)k->device_evicted_blocks, (unsigned long long)k->host_evicted_blocks,
             (unsigned long long)k->dropped_blocks, (unsigned long long)c->preemptions, c->peak_in_use,
-            kv_cache_total(&e->sched.cache, CACHE_TIER_DEVICE), (unsigned long long)c->steps);
+            kv_cache_total(&e->sched.cache, CACHE_TIER_DEVICE), (unsigned long long)c->steps, (unsigned long long)c->pure_decode_steps,
+            (unsigned long long)k->prefetched_blocks, (unsigned long long)k->prefetch_hit_blocks,
+            (unsigned long long)k->prefetch_wasted_blocks, (unsigned long long)c->prefetch_steps);
 }
 
 typedef struct {
@@ -318,13 +338,14 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, BatchFiles *
     if (!a->cache) host_blocks = 0; /* nothing is cached, so nothing is demoted */
     char tier[128];
     cli_describe_host_tier(host_blocks, block_bytes, tier, sizeof tier);
-    fprintf(stderr, "[batch] %s, eviction policy %s\n", tier, a->policy->name);
+    bool prefetch = a->prefetch && host_blocks > 1;
+    fprintf(stderr, "[batch] %s, eviction policy %s, prefetch %s\n", tier, a->policy->name, prefetch ? "on" : "off");
     if (read_requests(model, a->input, &reqs, &n)) return 1;
     Engine engine;
     BraidError err;
     EngineConfig cfg = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
                         .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
-                        .policy = a->policy, .device = a->device, .cuda_graphs_off = a->no_graphs,
+                        .policy = a->policy, .prefetch = prefetch, .device = a->device, .cuda_graphs_off = a->no_graphs,
                         .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32};
     if (engine_init(&engine, model, &cfg, &err)) {
         fprintf(stderr, "braid batch: %s\n", err.msg);

@@ -34,6 +34,9 @@ static const char serve_usage[] =
     "  --max-body-bytes N       largest request body; more gets 413 (default 8388608)\n"
     "  --cache radix|off        prefix cache (default radix)\n"
     CLI_CACHE_FLAGS_USAGE
+    "  --prefetch on|off        load host-tier blocks the policy expects the next calls to use into free device\n"
+    "                           blocks on pure-decode steps (PBKV's conservative prefetch; never evicts for it;\n"
+    "                           default on when the policy can value them: pbkv)\n"
     "                           serve: --host-kv-blocks counts an instance's blocks (each of its T ranks holds a\n"
     "                           1/T share of every block), --host-kv-gib is per rank, and the default's 25% and\n"
     "                           the MemAvailable check cover all the worker ranks of a machine together\n"
@@ -69,12 +72,13 @@ typedef struct {
     BackendKind device;
     const EvictPolicy *policy;
     CliHostTier host_tier;
+    int prefetch; /* -1: on when the policy has prefetch_value; 0 off; 1 on */
 } ServeArgs;
 
 static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     enum { O_MODEL = 256, O_TP, O_HOST, O_PORT, O_NAME, O_BLOCKS, O_BS, O_MBT, O_RUN, O_PENDING, O_BODY, O_CACHE, O_POLICY,
            O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB,
-           O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS };
+           O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS, O_PREFETCH };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -90,12 +94,13 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"host-kv-gib", required_argument, 0, O_HOST_GIB}, {"predictor", required_argument, 0, O_PREDICTOR},
         {"predictor-learn", no_argument, 0, O_PREDICTOR_LEARN}, {"markov", required_argument, 0, O_MARKOV},
         {"horizon", required_argument, 0, O_HORIZON}, {"workflow-idle-timeout", required_argument, 0, O_IDLE},
-        {"max-workflows", required_argument, 0, O_MAX_WORKFLOWS}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"max-workflows", required_argument, 0, O_MAX_WORKFLOWS}, {"prefetch", required_argument, 0, O_PREFETCH},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
                      .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
                      .cpu_matmul = CPU_MATMUL_FP32, .host_tier = CLI_HOST_TIER_DEFAULT, .horizon = 4, .max_workflows = 65536,
-                     .idle_timeout = 600};
+                     .idle_timeout = 600, .prefetch = -1};
     int c;
     BraidError err;
     optind = 1;
@@ -155,6 +160,13 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_LIST_POLICIES: if (verbose) cli_list_policies(stdout); return 1;
         case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("serve", optarg, &a->host_tier, verbose)) return 2; break;
         case O_HOST_GIB: if (cli_parse_host_kv_gib("serve", optarg, &a->host_tier, verbose)) return 2; break;
+        case O_PREFETCH:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                if (verbose) fprintf(stderr, "braid serve: --prefetch expects on or off, got '%s'\n", optarg);
+                return 2;
+            }
+            a->prefetch = strcmp(optarg, "on") == 0;
+            break;
         case 'h': if (verbose) fputs(serve_usage, stdout); return 1;
         default: if (verbose) fputs(serve_usage, stderr); return 2;
         }
@@ -164,6 +176,13 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         if (verbose) fprintf(stderr, "braid serve: unexpected argument '%s'\n%s", argv[optind], serve_usage);
         return 2;
     }
+    if (a->prefetch == 1 && !a->policy->prefetch_value) {
+        if (verbose)
+            fprintf(stderr, "braid serve: --prefetch on needs a policy that values host-tier blocks (pbkv); %s does not\n",
+                    a->policy->name);
+        return 2;
+    }
+    if (a->prefetch < 0) a->prefetch = a->policy->prefetch_value != NULL;
     if (verbose && a->predictor_path && a->markov)
         fprintf(stderr, "braid serve: --markov is ignored: the --predictor file has its own order\n");
     if (verbose && !a->predictor_path && a->predictor_learn)
@@ -292,8 +311,8 @@ static long decide_host_blocks(const ServeArgs *a, const BraidModel *model, int 
         } else {
             if (!a->cache) host_blocks = 0; /* nothing is cached, so nothing is demoted */
             cli_describe_host_tier(host_blocks, block_bytes, tier, sizeof tier);
-            fprintf(stderr, "braid serve: %s%s, eviction policy %s\n", tier, host_blocks > 1 ? " in each instance" : "",
-                    a->policy->name);
+            fprintf(stderr, "braid serve: %s%s, eviction policy %s, prefetch %s\n", tier, host_blocks > 1 ? " in each instance" : "",
+                    a->policy->name, a->prefetch && host_blocks > 1 ? "on" : "off");
         }
     }
     MPI_Bcast(&host_blocks, 1, MPI_LONG, 0, MPI_COMM_WORLD);
@@ -306,7 +325,7 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, int rank, int
         .model = model, .world = MPI_COMM_WORLD, .tp_comm = tp_comm, .instance = (rank - 1) / tp,
         .engine = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
                    .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
-                   .policy = a->policy, .device = a->device,
+                   .policy = a->policy, .prefetch = a->prefetch != 0, .device = a->device,
                    .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32}};
     int tp_rank = (rank - 1) % tp;
     BraidError err;

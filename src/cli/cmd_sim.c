@@ -16,7 +16,7 @@ static const char sim_usage[] =
     "usage: braid sim --trace PATH --kv-tokens N [--host-kv-tokens H] [--policy NAME] [--block-size B]\n"
     "                 [--prefill-ms-per-token X] [--decode-ms-per-token Y] [--host-gbs G]\n"
     "                 [--host-latency-us L] [--kv-bytes-per-token K] [--predictor FILE | --markov 1|2]\n"
-    "                 [--predictor-learn] [--horizon K] [--cache-outputs] [--json]\n"
+    "                 [--predictor-learn] [--horizon K] [--cache-outputs] [--prefetch] [--json]\n"
     "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's KV cache object (the one the server\n"
     "  runs) in arrival order, one request at a time, with a device cache of N tokens.\n"
     "  --host-kv-tokens: a host-memory tier of H tokens below the device cache: evicted blocks are\n"
@@ -27,6 +27,10 @@ static const char sim_usage[] =
     "            take predictions (pbkv, kvflow); without it a Markov predictor (--markov 1|2, default 1)\n"
     "            learns online from the trace as it replays. --predictor-learn keeps a trained one learning.\n"
     "  --horizon: prediction steps K (default 4)\n"
+    "  --prefetch: PBKV's conservative prefetch: between two requests (the idle time before the next\n"
+    "            arrival; the replay has no decode steps) load the host-tier blocks the policy expects the\n"
+    "            next calls to use into free device blocks, never evicting for them (pbkv; needs a host tier).\n"
+    "            Their copies are on no request's TTFT; reported as prefetched / used / wasted blocks\n"
     "  --cache-outputs: also cache each request's generated blocks (unique to it), as the live engine\n"
     "            does; by default only prompt blocks are cached\n"
     "  --block-size: cache block size, a multiple of the trace's (default: the trace's)\n"
@@ -48,6 +52,11 @@ static void print_text(const SimConfig *cfg, const SimResult *r, double elapsed)
             (unsigned long long)r->evicted_blocks, (unsigned long long)r->demoted_blocks, (unsigned long long)r->loaded_blocks,
             (unsigned long long)r->host_evicted_blocks, r->mean_workflow_latency_s, 1e3 * r->mean_ttft_s, r->copy_s,
             r->too_large ? ", some requests larger than the cache" : "", elapsed);
+    if (cfg->prefetch)
+        fprintf(stderr, "[sim] prefetch: %llu blocks prefetched between requests, %llu used by a request (device hits), "
+                        "%llu evicted unused (copies %.3f s of idle time)\n",
+                (unsigned long long)r->prefetched_blocks, (unsigned long long)r->prefetch_hit_blocks,
+                (unsigned long long)r->prefetch_wasted_blocks, r->prefetch_copy_s);
     if (r->predicted_calls)
         fprintf(stderr, "[sim] next-agent forecasts: %llu of %llu calls predicted right at step 1 (%.1f%%)\n",
                 (unsigned long long)r->correct_next, (unsigned long long)r->predicted_calls, 100.0 * r->correct_next / r->predicted_calls);
@@ -75,6 +84,11 @@ static void print_json(const SimConfig *cfg, const SimResult *r) {
                               (json_int_t)r->correct_next);
     if (o && tiers) json_object_update(o, tiers);
     json_decref(tiers);
+    json_t *pf = json_pack("{s:b, s:I, s:I, s:I, s:f}", "prefetch", cfg->prefetch, "prefetched_blocks", (json_int_t)r->prefetched_blocks,
+                           "prefetch_hit_blocks", (json_int_t)r->prefetch_hit_blocks, "prefetch_wasted_blocks",
+                           (json_int_t)r->prefetch_wasted_blocks, "prefetch_copy_s", r->prefetch_copy_s);
+    if (o && pf) json_object_update(o, pf);
+    json_decref(pf);
     char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
     printf("%s\n", line ? line : "{\"error\":\"out of memory\"}");
     free(line);
@@ -83,7 +97,7 @@ static void print_json(const SimConfig *cfg, const SimResult *r) {
 
 int cmd_sim(int argc, char **argv) {
     enum { O_OUTPUTS = 300, O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV, O_LEARN,
-           O_HORIZON };
+           O_HORIZON, O_PREFETCH };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
@@ -93,6 +107,7 @@ int cmd_sim(int argc, char **argv) {
         {"kv-bytes-per-token", required_argument, 0, O_BPT}, {"predictor", required_argument, 0, O_PRED},
         {"markov", required_argument, 0, O_MARKOV}, {"predictor-learn", no_argument, 0, O_LEARN},
         {"horizon", required_argument, 0, O_HORIZON}, {"cache-outputs", no_argument, 0, O_OUTPUTS},
+        {"prefetch", no_argument, 0, O_PREFETCH},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     SimConfig cfg = sim_config_default();
     const char *trace_path = NULL;
@@ -126,6 +141,7 @@ int cmd_sim(int argc, char **argv) {
         case O_MARKOV: if (cli_parse_int("--markov", optarg, 1, 2, &v)) return 2; cfg.predictor_kind = (int)v; break;
         case O_LEARN: cfg.predictor_learn = true; break;
         case O_OUTPUTS: cfg.cache_outputs = true; break;
+        case O_PREFETCH: cfg.prefetch = true; break;
         case O_HORIZON: if (cli_parse_int("--horizon", optarg, 1, 64, &v)) return 2; cfg.horizon = (int)v; break;
         case O_BLOCK: if (cli_parse_int("--block-size", optarg, 1, 1 << 16, &v)) return 2; block_size = (int)v; break;
         case 'h': fputs(sim_usage, stdout); return 0;
@@ -136,6 +152,12 @@ int cmd_sim(int argc, char **argv) {
         fprintf(stderr, "braid sim: --trace and --kv-tokens are required\n%s", sim_usage);
         return 2;
     }
+    const EvictPolicy *policy = evict_policy_find(cfg.policy);
+    if (cfg.prefetch && (!policy || !policy->prefetch_value)) {
+        fprintf(stderr, "braid sim: --prefetch needs a policy that values host-tier blocks (pbkv); %s does not\n", cfg.policy);
+        return 2;
+    }
+    if (cfg.prefetch && cfg.host_kv_tokens <= 0) fprintf(stderr, "braid sim: --prefetch does nothing without --host-kv-tokens\n");
     Trace trace;
     BraidError err;
     if (trace_load(trace_path, &trace, &err)) {

@@ -246,6 +246,17 @@ static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, WorkflowFore
         const TraceRequest *r = &t->reqs[i];
         bstate->current = i;
         deliver_ends(c, f, t, &next_end, r->t);
+        if (cfg->prefetch && i > 0) {
+            /* The idle time before this arrival: what the forecasts made so far (the previous calls'
+             * workflows) expect next, into free device blocks only. */
+            int loaded = 0;
+            if (kv_cache_prefetch(c, kv_cache_free_blocks(c, CACHE_TIER_DEVICE), &loaded) || kv_cache_take_ops(c, &ops)) {
+                rc = braid_error_set(err, "sim: out of memory prefetching");
+                break;
+            }
+            cache_ops_clear(&ops);
+            res->prefetch_copy_s += copy_seconds(cfg, loaded, bs);
+        }
         Served sv = {0};
         if ((rc = forecast_call(c, f, r, err)) || (rc = serve_one(c, r, bs, cfg->cache_outputs, i, tokens, blocks, &ops, &sv, err))) break;
         if (!sv.ok) res->too_large++;
@@ -306,6 +317,9 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
     res->loaded_blocks = k->loaded_blocks;
     res->stored_blocks = k->stored_blocks;
     res->host_evicted_blocks = k->host_evicted_blocks;
+    res->prefetched_blocks = k->prefetched_blocks;
+    res->prefetch_hit_blocks = k->prefetch_hit_blocks;
+    res->prefetch_wasted_blocks = k->prefetch_wasted_blocks;
     res->hit_rate = res->prompt_tokens ? (double)res->cached_tokens / (double)res->prompt_tokens : 0.0;
     free(ttfts);
     free(latencies);

@@ -13,7 +13,8 @@
  * Per workflow, the modeled latency is the model time on its critical path: its requests grouped
  * into stages by arrival time (a fan-out's calls arrive together), each stage as long as its
  * longest request. Tool and client time between stages is not modeled. Requests without a
- * workflow count as one-request workflows.
+ * workflow count as one-request workflows. With prefetch, the cache prefetches from the host tier
+ * between requests (see SimConfig.prefetch).
  */
 #ifndef BRAID_SIM_SIMULATOR_H
 #define BRAID_SIM_SIMULATOR_H
@@ -42,6 +43,12 @@ typedef struct {
     /* Cache each request's generated blocks too, as the live engine does (they are unique to the
      * request: the trace has no hashes for them). Off = prompt blocks only. */
     bool cache_outputs;
+    /* PBKV's conservative prefetch (kv_cache_prefetch): between two requests (the replay has no
+     * steps; this stands for the idle time before the next arrival) host-tier nodes the policy
+     * expects the next calls to use are loaded into free device blocks, never evicting anything.
+     * Their copy time is on no request's TTFT (reported as prefetch_copy_s). Needs a policy with
+     * prefetch_value (pbkv) and a host tier; otherwise nothing is prefetched. */
+    bool prefetch;
 } SimConfig;
 
 typedef struct {
@@ -57,6 +64,10 @@ typedef struct {
     uint64_t device_cached_tokens, host_cached_tokens;
     uint64_t demoted_blocks, loaded_blocks, stored_blocks, host_evicted_blocks;
     double copy_s;            /* modeled time spent copying between tiers (in modeled_latency_s) */
+    /* prefetch: blocks loaded ahead, of them acquired by a later request (device hits), and evicted
+     * from the device again unused; their copy time (idle time, not in modeled_latency_s) */
+    uint64_t prefetched_blocks, prefetch_hit_blocks, prefetch_wasted_blocks;
+    double prefetch_copy_s;
     uint64_t predicted_calls, correct_next; /* step-1 top-1 accuracy of the forecasts, as they happened */
     double modeled_latency_s; /* sum over requests */
     double mean_ttft_s;

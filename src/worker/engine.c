@@ -11,7 +11,7 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
     e->cfg = *cfg;
     SchedConfig sc = {.device_blocks = cfg->n_blocks, .host_blocks = cfg->host_blocks, .block_size = cfg->block_size,
                       .max_batch_tokens = cfg->max_batch_tokens, .max_running = cfg->max_running,
-                      .cache_enabled = cfg->cache_enabled, .policy = cfg->policy};
+                      .cache_enabled = cfg->cache_enabled, .policy = cfg->policy, .prefetch = cfg->prefetch};
     if (sched_init(&e->sched, &sc, err)) return -1;
     BackendConfig bc = backend_config_default(cfg->device, &model->weights.cfg, cfg->n_blocks, cfg->block_size,
                                               cfg->max_batch_tokens);

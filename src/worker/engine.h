@@ -22,6 +22,7 @@ typedef struct {
     int host_blocks;     /* host KV tier blocks including the null block; 0 = no host tier */
     bool cache_enabled;
     const EvictPolicy *policy;
+    bool prefetch;       /* host-tier prefetch on pure-decode steps, when the policy has prefetch_value */
     BackendKind device;  /* BACKEND_CPU (the zero value) or BACKEND_CUDA */
     bool cuda_graphs_off; /* CUDA: launch decode steps directly instead of replaying graphs */
     /* CPU: fp32 activations in every matmul. The zero value serves with int8 activations and

@@ -49,6 +49,8 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err) {
     s->max_batch_tokens = cfg->max_batch_tokens;
     s->max_running = cfg->max_running;
     s->cache_enabled = cfg->cache_enabled;
+    s->prefetch = cfg->prefetch && cfg->cache_enabled && cfg->host_blocks > 1 && cfg->policy && cfg->policy->prefetch_value;
+    s->prefetch_max_blocks = cfg->prefetch_max_blocks > 0 ? cfg->prefetch_max_blocks : SCHED_PREFETCH_MAX_BLOCKS_PER_STEP;
     s->clock = braid_now_seconds;
     KvCacheConfig cc = {.block_size = cfg->block_size, .device_blocks = cfg->device_blocks,
                         .host_blocks = cfg->cache_enabled ? cfg->host_blocks : 0, .policy = cfg->policy, .clock = braid_now_seconds};
@@ -308,13 +310,40 @@ static int plan_prefill_chunk(StepPlan *p, SchedRequest *r, int *budget) {
     return 0;
 }
 
+/* PBKV's S = min(S_a, S_bw): free device blocks beyond what the running requests still need to
+ * reach max_tokens (so a prefetch never forces a decode to evict), capped by the per-step copy
+ * volume. */
+static int prefetch_budget(const Scheduler *s) {
+    int need = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        const SchedRequest *r = s->running[i];
+        int more = blocks_for(s, r->n_prompt + r->max_tokens) - r->n_blocks;
+        if (more > 0) need += more;
+    }
+    int room = kv_cache_free_blocks(&s->cache, CACHE_TIER_DEVICE) - need;
+    if (room > s->prefetch_max_blocks) room = s->prefetch_max_blocks;
+    return room > 0 ? room : 0;
+}
+
+static void prefetch(Scheduler *s) {
+    int budget = prefetch_budget(s), loaded = 0;
+    if (budget <= 0) return;
+    if (kv_cache_prefetch(&s->cache, budget, &loaded)) LOG_WARN("sched", "prefetch stopped: out of memory");
+    if (loaded > 0) {
+        s->counters.prefetch_steps++;
+        event(s, "prefetch", NULL, "\"blocks\":%d,\"budget\":%d", loaded, budget);
+    }
+}
+
 int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
     p->n = 0;
     p->n_tokens = 0;
+    p->pure_decode = false;
     cache_ops_clear(&p->ops);
     kv_cache_step(&s->cache, s->clock());
     int budget = s->max_batch_tokens;
     if (plan_decodes(s, p, &budget)) return braid_error_set(err, "sched: out of memory");
+    int n_decodes = p->n;
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         SchedRequest *r = s->running[i];
         if (r->n_computed < r->n_tokens - 1 && !in_plan(p, r) && plan_prefill_chunk(p, r, &budget))
@@ -341,6 +370,14 @@ int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
         /* Nothing runs and the head cannot be admitted: only possible if the tree holds locked
          * blocks, which an idle scheduler never has. Report rather than spin. */
         return braid_error_set(err, "sched: request %s cannot be admitted with an idle pool", s->waiting[0]->id);
+    }
+    /* Pure decode: no prefill chunk ran and nothing waiting could have been admitted (the running
+     * set is full, or nothing waits). Only then does the host tier's bandwidth and the free pool
+     * go to prefetching (PBKV §4.3: never against prefill traffic, never by evicting). */
+    p->pure_decode = p->n > 0 && p->n == n_decodes && (s->n_waiting == 0 || s->n_running >= s->max_running);
+    if (p->pure_decode) {
+        s->counters.pure_decode_steps++;
+        if (s->prefetch) prefetch(s);
     }
     /* The cache's block operations run before this plan's forward. A plan with nothing to run
      * leaves them pending for the next one: list order still puts them before any reader. */

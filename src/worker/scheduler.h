@@ -11,6 +11,11 @@
  * is released, and it returns to the front of the queue with its generated tokens kept.
  * A request that can never fit (prompt + max_tokens beyond the whole pool) is finished with an
  * error at sched_add; nothing else is ever dropped.
+ * Prefetch (PBKV §4.3, when configured and the policy has prefetch_value): on a pure-decode step
+ * (every entry a one-token decode and nothing waiting that could be admitted) the cache loads
+ * host-tier nodes the policy expects the next calls to use into free device blocks, at most
+ * min(free blocks - blocks the running requests still need to finish, prefetch_max_blocks); the
+ * LOADs join the step's operations.
  * The executor (engine.c) runs the plan, then calls sched_commit() and, per sampled token,
  * sched_append_token() / sched_finish().
  * Not thread-safe.
@@ -67,6 +72,7 @@ typedef struct {
     /* Block operations (cache/cache_ops.h) every rank applies, in order, before this step's
      * forward: demotions to the host tier, load-backs, copies. */
     CacheOpList ops;
+    bool pure_decode; /* every entry is a one-token decode and nothing waiting could be admitted */
 } StepPlan;
 
 typedef struct {
@@ -75,6 +81,9 @@ typedef struct {
      * load-backs, evictions per tier) are in the cache: sched->cache.counters. */
     uint64_t cached_prompt_tokens_device, cached_prompt_tokens_host, computed_prompt_tokens;
     uint64_t preemptions, steps;
+    /* Pure-decode steps, and those of them that prefetched blocks (the blocks: cache counters
+     * prefetched_blocks / prefetch_hit_blocks / prefetch_wasted_blocks). */
+    uint64_t pure_decode_steps, prefetch_steps;
     int peak_in_use;
 } SchedCounters;
 
@@ -92,12 +101,23 @@ typedef struct {
     int block_size, max_batch_tokens, max_running;
     bool cache_enabled;  /* prefix caching; off = every prompt is computed */
     const EvictPolicy *policy; /* NULL = LRU */
+    bool prefetch;       /* prefetch from the host tier on pure-decode steps (needs policy->prefetch_value) */
+    int prefetch_max_blocks; /* S_bw: blocks per step; 0 = SCHED_PREFETCH_MAX_BLOCKS_PER_STEP */
 } SchedConfig;
+
+/* PBKV's S_bw (§4.3): the most blocks a pure-decode step prefetches, the copy volume one decode
+ * step's time hides. A fixed cap rather than the paper's running bandwidth x step-time average:
+ * 8 blocks of 16 tokens are ~2.9 MB for SmolLM2-135M (0.2 ms at the CPU backend's 14 GB/s against
+ * a decode step of tens of ms) and ~17 MB for an 8B model with GQA (~0.7 ms over PCIe 4, against
+ * 10-20 ms steps). The copies run in the step's operation list, before its forward. */
+#define SCHED_PREFETCH_MAX_BLOCKS_PER_STEP 8
 
 typedef struct {
     KvCache cache;
     bool cache_enabled;
     int block_size, max_batch_tokens, max_running;
+    bool prefetch;          /* configured on and the policy can value candidates */
+    int prefetch_max_blocks;
     SchedRequest **waiting; /* FIFO; preempted requests go back to the front */
     int n_waiting, cap_waiting;
     SchedRequest **running;

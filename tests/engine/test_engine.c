@@ -2,7 +2,8 @@
  * Serving engine on the real model: greedy outputs are the same with the radix cache on and off
  * and the same as each request run alone; a pool small enough to force eviction and preemption
  * every few steps still completes every request with the same outputs while the accounting
- * invariant holds after every step; cached_tokens equals the block-aligned matched prefix.
+ * invariant holds after every step; so does a host tier with PBKV's prefetch loading predicted
+ * prefixes ahead of the requests; cached_tokens equals the block-aligned matched prefix.
  * With BRAID_TEST_DEVICE=cuda the same runs go through the CUDA backend (see expect_same for what
  * "the same outputs" means there).
  */
@@ -219,6 +220,76 @@ static void test_host_tier_loads_back_exact_kv(void **state) {
     assert_true(cached_with > cached_without); /* the host tier turned recomputation into hits */
 }
 
+/* PBKV's prefetch on the real model: a first half of the requests (8 workflows, 4 agents) runs,
+ * everything is demoted to the host tier, each workflow's next agent is predicted, and the second
+ * half runs with two requests at a time, so decode steps with requests waiting behind a full
+ * running set are pure-decode steps that load predicted prefixes into free device blocks. Later
+ * admissions find them on the device; outputs equal the ample pool's, so every prefetched block
+ * held the right K/V in the right place. */
+static void test_prefetch_keeps_outputs(void **state) {
+    (void)state;
+    static const char *const agents[4] = {"planner", "coder", "tester", "analyst"};
+    EngineConfig cfg = {.n_blocks = 33, .host_blocks = 129, .block_size = 16, .max_batch_tokens = 64, .max_running = 2,
+                        .cache_enabled = true, .policy = &evict_policy_pbkv, .prefetch = true, .device = device};
+    Engine e;
+    BraidError err;
+    if (engine_init(&e, &model, &cfg, &err)) fail_msg("%s", err.msg);
+    static SchedRequest reqs[N_REQ];
+    static RunResult res;
+    memset(reqs, 0, sizeof reqs);
+    memset(&res, 0, sizeof res);
+    for (int half = 0; half < 2; half++) {
+        if (half == 1) {
+            /* as if pressure had pushed it all out: everything on the host, the device pool free */
+            kv_cache_evict(&e.sched.cache, CACHE_TIER_DEVICE, cfg.n_blocks);
+            assert_int_equal(kv_cache_cached(&e.sched.cache, CACHE_TIER_DEVICE), 0);
+            float prob[4] = {0.25f, 0.25f, 0.25f, 0.25f};
+            for (int w = 0; w < 8; w++) {
+                char wf[16];
+                snprintf(wf, sizeof wf, "wf%d", w);
+                if (sched_predict(&e.sched, wf, agents[w % 4], 1, 4, (const char *const *)agents, prob, &err)) fail_msg("%s", err.msg);
+            }
+        }
+        for (int i = half * N_REQ / 2; i < (half + 1) * N_REQ / 2; i++) {
+            SchedRequest *r = &reqs[i];
+            char id[16], wf[16];
+            snprintf(id, sizeof id, "r%d", i);
+            snprintf(wf, sizeof wf, "wf%d", i % 8);
+            r->id = strdup(id);
+            r->workflow = strdup(wf);
+            r->agent = strdup(agents[i % 4]);
+            r->tokens = malloc((size_t)(prompts[i].n + MAX_TOKENS + 1) * sizeof *r->tokens);
+            memcpy(r->tokens, prompts[i].ids, (size_t)prompts[i].n * sizeof *r->tokens);
+            r->n_tokens = r->n_prompt = prompts[i].n;
+            r->cap_tokens = prompts[i].n + MAX_TOKENS + 1;
+            r->max_tokens = MAX_TOKENS;
+            r->sampling = sampling_params_default();
+            assert_int_equal(engine_submit(&e, r), 0);
+        }
+        while (!sched_idle(&e.sched)) {
+            if (engine_step(&e, &err) < 0) fail_msg("%s", err.msg);
+            if (sched_check(&e.sched, &err)) fail_msg("invariant after step: %s", err.msg);
+        }
+    }
+    for (int i = 0; i < N_REQ; i++) {
+        SchedRequest *r = &reqs[i];
+        assert_int_equal(r->state, REQ_FINISHED);
+        assert_true(r->error[0] == '\0');
+        res.n[i] = r->n_tokens - r->n_prompt;
+        memcpy(res.tokens[i], r->tokens + r->n_prompt, (size_t)res.n[i] * sizeof(int32_t));
+        sched_request_free(r);
+    }
+    const KvCacheCounters *k = &e.sched.cache.counters;
+    fprintf(stderr, "engine prefetch: %llu blocks prefetched in %llu steps, %llu used, %llu wasted; %llu loaded back on a hit\n",
+            (unsigned long long)k->prefetched_blocks, (unsigned long long)e.sched.counters.prefetch_steps,
+            (unsigned long long)k->prefetch_hit_blocks, (unsigned long long)k->prefetch_wasted_blocks,
+            (unsigned long long)k->loaded_blocks);
+    assert_true(k->prefetched_blocks > 0);
+    assert_true(k->prefetch_hit_blocks > 0);
+    engine_free(&e);
+    expect_same(&res, &reference, "pbkv + prefetch vs ample pool");
+}
+
 static void test_cached_tokens_exact(void **state) {
     (void)state;
     EngineConfig cfg = {.n_blocks = 256, .block_size = 16, .max_batch_tokens = 512, .max_running = 8, .cache_enabled = true,
@@ -292,6 +363,7 @@ int main(void) {
         cmocka_unit_test(test_cache_on_off_alone),
         cmocka_unit_test(test_pressure_evicts_and_preempts),
         cmocka_unit_test(test_host_tier_loads_back_exact_kv),
+        cmocka_unit_test(test_prefetch_keeps_outputs),
         cmocka_unit_test(test_cached_tokens_exact),
         cmocka_unit_test(test_rejects_what_never_fits),
     };
