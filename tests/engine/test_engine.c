@@ -67,6 +67,19 @@ typedef struct {
     uint64_t evicted, host_cached_tokens, demoted, loaded;
 } RunResult;
 
+/* Request i of the prompt set: id "r<i>", greedy, MAX_TOKENS to generate. */
+static void init_request(SchedRequest *r, int i) {
+    char id[16];
+    snprintf(id, sizeof id, "r%d", i);
+    r->id = strdup(id);
+    r->tokens = malloc((size_t)(prompts[i].n + MAX_TOKENS + 1) * sizeof *r->tokens);
+    memcpy(r->tokens, prompts[i].ids, (size_t)prompts[i].n * sizeof *r->tokens);
+    r->n_tokens = r->n_prompt = prompts[i].n;
+    r->cap_tokens = prompts[i].n + MAX_TOKENS + 1;
+    r->max_tokens = MAX_TOKENS;
+    r->sampling = sampling_params_default();
+}
+
 /* Serves requests [first, first + count) through one engine; checks the invariant every step. */
 static void serve(const EngineConfig *cfg_in, int first, int count, RunResult *res) {
     Engine e;
@@ -77,17 +90,8 @@ static void serve(const EngineConfig *cfg_in, int first, int count, RunResult *r
     SchedRequest reqs[N_REQ];
     memset(reqs, 0, sizeof reqs);
     for (int i = first; i < first + count; i++) {
-        SchedRequest *r = &reqs[i];
-        char id[16];
-        snprintf(id, sizeof id, "r%d", i);
-        r->id = strdup(id);
-        r->tokens = malloc((size_t)(prompts[i].n + MAX_TOKENS + 1) * sizeof *r->tokens);
-        memcpy(r->tokens, prompts[i].ids, (size_t)prompts[i].n * sizeof *r->tokens);
-        r->n_tokens = r->n_prompt = prompts[i].n;
-        r->cap_tokens = prompts[i].n + MAX_TOKENS + 1;
-        r->max_tokens = MAX_TOKENS;
-        r->sampling = sampling_params_default();
-        assert_int_equal(engine_submit(&e, r), 0);
+        init_request(&reqs[i], i);
+        assert_int_equal(engine_submit(&e, &reqs[i]), 0);
     }
     while (!sched_idle(&e.sched)) {
         if (engine_step(&e, &err) < 0) fail_msg("%s", err.msg);
@@ -252,18 +256,11 @@ static void test_prefetch_keeps_outputs(void **state) {
         }
         for (int i = half * N_REQ / 2; i < (half + 1) * N_REQ / 2; i++) {
             SchedRequest *r = &reqs[i];
-            char id[16], wf[16];
-            snprintf(id, sizeof id, "r%d", i);
+            char wf[16];
             snprintf(wf, sizeof wf, "wf%d", i % 8);
-            r->id = strdup(id);
+            init_request(r, i);
             r->workflow = strdup(wf);
             r->agent = strdup(agents[i % 4]);
-            r->tokens = malloc((size_t)(prompts[i].n + MAX_TOKENS + 1) * sizeof *r->tokens);
-            memcpy(r->tokens, prompts[i].ids, (size_t)prompts[i].n * sizeof *r->tokens);
-            r->n_tokens = r->n_prompt = prompts[i].n;
-            r->cap_tokens = prompts[i].n + MAX_TOKENS + 1;
-            r->max_tokens = MAX_TOKENS;
-            r->sampling = sampling_params_default();
             assert_int_equal(engine_submit(&e, r), 0);
         }
         while (!sched_idle(&e.sched)) {
