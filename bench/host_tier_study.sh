@@ -62,19 +62,13 @@ echo "driver: braid-bench run --workflows $live_wf --concurrency $live_conc --se
 echo
 echo "| workload | host tier | requests | live hit rate (device + host) | sim, same trace (device + host) | live demoted / loaded blocks | mean workflow latency (live) |"
 echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
-metric() { awk -v name="$1" '$1 == name {s += $2} END {print s + 0}' "$2"; }
+. bench/live_run.sh
 for w in $workloads; do
   for host in 0 "$host_blocks"; do
     dir=$out/live-$w-host$host
-    rm -rf "$dir"
-    launch/braid-local --model "$model" --instances 1 --kv-blocks "$live_blocks" --host-kv-blocks "$host" --port "$port" \
-      > "$out/$w.host$host.serve.log" 2>&1 &
-    launcher=$!
-    for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.5; done
-    build/braid-bench run --workload "$w" --url "http://127.0.0.1:$port" --workflows "$live_wf" --concurrency "$live_conc" \
-      --seed 1 --scale "$live_scale" --max-tokens-cap "$live_cap" --model "$model" --out "$dir" > "$out/$w.host$host.run.log" 2>&1
-    curl -s "http://127.0.0.1:$port/metrics" > "$dir/metrics.txt"
-    kill -TERM "$launcher"; wait "$launcher" || true
+    live_run "$dir" "$out/$w.host$host" "$w" \
+      "--workflows $live_wf --concurrency $live_conc --seed 1 --scale $live_scale --max-tokens-cap $live_cap" \
+      --kv-blocks "$live_blocks" --host-kv-blocks "$host"
     m=$dir/metrics.txt
     dev=$(metric 'braid_prompt_tokens_cached_total{tier="device"}' "$m")
     hst=$(metric 'braid_prompt_tokens_cached_total{tier="host"}' "$m")

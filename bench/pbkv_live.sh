@@ -20,19 +20,12 @@ echo "driver: braid-bench run --workflows $wf --concurrency $conc --seed 1 --sca
 echo
 echo "| workload | policy | live hit rate | sim, same trace and policy | mean workflow latency (live) | forecasts step-1 right |"
 echo "| --- | --- | ---: | ---: | ---: | ---: |"
-metric() { awk -v name="$1" '$1 == name {s += $2} END {print s + 0}' "$2"; }
+. bench/live_run.sh
 for w in $workloads; do
   for p in $policies; do
     dir=$out/$w-$p
-    rm -rf "$dir"
-    launch/braid-local --model "$model" --instances 1 --kv-blocks "$blocks" --host-kv-blocks 0 --policy "$p" --port "$port" \
-      > "$out/$w-$p.serve.log" 2>&1 &
-    launcher=$!
-    for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$port/health" > /dev/null && break; sleep 0.5; done
-    build/braid-bench run --workload "$w" --url "http://127.0.0.1:$port" --workflows "$wf" --concurrency "$conc" \
-      --seed 1 --scale "$scale" --max-tokens-cap "$cap" --model "$model" --out "$dir" > "$out/$w-$p.run.log" 2>&1
-    curl -s "http://127.0.0.1:$port/metrics" > "$dir/metrics.txt"
-    kill -TERM "$launcher"; wait "$launcher" || true
+    live_run "$dir" "$out/$w-$p" "$w" "--workflows $wf --concurrency $conc --seed 1 --scale $scale --max-tokens-cap $cap" \
+      --kv-blocks "$blocks" --host-kv-blocks 0 --policy "$p"
     m=$dir/metrics.txt
     dev=$(metric 'braid_prompt_tokens_cached_total{tier="device"}' "$m") comp=$(metric braid_prompt_tokens_computed_total "$m")
     ok=$(metric braid_workflow_forecast_step1_correct_total "$m") all=$(metric braid_workflow_forecast_step1_total "$m")
