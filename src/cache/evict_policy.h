@@ -5,9 +5,11 @@
  * The KV cache (kv_cache.h) keeps, per tier, the set of nodes it may evict from that tier in an
  * indexed min-heap ordered by the policy's score. Scores are computed by the cache when a node
  * enters the set and again after every callback that concerns the node (insert, access, release),
- * so a policy never sorts: an eviction pops the heap. A policy whose scores change for many nodes
- * at once (a workflow ended, time advanced) returns true from on_workflow_end / on_step and the
- * cache rebuilds that tier's heap in O(n).
+ * so a policy never sorts: an eviction pops the heap. A policy whose scores depend on a workflow's
+ * state returns true from on_workflow_end / on_prediction when that state changed, and the cache
+ * re-keys exactly the nodes that workflow uses (it keeps an index of them); a policy whose scores
+ * change everywhere at once (time advanced) returns true from on_step and the cache rebuilds the
+ * tier's heap in O(n).
  *
  * Each tier has its own policy instance (create is called once per tier with the tier's id). All
  * callbacks run on the instance leader's thread; a policy's state is its own; a callback must not
@@ -35,6 +37,7 @@ enum { CACHE_ON_DEVICE = 1u << CACHE_TIER_DEVICE, CACHE_ON_HOST = 1u << CACHE_TI
 typedef struct {
     uint32_t workflow;   /* interned workflow id (kv_cache_identity), never 0 */
     uint64_t agent_mask; /* bit (agent id mod 64) set: that agent of the workflow used this node */
+    int32_t index_pos;   /* the cache's own: where the node sits in that workflow's node list */
 } CacheNodeUse;
 
 typedef struct {
@@ -65,6 +68,8 @@ typedef struct {
 
 struct RadixNode;
 
+typedef enum { CACHE_RESCORE_NONE = 0, CACHE_RESCORE_WORKFLOW = 1, CACHE_RESCORE_ALL = 2 } CacheRescore;
+
 typedef struct EvictPolicy {
     const char *name;
     const char *description; /* one line, for --list-policies */
@@ -78,10 +83,12 @@ typedef struct EvictPolicy {
     void (*on_access)(void *state, const struct RadixNode *node);
     void (*on_release)(void *state, const struct RadixNode *node); /* its last lock went */
     void (*on_evict)(void *state, const struct RadixNode *node);   /* leaves this tier */
-    /* Return true when scores of other nodes changed (the cache then rebuilds the tier's heap). */
-    bool (*on_workflow_end)(void *state, uint32_t workflow);
+    /* What changed: CACHE_RESCORE_WORKFLOW re-keys the nodes the workflow uses, CACHE_RESCORE_ALL
+     * rebuilds the tier's heap (e.g. the policy also forgot another workflow). */
+    CacheRescore (*on_workflow_end)(void *state, uint32_t workflow);
+    CacheRescore (*on_prediction)(void *state, const CachePrediction *prediction); /* copy what you keep */
+    /* Return true when scores changed anywhere (the cache rebuilds the tier's heap). */
     bool (*on_step)(void *state, double now);
-    bool (*on_prediction)(void *state, const CachePrediction *prediction); /* copy what you keep */
     /* Optional: prefetching from the host tier (kv_cache_prefetch). The expected use of a host-only
      * node by the next call of the workflows that used it (PBKV's one-step Value(c), Eq. 1); only
      * nodes valued above 0 are loaded, highest first. Asked of the device tier's instance. A policy

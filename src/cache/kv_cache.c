@@ -170,15 +170,61 @@ static void unlock_path(KvCache *c, RadixNode *node) {
     }
 }
 
-static void note_use(RadixNode *n, const CacheIdentity *id) {
+/* ---- the workflow -> nodes index ---- */
+
+static KvCacheWorkflowNodes *workflow_nodes(KvCache *c, uint32_t workflow) {
+    if ((int)workflow >= c->cap_workflows) {
+        int old = c->cap_workflows;
+        if (braid_grow((void **)&c->by_workflow, &c->cap_workflows, (int)workflow + 1, sizeof *c->by_workflow)) return NULL;
+        memset(c->by_workflow + old, 0, (size_t)(c->cap_workflows - old) * sizeof *c->by_workflow);
+    }
+    return &c->by_workflow[workflow];
+}
+
+/* Lists n under use->workflow; false when out of memory (the caller then does not keep the use). */
+static bool index_add(KvCache *c, RadixNode *n, CacheNodeUse *use) {
+    KvCacheWorkflowNodes *l = workflow_nodes(c, use->workflow);
+    if (!l || braid_grow((void **)&l->nodes, &l->cap, l->n + 1, sizeof *l->nodes)) return false;
+    use->index_pos = l->n;
+    l->nodes[l->n++] = n;
+    return true;
+}
+
+static CacheNodeUse *use_of(RadixNode *n, uint32_t workflow) {
+    for (int i = 0; i < n->meta.n_uses; i++)
+        if (n->meta.uses[i].workflow == workflow) return &n->meta.uses[i];
+    return NULL;
+}
+
+static void index_remove(KvCache *c, const CacheNodeUse *use) {
+    KvCacheWorkflowNodes *l = &c->by_workflow[use->workflow];
+    RadixNode *last = l->nodes[--l->n];
+    if (use->index_pos == l->n) return;
+    l->nodes[use->index_pos] = last;
+    use_of(last, use->workflow)->index_pos = use->index_pos;
+}
+
+static void index_forget_node(KvCache *c, RadixNode *n) {
+    for (int i = 0; i < n->meta.n_uses; i++) index_remove(c, &n->meta.uses[i]);
+}
+
+/* Records that the identity's workflow (and agent) used node n; the most recent workflow first. */
+static void note_use(KvCache *c, RadixNode *n, const CacheIdentity *id) {
     if (!id || id->workflow == 0) return;
     CacheNodeMeta *m = &n->meta;
     int i = 0;
     while (i < m->n_uses && m->uses[i].workflow != id->workflow) i++;
     CacheNodeUse use = i < m->n_uses ? m->uses[i] : (CacheNodeUse){.workflow = id->workflow};
-    if (i == m->n_uses) m->workflows_seen++;
-    if (i == m->n_uses && m->n_uses < CACHE_NODE_MAX_WORKFLOWS) m->n_uses++;
-    if (i == CACHE_NODE_MAX_WORKFLOWS) i = CACHE_NODE_MAX_WORKFLOWS - 1; /* the oldest workflow gives way */
+    if (i == m->n_uses) {
+        if (!index_add(c, n, &use)) return; /* out of memory: the node does not learn of this workflow */
+        m->workflows_seen++;
+        if (m->n_uses < CACHE_NODE_MAX_WORKFLOWS) {
+            m->n_uses++;
+        } else {
+            i = CACHE_NODE_MAX_WORKFLOWS - 1; /* the oldest workflow gives way */
+            index_remove(c, &m->uses[i]);
+        }
+    }
     memmove(m->uses + 1, m->uses, (size_t)i * sizeof *m->uses);
     if (id->agent) use.agent_mask |= 1ull << (id->agent % 64);
     m->uses[0] = use;
@@ -204,13 +250,24 @@ static void on_split(void *ctx, RadixNode *upper, RadixNode *lower) {
     KvCache *c = ctx;
     /* The heaps were grown for one more node before the walk (node_count_grow). */
     c->n_nodes++;
+    /* The upper half copied the node's uses; it gets index entries of its own (a use that cannot
+     * be indexed is dropped from it). */
+    CacheNodeMeta *m = &upper->meta;
+    for (int i = 0; i < m->n_uses;) {
+        if (index_add(c, upper, &m->uses[i])) {
+            i++;
+            continue;
+        }
+        memmove(m->uses + i, m->uses + i + 1, (size_t)(m->n_uses - i - 1) * sizeof *m->uses);
+        m->n_uses--;
+    }
     heap_refresh(c, upper);
     heap_refresh(c, lower);
 }
 
 static void touch(KvCache *c, RadixNode *n, const CacheIdentity *id, bool hit) {
     n->meta.last_access = ++c->tick;
-    note_use(n, id);
+    note_use(c, n, id);
     if (hit) {
         n->meta.hit_count++;
         NOTIFY(c, on_access, n);
@@ -248,6 +305,7 @@ static void drop_subtree(KvCache *c, RadixNode *n, const char *reason) {
     }
     c->counters.dropped_blocks += (uint64_t)n->n_blocks;
     forget_node(c, n);
+    index_forget_node(c, n);
     RadixNode *parent = n->parent;
     radix_remove_leaf(&c->tree, n);
     c->n_nodes--;
@@ -525,12 +583,13 @@ static void walk_commit_step(void *ctx, RadixNode *n) {
 }
 
 /* Drops (workflow, agent) from a node's uses; true when it was there. */
-static bool drop_use(RadixNode *n, uint32_t workflow, uint64_t agent_bit) {
+static bool drop_use(KvCache *c, RadixNode *n, uint32_t workflow, uint64_t agent_bit) {
     CacheNodeMeta *m = &n->meta;
     for (int i = 0; i < m->n_uses; i++) {
         if (m->uses[i].workflow != workflow || !(m->uses[i].agent_mask & agent_bit)) continue;
         m->uses[i].agent_mask &= ~agent_bit;
         if (m->uses[i].agent_mask == 0) {
+            index_remove(c, &m->uses[i]);
             memmove(m->uses + i, m->uses + i + 1, (size_t)(m->n_uses - i - 1) * sizeof *m->uses);
             m->n_uses--;
         }
@@ -540,7 +599,7 @@ static bool drop_use(RadixNode *n, uint32_t workflow, uint64_t agent_bit) {
 }
 
 static void forget_use_below(KvCache *c, RadixNode *n, uint32_t workflow, uint64_t agent_bit) {
-    if (!drop_use(n, workflow, agent_bit)) return; /* the workflow's agent never went further down here */
+    if (!drop_use(c, n, workflow, agent_bit)) return; /* the workflow's agent never went further down here */
     heap_refresh(c, n);
     for (int i = 0; i < n->n_children; i++) forget_use_below(c, n->children[i], workflow, agent_bit);
 }
@@ -612,15 +671,20 @@ int kv_cache_take_ops(KvCache *c, CacheOpList *out) {
     return 0;
 }
 
-static void rescore_if(KvCache *c, int t, bool changed) {
-    if (changed) heap_rebuild(c, t);
+static void rescore(KvCache *c, int t, uint32_t workflow, CacheRescore what) {
+    if (what == CACHE_RESCORE_ALL) {
+        heap_rebuild(c, t);
+    } else if (what == CACHE_RESCORE_WORKFLOW && (int)workflow < c->cap_workflows) {
+        const KvCacheWorkflowNodes *l = &c->by_workflow[workflow];
+        for (int i = 0; i < l->n; i++) heap_refresh(c, l->nodes[i]);
+    }
 }
 
 void kv_cache_workflow_end(KvCache *c, const char *workflow) {
     uint32_t wf = cache_names_find(&c->names, CACHE_NAME_WORKFLOW, workflow);
     if (wf == 0) return;
     for (int t = 0; t < CACHE_N_TIERS; t++)
-        if (c->tiers[t].policy->on_workflow_end) rescore_if(c, t, c->tiers[t].policy->on_workflow_end(c->tiers[t].state, wf));
+        if (c->tiers[t].policy->on_workflow_end) rescore(c, t, wf, c->tiers[t].policy->on_workflow_end(c->tiers[t].state, wf));
 }
 
 int kv_cache_predict(KvCache *c, const char *workflow, const char *current_agent, int k, int n_agents, const char *const *agents,
@@ -643,7 +707,7 @@ int kv_cache_predict(KvCache *c, const char *workflow, const char *current_agent
     if (wf > 0) {
         CachePrediction p = {.workflow = (uint32_t)wf, .current_agent = (uint32_t)cur, .k = k, .n_agents = n_agents, .agents = ids, .prob = prob};
         for (int t = 0; t < CACHE_N_TIERS; t++)
-            if (c->tiers[t].policy->on_prediction) rescore_if(c, t, c->tiers[t].policy->on_prediction(c->tiers[t].state, &p));
+            if (c->tiers[t].policy->on_prediction) rescore(c, t, p.workflow, c->tiers[t].policy->on_prediction(c->tiers[t].state, &p));
     }
     free(ids);
     return 0;
@@ -651,7 +715,7 @@ int kv_cache_predict(KvCache *c, const char *workflow, const char *current_agent
 
 void kv_cache_step(KvCache *c, double now) {
     for (int t = 0; t < CACHE_N_TIERS; t++)
-        if (c->tiers[t].policy->on_step) rescore_if(c, t, c->tiers[t].policy->on_step(c->tiers[t].state, now));
+        if (c->tiers[t].policy->on_step && c->tiers[t].policy->on_step(c->tiers[t].state, now)) heap_rebuild(c, t);
 }
 
 /* ---- identity ---- */
@@ -729,6 +793,8 @@ void kv_cache_free(KvCache *c) {
     cache_names_free(&c->names);
     cache_ops_free(&c->pending);
     free(c->path);
+    for (int w = 0; w < c->cap_workflows; w++) free(c->by_workflow[w].nodes);
+    free(c->by_workflow);
     free(c->cands);
     memset(c, 0, sizeof *c);
 }
@@ -745,7 +811,21 @@ int kv_cache_cached(const KvCache *c, CacheTier t) { return c->tiers[t].pool.n_c
 typedef struct {
     uint8_t *seen[CACHE_N_TIERS];
     int owned[CACHE_N_TIERS];
+    long uses; /* workflow uses on nodes: the index must hold exactly as many entries */
 } CheckState;
+
+static int check_uses(const KvCache *c, const RadixNode *n, CheckState *st, BraidError *err) {
+    for (int i = 0; i < n->meta.n_uses; i++) {
+        const CacheNodeUse *u = &n->meta.uses[i];
+        const KvCacheWorkflowNodes *l = (int)u->workflow < c->cap_workflows ? &c->by_workflow[u->workflow] : NULL;
+        if (!l || u->index_pos < 0 || u->index_pos >= l->n || l->nodes[u->index_pos] != n)
+            return braid_error_set(err, "kv cache: workflow %u's node index does not list a node that uses it", u->workflow);
+        for (int j = 0; j < i; j++)
+            if (n->meta.uses[j].workflow == u->workflow) return braid_error_set(err, "kv cache: a node lists workflow %u twice", u->workflow);
+    }
+    st->uses += n->meta.n_uses;
+    return 0;
+}
 
 static int check_blocks(const KvCache *c, const RadixNode *n, int t, CheckState *st, BraidError *err) {
     const BlockPool *pool = &c->tiers[t].pool;
@@ -778,6 +858,7 @@ static int check_node(const KvCache *c, const RadixNode *n, CheckState *st, Brai
         if (n->meta.prefetched && !on_tier(n, CACHE_ON_DEVICE)) return braid_error_set(err, "kv cache: prefetched node not on the device");
         for (int t = 0; t < CACHE_N_TIERS; t++)
             if (on_tier(n, 1u << t) && check_blocks(c, n, t, st, err)) return -1;
+        if (check_uses(c, n, st, err)) return -1;
     }
     for (int i = 0; i < n->n_children; i++) {
         const RadixNode *ch = n->children[i];
@@ -812,6 +893,9 @@ int kv_cache_check(const KvCache *c, BraidError *err) {
         if (rc == 0) rc = check_heap_order(c, t, err);
         if (rc == 0) rc = block_pool_check(pool, err);
     }
+    long indexed = 0;
+    for (int w = 0; w < c->cap_workflows; w++) indexed += c->by_workflow[w].n;
+    if (rc == 0 && indexed != st.uses) rc = braid_error_set(err, "kv cache: %ld workflow index entries for %ld uses", indexed, st.uses);
     if (rc == 0 && c->tiers[CACHE_TIER_HOST].pool.n_in_use != 0)
         rc = braid_error_set(err, "kv cache: %d host blocks held by requests", c->tiers[CACHE_TIER_HOST].pool.n_in_use);
     for (int t = 0; t < CACHE_N_TIERS; t++) free(st.seen[t]);

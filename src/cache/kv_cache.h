@@ -115,6 +115,13 @@ typedef struct KvCacheHeap {
     int n, cap;
 } KvCacheHeap;
 
+/* The nodes whose uses name a workflow (CacheNodeUse.index_pos is a node's place in its list), so
+ * a forecast or an end re-keys only them. */
+typedef struct {
+    RadixNode **nodes;
+    int n, cap;
+} KvCacheWorkflowNodes;
+
 typedef struct {
     const EvictPolicy *policy;
     void *state;
@@ -138,6 +145,8 @@ typedef struct KvCache {
     double (*clock)(void);
     RadixNode **path;         /* (cap_path) acquire's root-to-node scratch */
     int cap_path;
+    KvCacheWorkflowNodes *by_workflow; /* (cap_workflows) indexed by interned workflow id */
+    int cap_workflows;
     struct KvCachePrefetchCand *cands; /* (cap_cands) kv_cache_prefetch's candidate heap */
     int cap_cands;
 } KvCache;

@@ -80,6 +80,7 @@ typedef struct {
     KvflowEntry *slots; /* open addressing with linear probing; cap is 0 or a power of two */
     int cap, n;
     uint64_t seq;
+    bool forgot; /* entry_add forgot another workflow to stay in bounds: its nodes' scores moved */
 } KvflowState;
 
 static int kvflow_create(void **state, CacheTier tier, BraidError *err) {
@@ -136,6 +137,7 @@ static KvflowEntry *entry_add(KvflowState *s, uint32_t workflow) {
         for (int i = 0; i < s->cap; i++)
             if (s->slots[i].workflow != 0 && (!oldest || s->slots[i].updated < oldest->updated)) oldest = &s->slots[i];
         entry_remove(s, oldest);
+        s->forgot = true;
     }
     if ((s->n + 1) * 2 > s->cap) {
         int cap = s->cap ? s->cap * 2 : 64;
@@ -177,9 +179,10 @@ static double kvflow_score(void *state, const RadixNode *node) {
     return band * KVFLOW_BAND_UNIT + recency;
 }
 
-static bool kvflow_on_prediction(void *state, const CachePrediction *p) {
+static CacheRescore kvflow_on_prediction(void *state, const CachePrediction *p) {
     KvflowState *s = state;
-    if (s->tier != CACHE_TIER_DEVICE || p->workflow == 0) return false;
+    s->forgot = false;
+    if (s->tier != CACHE_TIER_DEVICE || p->workflow == 0) return CACHE_RESCORE_NONE;
     uint8_t steps[64];
     memset(steps, KVFLOW_NOT_IN_GRAPH, sizeof steps);
     for (int step = 1; step <= p->k; step++) {
@@ -200,24 +203,26 @@ static bool kvflow_on_prediction(void *state, const CachePrediction *p) {
     if (!e) {
         bool any = false;
         for (int b = 0; b < 64; b++) any |= steps[b] != KVFLOW_NOT_IN_GRAPH;
-        if (!any) return false; /* the same as not being in the graph */
+        if (!any) return CACHE_RESCORE_NONE; /* the same as not being in the graph */
         e = entry_add(s, p->workflow);
-        if (!e) return false; /* out of memory: the workflow stays out of the graph */
+        if (!e) return s->forgot ? CACHE_RESCORE_ALL : CACHE_RESCORE_NONE; /* out of memory: it stays out of the graph */
     }
     bool changed = memcmp(e->steps, steps, sizeof steps) != 0;
     memcpy(e->steps, steps, sizeof steps);
     e->updated = ++s->seq;
-    return changed;
+    /* A workflow forgotten to make room moved its own nodes' scores too. */
+    if (s->forgot) return CACHE_RESCORE_ALL;
+    return changed ? CACHE_RESCORE_WORKFLOW : CACHE_RESCORE_NONE;
 }
 
-static bool kvflow_on_workflow_end(void *state, uint32_t workflow) {
+static CacheRescore kvflow_on_workflow_end(void *state, uint32_t workflow) {
     KvflowState *s = state;
     KvflowEntry *e = s->tier == CACHE_TIER_DEVICE ? entry_find(s, workflow) : NULL;
-    if (!e) return false;
+    if (!e) return CACHE_RESCORE_NONE;
     bool changed = false;
     for (int b = 0; b < 64; b++) changed |= e->steps[b] != KVFLOW_NOT_IN_GRAPH;
     entry_remove(s, e);
-    return changed;
+    return changed ? CACHE_RESCORE_WORKFLOW : CACHE_RESCORE_NONE;
 }
 
 const EvictPolicy evict_policy_kvflow = {

@@ -15,8 +15,8 @@
  *      workflow at all) the least recently used goes first.
  * A workflow's agent that branched away from a node (its next call did not continue it) no longer
  * counts as a use of it (kv_cache.c forgets it), so the tail of an old prompt is retired cache.
- * gamma = 0.7, the paper's setting. A new prediction or a workflow end changes many nodes' scores,
- * so both ask the cache to rebuild the tier's heap (O(nodes)); evictions themselves pop the heap.
+ * gamma = 0.7, the paper's setting. A new prediction or a workflow end changes the scores of that
+ * workflow's nodes only, so both ask the cache to re-key those (CACHE_RESCORE_WORKFLOW); evictions pop the heap.
  * Per-tier state: a table indexed by interned workflow id (ids are dense and small).
  *
  * Prefetch (§4.3): prefetch_value is the one-step Value(c) of Eq. 1, the sum over the node's active
@@ -122,16 +122,16 @@ static double pbkv_prefetch_value(void *state, const RadixNode *node) {
     return value;
 }
 
-static bool pbkv_on_workflow_end(void *state, uint32_t workflow) {
+static CacheRescore pbkv_on_workflow_end(void *state, uint32_t workflow) {
     PbkvWorkflow *w = workflow_slot(state, workflow);
-    if (!w || w->retired) return false;
+    if (!w || w->retired) return CACHE_RESCORE_NONE;
     w->retired = true;
-    return true;
+    return CACHE_RESCORE_WORKFLOW;
 }
 
-static bool pbkv_on_prediction(void *state, const CachePrediction *p) {
+static CacheRescore pbkv_on_prediction(void *state, const CachePrediction *p) {
     PbkvWorkflow *w = workflow_slot(state, p->workflow);
-    if (!w) return false; /* out of memory: the old prediction stays */
+    if (!w) return CACHE_RESCORE_NONE; /* out of memory: the old prediction stays */
     w->known = true;
     w->retired = false; /* a call after an end revives the workflow */
     w->n_agents = p->n_agents < PBKV_MAX_AGENTS ? p->n_agents : PBKV_MAX_AGENTS;
@@ -142,7 +142,7 @@ static bool pbkv_on_prediction(void *state, const CachePrediction *p) {
         w->weight[i] = v;
         w->next[i] = p->k > 0 ? p->prob[i] : 0.0;
     }
-    return true;
+    return CACHE_RESCORE_WORKFLOW;
 }
 
 const EvictPolicy evict_policy_pbkv = {
