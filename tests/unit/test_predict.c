@@ -10,6 +10,7 @@
  */
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
@@ -711,7 +712,9 @@ static void test_tracker_churn(void **state) {
 
 /* ---------------------------------------------------------------- braid train-predictor */
 
-static void write_trace(const char *path) {
+/* scrambled: every field a real server's predictor must not use (ids, lengths, block hashes,
+ * tenant, adapter, and private labels a workload generator could leak) gets other values. */
+static void write_trace_fields(const char *path, bool scrambled) {
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     /* Six workflows, interleaved: planner -> coder -> tester, twice with a retry via analyzer; each
@@ -728,9 +731,16 @@ static void write_trace(const char *path) {
         for (int w = 0; w < 6; w++) {
             if (step >= lens[w]) continue;
             double t = step * 10 + w;
-            fprintf(f, "{\"type\":\"request\",\"seq\":%d,\"t\":%.1f,\"id\":\"r%d\",\"workflow\":\"w%d\",\"agent\":\"%s\","
-                       "\"prompt_tokens\":20,\"output_tokens\":1,\"block_size\":16,\"blocks\":[\"%016x\"]}\n",
-                    seq, t, seq, w, flows[w][step], seq + 1);
+            if (scrambled)
+                fprintf(f, "{\"type\":\"request\",\"seq\":%d,\"t\":%.1f,\"id\":\"other-%d\",\"workflow\":\"w%d\",\"agent\":\"%s\","
+                           "\"tenant\":\"t%d\",\"adapter\":\"lora%d\",\"prompt_tokens\":%d,\"output_tokens\":%d,\"block_size\":16,"
+                           "\"blocks\":[\"%016x\",\"%016x\"],\"hidden_bugs\":%d,\"difficulty\":\"%s\"}\n",
+                        seq, t, 7 * seq, w, flows[w][step], seq % 3, seq % 2, 40 + 3 * seq, 9 + seq, 0xabc + seq, 0xdef + seq,
+                        (seq * 5) % 7, seq % 2 ? "hard" : "easy");
+            else
+                fprintf(f, "{\"type\":\"request\",\"seq\":%d,\"t\":%.1f,\"id\":\"r%d\",\"workflow\":\"w%d\",\"agent\":\"%s\","
+                           "\"prompt_tokens\":20,\"output_tokens\":1,\"block_size\":16,\"blocks\":[\"%016x\"]}\n",
+                        seq, t, seq, w, flows[w][step], seq + 1);
             seq++;
             if (step == lens[w] - 1) fprintf(f, "{\"type\":\"workflow_end\",\"t\":%.1f,\"workflow\":\"w%d\"}\n", t + 0.5, w);
         }
@@ -739,7 +749,43 @@ static void write_trace(const char *path) {
     fclose(f);
 }
 
+static void write_trace(const char *path) { write_trace_fields(path, false); }
+
 static int run_cli(int argc, const char **argv) { return cmd_train_predictor(argc, (char **)argv); }
+
+static size_t read_file_bytes(const char *path, unsigned char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, cap, f);
+    fclose(f);
+    return n;
+}
+
+/* The predictor sees only what a server sees: scrambling everything else in the trace changes
+ * nothing it learns (the trained files are byte for byte the same). */
+static void test_private_fields_change_nothing(void **state) {
+    (void)state;
+    char plain[64], scrambled[64], out_plain[64], out_scrambled[64];
+    temp_path(plain);
+    temp_path(scrambled);
+    temp_path(out_plain);
+    temp_path(out_scrambled);
+    write_trace_fields(plain, false);
+    write_trace_fields(scrambled, true);
+    const char *a[] = {"train-predictor", "--traces", plain, "--out", out_plain, "--kind", "markov2"};
+    const char *b[] = {"train-predictor", "--traces", scrambled, "--out", out_scrambled, "--kind", "markov2"};
+    assert_int_equal(run_cli(7, a), 0);
+    assert_int_equal(run_cli(7, b), 0);
+    static unsigned char x[1 << 16], y[1 << 16];
+    size_t nx = read_file_bytes(out_plain, x, sizeof x), ny = read_file_bytes(out_scrambled, y, sizeof y);
+    assert_true(nx > 0);
+    assert_int_equal(nx, ny);
+    assert_memory_equal(x, y, nx);
+    unlink(plain);
+    unlink(scrambled);
+    unlink(out_plain);
+    unlink(out_scrambled);
+}
 
 static void test_train_predictor_cli(void **state) {
     (void)state;
@@ -795,6 +841,7 @@ static void test_train_predictor_cli(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_private_fields_change_nothing),
         cmocka_unit_test(test_deterministic_chain),
         cmocka_unit_test(test_branch_fifty_fifty),
         cmocka_unit_test(test_markov2_separates_contexts),
