@@ -410,17 +410,25 @@ int kv_cache_match(KvCache *c, const CacheIdentity *id, const int32_t *tokens, i
 }
 
 /* Loads a host-only node into n_blocks freshly reserved device blocks (held by the caller). */
-static bool load_node(KvCache *c, RadixNode *n) {
+/* A host-only node whose n->blocks were just allocated on the device (ops room made) becomes a
+ * node on both tiers: the tree owns the blocks and LOADs fill them before the next forward. */
+static void place_on_device(KvCache *c, RadixNode *n) {
     BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
-    if (!ops_room(c, n->n_blocks) || kv_cache_reserve(c, n->n_blocks, n->blocks) != 0) return false;
     for (int i = 0; i < n->n_blocks; i++) {
         block_pool_set_in_tree(dev, n->blocks[i], true);
         cache_ops_push(&c->pending, CACHE_OP_LOAD, n->host_blocks[i], n->blocks[i], 0);
     }
     n->meta.tiers |= CACHE_ON_DEVICE;
-    c->counters.loaded_blocks += (uint64_t)n->n_blocks;
     emit(c, CACHE_EVENT_STORED, CACHE_TIER_DEVICE, "load", n, NULL);
     membership_changed(c, n);
+}
+
+/* Loads a host-only node for a request: its blocks are reserved (evicting if need be) and held by
+ * the caller. */
+static bool load_node(KvCache *c, RadixNode *n) {
+    if (!ops_room(c, n->n_blocks) || kv_cache_reserve(c, n->n_blocks, n->blocks) != 0) return false;
+    place_on_device(c, n);
+    c->counters.loaded_blocks += (uint64_t)n->n_blocks;
     return true;
 }
 
@@ -527,17 +535,11 @@ static void collect_candidates(PrefetchCtx *p, RadixNode *n) {
  * free (nothing is evicted for it) or out of memory. */
 static bool prefetch_node(KvCache *c, RadixNode *n) {
     BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
-    if (n->n_blocks > dev->n_free || !ops_room(c, n->n_blocks) || block_pool_alloc(dev, n->n_blocks, n->blocks)) return false;
-    for (int i = 0; i < n->n_blocks; i++) {
-        block_pool_set_in_tree(dev, n->blocks[i], true);
-        block_pool_release(dev, n->blocks[i]); /* no request holds it */
-        cache_ops_push(&c->pending, CACHE_OP_LOAD, n->host_blocks[i], n->blocks[i], 0);
-    }
-    n->meta.tiers |= CACHE_ON_DEVICE;
+    if (!ops_room(c, n->n_blocks) || block_pool_alloc(dev, n->n_blocks, n->blocks)) return false;
     n->meta.prefetched = true;
+    place_on_device(c, n);
+    for (int i = 0; i < n->n_blocks; i++) block_pool_release(dev, n->blocks[i]); /* no request holds it */
     c->counters.prefetched_blocks += (uint64_t)n->n_blocks;
-    emit(c, CACHE_EVENT_STORED, CACHE_TIER_DEVICE, "load", n, NULL);
-    membership_changed(c, n);
     return true;
 }
 

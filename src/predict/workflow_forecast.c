@@ -40,7 +40,8 @@ int workflow_forecast_call(WorkflowForecast *f, const char *workflow, const char
     if (!workflow_tracker_history(f->tracker, workflow, &history, &n) ||
         (workflow_tracker_info(f->tracker, workflow, &info) && info.ended))
         n = 0;
-    if (n > 0 && agent_predictor_predict(f->predictor, history, n, f->horizon, &f->forecast, err)) return -1;
+    /* Only step 1 of the forecast made before this call is scored, so one step is enough. */
+    if (n > 0 && agent_predictor_predict(f->predictor, history, n, 1, &f->forecast, err)) return -1;
     if (n > 0) score_step1(f, agent, n);
     if (f->learn && agent_predictor_observe(f->predictor, history, n, agent, err)) return -1;
     if (workflow_tracker_call(f->tracker, workflow, agent, now, err)) return -1;
