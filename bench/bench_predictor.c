@@ -1,5 +1,7 @@
 /*
- * bench_predictor — what the Markov next-agent predictor (src/predict/agent_predictor.h) costs:
+ * bench_predictor — what the next-agent predictors (src/predict/agent_predictor.h) cost: Markov-1,
+ * Markov-2, and the graph predictor (graph_model.h) without and with a 576-value hidden state (the
+ * default model's width; random values: only the cost is measured, its training is cut to 2 epochs):
  * a K-step forecast for a batch of workflows (PBKV's predictor: 1.56 ms per 1,024 on a GPU) and
  * one observed transition. The predictor is trained on synthetic workflows from a random
  * second-order chain over A agents (mostly a fixed successor of the last two agents, some noise,
@@ -16,6 +18,10 @@
 
 #include "common/timeutil.h"
 #include "predict/agent_predictor.h"
+#include "predict/graph_train.h"
+
+#define TEXT_DIM 576
+enum { KIND_GRAPH_TEXT = 4 };
 
 #define MAX_LEN 40
 #define MAX_CONFIGS 8
@@ -45,6 +51,33 @@ static int gen_workflow(int n_agents, uint64_t *rng, int *out) {
         cur = next;
     }
     return n;
+}
+
+/* Attaches a graph model trained briefly on fresh workflows (the cost of a forecast does not
+ * depend on how well it was trained). */
+static int train_graph(AgentPredictor *p, char **names, int n_agents, int n_train, int text_dim) {
+    PredictorRun *runs = calloc((size_t)n_train, sizeof *runs);
+    const char **agents = malloc((size_t)n_train * MAX_LEN * sizeof *agents);
+    const float **texts = malloc((size_t)n_train * MAX_LEN * sizeof *texts);
+    float *values = malloc((size_t)TEXT_DIM * sizeof *values);
+    if (!runs || !agents || !texts || !values) return fprintf(stderr, "bench_predictor: out of memory\n"), -1;
+    uint64_t rng = 7 + (uint64_t)n_agents;
+    for (int i = 0; i < TEXT_DIM; i++) values[i] = (float)rng_unit(&rng);
+    int wf[MAX_LEN];
+    for (int w = 0; w < n_train; w++) {
+        int n = gen_workflow(n_agents, &rng, wf);
+        for (int i = 0; i < n; i++) agents[(size_t)w * MAX_LEN + i] = names[wf[i]], texts[(size_t)w * MAX_LEN + i] = values;
+        runs[w] = (PredictorRun){.agents = agents + (size_t)w * MAX_LEN, .texts = texts + (size_t)w * MAX_LEN, .n = n, .ended = 1};
+    }
+    BraidError err;
+    GraphTrainOptions opt = {.k = 4, .text_dim = text_dim, .train = {.epochs = 2, .seed = 1}};
+    int rc = agent_predictor_train_graph(p, runs, n_train, &opt, &err);
+    if (rc) fprintf(stderr, "bench_predictor: %s\n", err.msg);
+    free(runs);
+    free(agents);
+    free(texts);
+    free(values);
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -93,9 +126,11 @@ int main(int argc, char **argv) {
             hist_n[b] = n ? 1 + (int)(rng_next(&rng) % (uint64_t)n) : 0;
             for (int i = 0; i < hist_n[b]; i++) hist[(size_t)b * MAX_LEN + i] = names[wf[i]];
         }
-        for (int kind = PREDICTOR_MARKOV1; kind <= PREDICTOR_MARKOV2; kind++) {
+        float *text = malloc((size_t)batch * TEXT_DIM * sizeof *text);
+        for (size_t i = 0; i < (size_t)batch * TEXT_DIM; i++) text[i] = (float)rng_unit(&rng) - 0.5f;
+        for (int kind = PREDICTOR_MARKOV1; kind <= KIND_GRAPH_TEXT; kind++) {
             AgentPredictor *p;
-            if (agent_predictor_create(&p, (PredictorKind)kind, &err)) {
+            if (agent_predictor_create(&p, kind == PREDICTOR_MARKOV1 ? PREDICTOR_MARKOV1 : PREDICTOR_MARKOV2, &err)) {
                 fprintf(stderr, "bench_predictor: %s\n", err.msg);
                 return 1;
             }
@@ -116,6 +151,7 @@ int main(int argc, char **argv) {
                 }
             }
             double observe_us = 1e6 * (braid_now_seconds() - t0) / (double)observes;
+            if (kind >= PREDICTOR_GRAPH && train_graph(p, names, n_agents, n_train, kind == KIND_GRAPH_TEXT ? TEXT_DIM : 0)) return 1;
             /* The batch forecast: best of `repeats` passes, one reused prediction per workflow as a
              * server would keep one per active workflow slot. */
             AgentPrediction *preds = calloc((size_t)batch, sizeof *preds);
@@ -123,7 +159,8 @@ int main(int argc, char **argv) {
             for (int r = 0; r < repeats + 1; r++) { /* pass 0 warms up (allocates the buffers) */
                 double t1 = braid_now_seconds();
                 for (int b = 0; b < batch; b++)
-                    if (agent_predictor_predict(p, hist + (size_t)b * MAX_LEN, hist_n[b], k, &preds[b], &err)) {
+                    if (agent_predictor_predict_text(p, hist + (size_t)b * MAX_LEN, hist_n[b],
+                                                     kind == KIND_GRAPH_TEXT ? text + (size_t)b * TEXT_DIM : NULL, k, &preds[b], &err)) {
                         fprintf(stderr, "bench_predictor: %s\n", err.msg);
                         return 1;
                     }
@@ -138,7 +175,8 @@ int main(int argc, char **argv) {
             printf("{\"bench\":\"predictor\",\"kind\":\"%s\",\"agents\":%d,\"train_workflows\":%d,\"transitions\":%llu,\"k\":%d,"
                    "\"batch\":%d,\"predict_us_per_workflow\":%.3f,\"predict_ms_per_batch\":%.4f,\"observe_us\":%.3f,"
                    "\"mean_p_end_k\":%.4f}\n",
-                   kind == PREDICTOR_MARKOV1 ? "markov1" : "markov2", n_agents, n_train,
+                   kind == PREDICTOR_MARKOV1 ? "markov1" : kind == PREDICTOR_MARKOV2 ? "markov2" : kind == PREDICTOR_GRAPH ? "graph" : "graph+hidden",
+                   n_agents, n_train,
                    (unsigned long long)agent_predictor_n_transitions(p), k, batch, 1e6 * best / batch, 1e3 * best, observe_us,
                    checksum / batch);
             agent_predictor_free(p);
@@ -147,6 +185,7 @@ int main(int argc, char **argv) {
         free(names);
         free(hist);
         free(hist_n);
+        free(text);
     }
     return 0;
 }

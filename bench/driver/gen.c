@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,6 +52,10 @@ static const char gen_usage[] =
     "                            included (default 1; small values for quick tests)\n"
     "  --prefill-ms-per-token X  time model: prefill cost per prompt token (default 2.5, as braid sim)\n"
     "  --decode-ms-per-token Y   time model: decode cost per output token (default 10, as braid sim)\n"
+    "  --batch-out PATH          also write every call as a `braid batch` input line (same id, the prompt\n"
+    "                            text, max_tokens 1, its labels), in arrival order: `braid batch\n"
+    "                            --hidden-out` over it records the prefill hidden states that\n"
+    "                            `braid train-predictor --hidden` and `braid sim --hidden` read\n"
     "  --help                    this text\n"
     "Time model: a call arrives when its workflow's previous stage finished plus the call's tool\n"
     "delay; it takes prefill x prompt tokens + decode x output tokens; a stage ends when its slowest\n"
@@ -62,7 +67,7 @@ static const char gen_usage[] =
     "Workloads:\n";
 
 typedef struct {
-    const char *workload, *out_path, *model_flag;
+    const char *workload, *out_path, *model_flag, *batch_path;
     WorkloadParams params;
     long concurrency, block_size;
     double prefill_s_per_token, decode_s_per_token;
@@ -87,7 +92,8 @@ enum {
     O_FANOUT,
     O_SCALE,
     O_PREFILL,
-    O_DECODE
+    O_DECODE,
+    O_BATCH_OUT
 };
 
 /* The numeric options. Returns 0, or -1 after printing what is wrong. */
@@ -143,6 +149,7 @@ static int parse_args(int argc, char **argv, GenArgs *a) {
                                          {"scale", required_argument, 0, O_SCALE},
                                          {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
                                          {"decode-ms-per-token", required_argument, 0, O_DECODE},
+                                         {"batch-out", required_argument, 0, O_BATCH_OUT},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     SimConfig sim = sim_config_default(); /* the same cost model braid sim assumes */
@@ -164,6 +171,8 @@ static int parse_args(int argc, char **argv, GenArgs *a) {
             a->out_path = optarg;
         else if (c == O_MODEL)
             a->model_flag = optarg;
+        else if (c == O_BATCH_OUT)
+            a->batch_path = optarg;
         else if (c == '?' || parse_number(c, optarg, a)) {
             fputs("Run 'braid-bench gen --help' for the options.\n", stderr);
             return 2;
@@ -243,21 +252,34 @@ struct PendingLine {
     char id[96], workflow[64], agent[32], tenant[32], adapter[32];
     int32_t *tokens;
     int n_tokens, output_tokens;
+    char *prompt; /* the text, kept only for --batch-out */
 };
 
 static void pending_free(PendingLine *l) {
     if (!l) return;
+    free(l->prompt);
     free(l->tokens);
     free(l);
 }
 
 typedef struct {
-    FILE *out;
-    const char *out_path;
+    FILE *out, *batch;
+    const char *out_path, *batch_path;
     int block_size;
     TimeQueue lines;
     int seq; /* request lines written */
 } TraceOut;
+
+/* The call as a `braid batch` input line: one token out is enough to run its prefill. */
+static int write_batch_line(FILE *f, const PendingLine *l) {
+    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:s}", "id", l->id, "prompt", l->prompt ? l->prompt : "", "max_tokens", 1,
+                          "workflow_id", l->workflow, "agent", l->agent, "tenant", l->tenant, "adapter", l->adapter);
+    char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    int rc = line && fprintf(f, "%s\n", line) > 0 ? 0 : -1;
+    free(line);
+    json_decref(o);
+    return rc;
+}
 
 static int write_line(TraceOut *o, double t, const PendingLine *l, BraidError *err) {
     int rc;
@@ -276,6 +298,8 @@ static int write_line(TraceOut *o, double t, const PendingLine *l, BraidError *e
                            .output_tokens = l->output_tokens,
                            .block_size = o->block_size};
         rc = trace_write_request(o->out, &rec);
+        if (rc == 0 && o->batch && write_batch_line(o->batch, l))
+            return braid_error_set(err, "cannot write %s (disk full?)", o->batch_path);
     }
     return rc ? braid_error_set(err, "cannot write %s (disk full?)", o->out_path) : 0;
 }
@@ -349,6 +373,11 @@ static int queue_request(GenRun *g, int wf, const AgentCall *c, int k, double t,
     snprintf(l->agent, sizeof l->agent, "%.31s", c->agent);
     snprintf(l->tenant, sizeof l->tenant, "%.31s", c->tenant);
     snprintf(l->adapter, sizeof l->adapter, "%.31s", c->adapter);
+    if (g->trace.batch && !(l->prompt = strdup(c->prompt))) {
+        free(ids.ids);
+        free(l);
+        return braid_error_set(err, "out of memory");
+    }
     l->tokens = ids.ids;
     l->n_tokens = ids.n;
     l->output_tokens = output_tokens;
@@ -479,7 +508,7 @@ static int generate(const GenArgs *a, const Tokenizer *tok, int context_length, 
     GenRun g = {.args = a,
                 .tok = tok,
                 .context_length = context_length,
-                .trace = {.out_path = a->out_path, .block_size = (int)a->block_size}};
+                .trace = {.out_path = a->out_path, .batch_path = a->batch_path, .block_size = (int)a->block_size}};
     g.workload = workload_create(a->workload, &a->params, err);
     if (!g.workload) return -1;
     g.stages_done = calloc((size_t)workload_count(g.workload), sizeof *g.stages_done);
@@ -489,9 +518,12 @@ static int generate(const GenArgs *a, const Tokenizer *tok, int context_length, 
         rc = braid_error_set(err, "out of memory");
     else if (!g.trace.out)
         rc = braid_error_set(err, "cannot create %s: %s", a->out_path, strerror(errno));
+    else if (a->batch_path && !(g.trace.batch = fopen(a->batch_path, "w")))
+        rc = braid_error_set(err, "cannot create %s: %s", a->batch_path, strerror(errno));
     else
         rc = run_all(&g, err);
     if (g.trace.out && fclose(g.trace.out) && rc == 0) rc = braid_error_set(err, "cannot write %s", a->out_path);
+    if (g.trace.batch && fclose(g.trace.batch) && rc == 0) rc = braid_error_set(err, "cannot write %s", a->batch_path);
     if (rc == 0) print_summary(&g);
     gen_run_free(&g);
     return rc;

@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "common/log.h"
 #include "sim/trace_writer.h"
+#include "common/float_b64.h"
 #include "worker/engine.h"
 #include "worker/kv_pool.h"
 
@@ -29,6 +30,9 @@ static const char batch_usage[] =
     "  --events PATH            JSONL log of cache decisions: per request hit, load, preempt, cancel; every\n"
     "                           cache event (blocks stored / removed per tier, with the reason and hashes)\n"
     "  --trace-out PATH         write a replayable trace (docs/TRACE_FORMAT.md) for braid sim\n"
+    "  --hidden-out PATH        write each request's prefill hidden state (the post-norm hidden state of its\n"
+    "                           last prompt token, which PBKV's graph predictor reads) as JSONL {\"id\", \"hidden\"}\n"
+    "                           (base64 float32; docs/TRACE_FORMAT.md) for braid train-predictor / braid sim --hidden\n"
     "  --threads N              CPU threads (default: all cores)\n"
     "  --device D               cpu, cuda or auto = cuda when built with it and a GPU is visible (default auto)\n"
     "  --no-cuda-graphs         CUDA: launch decode steps directly instead of replaying captured graphs\n"
@@ -43,7 +47,7 @@ static const char batch_usage[] =
     "load-backs and evictions per tier (counts).\n";
 
 typedef struct {
-    const char *model, *input, *output, *events_path, *trace_path;
+    const char *model, *input, *output, *events_path, *trace_path, *hidden_path;
     long kv_blocks, block_size, max_batch_tokens, max_running, threads;
     bool cache, no_graphs;
     CpuMatmulMath cpu_matmul;
@@ -55,7 +59,7 @@ typedef struct {
 
 static int parse_args(int argc, char **argv, BatchArgs *a) {
     enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE, O_DEVICE, O_NO_GRAPHS,
-           O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH };
+           O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH, O_HIDDEN };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
         {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
@@ -66,6 +70,7 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         {"no-cuda-graphs", no_argument, 0, O_NO_GRAPHS}, {"cpu-matmul", required_argument, 0, O_CPU_MATMUL},
         {"list-policies", no_argument, 0, O_LIST_POLICIES}, {"host-kv-blocks", required_argument, 0, O_HOST_BLOCKS},
         {"host-kv-gib", required_argument, 0, O_HOST_GIB}, {"prefetch", required_argument, 0, O_PREFETCH},
+        {"hidden-out", required_argument, 0, O_HIDDEN},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (BatchArgs){.prefetch = -1, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
@@ -80,6 +85,7 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         case O_OUT: a->output = optarg; break;
         case O_EVENTS: a->events_path = optarg; break;
         case O_TRACE: a->trace_path = optarg; break;
+        case O_HIDDEN: a->hidden_path = optarg; break;
         case O_BLOCKS: if (cli_parse_int("--kv-blocks", optarg, 2, 1 << 24, &a->kv_blocks)) return 2; break;
         case O_BS: if (cli_parse_int("--block-size", optarg, 1, 1024, &a->block_size)) return 2; break;
         case O_MBT: if (cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &a->max_batch_tokens)) return 2; break;
@@ -211,11 +217,23 @@ static int load_request(const BraidModel *m, json_t *obj, int line, SchedRequest
     return 0;
 }
 
-static void write_trace_line(FILE *f, const SchedRequest *r, int seq, int block_size) {
+static void write_trace_line(FILE *f, const SchedRequest *r, int seq, int block_size, int dim) {
     TraceRecord rec = {.seq = seq, .t = 0.0, .id = r->id, .workflow = r->workflow, .agent = r->agent, .tenant = r->tenant,
                        .adapter = r->adapter, .prompt = r->tokens, .prompt_tokens = r->n_prompt,
-                       .output_tokens = r->n_tokens > r->n_prompt ? r->n_tokens - r->n_prompt : 0, .block_size = block_size};
+                       .output_tokens = r->n_tokens > r->n_prompt ? r->n_tokens - r->n_prompt : 0, .block_size = block_size,
+                       .hidden = r->hidden, .hidden_dim = r->hidden ? dim : 0};
     if (trace_write_request(f, &rec)) LOG_WARN("batch", "could not write the trace line of request %s", r->id ? r->id : "");
+}
+
+static void write_hidden_line(FILE *f, const SchedRequest *r, int dim) {
+    if (!r->hidden) return;
+    char *b64 = float_b64_encode(r->hidden, dim);
+    json_t *o = b64 ? json_pack("{s:s, s:s}", "id", r->id ? r->id : "", "hidden", b64) : NULL;
+    char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (!line || fprintf(f, "%s\n", line) < 0) LOG_WARN("batch", "could not write the hidden state of request %s", r->id ? r->id : "");
+    free(line);
+    json_decref(o);
+    free(b64);
 }
 
 static void write_result(FILE *out, const BraidModel *m, const SchedRequest *r, double t0) {
@@ -321,7 +339,7 @@ static void print_summary(const Engine *e, const SchedRequest *reqs, int n, doub
 }
 
 typedef struct {
-    FILE *out, *events, *trace;
+    FILE *out, *events, *trace, *hidden;
 } BatchFiles;
 
 /* Reads the requests, serves them all, writes results (and the trace). Returns the exit status. */
@@ -354,8 +372,10 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, BatchFiles *
     }
     engine.sched.events = files->events;
     double t0 = braid_now_seconds();
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        reqs[i].want_hidden = files->hidden != NULL;
         if (!reqs[i].error[0]) engine_submit(&engine, &reqs[i]);
+    }
     while (!sched_idle(&engine.sched)) {
         if (engine_step(&engine, &err) < 0) {
             fprintf(stderr, "braid batch: %s\n", err.msg);
@@ -366,7 +386,8 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, BatchFiles *
     double elapsed = braid_now_seconds() - t0;
     for (int i = 0; i < n; i++) write_result(files->out, model, &reqs[i], t0);
     for (int i = 0; files->trace && i < n; i++)
-        if (!reqs[i].error[0]) write_trace_line(files->trace, &reqs[i], i, (int)a->block_size);
+        if (!reqs[i].error[0]) write_trace_line(files->trace, &reqs[i], i, (int)a->block_size, model->weights.cfg.dim);
+    for (int i = 0; files->hidden && i < n; i++) write_hidden_line(files->hidden, &reqs[i], model->weights.cfg.dim);
     print_summary(&engine, reqs, n, elapsed > 0 ? elapsed : 1e-9);
     engine_free(&engine);
 done:
@@ -392,6 +413,7 @@ int cmd_batch(int argc, char **argv) {
     if (!(files.out = fopen(a.output, "w"))) bad = a.output;
     else if (a.events_path && !(files.events = fopen(a.events_path, "w"))) bad = a.events_path;
     else if (a.trace_path && !(files.trace = fopen(a.trace_path, "w"))) bad = a.trace_path;
+    else if (a.hidden_path && !(files.hidden = fopen(a.hidden_path, "w"))) bad = a.hidden_path;
     BraidModel model;
     BraidError err;
     if (bad) {
@@ -404,6 +426,7 @@ int cmd_batch(int argc, char **argv) {
         rc = serve_batch(&model, &a, &files);
         braid_model_free(&model);
     }
-    rc |= close_file(files.out, a.output) | close_file(files.events, a.events_path) | close_file(files.trace, a.trace_path);
+    rc |= close_file(files.out, a.output) | close_file(files.events, a.events_path) | close_file(files.trace, a.trace_path) |
+          close_file(files.hidden, a.hidden_path);
     return rc;
 }

@@ -31,6 +31,7 @@ void coord_request_release(CoordRequest *r) {
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r->prompt);
+    free(r->hidden);
     free(r->block_hashes);
     free(r->workflow);
     free(r->agent);

@@ -27,6 +27,10 @@ typedef struct CoordRequest {
     int n_hashes;
     char *workflow, *agent, *tenant, *adapter; /* NULL when not given; sent to the instance as they are */
     double t_submit;
+    /* The prefill's hidden state (HIDDEN from the instance), kept for the trace; written and read
+     * by the MPI thread only. */
+    float *hidden;
+    int hidden_dim;
     /* Progress (under mu). */
     pthread_mutex_t mu;
     pthread_cond_t cv;

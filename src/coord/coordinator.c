@@ -211,34 +211,79 @@ static int encode_forecast(WireBuf *b, const char *workflow, const char *agent, 
 /* The request is a call of its agent in its workflow: recorded, learned, forecast; the forecast
  * goes to every leader (the workflow's blocks may sit on any instance) before the request does. A
  * call the forecaster cannot take (out of memory, too many agent names) only costs its forecast. */
+static int send_forecast(Coordinator *c, const CoordRequest *r, const AgentPrediction *p, BraidError *err) {
+    int rc = 0;
+    if (!c->cfg.send_forecasts || p->k == 0) return 0;
+    WireBuf b = {0};
+    if (encode_forecast(&b, r->workflow, r->agent, p)) {
+        LOG_WARN("coord", "req %llu: workflow %s: out of memory encoding its forecast", (unsigned long long)r->id, r->workflow);
+    } else {
+        for (int i = 0; i < c->cfg.n_instances && rc == 0; i++) {
+            WireBuf copy = {0};
+            wire_put(&copy, b.data, b.len);
+            if (copy.failed) {
+                wire_buf_free(&copy);
+                LOG_WARN("coord", "workflow %s: out of memory sending its forecast", r->workflow);
+                break;
+            }
+            rc = ctrl_send(&c->ctrl, leader_rank(c, i), MSG_PREDICT, &copy, err);
+        }
+        if (rc == 0) c->forecasts_sent++;
+    }
+    wire_buf_free(&b);
+    return rc;
+}
+
+static bool is_workflow_call(const Coordinator *c, const CoordRequest *r) {
+    return c->have_forecast && r->workflow && r->workflow[0] && r->agent && r->agent[0];
+}
+
 static int forecast_call(Coordinator *c, const CoordRequest *r, BraidError *err) {
-    if (!c->have_forecast || !r->workflow || !r->workflow[0] || !r->agent || !r->agent[0]) return 0;
+    if (!is_workflow_call(c, r)) return 0;
     const AgentPrediction *p;
     BraidError ferr;
     int rc = 0;
-    if (workflow_forecast_call(&c->forecast, r->workflow, r->agent, server_seconds(c), &p, &ferr)) {
+    if (workflow_forecast_call(&c->forecast, r->workflow, r->agent, server_seconds(c), &p, &ferr))
         LOG_WARN("coord", "req %llu: workflow %s: no forecast: %s", (unsigned long long)r->id, r->workflow, ferr.msg);
-    } else if (c->cfg.send_forecasts && p->k > 0) {
-        WireBuf b = {0};
-        if (encode_forecast(&b, r->workflow, r->agent, p)) {
-            LOG_WARN("coord", "req %llu: workflow %s: out of memory encoding its forecast", (unsigned long long)r->id, r->workflow);
-        } else {
-            for (int i = 0; i < c->cfg.n_instances && rc == 0; i++) {
-                WireBuf copy = {0};
-                wire_put(&copy, b.data, b.len);
-                if (copy.failed) {
-                    wire_buf_free(&copy);
-                    LOG_WARN("coord", "workflow %s: out of memory sending its forecast", r->workflow);
-                    break;
-                }
-                rc = ctrl_send(&c->ctrl, leader_rank(c, i), MSG_PREDICT, &copy, err);
-            }
-            if (rc == 0) c->forecasts_sent++;
-        }
-        wire_buf_free(&b);
-    }
+    else
+        rc = send_forecast(c, r, p, err);
     publish_workflow_metrics(c);
     return rc;
+}
+
+/* Whether the instance should send the request's prefill hidden state: the predictor reads it,
+ * or the trace records it (training data for the graph predictor). */
+static bool wants_hidden(const Coordinator *c, const CoordRequest *r) {
+    return (is_workflow_call(c, r) && workflow_forecast_text_dim(&c->forecast) > 0) || (c->cfg.trace && r->workflow && r->workflow[0]);
+}
+
+/* The prefill's hidden state of a call: the workflow's forecast again, now with it (PBKV § 4.1:
+ * the semantic signal comes with the prefill), and kept for the trace. */
+static void on_hidden(Coordinator *c, WireReader *rd) {
+    MsgHidden m;
+    if (msg_hidden_decode(rd, &m)) return;
+    int at = table_find(c, m.req_id);
+    CoordRequest *r = at >= 0 ? c->table[at] : NULL;
+    if (r && c->cfg.trace && !r->hidden) {
+        r->hidden = m.values;
+        r->hidden_dim = m.dim;
+        m.values = NULL;
+    }
+    int want = r && is_workflow_call(c, r) ? workflow_forecast_text_dim(&c->forecast) : 0;
+    const float *text = r && r->hidden ? r->hidden : m.values;
+    if (r && want > 0 && want != m.dim && !c->warned_hidden_dim) {
+        c->warned_hidden_dim = true;
+        LOG_WARN("coord", "the predictor reads hidden states of %d values but the model's have %d: forecasts go without them", want, m.dim);
+    } else if (r && want > 0) {
+        const AgentPrediction *p;
+        BraidError err;
+        if (workflow_forecast_refine(&c->forecast, r->workflow, text, &p, &err))
+            LOG_WARN("coord", "req %llu: workflow %s: no forecast: %s", (unsigned long long)r->id, r->workflow, err.msg);
+        else if (p && send_forecast(c, r, p, &err))
+            LOG_ERROR("coord", "workflow %s: sending its forecast: %s", r->workflow, err.msg);
+        publish_workflow_metrics(c);
+    }
+    msg_hidden_free(&m);
 }
 
 /* The leaders' policies hear that the workflow ended (explicitly, or idle past the timeout). */
@@ -289,7 +334,8 @@ static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
     if (forecast_call(c, r, err)) return -1;
     MsgSubmit m = {.req_id = r->id, .max_tokens = r->max_tokens, .temperature = r->temperature, .top_p = r->top_p,
                    .top_k = r->top_k, .seed = r->seed, .ignore_eos = r->ignore_eos, .tenant = r->tenant, .adapter = r->adapter,
-                   .workflow = r->workflow, .agent = r->agent, .tokens = r->prompt, .n_tokens = r->n_prompt};
+                   .workflow = r->workflow, .agent = r->agent, .tokens = r->prompt, .n_tokens = r->n_prompt,
+                   .want_hidden = wants_hidden(c, r)};
     WireBuf b = {0};
     msg_submit_encode(&b, &m);
     return ctrl_send(&c->ctrl, leader_rank(c, d.instance), MSG_SUBMIT, &b, err);
@@ -381,7 +427,8 @@ static void trace_finished(Coordinator *c, const CoordRequest *r, const MsgFinis
     snprintf(id, sizeof id, "%llu", (unsigned long long)r->id);
     TraceRecord rec = {.seq = c->trace_seq++, .t = r->t_submit - c->t_start, .id = id, .workflow = r->workflow,
                        .agent = r->agent, .tenant = r->tenant, .adapter = r->adapter, .prompt = r->prompt,
-                       .prompt_tokens = r->n_prompt, .output_tokens = m->completion_tokens, .block_size = c->block_size};
+                       .prompt_tokens = r->n_prompt, .output_tokens = m->completion_tokens, .block_size = c->block_size,
+                       .hidden = r->hidden, .hidden_dim = r->hidden_dim};
     if (trace_write_request(c->cfg.trace, &rec)) LOG_WARN("coord", "req %s: could not write its trace line", id);
 }
 
@@ -467,6 +514,7 @@ static void handle_message(Coordinator *c, int source, int type, const uint8_t *
     case MSG_FINISH: on_finish(c, instance, &rd); break;
     case MSG_STATS: on_stats(c, instance, &rd); break;
     case MSG_KV_EVENTS: on_kv_events(c, instance, &rd); break;
+    case MSG_HIDDEN: on_hidden(c, &rd); break;
     default: LOG_WARN("coord", "unexpected %s message from rank %d ignored", msg_type_name(type), source);
     }
 }

@@ -81,6 +81,7 @@ typedef struct {
     WorkflowForecast forecast;
     bool have_forecast;
     uint64_t forecasts_sent;
+    bool warned_hidden_dim;   /* the predictor's hidden-state width differs from the model's (said once) */
     double last_expiry;          /* when idle workflows were last looked for */
     int expiry_rc;               /* an MPI failure while sending the expired ones' WORKFLOW_END */
     BraidError *expiry_err;

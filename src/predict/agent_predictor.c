@@ -8,13 +8,15 @@
  * (outcome, count) pairs; the smoothing is applied when a row is read, so adding an agent never
  * rewrites rows.
  *
- * File format, version 1 (all integers little-endian):
+ * File format, version 2 (all integers little-endian; version 1 files, without the graph line, load):
  *   "BRAIDPRD"                      8 bytes magic
- *   u32 version (1), u32 kind (1|2), u64 alpha (IEEE-754 double bits)
+ *   u32 version (1|2), u32 kind (1|2|3), u64 alpha (IEEE-754 double bits)
  *   u32 n_agents, then per agent: u32 length, length bytes (no NUL), in agent-id order
  *   row: the global outcome counts
  *   u32 n, then n x (u32 context, row): the Markov-1 rows
  *   u32 n, then n x (u32 previous context, u32 last context, row): the Markov-2 rows
+ *   version 2 only: u64 length, then the graph model's section (graph_model.h; length 0 = none,
+ *   present exactly when kind = 3, whose counts are Markov-2)
  *   u64 FNV-1a-64 of every byte before it
  *   where row = u32 n_entries, then n_entries x (i32 outcome (-1 = END), u32 count > 0).
  */
@@ -27,6 +29,7 @@
 #include <string.h>
 
 #include "common/strmap.h"
+#include "predict/graph_model.h"
 
 #define OUT_END (-1)
 #define CTX_START 0
@@ -73,6 +76,10 @@ struct AgentPredictor {
     int n_m2, cap_m2;
     PairSlot *m2_slots; /* (m2_slot_cap), open addressing */
     int m2_slot_cap;
+    /* PREDICTOR_GRAPH: the learned model over the first graph->n_agents agents (the vocabulary it
+     * was trained on; agents interned later are UNKNOWN to it). The counts above stay: the first
+     * call of a workflow, before any history exists, is forecast from them. */
+    GraphModel *graph;
 };
 
 /* ---------------------------------------------------------------- vocabulary and counts */
@@ -241,8 +248,25 @@ void agent_predictor_free(AgentPredictor *p) {
     for (int i = 0; i < p->n_m2; i++) free(p->m2[i].e);
     free(p->m2);
     free(p->m2_slots);
+    graph_model_free(p->graph);
     free(p);
 }
+
+int agent_predictor_attach_graph(AgentPredictor *p, GraphModel *graph, BraidError *err) {
+    int v = graph_model_shape(graph)->n_agents;
+    if (v > p->n_agents)
+        return braid_error_set(err, "agent predictor: the graph model knows %d agents, the predictor only %d", v, p->n_agents);
+    if (p->kind == PREDICTOR_MARKOV1)
+        return braid_error_set(err, "agent predictor: a graph model needs Markov-2 counts beside it (for first calls), not Markov-1");
+    graph_model_free(p->graph);
+    p->graph = graph;
+    p->kind = PREDICTOR_GRAPH;
+    return 0;
+}
+
+const GraphModel *agent_predictor_graph(const AgentPredictor *p) { return p->graph; }
+
+int agent_predictor_text_dim(const AgentPredictor *p) { return p->graph ? graph_model_shape(p->graph)->text_dim : 0; }
 
 PredictorKind agent_predictor_kind(const AgentPredictor *p) { return p->kind; }
 int agent_predictor_n_agents(const AgentPredictor *p) { return p->n_agents; }
@@ -276,7 +300,7 @@ int agent_predictor_observe(AgentPredictor *p, const char *const *history, int n
         (n_history >= 1 && check_name(last_name, "the last agent's name", err)) || (next && check_name(next, "the next agent's name", err)))
         return -1;
     int x = CTX_START, y = CTX_START, out = OUT_END, id;
-    if (p->kind == PREDICTOR_MARKOV2 && prev_name) {
+    if (p->kind != PREDICTOR_MARKOV1 && prev_name) {
         if ((id = intern(p, prev_name, err)) < 0) return -1;
         x = id + 1;
     }
@@ -289,7 +313,7 @@ int agent_predictor_observe(AgentPredictor *p, const char *const *history, int n
     }
     /* Reserve every row first so a failure leaves the counts consistent. */
     CountRow *r2 = NULL;
-    if (p->kind == PREDICTOR_MARKOV2 && !(r2 = m2_get(p, x, y, NULL))) return braid_error_set(err, "agent predictor: out of memory");
+    if (p->kind != PREDICTOR_MARKOV1 && !(r2 = m2_get(p, x, y, NULL))) return braid_error_set(err, "agent predictor: out of memory");
     if (row_add(&p->m1[y], out, 0) || row_add(&p->global, out, 0) || (r2 && row_add(r2, out, 0)))
         return braid_error_set(err, "agent predictor: out of memory");
     row_add(&p->m1[y], out, 1);
@@ -321,6 +345,10 @@ typedef struct {
     uint32_t *slot_gen;       /* (PAIR_SLOTS) */
     int32_t *slot_idx;        /* (PAIR_SLOTS) */
     uint32_t gen;
+    float *graph_buf;         /* graph model: its scratch, then the K x (V+1) step rows */
+    size_t cap_graph;
+    int32_t *hist;            /* graph model: the history as agent indices */
+    int cap_hist;
 } Scratch;
 
 static void scratch_free(Scratch *s) {
@@ -332,6 +360,8 @@ static void scratch_free(Scratch *s) {
     free(s->nxt);
     free(s->slot_gen);
     free(s->slot_idx);
+    free(s->graph_buf);
+    free(s->hist);
     free(s);
 }
 
@@ -369,7 +399,7 @@ static Scratch *scratch_get(AgentPrediction *out, int n_agents) {
 /* The row that predicts after context (x, y), backing off Markov-2 -> Markov-1 -> global. */
 static const CountRow *lookup_row(const AgentPredictor *p, int x, int y) {
     if (y == CTX_UNKNOWN) return &p->global;
-    if (p->kind == PREDICTOR_MARKOV2 && x != CTX_UNKNOWN) {
+    if (p->kind != PREDICTOR_MARKOV1 && x != CTX_UNKNOWN) {
         const CountRow *r = m2_find(p, x, y);
         if (r && r->total) return r;
     }
@@ -410,7 +440,7 @@ static void next_generation(Scratch *s) {
  * outcome's Markov-1 mass. Returns the smoothing mass per outcome (added uniformly by the caller). */
 static double spread(const AgentPredictor *p, Scratch *s, const CountRow *row, int y, double q, double *end, double a1) {
     double inv = q / ((double)row->total + a1);
-    const int m2 = p->kind == PREDICTOR_MARKOV2;
+    const int m2 = p->kind != PREDICTOR_MARKOV1;
     const RowEntry *e = row->e;
     double *acc = s->acc, *nres = s->nres;
     for (int i = 0; i < row->n; i++) {
@@ -427,8 +457,84 @@ static double spread(const AgentPredictor *p, Scratch *s, const CountRow *row, i
     return p->alpha * inv;
 }
 
+/* Sizes out's arrays for k steps over the predictor's A agents and names them; returns its scratch. */
+static Scratch *prepare_output(const AgentPredictor *p, int k, AgentPrediction *out, BraidError *err) {
+    const int A = p->n_agents;
+    if ((size_t)k * (size_t)A > (size_t)out->cap_prob || !out->p_end) {
+        size_t need = (size_t)k * (size_t)A;
+        if (need < MAX_K) need = MAX_K; /* p_end and small vocabularies share one growth step */
+        float *prob = realloc(out->prob, need * sizeof *prob);
+        if (!prob) return braid_error_set(err, "agent predictor: out of memory"), NULL;
+        out->prob = prob;
+        out->cap_prob = (int)need;
+        if (!out->p_end && !(out->p_end = malloc(MAX_K * sizeof *out->p_end)))
+            return braid_error_set(err, "agent predictor: out of memory"), NULL;
+    }
+    if (A > out->cap_agents) {
+        char **names = realloc(out->agents, (size_t)A * sizeof *names);
+        if (!names) return braid_error_set(err, "agent predictor: out of memory"), NULL;
+        out->agents = names;
+        out->cap_agents = A;
+    }
+    Scratch *s = scratch_get(out, A > 0 ? A : 1);
+    if (!s) return braid_error_set(err, "agent predictor: out of memory"), NULL;
+    if (A) memcpy(out->agents, p->names, (size_t)A * sizeof *out->agents);
+    return s;
+}
+
+/* The graph model's forecast: its step rows are conditional on the workflow still running, so the
+ * unconditional row s is the survival to s times them, and END accumulates. Steps past the model's
+ * K repeat its last row (the head was trained for K steps only). Agents the model does not know
+ * (interned after training) get 0. */
+static int predict_graph(const AgentPredictor *p, Scratch *s, const char *const *history, int n_history, const float *text, int k,
+                         AgentPrediction *out, BraidError *err) {
+    const GraphModelShape *g = graph_model_shape(p->graph);
+    const int A = p->n_agents, V = g->n_agents, P = V + 1;
+    size_t need = graph_model_scratch_floats(p->graph) + (size_t)g->k * P;
+    if (need > s->cap_graph) {
+        float *b = realloc(s->graph_buf, need * sizeof *b);
+        if (!b) return braid_error_set(err, "agent predictor: out of memory");
+        s->graph_buf = b;
+        s->cap_graph = need;
+    }
+    if (n_history > s->cap_hist) {
+        int32_t *h = realloc(s->hist, (size_t)n_history * sizeof *h);
+        if (!h) return braid_error_set(err, "agent predictor: out of memory");
+        s->hist = h;
+        s->cap_hist = n_history;
+    }
+    /* Only the calls the model attends over need names resolved. */
+    int first = n_history - 1 - g->max_history;
+    if (first < 0) first = 0;
+    for (int i = first; i < n_history; i++) {
+        if (!history[i]) return braid_error_set(err, "agent predictor: predict: history[%d] is NULL", i);
+        int id = agent_id(p, history[i]);
+        s->hist[i] = id >= 0 && id < V ? id : V;
+    }
+    float *cond = s->graph_buf + graph_model_scratch_floats(p->graph);
+    if (graph_model_predict(p->graph, s->hist + first, n_history - first, text, cond, s->graph_buf))
+        return braid_error_set(err, "agent predictor: graph forecast failed");
+    double alive = 1.0, ended = 0.0;
+    for (int step = 0; step < k; step++) {
+        const float *c = cond + (size_t)(step < g->k ? step : g->k - 1) * P;
+        float *row = out->prob + (size_t)step * A;
+        for (int i = 0; i < A; i++) row[i] = i < V ? (float)(alive * c[i]) : 0.0f;
+        ended += alive * c[V];
+        alive *= 1.0 - c[V];
+        out->p_end[step] = (float)(ended > 1 ? 1 : ended);
+    }
+    out->k = k;
+    out->n_agents = A;
+    return 0;
+}
+
 int agent_predictor_predict(const AgentPredictor *p, const char *const *history, int n_history, int k, AgentPrediction *out,
                             BraidError *err) {
+    return agent_predictor_predict_text(p, history, n_history, NULL, k, out, err);
+}
+
+int agent_predictor_predict_text(const AgentPredictor *p, const char *const *history, int n_history, const float *text, int k,
+                                 AgentPrediction *out, BraidError *err) {
     if (k < 1 || k > MAX_K) return braid_error_set(err, "agent predictor: predict: k = %d, must be 1..%d", k, MAX_K);
     if (n_history < 0 || (n_history > 0 && !history))
         return braid_error_set(err, "agent predictor: predict: bad history (%d agents)", n_history);
@@ -438,26 +544,11 @@ int agent_predictor_predict(const AgentPredictor *p, const char *const *history,
     out->n_agents = 0;
     if (p->global.total == 0) return 0; /* no data: an empty forecast */
     const int A = p->n_agents;
-    if ((size_t)k * (size_t)A > (size_t)out->cap_prob || !out->p_end) {
-        size_t need = (size_t)k * (size_t)A;
-        if (need < MAX_K) need = MAX_K; /* p_end and small vocabularies share one growth step */
-        float *prob = realloc(out->prob, need * sizeof *prob);
-        if (!prob) return braid_error_set(err, "agent predictor: out of memory");
-        out->prob = prob;
-        out->cap_prob = (int)need;
-        if (!out->p_end && !(out->p_end = malloc(MAX_K * sizeof *out->p_end))) return braid_error_set(err, "agent predictor: out of memory");
-    }
-    if (A > out->cap_agents) {
-        char **names = realloc(out->agents, (size_t)A * sizeof *names);
-        if (!names) return braid_error_set(err, "agent predictor: out of memory");
-        out->agents = names;
-        out->cap_agents = A;
-    }
-    Scratch *s = scratch_get(out, A > 0 ? A : 1);
-    if (!s) return braid_error_set(err, "agent predictor: out of memory");
-    if (A) memcpy(out->agents, p->names, (size_t)A * sizeof *out->agents);
+    Scratch *s = prepare_output(p, k, out, err);
+    if (!s) return -1;
+    if (p->graph && n_history > 0) return predict_graph(p, s, history, n_history, text, k, out, err);
 
-    const int m2 = p->kind == PREDICTOR_MARKOV2;
+    const int m2 = p->kind != PREDICTOR_MARKOV1;
     const double a1 = p->alpha * (A + 1); /* smoothing mass added to every row's total */
     /* The starting state: the contexts of the last two calls. */
     int x = CTX_START, y = CTX_START;
@@ -533,9 +624,14 @@ int agent_prediction_top1(const AgentPrediction *pred, int s) {
 
 int agent_predictor_score_workflow(const AgentPredictor *p, const char *const *agents, int n, int ended, int k, uint64_t *hits,
                                    uint64_t *total, AgentPrediction *pred, BraidError *err) {
+    return agent_predictor_score_workflow_text(p, agents, NULL, n, ended, k, hits, total, pred, err);
+}
+
+int agent_predictor_score_workflow_text(const AgentPredictor *p, const char *const *agents, const float *const *texts, int n, int ended,
+                                        int k, uint64_t *hits, uint64_t *total, AgentPrediction *pred, BraidError *err) {
     if (n < 0 || (n > 0 && !agents)) return braid_error_set(err, "agent predictor: score: bad workflow (%d agents)", n);
     for (int t = 1; t <= n; t++) {
-        if (agent_predictor_predict(p, agents, t, k, pred, err)) return -1;
+        if (agent_predictor_predict_text(p, agents, t, texts ? texts[t - 1] : NULL, k, pred, err)) return -1;
         for (int s = 1; s <= k; s++) {
             int pos = t + s, target; /* 1-based index of the call being predicted */
             if (pos <= n) {
@@ -638,6 +734,15 @@ int agent_predictor_save(const AgentPredictor *p, const char *path, BraidError *
         put_u32(&b, (uint32_t)s->key);
         put_row(&b, &p->m2[s->row]);
     }
+    uint8_t *blob = NULL;
+    size_t blob_len = 0;
+    if (p->graph && graph_model_encode(p->graph, &blob, &blob_len, err)) {
+        free(b.b);
+        return braid_error_wrap(err, "agent predictor: %s", path);
+    }
+    put_u64(&b, blob_len);
+    if (blob_len) put_bytes(&b, blob, blob_len);
+    free(blob);
     if (!b.oom) put_u64(&b, fnv1a64(b.b, b.n));
     if (b.oom) {
         free(b.b);
@@ -729,6 +834,24 @@ static int get_row(Reader *r, CountRow *row, int n_agents, uint32_t *seen, uint3
     return 0;
 }
 
+/* Version 2: u64 length, then the graph model's section (length 0 = none). Kind 3 needs one. */
+static int read_graph(Reader *r, AgentPredictor *p, uint32_t kind) {
+    uint64_t len;
+    if (get_u64(r, &len, "the graph section's length")) return -1;
+    if ((len == 0) != (kind != PREDICTOR_GRAPH))
+        return braid_error_set(r->err, "agent predictor: %s: kind %u with %s graph section", r->path, kind, len ? "a" : "no");
+    if (len == 0) return 0;
+    if (len > r->n - r->pos) return braid_error_set(r->err, "agent predictor: %s: truncated graph section", r->path);
+    GraphModel *g;
+    if (graph_model_decode(r->b + r->pos, (size_t)len, &g, r->err)) return braid_error_wrap(r->err, "agent predictor: %s", r->path);
+    r->pos += (size_t)len;
+    if (agent_predictor_attach_graph(p, g, r->err)) {
+        graph_model_free(g);
+        return braid_error_wrap(r->err, "%s", r->path);
+    }
+    return 0;
+}
+
 static int parse(Reader *r, AgentPredictor **out) {
     BraidError *err = r->err;
     const char *path = r->path;
@@ -739,19 +862,20 @@ static int parse(Reader *r, AgentPredictor **out) {
     uint32_t version, kind, n_agents;
     uint64_t alpha_bits;
     if (get_u32(r, &version, "the version")) return -1;
-    if (version != AGENT_PREDICTOR_FILE_VERSION)
-        return braid_error_set(err, "agent predictor: %s: unsupported file version %u (this build reads version %d)", path, version,
+    if (version < 1 || version > AGENT_PREDICTOR_FILE_VERSION)
+        return braid_error_set(err, "agent predictor: %s: unsupported file version %u (this build reads versions 1..%d)", path, version,
                                AGENT_PREDICTOR_FILE_VERSION);
     if (get_u32(r, &kind, "the kind") || get_u64(r, &alpha_bits, "alpha") || get_u32(r, &n_agents, "the agent count")) return -1;
-    if (kind != PREDICTOR_MARKOV1 && kind != PREDICTOR_MARKOV2)
-        return braid_error_set(err, "agent predictor: %s: unknown predictor kind %u (1 = Markov-1, 2 = Markov-2)", path, kind);
+    if (kind != PREDICTOR_MARKOV1 && kind != PREDICTOR_MARKOV2 && !(kind == PREDICTOR_GRAPH && version >= 2))
+        return braid_error_set(err, "agent predictor: %s: unknown predictor kind %u (1 = Markov-1, 2 = Markov-2, 3 = graph)", path, kind);
     double alpha;
     memcpy(&alpha, &alpha_bits, sizeof alpha);
     if (!(alpha > 0) || !isfinite(alpha)) return braid_error_set(err, "agent predictor: %s: bad alpha %g", path, alpha);
     if (n_agents > AGENT_PREDICTOR_MAX_AGENTS)
         return braid_error_set(err, "agent predictor: %s: %u agents, more than the %d allowed", path, n_agents, AGENT_PREDICTOR_MAX_AGENTS);
     AgentPredictor *p;
-    if (agent_predictor_create(&p, (PredictorKind)kind, err)) return braid_error_wrap(err, "%s", path);
+    if (agent_predictor_create(&p, kind == PREDICTOR_GRAPH ? PREDICTOR_MARKOV2 : (PredictorKind)kind, err))
+        return braid_error_wrap(err, "%s", path);
     *out = p;
     p->alpha = alpha;
     char name[AGENT_PREDICTOR_MAX_NAME + 1];
@@ -827,6 +951,7 @@ static int parse(Reader *r, AgentPredictor **out) {
             goto done;
         }
     }
+    if (version >= 2 && read_graph(r, p, kind)) goto done;
     size_t body = r->pos;
     uint64_t sum;
     if (get_u64(r, &sum, "the checksum")) goto done;

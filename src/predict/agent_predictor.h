@@ -1,6 +1,9 @@
 /*
  * agent_predictor.h — which agent a workflow calls next: a Markov-n model (n = 1 or 2) over agent
- * transitions, learned from counts across all workflows, with an END state (the workflow ended).
+ * transitions, learned from counts across all workflows, with an END state (the workflow ended);
+ * or PBKV's graph predictor (graph_model.h, trained by graph_train.h), which keeps Markov-2 counts
+ * beside it and answers every call after the first with its learned model (optionally reading the
+ * call's prefill hidden state: agent_predictor_predict_text).
  *
  * What it owns: the agent vocabulary (names interned as exact strings, never forgotten) and
  * transition counts at three orders: Markov-2 contexts (the last two agents), Markov-1 contexts
@@ -40,9 +43,9 @@
  * AgentPrediction owns its arrays (released by agent_prediction_free) but its agents[i] strings
  * are the predictor's, valid until agent_predictor_free.
  *
- * File format (little-endian, version 1; docs in agent_predictor.c): magic "BRAIDPRD", version,
- * kind, alpha, agent names, then the count rows of each order, then an FNV-1a checksum of
- * everything before it. Loading checks every read, every index and the checksum: a bad,
+ * File format (little-endian, version 2; docs in agent_predictor.c): magic "BRAIDPRD", version,
+ * kind, alpha, agent names, then the count rows of each order, the graph model's section (empty
+ * unless kind = graph), then an FNV-1a checksum of everything before it. Version 1 files load. Loading checks every read, every index and the checksum: a bad,
  * truncated or wrong-version file is an error naming the path and what is wrong.
  */
 #ifndef BRAID_PREDICT_AGENT_PREDICTOR_H
@@ -53,12 +56,18 @@
 #include "common/error.h"
 
 #define AGENT_PREDICTOR_DEFAULT_ALPHA 0.01
-#define AGENT_PREDICTOR_FILE_VERSION 1
+#define AGENT_PREDICTOR_FILE_VERSION 2
 /* Limits that loading and interning enforce (a file or a caller beyond them is refused). */
 #define AGENT_PREDICTOR_MAX_AGENTS 65536
 #define AGENT_PREDICTOR_MAX_NAME 4096
 
-typedef enum { PREDICTOR_MARKOV1 = 1, PREDICTOR_MARKOV2 = 2 } PredictorKind;
+/* PREDICTOR_GRAPH: the learned model (graph_model.h) over the agents it was trained on, with
+ * Markov-2 counts beside it for a workflow's first call (no history yet) and for online
+ * observations (which never change the learned weights). Made by training (graph_train.h) or
+ * loading, never by agent_predictor_create. */
+typedef enum { PREDICTOR_MARKOV1 = 1, PREDICTOR_MARKOV2 = 2, PREDICTOR_GRAPH = 3 } PredictorKind;
+
+struct GraphModel;
 
 typedef struct AgentPredictor AgentPredictor;
 
@@ -103,6 +112,17 @@ int agent_predictor_observe_workflow(AgentPredictor *p, const char *const *agent
  * empty (k = 0, n_agents = 0), which is not an error. Errors: bad arguments, out of memory. */
 int agent_predictor_predict(const AgentPredictor *p, const char *const *history, int n_history, int k, AgentPrediction *out,
                             BraidError *err);
+/* The same, with the current call's hidden state (agent_predictor_text_dim floats: the post-norm
+ * hidden state of the last prompt token of history[n_history-1]'s prefill), or text = NULL when it
+ * is not known. Only a graph predictor trained with hidden states reads it. */
+int agent_predictor_predict_text(const AgentPredictor *p, const char *const *history, int n_history, const float *text, int k,
+                                 AgentPrediction *out, BraidError *err);
+/* Width of the hidden state the predictor reads (0 = it reads none). */
+int agent_predictor_text_dim(const AgentPredictor *p);
+/* Makes p a graph predictor owning graph (trained on p's first graph->n_agents agents; p must
+ * keep Markov-2 counts). On error p and graph are unchanged and the caller still owns graph. */
+int agent_predictor_attach_graph(AgentPredictor *p, struct GraphModel *graph, BraidError *err);
+const struct GraphModel *agent_predictor_graph(const AgentPredictor *p);
 void agent_prediction_free(AgentPrediction *pred);
 /* The most likely outcome of step s (1-based) given that the workflow is still running then: the
  * index of an agent, or -1 for END (ties go to the lower agent index, then END). -2 when s is out
@@ -116,6 +136,11 @@ int agent_prediction_top1(const AgentPrediction *pred, int s);
  * total[s-1] (arrays of k). pred is a caller's scratch prediction (zeroed before first use). */
 int agent_predictor_score_workflow(const AgentPredictor *p, const char *const *agents, int n, int ended, int k, uint64_t *hits,
                                    uint64_t *total, AgentPrediction *pred, BraidError *err);
+
+/* The same with each call's hidden state (texts[t-1] for call t, entries may be NULL; texts NULL =
+ * none known). */
+int agent_predictor_score_workflow_text(const AgentPredictor *p, const char *const *agents, const float *const *texts, int n, int ended,
+                                        int k, uint64_t *hits, uint64_t *total, AgentPrediction *pred, BraidError *err);
 
 int agent_predictor_save(const AgentPredictor *p, const char *path, BraidError *err);
 /* On success *p is a new predictor (free it with agent_predictor_free); on failure *p is NULL. */

@@ -33,6 +33,11 @@ static void score_step1(WorkflowForecast *f, const char *agent, int n_before) {
 
 int workflow_forecast_call(WorkflowForecast *f, const char *workflow, const char *agent, double now, const AgentPrediction **out,
                            BraidError *err) {
+    return workflow_forecast_call_text(f, workflow, agent, NULL, now, out, err);
+}
+
+int workflow_forecast_call_text(WorkflowForecast *f, const char *workflow, const char *agent, const float *text, double now,
+                                const AgentPrediction **out, BraidError *err) {
     const char *const *history;
     int n;
     WorkflowInfo info;
@@ -46,8 +51,24 @@ int workflow_forecast_call(WorkflowForecast *f, const char *workflow, const char
     if (f->learn && agent_predictor_observe(f->predictor, history, n, agent, err)) return -1;
     if (workflow_tracker_call(f->tracker, workflow, agent, now, err)) return -1;
     workflow_tracker_history(f->tracker, workflow, &history, &n);
-    if (agent_predictor_predict(f->predictor, history, n, f->horizon, &f->forecast, err)) return -1;
+    if (agent_predictor_predict_text(f->predictor, history, n, text, f->horizon, &f->forecast, err)) return -1;
     f->calls++;
+    *out = &f->forecast;
+    return 0;
+}
+
+int workflow_forecast_text_dim(const WorkflowForecast *f) { return agent_predictor_text_dim(f->predictor); }
+
+int workflow_forecast_refine(WorkflowForecast *f, const char *workflow, const float *text, const AgentPrediction **out, BraidError *err) {
+    const char *const *history;
+    int n;
+    WorkflowInfo info;
+    *out = NULL;
+    if (!workflow_tracker_history(f->tracker, workflow, &history, &n) || n == 0 ||
+        (workflow_tracker_info(f->tracker, workflow, &info) && !info.active))
+        return 0;
+    if (agent_predictor_predict_text(f->predictor, history, n, text, f->horizon, &f->forecast, err)) return -1;
+    f->refined++;
     *out = &f->forecast;
     return 0;
 }

@@ -22,6 +22,7 @@ typedef struct {
     int horizon;            /* K */
     AgentPrediction forecast; /* the last answer, reused */
     uint64_t calls, predicted_calls, correct_next; /* top-1 accuracy of step 1 as it happens */
+    uint64_t refined;       /* forecasts redone with a call's hidden state */
     int last_top1_valid;
 } WorkflowForecast;
 
@@ -40,6 +41,15 @@ void workflow_forecast_free(WorkflowForecast *f);
  * (valid until the next call); it is empty (k = 0) while the predictor knows nothing. */
 int workflow_forecast_call(WorkflowForecast *f, const char *workflow, const char *agent, double now, const AgentPrediction **out,
                            BraidError *err);
+/* The same with the call's hidden state (workflow_forecast_text_dim floats) when it is known at
+ * arrival (the trace simulator replays recorded ones); NULL = not known. */
+int workflow_forecast_call_text(WorkflowForecast *f, const char *workflow, const char *agent, const float *text, double now,
+                                const AgentPrediction **out, BraidError *err);
+/* Width of the hidden state the predictor reads; 0 = it reads none (refine is then pointless). */
+int workflow_forecast_text_dim(const WorkflowForecast *f);
+/* A server learns a call's hidden state after its prefill: the workflow's forecast again, from the
+ * same history, now with text. *out is NULL (and nothing is done) for a workflow not live. */
+int workflow_forecast_refine(WorkflowForecast *f, const char *workflow, const float *text, const AgentPrediction **out, BraidError *err);
 /* The workflow ended: learned as END, retired. Unknown workflows are ignored. */
 void workflow_forecast_end(WorkflowForecast *f, const char *workflow, double now);
 

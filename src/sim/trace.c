@@ -6,7 +6,11 @@
 #include <string.h>
 
 #include "cache/content_hash.h"
+#include "common/float_b64.h"
 #include "common/grow.h"
+#include "common/strmap.h"
+
+#define TRACE_MAX_HIDDEN 65536
 
 static char *dup_field(json_t *obj, const char *key) {
     const char *v = json_string_value(json_object_get(obj, key));
@@ -20,6 +24,7 @@ void trace_request_free(TraceRequest *r) {
     free(r->tenant);
     free(r->adapter);
     free(r->blocks);
+    free(r->hidden);
     memset(r, 0, sizeof *r);
 }
 
@@ -57,6 +62,9 @@ static int parse_request(json_t *o, TraceRequest *r, int *block_size, BraidError
     r->adapter = dup_field(o, "adapter");
     if (!r->id || !r->workflow || !r->agent || !r->tenant || !r->adapter) return braid_error_set(err, "out of memory");
     r->ns = content_hash_namespace(r->tenant, r->adapter);
+    json_t *hidden = json_object_get(o, "hidden");
+    if (hidden && json_is_string(hidden) && !(r->hidden = float_b64_decode(json_string_value(hidden), TRACE_MAX_HIDDEN, &r->hidden_dim)))
+        return braid_error_set(err, "hidden is not base64 of at most %d finite float32 values", TRACE_MAX_HIDDEN);
     return TRACE_LINE_REQUEST;
 }
 
@@ -161,4 +169,65 @@ void trace_free(Trace *trace) {
     for (int i = 0; i < trace->n_ends; i++) free(trace->ends[i].workflow);
     free(trace->ends);
     memset(trace, 0, sizeof *trace);
+}
+
+int trace_hidden_dim(const Trace *trace) {
+    for (int i = 0; i < trace->n; i++)
+        if (trace->reqs[i].hidden) return trace->reqs[i].hidden_dim;
+    return 0;
+}
+
+/* One line of a hidden-state file into req (found by id) or nowhere. Returns 1 matched, 0 not, -1 error. */
+static int attach_line(Trace *trace, StrMap *ids, const char *line, int *dim, BraidError *err) {
+    json_error_t jerr;
+    json_t *o = json_loads(line, 0, &jerr);
+    const char *id = json_string_value(json_object_get(o, "id")), *h = json_string_value(json_object_get(o, "hidden"));
+    int rc = 0, n = 0;
+    int32_t at;
+    float *v = NULL;
+    if (!json_is_object(o) || !id || !h) rc = braid_error_set(err, "needs a string id and a string hidden");
+    else if (!(v = float_b64_decode(h, TRACE_MAX_HIDDEN, &n)) || n == 0)
+        rc = braid_error_set(err, "hidden is not base64 of 1..%d finite float32 values", TRACE_MAX_HIDDEN);
+    else if (*dim && n != *dim) rc = braid_error_set(err, "a hidden state of %d values where earlier ones have %d", n, *dim);
+    else if (strmap_get(ids, id, strlen(id), &at)) {
+        *dim = n;
+        free(trace->reqs[at].hidden);
+        trace->reqs[at].hidden = v;
+        trace->reqs[at].hidden_dim = n;
+        v = NULL;
+        rc = 1;
+    }
+    free(v);
+    json_decref(o);
+    return rc;
+}
+
+int trace_attach_hidden(Trace *trace, const char *path, int *matched, BraidError *err) {
+    *matched = 0;
+    StrMap *ids = strmap_create(trace->n > 16 ? (size_t)trace->n * 2 : 32);
+    if (!ids) return braid_error_set(err, "trace: out of memory");
+    for (int i = 0; i < trace->n; i++)
+        if (strmap_put(ids, trace->reqs[i].id, strlen(trace->reqs[i].id), i)) {
+            strmap_destroy(ids);
+            return braid_error_set(err, "trace: out of memory");
+        }
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        strmap_destroy(ids);
+        return braid_error_set(err, "trace: cannot open hidden-state file %s", path);
+    }
+    int dim = trace_hidden_dim(trace), line_no = 0, rc = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    while (rc >= 0 && getline(&line, &cap, f) > 0) {
+        line_no++;
+        if (strspn(line, " \t\r\n") == strlen(line)) continue;
+        rc = attach_line(trace, ids, line, &dim, err);
+        if (rc > 0) (*matched)++;
+        if (rc < 0) braid_error_wrap(err, "trace: %s:%d", path, line_no);
+    }
+    free(line);
+    fclose(f);
+    strmap_destroy(ids);
+    return rc < 0 ? -1 : 0;
 }

@@ -20,6 +20,8 @@ typedef struct {
     int prompt_tokens, output_tokens;
     int n_blocks;
     uint64_t *blocks;   /* chained hashes of the full prompt blocks */
+    float *hidden;      /* the prefill's post-norm hidden state of the last prompt token, or NULL */
+    int hidden_dim;     /* its width (0 when absent) */
 } TraceRequest;
 
 typedef struct {
@@ -45,6 +47,13 @@ int trace_parse_line(const char *line, TraceRequest *req, int *block_size, Braid
 /* Regroups the block hashes for a block size `factor` times the trace's: the chained hash of every
  * factor-th block names the same prefix as the coarser block would. Returns 0, or -1 (factor < 1). */
 int trace_coarsen_blocks(Trace *trace, int factor, BraidError *err);
+/* Attaches hidden states from a hidden-state file (docs/TRACE_FORMAT.md: lines {"id", "hidden"},
+ * as `braid batch --hidden-out` writes them) to the trace's requests with the same id, replacing
+ * any a line carried. Every state must have one width (the trace's lines' too). *matched counts
+ * the requests that got one. Errors name the file and line. */
+int trace_attach_hidden(Trace *trace, const char *path, int *matched, BraidError *err);
+/* The width of the trace's hidden states (0 when no request has one). */
+int trace_hidden_dim(const Trace *trace);
 void trace_request_free(TraceRequest *req);
 void trace_free(Trace *trace);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cache/content_hash.h"
+#include "common/float_b64.h"
 
 static const char *or_empty(const char *s) { return s ? s : ""; }
 
@@ -20,6 +21,14 @@ int trace_write_request(FILE *f, const TraceRecord *rec) {
                           rec->t, "id", or_empty(rec->id), "workflow", or_empty(rec->workflow), "agent", or_empty(rec->agent),
                           "tenant", or_empty(rec->tenant), "adapter", or_empty(rec->adapter), "prompt_tokens", rec->prompt_tokens,
                           "output_tokens", rec->output_tokens, "block_size", rec->block_size);
+    if (o && rec->hidden && rec->hidden_dim > 0) {
+        char *b64 = float_b64_encode(rec->hidden, rec->hidden_dim);
+        if (!b64 || json_object_set_new(o, "hidden", json_string(b64))) {
+            json_decref(o);
+            o = NULL;
+        }
+        free(b64);
+    }
     char *head = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     int n_blocks = rec->block_size > 0 ? rec->prompt_tokens / rec->block_size : 0;

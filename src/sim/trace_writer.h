@@ -19,6 +19,8 @@ typedef struct {
     int prompt_tokens;
     int output_tokens;
     int block_size;
+    const float *hidden;    /* the prefill's last hidden state, written as "hidden" (base64), or NULL */
+    int hidden_dim;
 } TraceRecord;
 
 /* One request line; the hashes are seeded by content_hash_namespace(tenant, adapter), as the cache's.

@@ -7,7 +7,7 @@
 static const char *const type_names[MSG_TYPE_END] = {
     [MSG_SUBMIT] = "submit", [MSG_CANCEL] = "cancel", [MSG_WORKFLOW_END] = "workflow_end", [MSG_SHUTDOWN] = "shutdown",
     [MSG_READY] = "ready", [MSG_TOKENS] = "tokens", [MSG_FINISH] = "finish", [MSG_STATS] = "stats",
-    [MSG_KV_EVENTS] = "kv_events", [MSG_PREDICT] = "predict"};
+    [MSG_KV_EVENTS] = "kv_events", [MSG_PREDICT] = "predict", [MSG_HIDDEN] = "hidden"};
 
 const char *msg_type_name(int type) { return type > 0 && type < MSG_TYPE_END ? type_names[type] : "unknown"; }
 
@@ -27,6 +27,7 @@ void msg_submit_encode(WireBuf *b, const MsgSubmit *m) {
     wire_put_i32(b, m->top_k);
     wire_put_u64(b, m->seed);
     wire_put_u8(b, m->ignore_eos);
+    wire_put_u8(b, m->want_hidden);
     wire_put_str(b, m->tenant);
     wire_put_str(b, m->adapter);
     wire_put_str(b, m->workflow);
@@ -43,6 +44,7 @@ int msg_submit_decode(WireReader *r, MsgSubmit *m) {
     m->top_k = wire_get_i32(r);
     m->seed = wire_get_u64(r);
     m->ignore_eos = wire_get_u8(r);
+    m->want_hidden = wire_get_u8(r);
     m->tenant = wire_get_str(r);
     m->adapter = wire_get_str(r);
     m->workflow = wire_get_str(r);
@@ -318,5 +320,37 @@ void msg_predict_free(MsgPredict *m) {
     for (int i = 0; m->agents && i < m->n_agents; i++) free(m->agents[i]);
     free(m->agents);
     free(m->prob);
+    memset(m, 0, sizeof *m);
+}
+
+void msg_hidden_encode(WireBuf *b, const MsgHidden *m) {
+    wire_put_u64(b, m->req_id);
+    wire_put_i32(b, m->dim);
+    for (int i = 0; i < m->dim; i++) wire_put_f32(b, m->values[i]);
+}
+
+int msg_hidden_decode(WireReader *r, MsgHidden *m) {
+    memset(m, 0, sizeof *m);
+    m->req_id = wire_get_u64(r);
+    int32_t dim = wire_get_i32(r);
+    if (r->failed || dim < 1 || dim > MSG_HIDDEN_MAX_DIM || (size_t)dim * 4 != r->len - r->off) return -1;
+    if (!(m->values = malloc((size_t)dim * sizeof *m->values))) return -1;
+    m->dim = dim;
+    for (int i = 0; i < dim; i++) {
+        m->values[i] = wire_get_f32(r);
+        if (!isfinite(m->values[i])) {
+            msg_hidden_free(m);
+            return -1;
+        }
+    }
+    if (reader_ok(r)) {
+        msg_hidden_free(m);
+        return -1;
+    }
+    return 0;
+}
+
+void msg_hidden_free(MsgHidden *m) {
+    free(m->values);
     memset(m, 0, sizeof *m);
 }

@@ -9,7 +9,9 @@
  * split by tier), STATS (periodic absolute counters, per cache tier; never ratios), KV_EVENTS (a
  * batch of the cache's events in vLLM's shape, BlockStored / BlockRemoved / AllBlocksCleared per
  * tier with reason, chained content hashes, parent hash, tenant and adapter names and where the
- * blocks are afterwards; they feed the router's per-instance index and the --events stream).
+ * blocks are afterwards; they feed the router's per-instance index and the --events stream),
+ * HIDDEN (a request's prefill hidden state, for the workflow predictor, sent once after the step that
+ * sampled its first token, when its SUBMIT asked for it).
  * A request's identity travels as its names (tenant, adapter, workflow, agent), exact strings:
  * the leader's cache interns them, and content hashes are seeded by content_hash_namespace().
  * Each message is one MPI message whose tag is its type; the body is a wire.h encoding.
@@ -34,6 +36,7 @@ typedef enum {
     MSG_STATS,
     MSG_KV_EVENTS,
     MSG_PREDICT,
+    MSG_HIDDEN,
     MSG_TYPE_END
 } MsgType;
 
@@ -46,6 +49,7 @@ typedef struct {
     int32_t top_k;
     uint64_t seed;
     uint8_t ignore_eos;
+    uint8_t want_hidden;      /* send HIDDEN after the prefill (the coordinator's predictor reads it) */
     char *tenant, *adapter;   /* cache namespace; may be empty (= none) */
     char *workflow, *agent;   /* may be empty */
     int32_t *tokens;
@@ -171,6 +175,20 @@ typedef struct {
     char **agents; /* (n_agents) */
     float *prob;   /* (k, n_agents) */
 } MsgPredict;
+
+/* HIDDEN: the post-norm hidden state of a request's last prompt token. */
+#define MSG_HIDDEN_MAX_DIM 65536
+typedef struct {
+    uint64_t req_id;
+    int dim;
+    float *values; /* (dim) */
+} MsgHidden;
+
+void msg_hidden_encode(WireBuf *b, const MsgHidden *m);
+/* Refuses (-1, nothing to free) a truncated or over-long body, dim outside [1, MSG_HIDDEN_MAX_DIM]
+ * and values that are not finite. */
+int msg_hidden_decode(WireReader *r, MsgHidden *m);
+void msg_hidden_free(MsgHidden *m);
 
 void msg_predict_encode(WireBuf *b, const MsgPredict *m);
 /* Refuses (-1, nothing to free) a truncated or over-long body, an empty workflow name, k outside

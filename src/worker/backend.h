@@ -54,6 +54,10 @@ typedef struct {
     int32_t *argmax;             /* (n_logits) greedy token of each logit row; always filled */
     float *logits;               /* (n_logits, vocab) host; rows flagged below are filled, or NULL */
     const uint8_t *want_logits;  /* (n_logits) 1 = copy this row's logits to `logits`; NULL = all rows */
+    /* Post-norm hidden states (the output head's input): rows flagged in want_hidden are copied
+     * to hidden + row * dim as fp32 (CUDA: from bf16). NULL want_hidden = none. */
+    float *hidden;               /* (n_logits, dim) host */
+    const uint8_t *want_hidden;
 } ForwardOutput;
 
 typedef struct BackendOps BackendOps;

@@ -46,6 +46,9 @@ static int cpu_forward(Backend *b, const ForwardBatch *batch, ForwardOutput *out
         out->argmax[i] = sampler_argmax(row, vocab);
         if (!direct && out->logits && out->want_logits[i]) memcpy(out->logits + (size_t)i * vocab, row, (size_t)vocab * sizeof(float));
     }
+    size_t dim = (size_t)b->weights->cfg.dim;
+    for (int i = 0; out->want_hidden && i < batch->n_logits; i++)
+        if (out->want_hidden[i]) memcpy(out->hidden + i * dim, cb->fwd.final_hidden + i * dim, dim * sizeof(float));
     return 0;
 }
 

@@ -368,6 +368,33 @@ static int run_decode_graph(CudaBackend *cb, const Backend *b, const ForwardBatc
     return 0;
 }
 
+static float bf16_to_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The flagged rows of the final norm's output (bf16 on the device) as fp32; rare (one row per
+ * prompt, when asked), so a synchronous copy through pageable memory is fine. */
+static int copy_hidden(CudaBackend *cb, const Backend *b, const ForwardBatch *fb, ForwardOutput *out, BraidError *err) {
+    size_t dim = (size_t)b->weights->cfg.dim;
+    uint16_t *row = NULL;
+    for (int i = 0; out->want_hidden && i < fb->n_logits; i++) {
+        if (!out->want_hidden[i]) continue;
+        if (!row && !(row = malloc(dim * sizeof *row))) return braid_error_set(err, "out of memory for a hidden state");
+        cudaError_t e = cudaMemcpyAsync(row, cb->final_h + i * dim, dim * 2, cudaMemcpyDeviceToHost, cb->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(cb->stream);
+        if (e != cudaSuccess) {
+            free(row);
+            return braid_error_set(err, "copying a hidden state: %s", cudaGetErrorString(e));
+        }
+        for (size_t c = 0; c < dim; c++) out->hidden[i * dim + c] = bf16_to_float(row[c]);
+    }
+    free(row);
+    return 0;
+}
+
 static int copy_results(CudaBackend *cb, const Backend *b, const ForwardBatch *fb, ForwardOutput *out, BraidError *err) {
     size_t vocab = (size_t)b->weights->cfg.vocab_size;
     cudaStream_t st = cb->stream;
@@ -383,6 +410,7 @@ static int copy_results(CudaBackend *cb, const Backend *b, const ForwardBatch *f
                 CUDA_TRY(cudaMemcpyAsync(out->logits + i * vocab, cb->logits + i * vocab, vocab * 4, cudaMemcpyDeviceToHost, st),
                          "copying logits");
     }
+    if (copy_hidden(cb, b, fb, out, err)) return -1;
     CUDA_TRY(cudaStreamSynchronize(st), "finishing the step");
     memcpy(out->argmax, cb->argmax_host, (size_t)fb->n_logits * 4);
     return 0;

@@ -33,7 +33,7 @@ void engine_free(Engine *e) {
     sched_free(&e->sched);
     plan_free(&e->plan);
     free(e->tokens); free(e->positions); free(e->slots); free(e->seq_start); free(e->seq_ctx); free(e->logit_rows);
-    free(e->tables); free(e->logits); free(e->argmax); free(e->want_logits);
+    free(e->tables); free(e->logits); free(e->argmax); free(e->want_logits); free(e->want_hidden); free(e->hidden);
     memset(e, 0, sizeof *e);
 }
 
@@ -65,7 +65,7 @@ static int reserve(Engine *e, int n_tokens, int n_seqs, BraidError *err) {
     }
     if (n_seqs > e->cap_seqs) {
         free(e->seq_start); free(e->seq_ctx); free(e->logit_rows); free(e->tables); free(e->logits);
-        free(e->argmax); free(e->want_logits);
+        free(e->argmax); free(e->want_logits); free(e->want_hidden); free(e->hidden);
         e->seq_start = malloc((size_t)(n_seqs + 1) * sizeof *e->seq_start);
         e->seq_ctx = malloc((size_t)n_seqs * sizeof *e->seq_ctx);
         e->logit_rows = malloc((size_t)n_seqs * sizeof *e->logit_rows);
@@ -73,10 +73,12 @@ static int reserve(Engine *e, int n_tokens, int n_seqs, BraidError *err) {
         e->logits = malloc((size_t)n_seqs * e->model->weights.cfg.vocab_size * sizeof *e->logits);
         e->argmax = malloc((size_t)n_seqs * sizeof *e->argmax);
         e->want_logits = malloc((size_t)n_seqs);
+        e->want_hidden = malloc((size_t)n_seqs);
+        e->hidden = malloc((size_t)n_seqs * e->model->weights.cfg.dim * sizeof *e->hidden);
         e->cap_seqs = n_seqs;
     }
     if (!e->tokens || !e->positions || !e->slots || !e->seq_start || !e->seq_ctx || !e->logit_rows || !e->tables || !e->logits ||
-        !e->argmax || !e->want_logits)
+        !e->argmax || !e->want_logits || !e->want_hidden || !e->hidden)
         return braid_error_set(err, "engine: out of memory for a step of %d tokens", n_tokens);
     return 0;
 }
@@ -99,6 +101,8 @@ static int build_batch(Engine *e, ForwardBatch *b) {
         if (pe->sample) {
             /* Greedy requests need only the device's argmax; others need their logits on the host. */
             e->want_logits[n_logits] = pe->req->sampling.temperature > 0.0f;
+            /* The prompt's last token: its hidden state, when the request wants it. */
+            e->want_hidden[n_logits] = pe->req->want_hidden && !pe->req->hidden && pe->req->n_tokens == pe->req->n_prompt;
             e->logit_rows[n_logits++] = t - 1;
         }
     }
@@ -109,6 +113,14 @@ static int build_batch(Engine *e, ForwardBatch *b) {
         .n_logits = n_logits, .logit_rows = e->logit_rows,
     };
     return n_logits;
+}
+
+/* Keeps the row's hidden state on the request when the forward copied one for it. Out of memory
+ * only loses the state (a forecast without it), never the request. */
+static void keep_hidden(Engine *e, SchedRequest *r, int row) {
+    if (!e->want_hidden[row]) return;
+    size_t dim = (size_t)e->model->weights.cfg.dim;
+    if ((r->hidden = malloc(dim * sizeof *r->hidden))) memcpy(r->hidden, e->hidden + row * dim, dim * sizeof *r->hidden);
 }
 
 static void after_sample(Engine *e, SchedRequest *r, int32_t token) {
@@ -133,7 +145,8 @@ int engine_step(Engine *e, BraidError *err) {
     if (reserve(e, e->plan.n_tokens, e->plan.n, err)) return -1;
     ForwardBatch batch;
     int n_logits = build_batch(e, &batch);
-    ForwardOutput out = {.argmax = e->argmax, .logits = e->logits, .want_logits = e->want_logits};
+    ForwardOutput out = {.argmax = e->argmax, .logits = e->logits, .want_logits = e->want_logits, .hidden = e->hidden,
+                         .want_hidden = e->want_hidden};
     /* The plan's block operations come before its forward (a LOAD feeds it, a STORE saves a block it
      * may overwrite). Applied here first, so a list this backend refuses never reaches the peers. */
     if (backend_apply_cache_ops(&e->backend, e->plan.ops.ops, e->plan.ops.n, err))
@@ -148,6 +161,7 @@ int engine_step(Engine *e, BraidError *err) {
         SchedRequest *r = pe->req;
         int32_t token = e->want_logits[row] ? sampler_sample(&r->sampler, e->logits + (size_t)row * vocab, &r->sampling)
                                             : e->argmax[row];
+        keep_hidden(e, r, row);
         row++;
         after_sample(e, r, token);
     }

@@ -50,6 +50,8 @@ typedef struct {
     float *logits;       /* (cap_seqs, vocab) rows of sampled (non-greedy) requests */
     int32_t *argmax;     /* (cap_seqs) */
     uint8_t *want_logits; /* (cap_seqs) */
+    uint8_t *want_hidden; /* (cap_seqs) */
+    float *hidden;        /* (cap_seqs, dim) hidden states the forward copied */
     uint64_t generated_tokens;
 } Engine;
 

@@ -30,6 +30,7 @@ typedef struct {
     uint64_t req_id;
     SchedRequest req;
     int reported;
+    bool hidden_sent;
 } LeaderRequest;
 
 typedef struct {
@@ -211,6 +212,7 @@ static int accept_submit(Leader *L, MsgSubmit *m) {
         if (*names[i][0] && **names[i][0]) *names[i][1] = *names[i][0], *names[i][0] = NULL;
     }
     r->ignore_eos = m->ignore_eos;
+    r->want_hidden = m->want_hidden;
     r->sampling = (SamplingParams){.temperature = m->temperature, .top_p = m->top_p, .top_k = m->top_k, .seed = m->seed};
     L->active[L->n_active++] = lr;
     /* A request the engine refuses is already marked finished with its error; report_progress sends it. */
@@ -255,7 +257,22 @@ static void handle_message(Leader *L, int type, const uint8_t *data, size_t len)
     }
 }
 
-/* Sends this step's new tokens in one message, then a FINISH for each request that ended. */
+/* HIDDEN for every request whose prefill produced its hidden state this step (before its FINISH). */
+static int send_hidden_states(Leader *L) {
+    int dim = L->engine.model->weights.cfg.dim;
+    for (int i = 0; i < L->n_active; i++) {
+        LeaderRequest *lr = L->active[i];
+        if (!lr->req.hidden || lr->hidden_sent) continue;
+        lr->hidden_sent = true;
+        WireBuf b = {0};
+        msg_hidden_encode(&b, &(MsgHidden){.req_id = lr->req_id, .dim = dim, .values = lr->req.hidden});
+        if (ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_HIDDEN, &b, &L->err)) return -1;
+    }
+    return 0;
+}
+
+/* Sends this step's new tokens in one message, the new hidden states, then a FINISH for each
+ * request that ended. */
 static int report_progress(Leader *L) {
     MsgTokens *t = &L->tokens;
     t->n = 0;
@@ -281,6 +298,7 @@ static int report_progress(Leader *L) {
         msg_tokens_encode(&b, t);
         if (ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_TOKENS, &b, &L->err)) return -1;
     }
+    if (send_hidden_states(L)) return -1;
     for (int i = 0; i < L->n_active;) {
         LeaderRequest *lr = L->active[i];
         if (lr->req.state != REQ_FINISHED) {

@@ -78,6 +78,7 @@ void sched_request_free(SchedRequest *r) {
     free(r->adapter);
     free(r->workflow);
     free(r->agent);
+    free(r->hidden);
     free(r->tokens);
     free(r->blocks);
     sampler_free(&r->sampler);

@@ -55,6 +55,11 @@ typedef struct SchedRequest {
     int cached_tokens_host; /* of those, the ones loaded back from the host tier */
     int preemptions;
     double t_first_token, t_finish;
+    /* The post-norm hidden state of the last prompt token (model dim floats), kept when the
+     * request asks for it (want_hidden: the workflow predictor reads it, PBKV § 4.1); filled by
+     * the engine when the prompt's prefill completes, NULL before. Owned; freed with the request. */
+    bool want_hidden;
+    float *hidden;
     const char *finish_reason; /* "stop", "length", "error" */
     char error[sizeof(BraidError)];
 } SchedRequest;

@@ -254,11 +254,25 @@ check "trace records served requests ($n_traced) and the workflow ends" \
            grep -q '\"type\":\"workflow_end\".*\"workflow\":\"wf-pbkv\"' '$work/trace.jsonl'"
 "$braid" sim --trace "$work/trace.jsonl" --kv-tokens 4096 --json > "$work/sim.json" 2> /dev/null
 check "braid sim replays the server's trace" grep -q '"workflow_ends":2' "$work/sim.json"
+# The instances sent each workflow call's prefill hidden state (576 values for the default model)
+# with its first token, and the trace kept it: PBKV's graph predictor trains on exactly this.
+n_hidden=$(grep '"workflow":"wf-pbkv"' "$work/trace.jsonl" | grep -c '"hidden":"')
+check "the workflow calls' trace lines carry their prefill hidden state ($n_hidden of 3)" [ "$n_hidden" = 3 ]
+"$braid" train-predictor --traces "$work/trace.jsonl" --kind graph --epochs 5 --out "$work/graph.bin" 2> "$work/graph_train.log"
+check "braid train-predictor --kind graph learns from the server's trace with its hidden states" \
+  grep -q 'graph predictor: .* parameters, hidden states of 576 values' "$work/graph_train.log"
 
 # ---------------------------------------------------------------- 1 + 1x2 (tensor parallel)
 # 5 usable device blocks (80 tokens) and a 32-block host tier: the cache demotes and loads back.
 start_cluster tensor-parallel --instances 1 --tp 2 --kv-blocks 6 --host-kv-blocks 32 --max-pending 2 \
-  --events "$work/tp_events.jsonl" || exit 1
+  --events "$work/tp_events.jsonl" --policy pbkv --predictor "$work/graph.bin" || exit 1
+# The graph predictor live: a workflow call is forecast at arrival and again once the instance
+# returns its prefill hidden state (two forecasts for one call).
+code=$(post /v1/completions '{"prompt": "Plan the work:", "max_tokens": 2, "workflow_id": "wf-graph", "agent": "planner"}')
+sleep 0.2
+forecasts=$(curl -s "$url/metrics" | awk '$1 == "braid_workflow_forecasts_total" {print $2}')
+check "graph predictor: one call forecast at arrival and with its hidden state (got $code, $forecasts forecasts)" \
+  [ "$code" = 200 -a "${forecasts:-0}" = 2 ]
 for p in "${prompts[@]}"; do greedy_text "$p"; done > "$work/tp2.txt"
 check "T=2 greedy outputs equal T=1" cmp -s "$work/alone.txt" "$work/tp2.txt"
 for p in "$long_a" "$long_b" "$long_a"; do greedy_cached "$p"; done > "$work/tp2_long.txt"

@@ -495,9 +495,9 @@ static void test_bad_files_refused(void **state) {
     expect_refused(bad, "bad magic");
     unsigned char *v = malloc(n);
     memcpy(v, b, n);
-    v[8] = 2; /* version 2 */
+    v[8] = 3; /* version 3: from the future */
     write_all(bad, v, n);
-    expect_refused(bad, "unsupported file version 2");
+    expect_refused(bad, "unsupported file version 3");
     memcpy(v, b, n);
     v[12] = 7; /* kind 7 */
     write_all(bad, v, n);
