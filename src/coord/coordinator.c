@@ -457,7 +457,9 @@ static void on_stats(Coordinator *c, int instance, WireReader *rd) {
                        .cached_prompt_tokens_host = m.cached_prompt_tokens_host, .computed_prompt_tokens = m.computed_prompt_tokens,
                        .demoted_blocks = m.demoted_blocks, .loaded_blocks = m.loaded_blocks,
                        .host_evicted_blocks = m.host_evicted_blocks, .device_evicted_blocks = m.device_evicted_blocks,
-                       .preemptions = m.preemptions, .generated_tokens = m.generated_tokens};
+                       .preemptions = m.preemptions, .generated_tokens = m.generated_tokens,
+                       .prefetched_blocks = m.prefetched_blocks, .prefetch_hit_blocks = m.prefetch_hit_blocks,
+                       .prefetch_wasted_blocks = m.prefetch_wasted_blocks};
     metrics_set_instance(c->metrics, instance, &s);
 }
 

@@ -59,6 +59,7 @@ typedef struct {
     unsigned long long cached_prompt_tokens_device, cached_prompt_tokens_host, computed_prompt_tokens;
     unsigned long long demoted_blocks, loaded_blocks, host_evicted_blocks, device_evicted_blocks;
     unsigned long long preemptions, generated_tokens;
+    unsigned long long prefetched_blocks, prefetch_hit_blocks, prefetch_wasted_blocks;
 } InstanceStats;
 
 /* Stores a copy of *s for instance `instance`. The index comes from an MPI peer, so an index out

@@ -160,7 +160,8 @@ void msg_stats_encode(WireBuf *b, const MsgStats *m) {
                               m->host_total_blocks};
     const uint64_t counters[] = {m->cached_prompt_tokens_device, m->cached_prompt_tokens_host, m->computed_prompt_tokens,
                                  m->demoted_blocks, m->loaded_blocks, m->host_evicted_blocks, m->device_evicted_blocks,
-                                 m->preemptions, m->generated_tokens};
+                                 m->preemptions, m->generated_tokens, m->prefetched_blocks, m->prefetch_hit_blocks,
+                                 m->prefetch_wasted_blocks};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) wire_put_i32(b, gauges[i]);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) wire_put_u64(b, counters[i]);
 }
@@ -171,7 +172,8 @@ int msg_stats_decode(WireReader *r, MsgStats *m) {
                          &m->host_total_blocks};
     uint64_t *counters[] = {&m->cached_prompt_tokens_device, &m->cached_prompt_tokens_host, &m->computed_prompt_tokens,
                             &m->demoted_blocks, &m->loaded_blocks, &m->host_evicted_blocks, &m->device_evicted_blocks,
-                            &m->preemptions, &m->generated_tokens};
+                            &m->preemptions, &m->generated_tokens, &m->prefetched_blocks, &m->prefetch_hit_blocks,
+                            &m->prefetch_wasted_blocks};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) *gauges[i] = wire_get_i32(r);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) *counters[i] = wire_get_u64(r);
     return reader_ok(r);

@@ -107,7 +107,8 @@ static int send_stats(Leader *L) {
                   .computed_prompt_tokens = s->counters.computed_prompt_tokens, .demoted_blocks = cc->demoted_blocks,
                   .loaded_blocks = cc->loaded_blocks, .host_evicted_blocks = cc->host_evicted_blocks,
                   .device_evicted_blocks = cc->device_evicted_blocks, .preemptions = s->counters.preemptions,
-                  .generated_tokens = L->engine.generated_tokens};
+                  .generated_tokens = L->engine.generated_tokens, .prefetched_blocks = cc->prefetched_blocks,
+                  .prefetch_hit_blocks = cc->prefetch_hit_blocks, .prefetch_wasted_blocks = cc->prefetch_wasted_blocks};
     WireBuf b = {0};
     msg_stats_encode(&b, &m);
     L->last_stats = braid_now_seconds();

@@ -282,6 +282,8 @@ check "T=2 greedy outputs equal T=1 through demotion and load-back" \
   cmp -s <(cut -f1 "$work/alone_long.txt") <(cut -f1 "$work/tp2_long.txt")
 sleep 0.3 # STATS come every 0.1 s
 curl -s "$url/metrics" > "$work/tp_metrics.txt"
+check "T=2: metrics expose PBKV's prefetch counters (prefetched, used, wasted)" \
+  [ "$(grep -cE '^braid_kv_prefetch(ed|_hit|_wasted)_blocks_total ' "$work/tp_metrics.txt")" = 3 ]
 check "T=2: blocks loaded back from the host tier (braid_kv_loaded_blocks_total > 0)" \
   awk '/^braid_kv_loaded_blocks_total / {found = $2 > 0} END {exit !found}' "$work/tp_metrics.txt"
 check "T=2: --events logs the demotion to the host tier" events_have "$work/tp_events.jsonl" \
