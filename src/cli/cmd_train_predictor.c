@@ -182,9 +182,13 @@ static const char *kind_name(const AgentPredictor *p) {
     return k == PREDICTOR_GRAPH ? "graph" : k == PREDICTOR_MARKOV1 ? "markov1" : "markov2";
 }
 
-static void report_epoch(void *ctx, int epoch, int epochs, double loss) {
+static void report_epoch(void *ctx, int epoch, int epochs, double loss, double valid_loss) {
     (void)ctx;
-    if (epoch == 1 || epoch == epochs || epoch % 10 == 0)
+    if (epoch != 1 && epoch != epochs && epoch % 10 != 0) return;
+    if (valid_loss == valid_loss)
+        fprintf(stderr, "[train-predictor] graph epoch %d/%d: mean cross-entropy %.4f, held-out runs %.4f\n", epoch, epochs, loss,
+                valid_loss);
+    else
         fprintf(stderr, "[train-predictor] graph epoch %d/%d: mean cross-entropy %.4f\n", epoch, epochs, loss);
 }
 
@@ -216,6 +220,9 @@ static int train_graph(AgentPredictor *p, const Trace *traces, const RunSet *set
             dim ? "with the prefill's hidden states" : "without hidden states (agent order only)");
     BraidError err;
     int rc = agent_predictor_train_graph(p, runs, n_runs, &opt, &err);
+    if (!rc && opt.train.best_epoch < epochs)
+        fprintf(stderr, "[train-predictor] kept epoch %d of %d: the lowest loss on the training runs held out (1 in 5)\n",
+                opt.train.best_epoch, epochs);
     if (rc) fprintf(stderr, "braid train-predictor: %s\n", err.msg);
     else if (dim)
         fprintf(stderr, "[train-predictor] graph predictor: %zu parameters, hidden states of %d values\n",

@@ -595,7 +595,7 @@ static void shuffle(int *idx, int n, uint64_t *rng) {
     }
 }
 
-int graph_model_train(GraphModel *m, const GraphSample *samples, int n, const GraphTrainConfig *cfg_in, BraidError *err) {
+int graph_model_train(GraphModel *m, const GraphSample *samples, int n, GraphTrainConfig *cfg_in, BraidError *err) {
     GraphTrainConfig cfg = *cfg_in;
     if (cfg.epochs <= 0) cfg.epochs = 40;
     if (cfg.batch <= 0) cfg.batch = 64;
@@ -604,10 +604,14 @@ int graph_model_train(GraphModel *m, const GraphSample *samples, int n, const Gr
     if (n <= 0) return braid_error_set(err, "graph model: no training samples");
     size_t np = m->at.total;
     float *grad = malloc(np * sizeof *grad), *m1 = calloc(np, sizeof *m1), *m2 = calloc(np, sizeof *m2);
+    float *best = cfg.n_valid > 0 ? malloc(np * sizeof *best) : NULL;
+    double best_loss = INFINITY;
     int *idx = malloc((size_t)n * sizeof *idx);
     Work w = {0};
     int rc = 0;
-    if (!grad || !m1 || !m2 || !idx) rc = braid_error_set(err, "graph model: out of memory for %zu parameters", np);
+    cfg_in->best_epoch = cfg.epochs;
+    if (!grad || !m1 || !m2 || !idx || (cfg.n_valid > 0 && !best))
+        rc = braid_error_set(err, "graph model: out of memory for %zu parameters", np);
     else rc = work_init(m, &w, err);
     uint64_t rng = cfg.seed ^ 0x7a11ed5eedull;
     const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
@@ -633,8 +637,20 @@ int graph_model_train(GraphModel *m, const GraphSample *samples, int n, const Gr
                 m->params[i] -= cfg.lr * (m1[i] / c1) / (sqrtf(m2[i] / c2) + eps);
             }
         }
-        if (cfg.progress) cfg.progress(cfg.progress_ctx, e + 1, cfg.epochs, epoch_scored ? epoch_loss / epoch_scored : 0);
+        double valid_loss = NAN;
+        if (cfg.n_valid > 0) {
+            graph_model_freeze(m);
+            valid_loss = graph_model_loss(m, cfg.valid, cfg.n_valid);
+            if (valid_loss < best_loss) {
+                best_loss = valid_loss;
+                memcpy(best, m->params, np * sizeof *best);
+                cfg_in->best_epoch = e + 1;
+            }
+        }
+        if (cfg.progress) cfg.progress(cfg.progress_ctx, e + 1, cfg.epochs, epoch_scored ? epoch_loss / epoch_scored : 0, valid_loss);
     }
+    if (!rc && best && best_loss < INFINITY) memcpy(m->params, best, np * sizeof *best);
+    free(best);
     work_free(&w);
     free(grad);
     free(m1);

@@ -73,8 +73,14 @@ typedef struct {
     float dropout;       /* on the head's hidden layer (default 0.1) */
     float text_dropout;  /* fraction of samples trained without their hidden state (default 0.25) */
     uint64_t seed;
-    void (*progress)(void *ctx, int epoch, int epochs, double mean_loss);
+    /* Held-out samples (optional): after every epoch their loss is measured and the parameters of
+     * the best epoch are the ones kept (early stopping; hidden states let a model memorize its
+     * training calls, so the training loss alone says nothing). */
+    const GraphSample *valid;
+    int n_valid;
+    void (*progress)(void *ctx, int epoch, int epochs, double mean_loss, double valid_loss);
     void *progress_ctx;
+    int best_epoch;      /* out: the epoch whose parameters were kept (the last one without valid) */
 } GraphTrainConfig;
 
 /* Fills unset (zero) fields of a shape with the defaults above (n_agents, text_dim and k are the
@@ -94,7 +100,7 @@ int graph_model_set_adjacency(GraphModel *m, const double *counts, BraidError *e
  * deviation below 1e-6 counts as 1). */
 int graph_model_set_text_norm(GraphModel *m, const float *mean, const float *std, BraidError *err);
 
-int graph_model_train(GraphModel *m, const GraphSample *samples, int n, const GraphTrainConfig *cfg, BraidError *err);
+int graph_model_train(GraphModel *m, const GraphSample *samples, int n, GraphTrainConfig *cfg, BraidError *err);
 /* Mean cross-entropy per scored step over samples (text used when present), for reports. */
 double graph_model_loss(GraphModel *m, const GraphSample *samples, int n);
 

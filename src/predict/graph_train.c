@@ -97,7 +97,27 @@ static int text_stats(const PredictorRun *runs, int n_runs, int D, TrainSet *t, 
     return 0;
 }
 
-int agent_predictor_train_graph(AgentPredictor *p, const PredictorRun *runs, int n_runs, const GraphTrainOptions *opt, BraidError *err) {
+/* Moves the samples of every hold_out-th run behind the others: [0, *n_train) train, the rest
+ * validate. Samples of one run stay together, so validation measures unseen workflows. */
+static void split_runs(const PredictorRun *runs, int n_runs, int hold_out, TrainSet *t, int *n_train) {
+    *n_train = t->n_samples;
+    if (hold_out <= 1 || n_runs < 10) return;
+    GraphSample *sorted = malloc((size_t)t->n_samples * sizeof *sorted);
+    if (!sorted) return; /* no split: train on everything, without early stopping */
+    int out = 0;
+    for (int held_pass = 0; held_pass < 2; held_pass++) { /* training runs first, then the held-out ones */
+        if (held_pass) *n_train = out;
+        for (int r = 0, at = 0; r < n_runs; r++) {
+            int n = runs[r].n > 0 ? runs[r].n : 0, held = r % hold_out == hold_out - 1;
+            if (held == held_pass) memcpy(sorted + out, t->samples + at, (size_t)n * sizeof *sorted), out += n;
+            at += n;
+        }
+    }
+    memcpy(t->samples, sorted, (size_t)t->n_samples * sizeof *sorted);
+    free(sorted);
+}
+
+int agent_predictor_train_graph(AgentPredictor *p, const PredictorRun *runs, int n_runs, GraphTrainOptions *opt, BraidError *err) {
     if (agent_predictor_kind(p) == PREDICTOR_MARKOV1)
         return braid_error_set(err, "graph predictor: needs a Markov-2 predictor's counts beside it, not Markov-1");
     int V = agent_predictor_n_agents(p), k = opt->k > 0 ? opt->k : 4;
@@ -118,7 +138,12 @@ int agent_predictor_train_graph(AgentPredictor *p, const PredictorRun *runs, int
     if (!rc && shape.text_dim) rc = graph_model_set_text_norm(g, t.mean, t.std, err);
     if (!rc && shape.text_dim == 0)
         for (int i = 0; i < t.n_samples; i++) t.samples[i].text = NULL;
-    if (!rc) rc = graph_model_train(g, t.samples, t.n_samples, &opt->train, err);
+    int n_train = t.n_samples;
+    if (!rc) split_runs(runs, n_runs, opt->hold_out ? opt->hold_out : 5, &t, &n_train);
+    opt->train.valid = n_train < t.n_samples ? t.samples + n_train : NULL;
+    opt->train.n_valid = t.n_samples - n_train;
+    if (!rc) rc = graph_model_train(g, t.samples, n_train, &opt->train, err);
+    opt->train.valid = NULL; /* it pointed into this call's samples */
     if (!rc) rc = agent_predictor_attach_graph(p, g, err);
     if (rc) graph_model_free(g);
     train_set_free(&t);

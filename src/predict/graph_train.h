@@ -30,11 +30,14 @@ typedef struct {
     int k;                 /* head steps (default 4) */
     int text_dim;          /* hidden-state width; 0 = train without the semantic stream */
     GraphModelShape shape; /* widths (0 = defaults; n_agents, text_dim and k are set here) */
-    GraphTrainConfig train;
+    GraphTrainConfig train; /* its valid / n_valid are set here from the held-out runs */
+    /* Every hold_out-th run (0 = default 5; 1 = none) is held out for early stopping when there
+     * are at least 10 runs: the model kept is the epoch with the lowest held-out loss. */
+    int hold_out;
 } GraphTrainOptions;
 
 /* Trains and attaches (p becomes PREDICTOR_GRAPH). Errors: p is Markov-1, an agent of a run is
  * unknown to p, no call to learn from, out of memory; p is unchanged then. */
-int agent_predictor_train_graph(AgentPredictor *p, const PredictorRun *runs, int n_runs, const GraphTrainOptions *opt, BraidError *err);
+int agent_predictor_train_graph(AgentPredictor *p, const PredictorRun *runs, int n_runs, GraphTrainOptions *opt, BraidError *err);
 
 #endif
