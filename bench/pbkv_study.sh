@@ -3,9 +3,17 @@
 # traces of the dynamic loops (codegen, factcheck) and the static pipeline, at several device
 # budgets, with the share of the LRU -> Belady gap pbkv closes; pbkv with a predictor trained on
 # other traces (braid train-predictor) next to one learning online; next-agent accuracy at K = 1..4.
+# Two more parts run on the issue's sweep traces (400 workflows, concurrency 72, seed 21, as
+# bench/workload_sweep.sh): "plot", the hit rate over time of lru / kvflow / pbkv / belady on one
+# figure (braid sim --timeline, braid-bench plot; needs gnuplot), and "prefetch", pbkv with a host
+# tier with and without --prefetch: hit rate, modeled latency and the prefetched blocks used and
+# wasted (evicted unused).
 #   bench/pbkv_study.sh [OUT_DIR]
-# Environment: WORKFLOWS / CONCURRENCY (200 / 16), BUDGETS (tokens, default "32768 65536 131072"),
-# WORKLOADS (default "codegen factcheck pipeline").
+# Environment: PARTS (default "scoreboard plot prefetch"); scoreboard: WORKFLOWS / CONCURRENCY
+# (200 / 16), BUDGETS (tokens, default "32768 65536 131072"), WORKLOADS (default "codegen factcheck
+# pipeline"); plot: PLOT_WORKLOAD / PLOT_KV (codegen / 140000, where LRU hits ~30%), PLOT_OUT
+# (bench/plots/pbkv_hit_rate_over_time.png); prefetch: PREFETCH_WORKLOADS (codegen factcheck),
+# PREFETCH_BUDGETS (device tokens, "40000 140000"), HOST_FACTOR (host tier = 4x the device).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/braid-pbkv}
@@ -14,8 +22,19 @@ model=${BRAID_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 workloads=${WORKLOADS:-"codegen factcheck pipeline"}
 budgets=${BUDGETS:-"32768 65536 131072"}
 wf=${WORKFLOWS:-200} conc=${CONCURRENCY:-16}
+parts=${PARTS:-"scoreboard plot prefetch"}
+has_part() { [[ " $parts " == *" $1 "* ]]; }
 
 echo "# bench/pbkv_study.sh $out — $(date -u +%F), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+
+# The issue's sweep trace of workload $1 (400 workflows, concurrency 72, seed 21).
+sweep_trace() {
+  local t=$out/sweep.$1.jsonl
+  [ -s "$t" ] || build/braid-bench gen --workload "$1" --workflows 400 --concurrency 72 --seed 21 --model "$model" --out "$t" 2> /dev/null
+  echo "$t"
+}
+
+if has_part scoreboard; then
 echo "traces: braid-bench gen --workflows $wf --concurrency $conc --seed 1 (evaluated) and --seed 2 (predictor training)"
 
 hit() {  # hit TRACE KV POLICY [args] -> "hit_rate latency"
@@ -70,3 +89,49 @@ for w in $workloads; do
     echo "$w $k: $(grep -i 'held-out\|eval' "$out/$w.$k.train.log" | tail -1)"
   done
 done
+fi
+
+if has_part plot; then
+  pw=${PLOT_WORKLOAD:-codegen} pkv=${PLOT_KV:-140000} pout=${PLOT_OUT:-bench/plots/pbkv_hit_rate_over_time.png}
+  t=$(sweep_trace "$pw")
+  echo
+  echo "## Hit rate over time: $pw, $pkv-token device cache (braid sim --timeline; braid-bench plot -> $pout)"
+  echo
+  echo "| policy | hit rate | mean workflow latency (modeled) |"
+  echo "| --- | ---: | ---: |"
+  inputs=()
+  for p in lru kvflow pbkv belady; do
+    build/braid sim --trace "$t" --kv-tokens "$pkv" --policy "$p" --json --timeline "$out/timeline.$pw.$p.jsonl" 2> /dev/null | tail -1 |
+      python3 -c 'import json, sys; r = json.load(sys.stdin); print("| %s | %.1f%% | %.1f s |" % (r["policy"], 100 * r["hit_rate"], r["mean_workflow_latency_s"]))'
+    inputs+=("$p=$out/timeline.$pw.$p.jsonl")
+  done
+  mkdir -p "$(dirname "$pout")"
+  build/braid-bench plot "${inputs[@]}" --out "$pout" \
+    --title "$pw: 400 workflows, concurrency 72, seed 21, $pkv-token device cache (braid sim, modeled time)"
+fi
+
+if has_part prefetch; then
+  hf=${HOST_FACTOR:-4}
+  echo
+  echo "## Prefetch: pbkv with a host tier ($hf x the device), --prefetch off vs on (lru with the same tiers for reference)"
+  echo
+  echo "| workload | device tokens | policy | hit rate (device + host) | device hits | mean workflow latency | mean TTFT | prefetched blocks | used | wasted (evicted unused) | prefetch copy time |"
+  echo "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  for w in ${PREFETCH_WORKLOADS:-codegen factcheck}; do
+    t=$(sweep_trace "$w")
+    for d in ${PREFETCH_BUDGETS:-40000 140000}; do
+      for run in "lru" "pbkv" "pbkv --prefetch"; do
+        # shellcheck disable=SC2086
+        build/braid sim --trace "$t" --kv-tokens "$d" --host-kv-tokens $((hf * d)) --policy $run --json 2> /dev/null | tail -1 |
+          python3 -c '
+import json, sys
+r = json.load(sys.stdin); p = r["prompt_tokens"] or 1; pf = r["prefetched_blocks"]
+name = r["policy"] + (" + prefetch" if r["prefetch"] else "")
+waste = "%d (%.0f%%)" % (r["prefetch_wasted_blocks"], 100.0 * r["prefetch_wasted_blocks"] / pf) if pf else "0"
+print("| %s | %s | %s | %.1f%% | %.1f%% | %.2f s | %.0f ms | %d | %d | %s | %.2f s |" % (sys.argv[1], sys.argv[2], name,
+      100 * r["hit_rate"], 100 * r["device_cached_tokens"] / p, r["mean_workflow_latency_s"], 1e3 * r["mean_ttft_s"], pf,
+      r["prefetch_hit_blocks"], waste, r["prefetch_copy_s"]))' "$w" "$d"
+      done
+    done
+  done
+fi

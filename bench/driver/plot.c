@@ -14,18 +14,66 @@
 #include "strbuf.h"
 
 static const char plot_usage[] =
-    "usage: braid-bench plot DIR... --out chart.png [--latency workflow|request] [--title TEXT]\n"
-    "  Draws the `braid-bench run` directories side by side on one PNG, one line per directory (labelled\n"
-    "  with its name): left, the token-level cache hit rate over time (cumulative, from requests.jsonl);\n"
-    "  right, the CDF of end-to-end latency, per workflow (workflows.jsonl, the default) or per request.\n"
+    "usage: braid-bench plot [LABEL=]INPUT... --out chart.png [--latency workflow|request] [--title TEXT]\n"
+    "  Draws the inputs side by side on one PNG, one line per input, labelled LABEL or the input's name.\n"
+    "  An input is a `braid-bench run` directory or a `braid sim --timeline` file. Left: the token-level\n"
+    "  cache hit rate over time (cumulative; a run's requests.jsonl by completion time, a timeline's rows\n"
+    "  by arrival time in the trace). Right: the CDF of end-to-end latency, per workflow (a run's\n"
+    "  workflows.jsonl, the default) or per request (a timeline: the modeled request latencies).\n"
     "  Needs gnuplot (apt-get install gnuplot-nox).\n";
 
 typedef struct {
     const char *out, *title;
     bool per_request;
-    char **dirs;
+    char **dirs;   /* the inputs' paths (LABEL= removed) */
+    char **labels; /* their legend labels */
     int n_dirs;
 } PlotArgs;
+
+/* The input's name for the legend: its last path component. */
+static const char *label_of(const char *dir, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s", dir);
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/') buf[--n] = '\0';
+    const char *slash = strrchr(buf, '/');
+    return slash && slash[1] ? slash + 1 : buf;
+}
+
+/* Splits each input into label and path: "LABEL=PATH" when the whole argument is no existing path
+ * and has an '='; otherwise the path, labelled by its last component. Returns 0 or -1 (memory). */
+static int split_inputs(PlotArgs *a, char **inputs) {
+    a->dirs = calloc((size_t)a->n_dirs, sizeof *a->dirs);
+    a->labels = calloc((size_t)a->n_dirs, sizeof *a->labels);
+    if (!a->dirs || !a->labels) return -1;
+    for (int k = 0; k < a->n_dirs; k++) {
+        const char *in = inputs[k], *eq = strchr(in, '=');
+        char buf[4096];
+        if (eq && eq > in && access(in, F_OK) != 0) {
+            a->labels[k] = strndup(in, (size_t)(eq - in));
+            a->dirs[k] = strdup(eq + 1);
+        } else {
+            a->labels[k] = strdup(label_of(in, buf, sizeof buf));
+            a->dirs[k] = strdup(in);
+        }
+        if (!a->labels[k] || !a->dirs[k]) return -1;
+    }
+    return 0;
+}
+
+static void free_inputs(PlotArgs *a) {
+    for (int k = 0; k < a->n_dirs; k++) {
+        if (a->dirs) free(a->dirs[k]);
+        if (a->labels) free(a->labels[k]);
+    }
+    free(a->dirs);
+    free(a->labels);
+    a->dirs = a->labels = NULL;
+}
+
+static bool is_regular_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
 
 /* Returns 0 to run, 1 after --help, 2 on a usage error. */
 static int parse_args(int argc, char **argv, PlotArgs *a) {
@@ -50,10 +98,15 @@ static int parse_args(int argc, char **argv, PlotArgs *a) {
         default: fputs(plot_usage, stderr); return 2;
         }
     }
-    a->dirs = argv + optind;
     a->n_dirs = argc - optind;
     if (!a->out || a->n_dirs == 0) {
-        fprintf(stderr, "braid-bench plot: %s\n%s", !a->out ? "--out is required" : "name at least one run directory", plot_usage);
+        fprintf(stderr, "braid-bench plot: %s\n%s", !a->out ? "--out is required" : "name at least one run directory or timeline",
+                plot_usage);
+        return 2;
+    }
+    if (split_inputs(a, argv + optind)) {
+        free_inputs(a);
+        fprintf(stderr, "braid-bench plot: out of memory\n");
         return 2;
     }
     return 0;
@@ -98,26 +151,17 @@ static void script_add_quoted(StrBuf *s, const char *text) {
     strbuf_append_char(s, '\'');
 }
 
-/* The directory's name for the legend: its last path component. */
-static const char *label_of(const char *dir, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s", dir);
-    size_t n = strlen(buf);
-    while (n > 1 && buf[n - 1] == '/') buf[--n] = '\0';
-    const char *slash = strrchr(buf, '/');
-    return slash && slash[1] ? slash + 1 : buf;
-}
-
 /* One panel: plot each non-empty data file tmp/prefix_k.dat. */
 static void script_panel(StrBuf *s, const PlotArgs *a, const char *tmp, const char *prefix, const bool *has_data, const char *style,
-                         const bool *per_request) {
+                         const bool *per_request, bool all_per_request) {
     strbuf_append(s, "plot ");
     bool first = true;
     for (int k = 0; k < a->n_dirs; k++) {
         if (!has_data[k]) continue;
-        char path[4200], label[4096], title[4200];
+        char path[4200], title[4200];
         snprintf(path, sizeof path, "%s/%s_%d.dat", tmp, prefix, k);
-        snprintf(title, sizeof title, "%s%s", label_of(a->dirs[k], label, sizeof label),
-                 per_request && per_request[k] && !a->per_request ? " (per request)" : "");
+        snprintf(title, sizeof title, "%s%s", a->labels[k],
+                 per_request && per_request[k] && !all_per_request ? " (per request)" : "");
         strbuf_appendf(s, "%s", first ? "" : ", \\\n     ");
         script_add_quoted(s, path);
         strbuf_appendf(s, " using 1:2 with %s lw 2 title ", style);
@@ -129,6 +173,10 @@ static void script_panel(StrBuf *s, const PlotArgs *a, const char *tmp, const ch
 
 static char *build_script(const PlotArgs *a, const char *tmp, const char *terminal, const bool *has_hit, const bool *has_cdf,
                           const bool *per_request) {
+    /* The panel is per request when asked, or when every input gives request latencies (timelines). */
+    bool all_per_request = true;
+    for (int k = 0; k < a->n_dirs; k++)
+        if (has_cdf[k] && !per_request[k]) all_per_request = false;
     StrBuf s = {0};
     strbuf_appendf(&s, "set terminal %s size 1400,560 noenhanced\nset output ", terminal);
     script_add_quoted(&s, a->out);
@@ -136,12 +184,12 @@ static char *build_script(const PlotArgs *a, const char *tmp, const char *termin
     script_add_quoted(&s, a->title);
     strbuf_appendf(&s, "\nset grid\nset key bottom right\n");
     strbuf_appendf(&s, "set title 'Token-level prefix-cache hit rate (cumulative)'\n"
-                   "set xlabel 'time since start of run (s)'\nset ylabel 'hit rate (%% of prompt tokens)'\nset yrange [0:100]\n");
-    script_panel(&s, a, tmp, "hit", has_hit, "steps", NULL);
+                   "set xlabel 'time since start of run (s; a sim timeline: arrival time in the trace)'\nset ylabel 'hit rate (%% of prompt tokens)'\nset yrange [0:100]\n");
+    script_panel(&s, a, tmp, "hit", has_hit, "steps", NULL, false);
     strbuf_appendf(&s, "set title 'End-to-end latency CDF (%s)'\nset xlabel 'latency (s)'\nset ylabel 'fraction of %s'\n"
                    "set yrange [0:1]\nset xrange [0:*]\n",
-               a->per_request ? "per request" : "per workflow", a->per_request ? "requests" : "workflows");
-    script_panel(&s, a, tmp, "cdf", has_cdf, "steps", per_request);
+               all_per_request ? "per request" : "per workflow", all_per_request ? "requests" : "workflows");
+    script_panel(&s, a, tmp, "cdf", has_cdf, "steps", per_request, all_per_request);
     strbuf_append(&s, "unset multiplot\n");
     return strbuf_take(&s); /* NULL when out of memory */
 }
@@ -161,8 +209,14 @@ static int write_series(const char *tmp, const char *prefix, int k, const PlotSe
 /* Reads directory k's series and writes its data files; flags which panels it has points for. */
 static int prepare_dir(const PlotArgs *a, int k, const char *tmp, bool *has_hit, bool *has_cdf, bool *per_request, BraidError *err) {
     PlotSeries hit = {0}, cdf = {0};
-    int rc = plot_read_hit_rate(a->dirs[k], &hit, err);
-    if (rc == 0) rc = plot_read_latency_cdf(a->dirs[k], a->per_request, &cdf, per_request, err);
+    int rc;
+    if (is_regular_file(a->dirs[k])) { /* a braid sim --timeline file */
+        rc = plot_read_timeline(a->dirs[k], &hit, &cdf, err);
+        *per_request = true;
+    } else {
+        rc = plot_read_hit_rate(a->dirs[k], &hit, err);
+        if (rc == 0) rc = plot_read_latency_cdf(a->dirs[k], a->per_request, &cdf, per_request, err);
+    }
     if (rc == 0 && hit.n > 0) rc = write_series(tmp, "hit", k, &hit, err);
     if (rc == 0 && cdf.n > 0) rc = write_series(tmp, "cdf", k, &cdf, err);
     *has_hit = hit.n > 0;
@@ -216,20 +270,23 @@ int plot_main(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     if (!on_path("gnuplot")) {
         fprintf(stderr, "braid-bench plot: gnuplot is not installed or not on PATH (apt-get install gnuplot-nox)\n");
+        free_inputs(&a);
         return 1;
     }
     char tmp[] = "/tmp/braid-plot.XXXXXX";
     if (!mkdtemp(tmp)) {
         perror("braid-bench plot: cannot create a temporary directory");
+        free_inputs(&a);
         return 1;
     }
     BraidError err;
     rc = draw(&a, tmp, &err);
     remove_tmp(tmp, a.n_dirs);
+    free_inputs(&a);
     if (rc) {
         fprintf(stderr, "braid-bench plot: %s\n", err.msg);
         return 1;
     }
-    fprintf(stderr, "[plot] %d run%s -> %s\n", a.n_dirs, a.n_dirs == 1 ? "" : "s", a.out);
+    fprintf(stderr, "[plot] %d input%s -> %s\n", a.n_dirs, a.n_dirs == 1 ? "" : "s", a.out);
     return 0;
 }

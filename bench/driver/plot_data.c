@@ -139,6 +139,57 @@ int plot_read_latency_cdf(const char *dir, bool want_per_request, PlotSeries *ou
     return rc;
 }
 
+/* A timeline row: arrival time, tokens, and the modeled latency in `cached`'s neighbour. */
+typedef struct {
+    double t, prompt, cached, latency;
+} TimelineRow;
+
+static int add_timeline_row(const json_t *o, void *ctx) {
+    const char *type = json_string_value(json_object_get(o, "type"));
+    if (!type || strcmp(type, "request") != 0) return 0; /* the header line */
+    TimelineRow *r = vec_push(ctx);
+    if (!r) return -1;
+    *r = (TimelineRow){.t = number(o, "t"), .prompt = number(o, "prompt_tokens"), .cached = number(o, "cached_tokens"),
+                       .latency = number(o, "latency_s")};
+    return 0;
+}
+
+int plot_read_timeline(const char *path, PlotSeries *hit, PlotSeries *cdf, BraidError *err) {
+    Vec v = {.size = sizeof(TimelineRow)};
+    *hit = *cdf = (PlotSeries){0};
+    int rc = for_each_line(path, add_timeline_row, &v, err);
+    if (rc == 0 && v.n > 0) rc = series_alloc(hit, v.n, err);
+    if (rc == 0 && v.n > 0) rc = series_alloc(cdf, v.n + 1, err);
+    if (rc == 0 && v.n > 0) {
+        TimelineRow *r = v.items;
+        double prompt = 0, cached = 0, *lat = malloc(v.n * sizeof *lat);
+        if (!lat) rc = braid_error_set(err, "out of memory for %zu points", v.n);
+        for (size_t i = 0; rc == 0 && i < v.n; i++) { /* rows come in arrival order */
+            prompt += r[i].prompt;
+            cached += r[i].cached;
+            hit->x[i] = r[i].t;
+            hit->y[i] = prompt > 0 ? 100 * cached / prompt : 0;
+            lat[i] = r[i].latency;
+        }
+        if (rc == 0) {
+            qsort(lat, v.n, sizeof *lat, compare_doubles);
+            cdf->x[0] = lat[0];
+            cdf->y[0] = 0;
+            for (size_t i = 0; i < v.n; i++) {
+                cdf->x[i + 1] = lat[i];
+                cdf->y[i + 1] = (double)(i + 1) / (double)v.n;
+            }
+        }
+        free(lat);
+    }
+    if (rc) {
+        plot_series_free(hit);
+        plot_series_free(cdf);
+    }
+    free(v.items);
+    return rc;
+}
+
 int plot_series_write(const PlotSeries *s, FILE *f) {
     for (int i = 0; i < s->n; i++)
         if (fprintf(f, "%.6f %.6f\n", s->x[i], s->y[i]) < 0) return -1;

@@ -7,6 +7,9 @@
  * latency CDF: the sorted end-to-end latencies (s) with their cumulative fractions, per workflow
  *   from DIR/workflows.jsonl, or per request (latency_ms of successful requests) when asked or when
  *   the directory has no workflows.jsonl.
+ * A `braid sim --timeline` file instead of a directory gives both series from its request rows, in
+ * trace order: the cumulative hit rate at each request's arrival time t (the trace's clock), and
+ * the CDF of the requests' modeled latency_s.
  * Called by: plot.c. Thread-safety: none needed. Memory: plot_series_free releases a series.
  */
 #ifndef BRAID_BENCH_DRIVER_PLOT_DATA_H
@@ -25,6 +28,8 @@ typedef struct {
 int plot_read_hit_rate(const char *dir, PlotSeries *out, BraidError *err);
 /* *per_request tells which latencies were used; want_per_request asks for request latencies. */
 int plot_read_latency_cdf(const char *dir, bool want_per_request, PlotSeries *out, bool *per_request, BraidError *err);
+/* Both series from a braid sim --timeline file. Returns 0, or -1 with err set. */
+int plot_read_timeline(const char *path, PlotSeries *hit, PlotSeries *cdf, BraidError *err);
 /* "x y" lines. Returns 0 or -1. */
 int plot_series_write(const PlotSeries *s, FILE *f);
 void plot_series_free(PlotSeries *s);

@@ -66,19 +66,48 @@ int history_add(History *h, const char *label, const char *text, int max_tokens,
     return 0;
 }
 
-void history_render(const History *h, StrBuf *out, int budget_tokens) {
-    int pinned = 0;
+/* The first unpinned turn to render: the earliest chunk start whose turns to the end fit in room.
+ * Chunk starts are where the unpinned turns' running token count crosses a multiple of room /
+ * HISTORY_CHUNKS, so they depend only on the turns before them: as the history grows the window
+ * jumps ahead a chunk at a time and stays put in between, and every call in between renders the
+ * same bytes up to the newest turns (a framework that trims its history in steps keeps its prompt
+ * prefix, and the prefix cache, until the next trim; sliding turn by turn would change it at every
+ * call). When not even the newest chunk fits, the newest turns that fit. */
+enum { HISTORY_CHUNKS = 4 };
+
+static int first_kept_turn(const History *h, int room) {
+    int total = 0;
     for (int i = 0; i < h->n; i++)
-        if (h->turns[i].pinned) pinned += h->turns[i].tokens;
+        if (!h->turns[i].pinned) total += h->turns[i].tokens;
+    int chunk = room / HISTORY_CHUNKS > 1 ? room / HISTORY_CHUNKS : 1, before = 0, last_chunk = -1;
+    for (int i = 0; i < h->n; i++) {
+        if (h->turns[i].pinned) continue;
+        int c = before / chunk;
+        if (c != last_chunk) { /* a chunk starts here */
+            last_chunk = c;
+            if (total - before <= room) return i;
+        }
+        before += h->turns[i].tokens;
+    }
     /* Walk back from the newest turn while the unpinned ones still fit beside the pinned ones. */
-    int room = budget_tokens - pinned, first_kept = h->n;
+    int first_kept = h->n;
     for (int i = h->n - 1; i >= 0; i--) {
         if (h->turns[i].pinned) continue;
-        int need = h->turns[i].tokens + (i > 0 ? token_estimate_str(omitted_marker) : 0);
-        if (need > room) break;
+        if (h->turns[i].tokens > room) break;
         room -= h->turns[i].tokens;
         first_kept = i;
     }
+    return first_kept;
+}
+
+void history_render(const History *h, StrBuf *out, int budget_tokens) {
+    int pinned = 0, unpinned = 0;
+    for (int i = 0; i < h->n; i++) {
+        if (h->turns[i].pinned) pinned += h->turns[i].tokens;
+        else unpinned += h->turns[i].tokens;
+    }
+    int room = budget_tokens - pinned, first_kept = 0;
+    if (unpinned > room) first_kept = first_kept_turn(h, room - token_estimate_str(omitted_marker));
     int marked = 0;
     for (int i = 0; i < h->n; i++) {
         const HistoryTurn *t = &h->turns[i];

@@ -82,19 +82,36 @@ char *wl_prompt_build(const char *const *head, int n_head, const History *h, con
     return prompt;
 }
 
-int wl_agent_stage(const AgentProfile *agent, const History *h, const char *instruction, const WorkloadParams *p, WlRng *rng,
-                   int output_mean, int output_max, AgentCall *call, BraidError *err) {
-    StrBuf tail = {0};
-    wl_append_instruction(&tail, agent->spec->name, instruction);
-    if (strbuf_failed(&tail)) return braid_error_set(err, "out of memory");
-    const char *head[] = {agent->head};
-    char *prompt = wl_prompt_build(head, 1, h, tail.data, wl_prompt_cap(p), err);
-    strbuf_free(&tail);
+/* Head parts, history within the cap, tail; output length and max_tokens drawn as for every call. */
+static int agent_call(const AgentProfile *agent, const char *task, const History *h, const char *tail, const WorkloadParams *p,
+                      WlRng *rng, int output_mean, int output_max, AgentCall *call, BraidError *err) {
+    const char *head[] = {agent->head, task};
+    char *prompt = wl_prompt_build(head, task ? 2 : 1, h, tail, wl_prompt_cap(p), err);
     if (!prompt) return -1;
     int max_tokens = wl_scaled_output(p, output_max);
     int expected = wl_draw_output_tokens(rng, wl_scaled(p, output_mean), max_tokens);
     wl_call_fill(call, agent->spec->name, NULL, agent->spec->adapter, prompt, max_tokens, 0.0, expected);
     return 1;
+}
+
+int wl_agent_stage(const AgentProfile *agent, const History *h, const char *instruction, const WorkloadParams *p, WlRng *rng,
+                   int output_mean, int output_max, AgentCall *call, BraidError *err) {
+    StrBuf tail = {0};
+    wl_append_instruction(&tail, agent->spec->name, instruction);
+    if (strbuf_failed(&tail)) return braid_error_set(err, "out of memory");
+    int rc = agent_call(agent, NULL, h, tail.data, p, rng, output_mean, output_max, call, err);
+    strbuf_free(&tail);
+    return rc;
+}
+
+int wl_agent_turn(const AgentProfile *agent, const char *task, const History *h, const char *scratch, const WorkloadParams *p,
+                  WlRng *rng, int output_mean, int output_max, AgentCall *call, BraidError *err) {
+    StrBuf tail = {0};
+    strbuf_appendf(&tail, "%s### %s\n", scratch ? scratch : "", wl_label(agent->spec->name).text);
+    if (strbuf_failed(&tail)) return braid_error_set(err, "out of memory");
+    int rc = agent_call(agent, task, h, tail.data, p, rng, output_mean, output_max, call, err);
+    strbuf_free(&tail);
+    return rc;
 }
 
 int wl_add_output(History *h, const AgentProfile *agent, const char *output, const WorkloadParams *p, int output_max,

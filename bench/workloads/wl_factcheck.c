@@ -1,13 +1,21 @@
 /*
  * factcheck — HoVer + LangChain-style iterative refinement:
- *   Decomposer → Retriever → Verifier → (supported: END | else Refiner → Retriever → Verifier → …)
- * After every Retriever call the workload appends the search tool's output: three passages from a
+ *   Decomposer → Retriever × k → Verifier → (supported: END | else Refiner → Retriever × k → Verifier → …)
+ * The Retriever is a LangChain agent loop (ReAct): each of its requests issues one wiki_search for
+ * one fact not yet supported, the search result is appended as the observation, and the next
+ * request continues the same scratchpad (no new instruction: it starts with the previous request's
+ * whole prompt). A round searches once per fact unsupported when it starts (at most
+ * MAX_SEARCHES), as multi-hop retrieval does one hop per fact. Every prompt is the agent's head,
+ * then the shared history (the claim, each agent's messages, every observation), as a LangGraph
+ * multi-agent graph passes its message state.
+ * Each search result: two distinct passages (HoVer's evidence is Wikipedia introductions) from a
  * shared corpus of articles (Zipf popularity, so popular passages recur across workflows at
  * shifted positions) and an evidence line "Evidence coverage: 2 of 3 facts supported".
  * Hidden state: how many facts the claim links (2–4, stated in the claim) and how many are
- * supported so far; each retrieval round supports each missing fact with probability 0.5.
+ * supported so far; each search supports the fact it looks for with probability 0.5.
  * Noise: a fully supported claim is double-checked (another round) 7% of the time; an unsupported
- * one is given up ("not enough info") 7% of the time. At most MAX_ROUNDS retrieval rounds.
+ * one is given up ("not enough info") 7% of the time. At most MAX_ROUNDS retrieval rounds, so at
+ * most 1 + MAX_ROUNDS * (MAX_SEARCHES + 1) + MAX_ROUNDS - 1 = 20 requests.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +25,7 @@
 #include "workload_kind.h"
 
 enum { DECOMPOSER, RETRIEVER, VERIFIER, REFINER, N_AGENTS };
-enum { MAX_ROUNDS = 4, CORPUS_DOCS = 48, DOCS_PER_SEARCH = 3 };
+enum { MAX_ROUNDS = 4, MAX_SEARCHES = 3, CORPUS_DOCS = 48, DOCS_PER_SEARCH = 2 };
 
 static const char *const decomposer_tools[] = {"lookup_entity", NULL};
 static const char *const retriever_tools[] = {"wiki_search", "fetch_page", NULL};
@@ -35,7 +43,7 @@ static const AgentSpec agent_specs[N_AGENTS] = {
      110},
 };
 
-static const int output_mean[N_AGENTS] = {160, 80, 170, 120};
+static const int output_mean[N_AGENTS] = {160, 60, 170, 120}; /* a Retriever request is one search call */
 static const int output_max[N_AGENTS] = {384, 256, 384, 256};
 
 typedef struct {
@@ -51,6 +59,7 @@ typedef struct {
     int facts;      /* hidden: facts the claim links (stated in the claim) */
     int supported;  /* hidden: facts supported so far (stated after each search) */
     int rounds;     /* retrieval rounds so far */
+    int searches;   /* searches left in the current round */
 } Flow;
 
 static void shared_free(void *shared) {
@@ -70,7 +79,7 @@ static char *corpus_doc(const WorkloadParams *p, int i) {
     strbuf_append(&b, "[");
     text_gen_title(&b, &r, wl_rng_range(&r, 2, 4));
     strbuf_append(&b, "]\n");
-    text_gen(&b, &r, TEXT_ENCYCLOPEDIA, wl_scaled(p, 230));
+    text_gen(&b, &r, TEXT_ENCYCLOPEDIA, wl_scaled(p, 170)); /* a Wikipedia introduction */
     return strbuf_take(&b);
 }
 
@@ -132,7 +141,6 @@ static void *flow_create(const void *shared, const WorkloadParams *p, int index,
 static const char *instruction_for(int agent) {
     switch (agent) {
     case DECOMPOSER: return "List the separate facts the claim depends on, one per line.";
-    case RETRIEVER: return "Write one search query per fact that is not yet supported.";
     case VERIFIER: return "Check every fact against the passages above and give the verdict for the claim.";
     default: return "Rewrite the facts that are still unsupported into sharper questions for the next search.";
     }
@@ -142,15 +150,29 @@ static int flow_next(const void *shared, void *flow, AgentCall *calls, BraidErro
     const Shared *s = shared;
     Flow *f = flow;
     if (f->next_agent < 0) return 0;
-    return wl_agent_stage(&s->profiles[f->next_agent], &f->history, instruction_for(f->next_agent), f->p, &f->rng,
-                          output_mean[f->next_agent], output_max[f->next_agent], &calls[0], err);
+    const AgentProfile *agent = &s->profiles[f->next_agent];
+    int mean = output_mean[f->next_agent], max = output_max[f->next_agent];
+    if (f->next_agent == RETRIEVER) /* the agent loop: the round's instruction is in the history */
+        return wl_agent_turn(agent, NULL, &f->history, NULL, f->p, &f->rng, mean, max, &calls[0], err);
+    return wl_agent_stage(agent, &f->history, instruction_for(f->next_agent), f->p, &f->rng, mean, max, &calls[0], err);
+}
+
+/* A retrieval round starts: one search per fact unsupported now, announced in the history. */
+static int start_round(Flow *f, BraidError *err) {
+    f->rounds++;
+    int missing = f->facts - f->supported;
+    f->searches = missing < 1 ? 1 : missing > MAX_SEARCHES ? MAX_SEARCHES : missing;
+    f->next_agent = RETRIEVER;
+    return history_add(&f->history, "Instruction",
+                       "Retriever: search for evidence with wiki_search, one search per fact that is not yet supported, "
+                       "then hand over to the Verifier.",
+                       0, 0, err);
 }
 
 /* The wiki_search output: distinct popular passages, then the coverage line. */
 static int add_search_results(const Shared *s, Flow *f, BraidError *err) {
-    f->rounds++;
-    int missing = f->facts - f->supported;
-    for (int i = 0; i < missing; i++) f->supported += wl_rng_chance(&f->rng, 0.5);
+    f->searches--;
+    if (f->supported < f->facts) f->supported += wl_rng_chance(&f->rng, 0.5);
     int picked[DOCS_PER_SEARCH];
     StrBuf b = {0};
     for (int k = 0; k < DOCS_PER_SEARCH; k++) {
@@ -190,8 +212,11 @@ static int flow_deliver(const void *shared, void *flow, const char *const *outpu
     if (wl_add_output(&f->history, &s->profiles[agent], wl_output(outputs, 0), f->p, output_max[agent], err)) return -1;
     switch (agent) {
     case DECOMPOSER:
-    case REFINER: f->next_agent = RETRIEVER; return 0;
-    case RETRIEVER: f->next_agent = VERIFIER; return add_search_results(s, f, err);
+    case REFINER: return start_round(f, err);
+    case RETRIEVER:
+        if (add_search_results(s, f, err)) return -1;
+        if (f->searches == 0) f->next_agent = VERIFIER;
+        return 0;
     default: choose_after_verdict(f); return 0;
     }
 }

@@ -10,7 +10,9 @@
  * that only counts transitions, but not perfectly.
  *
  * An agent call's prompt = the agent's shared system prompt and tool descriptions (global, shared
- * across workflows) + the workflow's accumulated history (private) + the agent's instruction.
+ * across workflows) + the workflow's accumulated history (private) + the agent's instruction; a
+ * request that continues an agent's turn (a tool result handed back, an agent loop's next step)
+ * starts with the previous request's whole prompt and output instead.
  *
  * Deterministic: the same name, params and delivered outputs give the same calls. Workflows are
  * independent; the caller may advance them in any interleaving. Not thread-safe: one caller thread

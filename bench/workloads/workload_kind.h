@@ -79,6 +79,15 @@ char *wl_prompt_build(const char *const *head, int n_head, const History *h, con
  * output length drawn around output_mean (scale-1 tokens), max_tokens output_max. Returns 1 or -1. */
 int wl_agent_stage(const AgentProfile *agent, const History *h, const char *instruction, const WorkloadParams *p, WlRng *rng,
                    int output_mean, int output_max, AgentCall *call, BraidError *err);
+/* A call that continues an agent's turn, the way framework agent loops lay it out (AutoGen: the
+ * agent's system message, then the shared conversation, tool results included; LangChain / CrewAI:
+ * the ReAct scratchpad grows by the last output and its observation): the agent's head, then task
+ * (the agent's fixed task text, shared across workflows; may be NULL), the history within the
+ * prompt cap, then scratch (may be NULL) and "### <Agent>\n". No instruction block: whatever told
+ * the agent what to do is already in the history or the task, so each call of a multi-call turn
+ * starts with the previous call's whole prompt. Returns 1 or -1. */
+int wl_agent_turn(const AgentProfile *agent, const char *task, const History *h, const char *scratch, const WorkloadParams *p,
+                  WlRng *rng, int output_mean, int output_max, AgentCall *call, BraidError *err);
 /* Appends an agent's output to the history under its label, cut to its output limit. */
 int wl_add_output(History *h, const AgentProfile *agent, const char *output, const WorkloadParams *p, int output_max,
                   BraidError *err);

@@ -16,7 +16,8 @@ static const char sim_usage[] =
     "usage: braid sim --trace PATH --kv-tokens N [--host-kv-tokens H] [--policy NAME] [--block-size B]\n"
     "                 [--prefill-ms-per-token X] [--decode-ms-per-token Y] [--host-gbs G]\n"
     "                 [--host-latency-us L] [--kv-bytes-per-token K] [--predictor FILE | --markov 1|2]\n"
-    "                 [--predictor-learn] [--horizon K] [--cache-outputs] [--prefetch] [--json]\n"
+    "                 [--predictor-learn] [--horizon K] [--cache-outputs] [--prefetch] [--timeline FILE]\n"
+    "                 [--hidden FILE] [--json]\n"
     "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's KV cache object (the one the server\n"
     "  runs) in arrival order, one request at a time, with a device cache of N tokens.\n"
     "  --host-kv-tokens: a host-memory tier of H tokens below the device cache: evicted blocks are\n"
@@ -27,12 +28,18 @@ static const char sim_usage[] =
     "            take predictions (pbkv, kvflow); without it a Markov predictor (--markov 1|2, default 1)\n"
     "            learns online from the trace as it replays. --predictor-learn keeps a trained one learning.\n"
     "  --horizon: prediction steps K (default 4)\n"
+    "  --hidden FILE: the requests' prefill hidden states (braid batch --hidden-out), for a graph predictor\n"
+    "            trained with them (traces from braid serve carry them inline)\n"
     "  --prefetch: PBKV's conservative prefetch: between two requests (the idle time before the next\n"
     "            arrival; the replay has no decode steps) load the host-tier blocks the policy expects the\n"
     "            next calls to use into free device blocks, never evicting for them (pbkv; needs a host tier).\n"
     "            Their copies are on no request's TTFT; reported as prefetched / used / wasted blocks\n"
     "  --cache-outputs: also cache each request's generated blocks (unique to it), as the live engine\n"
     "            does; by default only prompt blocks are cached\n"
+    "  --timeline FILE: write one JSON line per request in trace order (after a header line with the\n"
+    "            policy and sizes): arrival time t, id, workflow, agent, prompt_tokens, cached_tokens,\n"
+    "            host_cached_tokens, modeled ttft_s and latency_s. braid-bench plot draws such files\n"
+    "            (hit rate over time, one line per file)\n"
     "  --block-size: cache block size, a multiple of the trace's (default: the trace's)\n"
     "  --prefill-ms-per-token, --decode-ms-per-token: the cost model (defaults: the 2-core CPU's\n"
     "            2.5 and 10 ms)\n"
@@ -95,9 +102,35 @@ static void print_json(const SimConfig *cfg, const SimResult *r) {
     json_decref(o);
 }
 
+/* The per-request rows of --timeline as JSONL: a header, then one line per trace request. */
+static int write_timeline(const char *path, const SimConfig *cfg, const Trace *t, const SimResult *r) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "braid sim: cannot write --timeline %s\n", path);
+        return -1;
+    }
+    json_t *h = json_pack("{s:s, s:s, s:i, s:i, s:b}", "type", "sim_timeline", "policy", cfg->policy, "kv_tokens", cfg->kv_tokens,
+                          "host_kv_tokens", cfg->host_kv_tokens, "prefetch", cfg->prefetch);
+    int rc = h && json_dumpf(h, f, JSON_COMPACT) == 0 && fputc('\n', f) != EOF ? 0 : -1;
+    json_decref(h);
+    for (int i = 0; rc == 0 && i < r->n_timeline; i++) {
+        const SimRequestRow *row = &r->timeline[i];
+        const TraceRequest *q = &t->reqs[i];
+        json_t *o = json_pack("{s:s, s:f, s:s, s:s, s:s, s:i, s:i, s:i, s:f, s:f}", "type", "request", "t", row->t, "id", q->id,
+                              "workflow", q->workflow, "agent", q->agent, "prompt_tokens", row->prompt_tokens, "cached_tokens",
+                              row->cached_tokens, "host_cached_tokens", row->host_cached_tokens, "ttft_s", row->ttft_s, "latency_s",
+                              row->latency_s);
+        rc = o && json_dumpf(o, f, JSON_COMPACT) == 0 && fputc('\n', f) != EOF ? 0 : -1;
+        json_decref(o);
+    }
+    if (fclose(f) != 0) rc = -1;
+    if (rc) fprintf(stderr, "braid sim: error writing --timeline %s\n", path);
+    return rc;
+}
+
 int cmd_sim(int argc, char **argv) {
     enum { O_OUTPUTS = 300, O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV, O_LEARN,
-           O_HORIZON, O_PREFETCH };
+           O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
@@ -107,10 +140,11 @@ int cmd_sim(int argc, char **argv) {
         {"kv-bytes-per-token", required_argument, 0, O_BPT}, {"predictor", required_argument, 0, O_PRED},
         {"markov", required_argument, 0, O_MARKOV}, {"predictor-learn", no_argument, 0, O_LEARN},
         {"horizon", required_argument, 0, O_HORIZON}, {"cache-outputs", no_argument, 0, O_OUTPUTS},
-        {"prefetch", no_argument, 0, O_PREFETCH},
+        {"prefetch", no_argument, 0, O_PREFETCH}, {"timeline", required_argument, 0, O_TIMELINE},
+        {"hidden", required_argument, 0, O_HIDDEN},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     SimConfig cfg = sim_config_default();
-    const char *trace_path = NULL;
+    const char *trace_path = NULL, *timeline_path = NULL, *hidden_path = NULL;
     int json = 0, have_kv = 0, c, block_size = 0;
     long v;
     double d;
@@ -142,6 +176,8 @@ int cmd_sim(int argc, char **argv) {
         case O_LEARN: cfg.predictor_learn = true; break;
         case O_OUTPUTS: cfg.cache_outputs = true; break;
         case O_PREFETCH: cfg.prefetch = true; break;
+        case O_TIMELINE: timeline_path = optarg; cfg.timeline = true; break;
+        case O_HIDDEN: hidden_path = optarg; break;
         case O_HORIZON: if (cli_parse_int("--horizon", optarg, 1, 64, &v)) return 2; cfg.horizon = (int)v; break;
         case O_BLOCK: if (cli_parse_int("--block-size", optarg, 1, 1 << 16, &v)) return 2; block_size = (int)v; break;
         case 'h': fputs(sim_usage, stdout); return 0;
@@ -164,6 +200,13 @@ int cmd_sim(int argc, char **argv) {
         fprintf(stderr, "braid sim: %s\n", err.msg);
         return 1;
     }
+    int matched = 0;
+    if (hidden_path && trace_attach_hidden(&trace, hidden_path, &matched, &err)) {
+        fprintf(stderr, "braid sim: %s\n", err.msg);
+        trace_free(&trace);
+        return 1;
+    }
+    if (hidden_path) fprintf(stderr, "[sim] hidden states for %d of %d requests\n", matched, trace.n);
     if (block_size && (trace.block_size == 0 || block_size % trace.block_size)) {
         fprintf(stderr, "braid sim: --block-size %d must be a multiple of the trace's block size %d\n", block_size, trace.block_size);
         trace_free(&trace);
@@ -178,6 +221,7 @@ int cmd_sim(int argc, char **argv) {
     else {
         print_text(&cfg, &r, elapsed);
         if (json) print_json(&cfg, &r);
+        if (timeline_path && write_timeline(timeline_path, &cfg, &trace, &r)) rc = -1;
     }
     sim_result_free(&r);
     trace_free(&trace);

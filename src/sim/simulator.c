@@ -199,6 +199,9 @@ void sim_result_free(SimResult *res) {
     free(res->agents);
     res->agents = NULL;
     res->n_agents = 0;
+    free(res->timeline);
+    res->timeline = NULL;
+    res->n_timeline = 0;
 }
 
 static double copy_seconds(const SimConfig *cfg, int blocks, int bs) {
@@ -219,7 +222,9 @@ static void deliver_ends(KvCache *c, WorkflowForecast *f, const Trace *t, int *n
 static int forecast_call(KvCache *c, WorkflowForecast *f, const TraceRequest *r, BraidError *err) {
     if (!f || !r->workflow[0] || !r->agent[0]) return 0;
     const AgentPrediction *p;
-    if (workflow_forecast_call(f, r->workflow, r->agent, r->t, &p, err)) return -1;
+    /* The replay has the call's recorded hidden state at arrival; a server gets it after the prefill. */
+    const float *text = r->hidden && r->hidden_dim == workflow_forecast_text_dim(f) ? r->hidden : NULL;
+    if (workflow_forecast_call_text(f, r->workflow, r->agent, text, r->t, &p, err)) return -1;
     if (p->k == 0) return 0;
     return kv_cache_predict(c, r->workflow, r->agent, p->k, p->n_agents, (const char *const *)p->agents, p->prob, err);
 }
@@ -272,6 +277,10 @@ static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, WorkflowFore
         ttfts[i] = ttft;
         latencies[i] = ttft + r->output_tokens * cfg->decode_s_per_token;
         res->modeled_latency_s += latencies[i];
+        if (res->timeline)
+            res->timeline[res->n_timeline++] = (SimRequestRow){.t = r->t, .prompt_tokens = r->prompt_tokens, .cached_tokens = cached,
+                                                               .host_cached_tokens = sv.host_cached_blocks * bs, .ttft_s = ttft,
+                                                               .latency_s = latencies[i]};
     }
     deliver_ends(c, f, t, &next_end, INFINITY);
     if (f) {
@@ -308,7 +317,8 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
         return -1;
     }
     double *ttfts = malloc(((size_t)t->n + 1) * sizeof *ttfts), *latencies = malloc(((size_t)t->n + 1) * sizeof *latencies);
-    int rc = ttfts && latencies ? replay(t, cfg, &cache, f, &bstate, res, ttfts, latencies, err) : braid_error_set(err, "sim: out of memory");
+    if (cfg->timeline) res->timeline = malloc(((size_t)t->n + 1) * sizeof *res->timeline);
+    int rc = ttfts && latencies && (!cfg->timeline || res->timeline) ? replay(t, cfg, &cache, f, &bstate, res, ttfts, latencies, err) : braid_error_set(err, "sim: out of memory");
     if (rc == 0 && summarize(t, ttfts, latencies, res)) rc = braid_error_set(err, "sim: out of memory");
     res->workflow_ends = t->n_ends;
     const KvCacheCounters *k = &cache.counters;

@@ -14,7 +14,9 @@
  * into stages by arrival time (a fan-out's calls arrive together), each stage as long as its
  * longest request. Tool and client time between stages is not modeled. Requests without a
  * workflow count as one-request workflows. With prefetch, the cache prefetches from the host tier
- * between requests (see SimConfig.prefetch).
+ * between requests (see SimConfig.prefetch). With SimConfig.timeline the result also holds one row
+ * per request (its arrival time, tokens and modeled times), in trace order, for hit-rate-over-time
+ * plots (braid sim --timeline; braid-bench plot reads the file).
  */
 #ifndef BRAID_SIM_SIMULATOR_H
 #define BRAID_SIM_SIMULATOR_H
@@ -49,7 +51,15 @@ typedef struct {
      * Their copy time is on no request's TTFT (reported as prefetch_copy_s). Needs a policy with
      * prefetch_value (pbkv) and a host tier; otherwise nothing is prefetched. */
     bool prefetch;
+    bool timeline;            /* fill SimResult.timeline, one row per request */
 } SimConfig;
+
+/* One request as the replay served it (SimResult.timeline[i] is trace request i). */
+typedef struct {
+    double t;                 /* arrival time in the trace (s) */
+    int prompt_tokens, cached_tokens, host_cached_tokens; /* cached includes the host-tier part */
+    double ttft_s, latency_s; /* modeled */
+} SimRequestRow;
 
 typedef struct {
     char *agent;
@@ -76,6 +86,8 @@ typedef struct {
     double mean_workflow_latency_s;
     SimAgentStats *agents;    /* in order of first appearance */
     int n_agents;
+    SimRequestRow *timeline;  /* with SimConfig.timeline: n_timeline rows, trace order; else NULL */
+    int n_timeline;
 } SimResult;
 
 SimConfig sim_config_default(void);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `braid-bench gen` end to end: every workload writes a sorted, deterministic trace with one
 # workflow_end per workflow, tokenized with the real model's tokenizer, that `braid sim` replays;
-# usage errors exit 2 with a message. Usage: test_bench_gen.sh BRAID_BENCH_BINARY BRAID_BINARY MODEL_PATH
+# usage errors exit 2 with a message. `braid sim --timeline` writes one row per request that add up
+# to its totals, and `braid-bench plot` draws such files (when gnuplot is installed). Usage: test_bench_gen.sh BRAID_BENCH_BINARY BRAID_BINARY MODEL_PATH
 set -u
 bench=$1
 braid=$2
@@ -110,6 +111,38 @@ read -r _ _ max_prompt <<< "$(trace_facts "$tmp/full.jsonl")"
 check "react-lora prompts fit the context (max ${max_prompt:-?} tokens)" test "${max_prompt:-99999}" -le 6200
 check "react-lora prompts hold the 4096-token context" test "${max_prompt:-0}" -ge 4096
 check "no context warning" bash -c "! grep -q warning '$tmp/full.err'"
+
+# braid sim --timeline: a header, then one row per request whose tokens add up to the JSON totals
+"$braid" sim --trace "$tmp/codegen.jsonl" --kv-tokens 4096 --policy lru --json --timeline "$tmp/lru.timeline.jsonl" \
+  > "$tmp/lru.sim" 2> /dev/null; rc=$?
+check "sim --timeline exits 0" exit_code_is "$rc" 0
+timeline_matches() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+total = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+assert rows[0]["type"] == "sim_timeline" and rows[0]["policy"] == "lru", rows[0]
+req = rows[1:]
+assert all(r["type"] == "request" for r in req)
+assert len(req) == total["requests"], (len(req), total["requests"])
+assert sum(r["prompt_tokens"] for r in req) == total["prompt_tokens"]
+assert sum(r["cached_tokens"] for r in req) == total["cached_tokens"]
+assert [r["t"] for r in req] == sorted(r["t"] for r in req)
+PY
+}
+check "sim --timeline rows add up to the totals" timeline_matches "$tmp/lru.timeline.jsonl" "$tmp/lru.sim"
+"$braid" sim --trace "$tmp/codegen.jsonl" --kv-tokens 4096 --policy belady --timeline "$tmp/belady.timeline.jsonl" \
+  > /dev/null 2>&1
+if command -v gnuplot > /dev/null; then
+  "$bench" plot "$tmp/lru.timeline.jsonl" "Belady bound=$tmp/belady.timeline.jsonl" --out "$tmp/timeline.png" \
+    --title "sim timelines" 2> "$tmp/plot.err"; rc=$?
+  check "plot draws sim timelines" exit_code_is "$rc" 0
+  check "plot wrote a non-empty PNG from timelines" python3 -c 'import sys; d = open(sys.argv[1], "rb").read(); assert len(d) > 1000 and d[:8] == b"\x89PNG\r\n\x1a\n"' "$tmp/timeline.png"
+else
+  echo "skip plot of sim timelines: gnuplot is not installed"
+fi
+"$bench" plot "$tmp/missing.timeline.jsonl" --out "$tmp/none.png" > /dev/null 2>&1; rc=$?
+check "plot of a missing input fails" bash -c "[ $rc != 0 ]"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,7 +1,8 @@
 /*
  * Trace simulator: a cyclic workload where LRU always evicts the prefix needed next (0 hits) while
  * the Belady bound keeps reusing; exact hit accounting for a shared prefix; trace parse errors;
- * workflow-end events, per-workflow critical-path latency and per-agent TTFT; coarser blocks.
+ * workflow-end events, per-workflow critical-path latency and per-agent TTFT; coarser blocks; the
+ * per-request timeline rows (braid sim --timeline) add up to the totals.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -67,6 +68,51 @@ static void test_belady_beats_lru_on_a_cycle(void **state) {
     run(path, "lru", 13 * 16, &roomy);
     assert_int_equal(roomy.cached_tokens, 27 * 64);
     assert_int_equal(roomy.evicted_blocks, 0);
+    unlink(path);
+}
+
+/* The timeline: one row per request in trace order, arrival times from the trace, and the rows'
+ * tokens and latencies add up to the result's totals. */
+static void test_timeline_rows(void **state) {
+    (void)state;
+    char path[] = "/tmp/braid_trace_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    int pattern[12];
+    for (int i = 0; i < 12; i++) pattern[i] = i % 3;
+    write_trace(path, pattern, 12);
+    Trace t;
+    BraidError err;
+    if (trace_load(path, &t, &err)) fail_msg("%s", err.msg);
+    SimConfig cfg = sim_config_default();
+    cfg.kv_tokens = 13 * 16;
+    SimResult r;
+    if (sim_run(&t, &cfg, &r, &err)) fail_msg("%s", err.msg);
+    assert_null(r.timeline); /* only when asked */
+    sim_result_free(&r);
+    cfg.timeline = true;
+    if (sim_run(&t, &cfg, &r, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(r.n_timeline, 12);
+    uint64_t prompt = 0, cached = 0;
+    double latency = 0;
+    for (int i = 0; i < 12; i++) {
+        const SimRequestRow *row = &r.timeline[i];
+        assert_true(row->t == (double)i);
+        assert_int_equal(row->prompt_tokens, 65);
+        assert_int_equal(row->cached_tokens, i < 3 ? 0 : 64); /* the first of each prefix misses, repeats hit */
+        assert_int_equal(row->host_cached_tokens, 0);
+        assert_true(row->ttft_s > 0 && row->latency_s >= row->ttft_s);
+        prompt += (uint64_t)row->prompt_tokens;
+        cached += (uint64_t)row->cached_tokens;
+        latency += row->latency_s;
+    }
+    assert_int_equal(prompt, r.prompt_tokens);
+    assert_int_equal(cached, r.cached_tokens);
+    assert_true(latency > r.modeled_latency_s - 1e-9 && latency < r.modeled_latency_s + 1e-9);
+    sim_result_free(&r);
+    assert_null(r.timeline);
+    trace_free(&t);
     unlink(path);
 }
 
@@ -151,6 +197,7 @@ static void test_workflows_and_agents(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_belady_beats_lru_on_a_cycle),
+        cmocka_unit_test(test_timeline_rows),
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_workflows_and_agents),
     };

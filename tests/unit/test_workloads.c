@@ -29,7 +29,7 @@
 static const struct {
     const char *name;
     int max_stages;
-} bounds[] = {{"codegen", 18},       {"factcheck", 12},  {"pipeline", 5},     {"react-lora", 8},
+} bounds[] = {{"codegen", 25},       {"factcheck", 20},  {"pipeline", 10},     {"react-lora", 8},
               {"mapreduce-lora", 2}, {"edit-replay", 8}, {"cross-tenant", 3}, {"templates", 8}};
 #define N_WORKLOADS ((int)(sizeof bounds / sizeof bounds[0]))
 
@@ -305,7 +305,7 @@ static void test_codegen_hard_tasks_retry_more(void **state) {
         run_to_end(w, i, &log, 0);
         stages[d] += log.stages;
         count[d]++;
-        first_try_pass[d] += log.stages == 3; /* planner, coder, tester */
+        first_try_pass[d] += log.stages == 5; /* planner x2, coder, tester x2 */
         for (int s = 0; s < log.stages; s++) reports += strcmp(log.agents[s], "analyzer") == 0;
     }
     for (int k = 0; k < 3; k++) {
@@ -408,14 +408,100 @@ static void test_mapreduce_stage_width_is_the_fanout(void **state) {
 
 static void test_pipeline_is_static(void **state) {
     (void)state;
-    static const char *const order[] = {"researcher", "analyst", "risk", "writer", "reviewer"};
+    static const char *const order[] = {"researcher", "researcher", "researcher", "analyst", "analyst",
+                                        "risk",       "risk",       "writer",     "reviewer", "reviewer"};
     Workload *w = create("pipeline", 20, 4, 0.05);
     for (int i = 0; i < 20; i++) {
         FlowLog log = {0};
         run_to_end(w, i, &log, 0);
-        assert_int_equal(log.stages, 5);
-        for (int s = 0; s < 5; s++) assert_string_equal(log.agents[s], order[s]);
+        assert_int_equal(log.stages, 10);
+        for (int s = 0; s < 10; s++) assert_string_equal(log.agents[s], order[s]);
     }
+    workload_free(w);
+}
+
+/* The requests of one agent's turn (AutoGen tool use, a LangChain or CrewAI agent loop) continue
+ * each other: the next request starts with the previous request's whole prompt, then its output.
+ * Checked on every consecutive pair of requests by the same agent that the workloads chain, except
+ * where the prompt cap's sliding window dropped older turns (which breaks the prefix, as it does in
+ * a framework that trims its history). */
+static void test_agent_loops_continue_the_previous_prompt(void **state) {
+    (void)state;
+    static const struct {
+        const char *workload, *agent;
+        int min_pairs;
+    } loops[] = {{"codegen", "planner", 1}, {"codegen", "tester", 1}, {"factcheck", "retriever", 1}, {"pipeline", "researcher", 2},
+                 {"pipeline", "analyst", 1}, {"pipeline", "reviewer", 1}};
+    for (size_t k = 0; k < sizeof loops / sizeof loops[0]; k++) {
+        Workload *w = create(loops[k].workload, 4, 5, 0.5);
+        for (int i = 0; i < 4; i++) {
+            char *prev = NULL, *prev_out = NULL;
+            int pairs = 0;
+            for (int stage = 0;; stage++) {
+                AgentCall calls[WORKLOAD_MAX_FANOUT];
+                BraidError err;
+                int n = workload_next_stage(w, i, calls, WORKLOAD_MAX_FANOUT, &err);
+                assert_true(n >= 0);
+                if (n == 0) break;
+                int same = strcmp(calls[0].agent, loops[k].agent) == 0;
+                int windowed = strstr(calls[0].prompt, "(earlier steps omitted)") != NULL;
+                if (same && prev && !windowed) { /* the previous call was this agent's too */
+                    size_t lp = strlen(prev);
+                    if (strncmp(calls[0].prompt, prev, lp) != 0 || strncmp(calls[0].prompt + lp, prev_out, strlen(prev_out)) != 0)
+                        fail_msg("%s: %s request %d does not continue the previous one", loops[k].workload, loops[k].agent, stage);
+                    pairs++;
+                }
+                free(prev);
+                free(prev_out);
+                prev = same ? strdup(calls[0].prompt) : NULL;
+                char *out = make_output(&calls[0], i, stage, 0, 0);
+                prev_out = same ? strdup(out) : NULL;
+                const char *outs[] = {out};
+                assert_int_equal(workload_deliver(w, i, outs, 1, &err), 0);
+                free(out);
+            }
+            free(prev);
+            free(prev_out);
+            if (pairs < loops[k].min_pairs) fail_msg("%s: only %d chained %s requests", loops[k].workload, pairs, loops[k].agent);
+        }
+        workload_free(w);
+    }
+}
+
+/* The static crew's fixed prompt: every workflow's Analyst request starts with the same head and
+ * task description up to the interpolated document; workflows on the same filing share it up to
+ * the context. */
+static void test_pipeline_task_block_is_shared(void **state) {
+    (void)state;
+    Workload *w = create("pipeline", 8, 6, 1.0);
+    char *first = NULL;
+    for (int i = 0; i < 8; i++) {
+        AgentCall calls[WORKLOAD_MAX_FANOUT];
+        BraidError err;
+        for (int stage = 0; stage < 4; stage++) { /* the fourth request is the Analyst's first */
+            assert_int_equal(workload_next_stage(w, i, calls, WORKLOAD_MAX_FANOUT, &err), 1);
+            if (stage == 3) break;
+            const char *out[] = {"Thought: next"};
+            assert_int_equal(workload_deliver(w, i, out, 1, &err), 0);
+        }
+        assert_string_equal(calls[0].agent, "analyst");
+        const char *ctx = strstr(calls[0].prompt, "This is the context you're working with:\n");
+        const char *doc = strstr(calls[0].prompt, "The document:\n");
+        assert_non_null(ctx);
+        assert_non_null(doc);
+        assert_non_null(strstr(calls[0].prompt, "Current Task: Compute the figure"));
+        if (!first) {
+            first = strdup(calls[0].prompt);
+            continue;
+        }
+        size_t shared = common_prefix(first, calls[0].prompt);
+        assert_true(shared >= (size_t)(doc - calls[0].prompt));
+        const char *fa = strstr(first, "Form 10-K"), *fb = strstr(calls[0].prompt, "Form 10-K");
+        assert_true(fa && fb);
+        if (strncmp(strstr(first, "The document:\n"), doc, (size_t)(fb - doc)) == 0) /* the same filing */
+            assert_true(shared >= (size_t)(ctx - calls[0].prompt));
+    }
+    free(first);
     workload_free(w);
 }
 
@@ -585,6 +671,39 @@ static void test_history_truncates_and_windows(void **state) {
     strbuf_free(&long_text);
 }
 
+/* The window moves in chunks: as turns are added one by one, most renderings start with the whole
+ * previous rendering (the prompt prefix survives); only the chunk moves break it, and every
+ * rendering stays within its budget and keeps the newest turn. */
+static void test_history_window_moves_in_chunks(void **state) {
+    (void)state;
+    WlRng r = wl_rng_named("history-chunks");
+    History h = {0};
+    BraidError err;
+    assert_int_equal(history_add(&h, "Task", "the task that is always kept", 0, 1, &err), 0);
+    char *prev = NULL;
+    int breaks = 0, trimmed = 0;
+    for (int i = 0; i < 40; i++) {
+        StrBuf text = {0}, out = {0};
+        text_gen(&text, &r, TEXT_PROSE, 60 + (i * 37) % 90);
+        char label[32];
+        snprintf(label, sizeof label, "Step %d", i);
+        assert_int_equal(history_add(&h, label, text.data, 0, 0, &err), 0);
+        history_render(&h, &out, 1200);
+        assert_true(token_estimate(out.data, out.len) <= 1200);
+        assert_non_null(strstr(out.data, label));
+        trimmed += strstr(out.data, "earlier steps omitted") != NULL;
+        if (prev && strncmp(out.data, prev, strlen(prev)) != 0) breaks++;
+        free(prev);
+        prev = strbuf_take(&out);
+        strbuf_free(&text);
+    }
+    fprintf(stderr, "history window: %d of 40 renderings trimmed, %d broke the previous prefix\n", trimmed, breaks);
+    assert_true(trimmed > 20);
+    assert_true(breaks > 0 && breaks <= trimmed / 2);
+    free(prev);
+    history_free(&h);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names_and_parameter_checks),
@@ -599,11 +718,14 @@ int main(void) {
         cmocka_unit_test(test_factcheck_more_facts_more_rounds),
         cmocka_unit_test(test_mapreduce_stage_width_is_the_fanout),
         cmocka_unit_test(test_pipeline_is_static),
+        cmocka_unit_test(test_agent_loops_continue_the_previous_prompt),
+        cmocka_unit_test(test_pipeline_task_block_is_shared),
         cmocka_unit_test(test_edit_replay_edits_one_word),
         cmocka_unit_test(test_cross_tenant_labels_and_popularity),
         cmocka_unit_test(test_templates_repeat_schemas_at_shifted_positions),
         cmocka_unit_test(test_text_gen_sizes_and_determinism),
         cmocka_unit_test(test_history_truncates_and_windows),
+        cmocka_unit_test(test_history_window_moves_in_chunks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
