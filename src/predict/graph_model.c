@@ -13,7 +13,7 @@ typedef struct {
 struct GraphModel {
     GraphModelShape s;
     int P;   /* V + 1: agents plus UNKNOWN (inputs) or END (outputs) */
-    int Z;   /* width of the head's input: 2d (+ dt with text) */
+    int Z;   /* width of the head's input: 3d + LEN_BUCKETS (+ dt with text); see the z layout below */
     int KO;  /* K * (V + 1) logits */
     Layout at;
     float *params;
@@ -24,6 +24,24 @@ struct GraphModel {
     float *Q;                 /* (P, d): Wq H2[v] */
     float *C;                 /* (P, mlp): Wm1[:, :d] H2[v] + bm1 */
 };
+
+/* The head's input z = [h_cur | h_prev | h_path | length bucket (one-hot) | h_txt]. Beyond the
+ * paper's three streams: the previous agent's embedding, because attention over a long history
+ * blurs the order of the last two calls (which agent follows a tester depends on whether the
+ * tester has just run or is summarizing), and the workflow's length so far in buckets, because
+ * workflows end at their frameworks' step limits. */
+#define LEN_BUCKETS 8
+static int z_prev(const GraphModel *m) { return m->s.dim; }
+static int z_path(const GraphModel *m) { return 2 * m->s.dim; }
+static int z_len(const GraphModel *m) { return 3 * m->s.dim; }
+static int z_txt(const GraphModel *m) { return 3 * m->s.dim + LEN_BUCKETS; }
+
+static int length_bucket(int n) {
+    static const int upper[LEN_BUCKETS - 1] = {1, 2, 4, 8, 12, 16, 24};
+    for (int b = 0; b < LEN_BUCKETS - 1; b++)
+        if (n <= upper[b]) return b;
+    return LEN_BUCKETS - 1;
+}
 
 /* ---------------------------------------------------------------- small dense helpers */
 
@@ -154,7 +172,7 @@ int graph_model_create(GraphModel **out, const GraphModelShape *shape, uint64_t 
     if (!m) return braid_error_set(err, "graph model: out of memory");
     m->s = s;
     m->P = s.n_agents + 1;
-    m->Z = 2 * s.dim + (s.text_dim ? s.text_out : 0);
+    m->Z = 3 * s.dim + LEN_BUCKETS + (s.text_dim ? s.text_out : 0);
     m->KO = s.k * m->P;
     layout(m);
     size_t P = (size_t)m->P, D = (size_t)s.text_dim;
@@ -311,7 +329,7 @@ void graph_model_freeze(GraphModel *m) {
 
 /* Everything one sample's forward computes that its backward needs. */
 typedef struct {
-    int cur, n_prev;
+    int cur, n_prev, last, len; /* last: the call before the current one (-1 = none); len: calls so far */
     int32_t prev[1024];   /* earlier calls attended over (max_history <= 1024) */
     float *q, *alpha, *h_path, *xn, *pre_t, *z, *pre_m, *mask, *mvec, *logits;
     int text_used;
@@ -341,6 +359,8 @@ static void sample_bind(const GraphModel *m, SampleActs *a, float *buf) {
 /* The history's current call and the earlier calls attended over. */
 static void sample_history(const GraphModel *m, SampleActs *a, const int32_t *history, int n) {
     a->cur = clamp_agent(m, history[n - 1]);
+    a->last = n >= 2 ? clamp_agent(m, history[n - 2]) : -1;
+    a->len = n;
     int first = n - 1 - m->s.max_history;
     if (first < 0) first = 0;
     a->n_prev = 0;
@@ -372,11 +392,14 @@ static void sample_forward(const GraphModel *m, const float *H2, const float *q_
             for (int c = 0; c < d; c++) a->h_path[c] += a->alpha[i] * k[c];
         }
     }
+    memset(a->z, 0, (size_t)m->Z * sizeof *a->z);
     memcpy(a->z, h_cur, (size_t)d * sizeof *a->z);
-    memcpy(a->z + d, a->h_path, (size_t)d * sizeof *a->z);
+    if (a->last >= 0) memcpy(a->z + z_prev(m), H2 + (size_t)a->last * d, (size_t)d * sizeof *a->z);
+    memcpy(a->z + z_path(m), a->h_path, (size_t)d * sizeof *a->z);
+    a->z[z_len(m) + length_bucket(a->len)] = 1.0f;
     a->text_used = text != NULL && s->text_dim > 0;
     if (s->text_dim) {
-        float *h_txt = a->z + 2 * d;
+        float *h_txt = a->z + z_txt(m);
         if (a->text_used) {
             for (int i = 0; i < s->text_dim; i++) a->xn[i] = (text[i] - m->text_mean[i]) * m->text_inv_std[i];
             matvec(a->pre_t, p + m->at.Wt, p + m->at.bt, a->xn, s->text_out, s->text_dim);
@@ -436,13 +459,17 @@ static void sample_backward(const GraphModel *m, const float *H2, const SampleAc
     memset(dz, 0, (size_t)m->Z * sizeof *dz);
     matvec_t_add(dz, p + m->at.Wm1, dm, H, m->Z);
     if (a->text_used) {
-        float *dpre = dz + 2 * d; /* reused in place: dh_txt -> dpre_t */
+        float *dpre = dz + z_txt(m); /* reused in place: dh_txt -> dpre_t */
         for (int o = 0; o < s->text_out; o++) dpre[o] = a->pre_t[o] > 0 ? dpre[o] : 0.0f;
         outer_add(grad + m->at.Wt, dpre, a->xn, s->text_out, s->text_dim);
         for (int o = 0; o < s->text_out; o++) grad[m->at.bt + o] += dpre[o];
     }
     memcpy(dh_cur, dz, (size_t)d * sizeof *dh_cur);
-    const float *dh_path = dz + d;
+    const float *dh_path = dz + z_path(m);
+    if (a->last >= 0) {
+        float *dl = dH2 + (size_t)a->last * d;
+        for (int c = 0; c < d; c++) dl[c] += dz[z_prev(m) + c];
+    }
     memset(dq, 0, (size_t)d * sizeof *dq);
     if (a->n_prev > 0) {
         float scale = 1.0f / sqrtf((float)d), dot = 0;
@@ -691,7 +718,8 @@ int graph_model_predict(const GraphModel *m, const int32_t *history, int n, cons
         }
     }
     (void)h_cur;
-    int txt = text && s->text_dim > 0;
+    const float *h_prev = a.last >= 0 ? m->H2 + (size_t)a.last * d : NULL;
+    int txt = text && s->text_dim > 0, bucket = z_len(m) + length_bucket(a.len);
     float *h_txt = a.z; /* reuse z as h_txt storage */
     if (txt) {
         for (int i = 0; i < s->text_dim; i++) a.xn[i] = (text[i] - m->text_mean[i]) * m->text_inv_std[i];
@@ -700,8 +728,9 @@ int graph_model_predict(const GraphModel *m, const int32_t *history, int n, cons
     }
     for (int o = 0; o < H; o++) {
         const float *w = p + m->at.Wm1 + (size_t)o * m->Z;
-        float acc = m->C[(size_t)a.cur * H + o] + dot(w + d, a.h_path, d);
-        if (txt) acc += dot(w + 2 * d, h_txt, s->text_out);
+        float acc = m->C[(size_t)a.cur * H + o] + dot(w + z_path(m), a.h_path, d) + w[bucket];
+        if (h_prev) acc += dot(w + z_prev(m), h_prev, d);
+        if (txt) acc += dot(w + z_txt(m), h_txt, s->text_out);
         a.mvec[o] = acc > 0 ? acc : 0.0f;
     }
     matvec(cond, p + m->at.Wm2, p + m->at.bm2, a.mvec, m->KO, H);
@@ -712,7 +741,7 @@ int graph_model_predict(const GraphModel *m, const int32_t *history, int n, cons
 /* ---------------------------------------------------------------- encoding */
 
 #define BLOB_MAGIC "GRPH"
-#define BLOB_VERSION 1u
+#define BLOB_VERSION 2u
 
 static void put32(uint8_t **w, uint32_t v) {
     for (int i = 0; i < 4; i++) *(*w)++ = (uint8_t)(v >> (8 * i));

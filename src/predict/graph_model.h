@@ -12,7 +12,9 @@
  *   h_cur  = H2[v_t]
  *   h_path = sum_i softmax_i((Wq h_cur) . H2[v_i] / sqrt d) H2[v_i]   over the earlier calls i < t
  *   h_txt  = ReLU(Wt ((x - mean) * inv_std) + bt)                    (absent when text_dim = 0)
- *   m      = ReLU(Wm1 [h_cur | h_path | h_txt] + bm1)
+ *   h_prev = H2[v_(t-1)] (0 for a first call), len = one-hot bucket of t (1, 2, 3-4, 5-8, 9-12,
+ *            13-16, 17-24, 25+): two inputs beyond the paper's (graph_model.c says why)
+ *   m      = ReLU(Wm1 [h_cur | h_prev | h_path | len | h_txt] + bm1)
  *   logits = Wm2 m + bm2 -> K rows of V+1; row s is P(step s | the workflow still runs before s)
  *
  * Training (graph_model_train): cross-entropy over the labelled steps of each sample (steps after
