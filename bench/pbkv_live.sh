@@ -4,7 +4,10 @@
 # from the driver, and each run's trace replayed by the simulator under the same policy.
 #   bench/pbkv_live.sh [OUT_DIR]
 # Environment: WORKLOADS (codegen factcheck), POLICIES (lru kvflow pbkv), LIVE_WORKFLOWS /
-# LIVE_CONCURRENCY / LIVE_SCALE / LIVE_KV_BLOCKS / LIVE_MAX_TOKENS (12 / 4 / 0.25 / 256 / 32).
+# LIVE_CONCURRENCY / LIVE_SCALE / LIVE_KV_BLOCKS / LIVE_MAX_TOKENS (12 / 4 / 0.25 / 256 / 32),
+# PREDICTOR_DIR (a directory with WORKLOAD.graph.bin or WORKLOAD.markov2.bin from braid
+# train-predictor, PREDICTOR_KIND graph|markov2: the coordinator forecasts with it instead of an
+# online Markov-1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/braid-pbkv-live}
@@ -24,12 +27,14 @@ echo "| --- | --- | ---: | ---: | ---: | ---: |"
 for w in $workloads; do
   for p in $policies; do
     dir=$out/$w-$p
+    pred=()
+    [ -n "${PREDICTOR_DIR:-}" ] && pred=(--predictor "$PREDICTOR_DIR/$w.${PREDICTOR_KIND:-graph}.bin")
     live_run "$dir" "$out/$w-$p" "$w" "--workflows $wf --concurrency $conc --seed 1 --scale $scale --max-tokens-cap $cap" \
-      --kv-blocks "$blocks" --host-kv-blocks 0 --policy "$p"
+      --kv-blocks "$blocks" --host-kv-blocks 0 --policy "$p" "${pred[@]+"${pred[@]}"}"
     m=$dir/metrics.txt
     dev=$(metric 'braid_prompt_tokens_cached_total{tier="device"}' "$m") comp=$(metric braid_prompt_tokens_computed_total "$m")
     ok=$(metric braid_workflow_forecast_step1_correct_total "$m") all=$(metric braid_workflow_forecast_step1_total "$m")
-    sim=$(build/braid sim --trace "$dir/trace.jsonl" --kv-tokens "$kv_tokens" --policy "$p" --json 2> /dev/null | tail -1 |
+    sim=$(build/braid sim --trace "$dir/trace.jsonl" --kv-tokens "$kv_tokens" --policy "$p" "${pred[@]+"${pred[@]}"}" --json 2> /dev/null | tail -1 |
       python3 -c 'import json, sys; print("%.1f%%" % (100 * json.load(sys.stdin)["hit_rate"]))')
     lat=$(python3 -c "import json; print('%.1f s' % json.load(open('$dir/summary.json'))['mean_workflow_latency_s'])")
     echo "| $w | $p | $(python3 -c "print('%.1f%%' % (100 * $dev / (($dev + $comp) or 1)))") | $sim | $lat | $ok / $all |"

@@ -10,8 +10,10 @@
 # wasted (evicted unused).
 #   bench/pbkv_study.sh [OUT_DIR]
 # Environment: PARTS (default "scoreboard plot prefetch"); scoreboard: WORKFLOWS / CONCURRENCY
-# (200 / 16), BUDGETS (tokens, default "32768 65536 131072"), WORKLOADS (default "codegen factcheck
-# pipeline"); plot: PLOT_WORKLOAD / PLOT_KV (codegen / 140000, where LRU hits ~30%), PLOT_OUT
+# (200 / 16), EVAL_SEED (1; training is seed 2), BUDGETS (tokens, default "32768 65536 131072"),
+# WORKLOADS (default "codegen factcheck
+# pipeline"); plot: PLOT_WORKLOAD / PLOT_KV (codegen / 140000, where LRU hits ~30%), PLOT_PREDICTOR
+# (a braid train-predictor file for kvflow and pbkv; default: online Markov-1), PLOT_OUT
 # (bench/plots/pbkv_hit_rate_over_time.png); prefetch: PREFETCH_WORKLOADS (codegen factcheck),
 # PREFETCH_BUDGETS (device tokens, "40000 140000"), HOST_FACTOR (host tier = 4x the device).
 set -euo pipefail
@@ -21,7 +23,7 @@ mkdir -p "$out"
 model=${BRAID_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 workloads=${WORKLOADS:-"codegen factcheck pipeline"}
 budgets=${BUDGETS:-"32768 65536 131072"}
-wf=${WORKFLOWS:-200} conc=${CONCURRENCY:-16}
+wf=${WORKFLOWS:-200} conc=${CONCURRENCY:-16} eval_seed=${EVAL_SEED:-1}
 parts=${PARTS:-"scoreboard plot prefetch"}
 has_part() { [[ " $parts " == *" $1 "* ]]; }
 
@@ -35,7 +37,7 @@ sweep_trace() {
 }
 
 if has_part scoreboard; then
-echo "traces: braid-bench gen --workflows $wf --concurrency $conc --seed 1 (evaluated) and --seed 2 (predictor training)"
+echo "traces: braid-bench gen --workflows $wf --concurrency $conc --seed $eval_seed (evaluated) and --seed 2 (predictor training)"
 
 hit() {  # hit TRACE KV POLICY [args] -> "hit_rate latency"
   local trace=$1 kv=$2 policy=$3; shift 3
@@ -44,48 +46,51 @@ hit() {  # hit TRACE KV POLICY [args] -> "hit_rate latency"
 }
 
 for w in $workloads; do
-  for seed in 1 2; do
+  for seed in "$eval_seed" 2; do
     t=$out/$w.s$seed.jsonl
     [ -s "$t" ] || build/braid-bench gen --workload "$w" --workflows "$wf" --concurrency "$conc" --seed "$seed" \
       --model "$model" --out "$t" 2> /dev/null
   done
-  build/braid train-predictor --traces "$out/$w.s2.jsonl" --out "$out/$w.markov1.bin" --kind markov1 \
-    --eval "$out/$w.s1.jsonl" > /dev/null 2> "$out/$w.markov1.train.log"
-  build/braid train-predictor --traces "$out/$w.s2.jsonl" --out "$out/$w.markov2.bin" --kind markov2 \
-    --eval "$out/$w.s1.jsonl" > /dev/null 2> "$out/$w.markov2.train.log"
+  for k in markov1 markov2 graph; do
+    build/braid train-predictor --traces "$out/$w.s2.jsonl" --out "$out/$w.$k.bin" --kind $k \
+      --eval "$out/$w.s$eval_seed.jsonl" > /dev/null 2> "$out/$w.$k.train.log"
+  done
 done
 
 echo
 echo "## Token hit rate (modeled mean workflow latency) per policy"
 echo
-echo "| workload | budget | lru | kvflow | pbkv (online Markov-1) | pbkv (trained Markov-2) | belady | gap closed by pbkv | pbkv / lru | pbkv / kvflow |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+echo "kvflow and the last pbkv column take forecasts from the trained graph predictor; the ratios are of that pbkv column."
+echo
+echo "| workload | budget | lru | kvflow | pbkv (online Markov-1) | pbkv (trained Markov-2) | pbkv (trained graph) | belady | gap closed by pbkv | pbkv / lru | pbkv / kvflow |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for w in $workloads; do
-  t=$out/$w.s1.jsonl
+  t=$out/$w.s$eval_seed.jsonl
   for b in $budgets; do
     read -r lru lru_l <<< "$(hit "$t" "$b" lru)"
-    read -r kvf kvf_l <<< "$(hit "$t" "$b" kvflow)"
+    read -r kvf kvf_l <<< "$(hit "$t" "$b" kvflow --predictor "$out/$w.graph.bin")"
     read -r pb pb_l <<< "$(hit "$t" "$b" pbkv)"
     read -r pbt pbt_l <<< "$(hit "$t" "$b" pbkv --predictor "$out/$w.markov2.bin")"
+    read -r pbg pbg_l <<< "$(hit "$t" "$b" pbkv --predictor "$out/$w.graph.bin")"
     read -r bel bel_l <<< "$(hit "$t" "$b" belady)"
-    python3 - "$w" "$b" "$lru" "$lru_l" "$kvf" "$kvf_l" "$pb" "$pb_l" "$pbt" "$pbt_l" "$bel" "$bel_l" <<'PY'
+    python3 - "$w" "$b" "$lru" "$lru_l" "$kvf" "$kvf_l" "$pb" "$pb_l" "$pbt" "$pbt_l" "$pbg" "$pbg_l" "$bel" "$bel_l" <<'PY'
 import sys
 w, b = sys.argv[1], sys.argv[2]
 v = list(map(float, sys.argv[3:]))
-lru, kvf, pb, pbt, bel = v[0], v[2], v[4], v[6], v[8]
+lru, kvf, pbg, bel = v[0], v[2], v[8], v[10]
 cell = lambda h, l: "%.1f%% (%.1f s)" % (100 * h, l)
-gap = "%.0f%%" % (100 * (pb - lru) / (bel - lru)) if bel - lru > 1e-4 else "n/a"
-print("| %s | %s | %s | %s | %s | %s | %s | %s | %.2fx | %.2fx |" % (w, b, cell(v[0], v[1]), cell(v[2], v[3]), cell(v[4], v[5]),
-      cell(v[6], v[7]), cell(v[8], v[9]), gap, pb / lru if lru else 0, pb / kvf if kvf else 0))
+gap = "%.0f%%" % (100 * (pbg - lru) / (bel - lru)) if bel - lru > 1e-4 else "n/a"
+print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2fx | %.2fx |" % (w, b, cell(v[0], v[1]), cell(v[2], v[3]), cell(v[4], v[5]),
+      cell(v[6], v[7]), cell(v[8], v[9]), cell(v[10], v[11]), gap, pbg / lru if lru else 0, pbg / kvf if kvf else 0))
 PY
   done
 done
 
 echo
-echo "## Next-agent accuracy (top-1 per step; trained on seed 2, evaluated on seed 1)"
+echo "## Next-agent accuracy (top-1 per step; trained on seed 2, evaluated on seed $eval_seed)"
 echo
 for w in $workloads; do
-  for k in markov1 markov2; do
+  for k in markov1 markov2 graph; do
     echo "$w $k: $(grep -i 'held-out\|eval' "$out/$w.$k.train.log" | tail -1)"
   done
 done
@@ -100,8 +105,10 @@ if has_part plot; then
   echo "| policy | hit rate | mean workflow latency (modeled) |"
   echo "| --- | ---: | ---: |"
   inputs=()
+  pred=()
+  [ -n "${PLOT_PREDICTOR:-}" ] && pred=(--predictor "$PLOT_PREDICTOR")
   for p in lru kvflow pbkv belady; do
-    build/braid sim --trace "$t" --kv-tokens "$pkv" --policy "$p" --json --timeline "$out/timeline.$pw.$p.jsonl" 2> /dev/null | tail -1 |
+    build/braid sim --trace "$t" --kv-tokens "$pkv" --policy "$p" "${pred[@]+"${pred[@]}"}" --json --timeline "$out/timeline.$pw.$p.jsonl" 2> /dev/null | tail -1 |
       python3 -c 'import json, sys; r = json.load(sys.stdin); print("| %s | %.1f%% | %.1f s |" % (r["policy"], 100 * r["hit_rate"], r["mean_workflow_latency_s"]))'
     inputs+=("$p=$out/timeline.$pw.$p.jsonl")
   done
