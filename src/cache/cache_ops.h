@@ -10,8 +10,18 @@
  *   COPY   device block src -> device block dst (K, V and recorded positions of every slot)
  *   STORE  device block src -> host block dst   (demotion: the host tier keeps a copy)
  *   LOAD   host block src   -> device block dst (load-back before a request reads it)
- *   ROTATE device block src: re-position its keys by delta positions (the RoPE-reuse issue
- *          implements it; backends refuse it until then)
+ *   ROTATE device block src, in place (dst 0): re-position the block by delta positions (signed).
+ *          Every slot's key, in every layer and every KV head of the rank's shard, is turned by the
+ *          RoPE rotation of delta positions (R(p + delta) = R(delta) R(p), angles delta·θ_i from
+ *          the model's base, linear scaling and rope_freqs, in its pairing), computed in fp32 from
+ *          the stored values and rounded back to the pool's storage type once; values and
+ *          dimensions past rope_dim are untouched; every slot's recorded position gains delta.
+ *          Whole blocks only: a partial block's unused slots are turned too, harmlessly, since
+ *          attention never reads past a sequence's context. Backends refuse |delta| >= the
+ *          context length; keeping the new positions in [0, context) is the caller's part (the
+ *          backend does not read them back to check). Exactness is the caller's business: a rotated block equals a recompute
+ *          at the new positions (up to storage rounding) only when its tokens' left context is the
+ *          same there, since every layer past the first mixes in that context.
  * Block ids index each tier's pool; 0 is the null block of both and never appears in an operation.
  * Not thread-safe; a list is owned by whoever created it.
  */
@@ -26,7 +36,7 @@ typedef struct {
     uint8_t kind;  /* CacheOpKind */
     int32_t src;   /* COPY/STORE/ROTATE: device block; LOAD: host block */
     int32_t dst;   /* COPY/LOAD: device block; STORE: host block; ROTATE: unused (0) */
-    int32_t delta; /* ROTATE: positions added to every slot of the block; else 0 */
+    int32_t delta; /* ROTATE: positions added to every slot of the block (signed); else 0 */
 } CacheOp;
 
 typedef struct {

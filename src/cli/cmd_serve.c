@@ -1,4 +1,5 @@
 /* braid serve — the cluster under mpirun: rank 0 coordinates (HTTP API), the rest form instances. */
+#include <arpa/inet.h>
 #include <getopt.h>
 #include <mpi.h>
 #include <signal.h>
@@ -10,6 +11,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "common/log.h"
+#include "coord/auth.h"
 #include "coord/coordinator.h"
 #include "coord/http_api.h"
 #include "coord/metrics.h"
@@ -17,13 +19,20 @@
 #include "predict/agent_predictor.h"
 #include "worker/instance_leader.h"
 #include "worker/kv_pool.h"
+#include "worker/rank_binding.h"
 
 static const char serve_usage[] =
     "usage: mpirun -n 1+I*T braid serve [options]   (or launch/braid-local, which runs mpirun for you)\n"
     "Rank 0 serves the OpenAI-compatible HTTP API; ranks 1.. form I instances of T tensor-parallel ranks.\n"
     "  --model PATH             GGUF file (default: $BRAID_MODEL or " BRAID_DEFAULT_MODEL ")\n"
     "  --tp T                   ranks per instance (default 1); I = (ranks - 1) / T\n"
-    "  --host ADDR              HTTP bind address (default 127.0.0.1)\n"
+    "  --host ADDR              HTTP bind address (default 127.0.0.1); without --api-keys, a non-loopback address\n"
+    "                           gets a start-up warning: anyone who reaches the port may call the API as any tenant\n"
+    "  --api-keys FILE          require 'Authorization: Bearer KEY' (401 otherwise; GET /health stays open). One key\n"
+    "                           a line: KEY tenant=NAME [adapters=A,B|*] [shares=NS,...]; # starts a comment. A\n"
+    "                           request runs in its key's tenant (a different tenant, unless shared, is a 403) and may\n"
+    "                           name only the listed adapters. A malformed file stops the server, naming the line\n"
+    "  --tls-cert FILE, --tls-key FILE  serve HTTPS only, with this PEM certificate (chain) and private key\n"
     "  --port P                 HTTP port (default 8000)\n"
     "  --served-model-name NAME the model id clients use (default: the GGUF file name without .gguf)\n"
     "  --kv-blocks N            KV pool per instance, in blocks (default 512)\n"
@@ -58,7 +67,11 @@ static const char serve_usage[] =
     "                           (default 600; 0 = only POST /v1/workflows/{id}/end retires one)\n"
     "  --max-workflows N        workflows the tracker remembers (default 65536; retired ones go first)\n"
     "  --pid-file PATH          rank 0 writes its pid here (launch/braid-local signals it to drain)\n"
-    "  --threads N              CPU threads per worker rank (default: all cores)\n"
+    "  --threads N              CPU threads per worker rank (default: the hardware threads of its --bind slice; all\n"
+    "                           of the machine's when not bound)\n"
+    "  --bind auto|none         auto (default): hwloc binds each worker rank to its own slice of its machine's cores\n"
+    "                           (near its GPU on CUDA) and their NUMA memory, printed at start-up and in /metrics\n"
+    "                           (braid_rank_binding_info); more worker ranks than cores on a machine binds nothing\n"
     "  --device D               cpu, cuda or auto (default auto)\n"
     "  --cpu-matmul M           CPU arithmetic: fp32 (default; that of braid generate and the golden tests) or\n"
     "                           int8 (integer dot products on int8-rounded activations: several times the\n"
@@ -67,7 +80,7 @@ static const char serve_usage[] =
     "SIGINT / SIGTERM to rank 0 drains: new requests get 503, in-flight ones finish, then every rank exits.\n";
 
 typedef struct {
-    const char *model, *host, *served_name, *events_path, *pid_file, *trace_path, *predictor_path;
+    const char *model, *host, *served_name, *events_path, *pid_file, *trace_path, *predictor_path, *api_keys_path, *tls_cert, *tls_key;
     long tp, port, kv_blocks, block_size, max_batch_tokens, max_running, max_pending, max_body, threads, route_slack;
     long markov, horizon, max_workflows; /* markov 0: not given */
     double idle_timeout;
@@ -77,12 +90,14 @@ typedef struct {
     const EvictPolicy *policy;
     CliHostTier host_tier;
     int prefetch; /* -1: on when the policy has prefetch_value; 0 off; 1 on */
+    RankBindMode bind;
 } ServeArgs;
 
 static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     enum { O_MODEL = 256, O_TP, O_HOST, O_PORT, O_NAME, O_BLOCKS, O_BS, O_MBT, O_RUN, O_PENDING, O_BODY, O_CACHE, O_POLICY,
            O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB,
-           O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS, O_PREFETCH };
+           O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS, O_PREFETCH, O_BIND, O_API_KEYS, O_TLS_CERT,
+           O_TLS_KEY };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -99,12 +114,14 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"predictor-learn", no_argument, 0, O_PREDICTOR_LEARN}, {"markov", required_argument, 0, O_MARKOV},
         {"horizon", required_argument, 0, O_HORIZON}, {"workflow-idle-timeout", required_argument, 0, O_IDLE},
         {"max-workflows", required_argument, 0, O_MAX_WORKFLOWS}, {"prefetch", required_argument, 0, O_PREFETCH},
+        {"bind", required_argument, 0, O_BIND}, {"api-keys", required_argument, 0, O_API_KEYS},
+        {"tls-cert", required_argument, 0, O_TLS_CERT}, {"tls-key", required_argument, 0, O_TLS_KEY},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
                      .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
                      .cpu_matmul = CPU_MATMUL_FP32, .host_tier = CLI_HOST_TIER_DEFAULT, .horizon = 4, .max_workflows = 65536,
-                     .idle_timeout = 600, .prefetch = -1};
+                     .idle_timeout = 600, .prefetch = -1, .bind = RANK_BIND_AUTO};
     int c;
     BraidError err;
     optind = 1;
@@ -130,6 +147,9 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_SLACK: target = &a->route_slack, flag = "--route-slack", lo = 0; break;
         case O_THREADS: target = &a->threads, flag = "--threads", hi = 1024; break;
         case O_PREDICTOR: a->predictor_path = optarg; break;
+        case O_API_KEYS: a->api_keys_path = optarg; break;
+        case O_TLS_CERT: a->tls_cert = optarg; break;
+        case O_TLS_KEY: a->tls_key = optarg; break;
         case O_PREDICTOR_LEARN: a->predictor_learn = true; break;
         case O_MARKOV: target = &a->markov, flag = "--markov", hi = 2; break;
         case O_HORIZON: target = &a->horizon, flag = "--horizon", hi = 64; break;
@@ -171,6 +191,12 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
             }
             a->prefetch = strcmp(optarg, "on") == 0;
             break;
+        case O_BIND:
+            if (rank_binding_parse_mode(optarg, &a->bind)) {
+                if (verbose) fprintf(stderr, "braid serve: --bind expects auto or none, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': if (verbose) fputs(serve_usage, stdout); return 1;
         default: if (verbose) fputs(serve_usage, stderr); return 2;
         }
@@ -187,6 +213,11 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         return 2;
     }
     if (a->prefetch < 0) a->prefetch = a->policy->prefetch_value != NULL;
+    if (!a->tls_cert != !a->tls_key) {
+        if (verbose)
+            fprintf(stderr, "braid serve: --tls-cert and --tls-key go together (got only %s)\n", a->tls_cert ? "--tls-cert" : "--tls-key");
+        return 2;
+    }
     if (verbose && a->predictor_path && a->markov)
         fprintf(stderr, "braid serve: --markov is ignored: the --predictor file has its own order\n");
     if (verbose && !a->predictor_path && a->predictor_learn)
@@ -206,6 +237,79 @@ static int load_predictor(const ServeArgs *a, int rank, AgentPredictor **p) {
             fprintf(stderr, "braid serve: --predictor: %s\n", err.msg);
             ok = 0;
         }
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return ok ? 0 : -1;
+}
+
+static bool is_loopback(const char *host) {
+    struct in_addr addr;
+    return inet_pton(AF_INET, host, &addr) == 1 && (ntohl(addr.s_addr) >> 24) == 127;
+}
+
+/* What rank 0 needs to admit clients: the API keys and the TLS certificate and key (PEM text). */
+typedef struct {
+    AuthKeys *keys;
+    char *tls_cert, *tls_key;
+} AccessConfig;
+
+static void access_config_free(AccessConfig *ac) {
+    auth_keys_free(ac->keys);
+    free(ac->tls_cert);
+    if (ac->tls_key) memset(ac->tls_key, 0, strlen(ac->tls_key)); /* a private key does not linger in freed memory */
+    free(ac->tls_key);
+    memset(ac, 0, sizeof *ac);
+}
+
+/* A PEM file's text (at most 1 MiB), or NULL with a message naming the flag and the path. */
+static char *read_pem(const char *flag, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return fprintf(stderr, "braid serve: %s %s: cannot open it\n", flag, path), NULL;
+    enum { MAX_PEM = 1 << 20 };
+    char *text = malloc(MAX_PEM + 1);
+    size_t n = text ? fread(text, 1, MAX_PEM + 1, f) : 0;
+    bool bad = !text || ferror(f) || n == 0 || n > MAX_PEM || memchr(text, '\0', n);
+    fclose(f);
+    if (bad) {
+        fprintf(stderr, "braid serve: %s %s: %s\n", flag, path,
+                !text ? "out of memory" : n == 0 ? "empty or unreadable" : n > MAX_PEM ? "larger than 1 MiB" : "not a PEM text file");
+        free(text);
+        return NULL;
+    }
+    text[n] = '\0';
+    return text;
+}
+
+/* Collective, like load_predictor: rank 0 reads --api-keys and the TLS files, and every rank learns
+ * whether it could. Says how many keys (never which), and warns when the API is reachable from
+ * other machines with nobody's identity checked, or with keys crossing the network in clear. */
+static int load_access(const ServeArgs *a, int rank, AccessConfig *ac) {
+    int ok = 1;
+    memset(ac, 0, sizeof *ac);
+    if (rank == 0) {
+        BraidError err;
+        if (a->api_keys_path && !(ac->keys = auth_keys_load(a->api_keys_path, &err))) {
+            fprintf(stderr, "braid serve: --api-keys: %s\n", err.msg);
+            ok = 0;
+        }
+        if (ok && a->tls_cert) {
+            ac->tls_cert = read_pem("--tls-cert", a->tls_cert);
+            ac->tls_key = ac->tls_cert ? read_pem("--tls-key", a->tls_key) : NULL;
+            if (!ac->tls_key) ok = 0;
+        }
+        bool remote = !is_loopback(a->host);
+        if (ok && ac->keys)
+            fprintf(stderr, "braid serve: API keys: %d from %s; every endpoint but /health needs 'Authorization: Bearer KEY'\n",
+                    auth_keys_count(ac->keys), a->api_keys_path);
+        if (ok && remote && !ac->keys)
+            fprintf(stderr, "braid serve: warning: --host %s is reachable from other machines and there is no --api-keys file: "
+                            "anyone who reaches port %ld may use the API and name any tenant (and so probe its cache)\n",
+                    a->host, a->port);
+        else if (ok && remote && !ac->tls_cert)
+            fprintf(stderr, "braid serve: warning: --host %s is reachable from other machines and there is no --tls-cert: "
+                            "API keys cross the network in clear text\n",
+                    a->host);
+        if (!ok) access_config_free(ac);
     }
     MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
     return ok ? 0 : -1;
@@ -235,8 +339,9 @@ static void default_served_name(const char *path, char *out, size_t cap) {
     if (n > 5 && strcmp(out + n - 5, ".gguf") == 0) out[n - 5] = '\0';
 }
 
-/* Takes *predictor over (NULL afterwards). */
-static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_instances, const sigset_t *stop, AgentPredictor **predictor) {
+/* Takes *predictor over (NULL afterwards); borrows the access configuration. */
+static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_instances, const sigset_t *stop, AgentPredictor **predictor,
+                           const char *binding_metrics, const AccessConfig *access) {
     char name[256], ready_line[512];
     if (a->served_name) snprintf(name, sizeof name, "%s", a->served_name);
     else default_served_name(cli_model_path(a->model), name, sizeof name);
@@ -246,9 +351,12 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_in
     FILE *trace = NULL;
     if (a->trace_path && !(trace = fopen(a->trace_path, "w")))
         fprintf(stderr, "braid serve: cannot write %s; no trace is recorded\n", a->trace_path);
-    snprintf(ready_line, sizeof ready_line, "braid: serving %s at http://%s:%ld/v1 (%d instance%s x %ld rank%s)", name, a->host,
+    snprintf(ready_line, sizeof ready_line, "braid: serving %s at %s://%s:%ld/v1 (%d instance%s x %ld rank%s)", name,
+             access->tls_cert ? "https" : "http", a->host,
              a->port, n_instances, n_instances == 1 ? "" : "s", a->tp, a->tp == 1 ? "" : "s");
     Metrics *metrics = metrics_create(n_instances, name);
+    if (metrics && binding_metrics && metrics_set_static_text(metrics, binding_metrics))
+        fprintf(stderr, "braid serve: out of memory; /metrics goes without braid_rank_binding_info\n");
     Coordinator coord;
     BraidError err;
     describe_forecasts(a, *predictor);
@@ -268,7 +376,8 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_in
         return 1;
     }
     HttpApiConfig hc = {.coord = &coord, .metrics = metrics, .model = model, .served_model = name, .host = a->host,
-                        .port = (int)a->port, .max_body_bytes = (size_t)a->max_body};
+                        .port = (int)a->port, .max_body_bytes = (size_t)a->max_body, .keys = access->keys,
+                        .tls_cert_pem = access->tls_cert, .tls_key_pem = access->tls_key};
     HttpApi *http = http_api_start(&hc, &err);
     if (!http) {
         fprintf(stderr, "braid serve: %s\n", err.msg);
@@ -323,8 +432,10 @@ static long decide_host_blocks(const ServeArgs *a, const BraidModel *model, int 
     return host_blocks;
 }
 
-static int run_worker(const ServeArgs *a, const BraidModel *model, int rank, int tp, MPI_Comm tp_comm, long host_blocks) {
-    cli_set_threads((int)a->threads);
+static int run_worker(const ServeArgs *a, const BraidModel *model, int rank, int tp, MPI_Comm tp_comm, long host_blocks,
+                      const RankBinding *binding) {
+    /* A bound rank's threads stay inside its slice, one per hardware thread of it, unless --threads says otherwise. */
+    cli_set_threads(a->threads ? (int)a->threads : binding->pus);
     WorkerRoleConfig cfg = {
         .model = model, .world = MPI_COMM_WORLD, .tp_comm = tp_comm, .instance = (rank - 1) / tp,
         .engine = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
@@ -363,12 +474,15 @@ int cmd_serve(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     ServeArgs a;
     AgentPredictor *predictor = NULL; /* rank 0's --predictor until the coordinator takes it */
+    AccessConfig access = {0};        /* rank 0's --api-keys and TLS files */
     int rc = parse_args(argc, argv, &a, rank == 0);
     bool help = rc == 1;
     if (rc == 0) rc = check_layout(world, a.tp, rank);
     BraidModel model;
     BraidError err;
     MPI_Comm tp_comm = MPI_COMM_NULL;
+    RankBinding binding, *bindings = NULL; /* this rank's; every rank's on rank 0 */
+    char *binding_metrics = NULL;
     if (rc == 0) {
         MPI_Comm_split(MPI_COMM_WORLD, rank == 0 ? 0 : 1 + (rank - 1) / (int)a.tp, rank, &tp_comm);
         MPI_Comm_set_errhandler(tp_comm, MPI_ERRORS_RETURN);
@@ -377,8 +491,12 @@ int cmd_serve(int argc, char **argv) {
             if (f) fprintf(f, "%ld\n", (long)getpid()), fclose(f);
             else fprintf(stderr, "braid serve: cannot write --pid-file %s\n", a.pid_file);
         }
-        /* A bad --predictor stops every rank before anything heavy is loaded. */
-        if (load_predictor(&a, rank, &predictor)) {
+        /* Bound before anything is loaded, so the model's pages and the threads start where they stay. */
+        if (rank_binding_collective(MPI_COMM_WORLD, a.bind, a.device == BACKEND_CUDA ? 0 : -1, &binding, &bindings, &err))
+            fprintf(stderr, "braid serve: rank %d: %s\n", rank, err.msg);
+        if (rank == 0 && bindings) binding_metrics = rank_binding_metrics_text(bindings, world);
+        /* A bad --predictor or --api-keys file stops every rank before anything heavy is loaded. */
+        if (load_predictor(&a, rank, &predictor) || load_access(&a, rank, &access)) {
             rc = 1;
         } else {
             /* Every rank maps the model: the coordinator for its tokenizer, the workers for weights. */
@@ -389,13 +507,16 @@ int cmd_serve(int argc, char **argv) {
             }
             long host_blocks = decide_host_blocks(&a, &model, rank);
             if (host_blocks < 0) rc = 1;
-            else rc = rank == 0 ? run_coordinator(&a, &model, (world - 1) / (int)a.tp, &stop, &predictor)
-                                : run_worker(&a, &model, rank, (int)a.tp, tp_comm, host_blocks);
+            else rc = rank == 0 ? run_coordinator(&a, &model, (world - 1) / (int)a.tp, &stop, &predictor, binding_metrics, &access)
+                                : run_worker(&a, &model, rank, (int)a.tp, tp_comm, host_blocks, &binding);
             braid_model_free(&model);
         }
         agent_predictor_free(predictor); /* still here only when the coordinator never took it */
+        access_config_free(&access);
         MPI_Comm_free(&tp_comm);
     }
+    free(bindings);
+    free(binding_metrics);
     MPI_Finalize();
     return help ? 0 : rc;
 }

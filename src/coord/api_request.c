@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 /* How much of a client-supplied string an error message quotes; enough to recognise it. */
 #define QUOTE_BYTES 64
@@ -297,12 +299,28 @@ static int read_content(const json_t *msg, const char *path, const char *role, c
     return type_error(err, param, "a string, null or an array of text parts", v);
 }
 
+/* A message holds role and content only: the chat template renders nothing else, so a field such as
+ * name or tool_calls would be silently dropped; it is refused instead, by name. Null reads as absent,
+ * as everywhere in the body (clients echo back "tool_calls": null, "refusal": null). */
+static int check_message_fields(const json_t *msg, const char *path, ApiError *err) {
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)msg, key, value) {
+        if (json_is_null(value) || strcmp(key, "role") == 0 || strcmp(key, "content") == 0) continue;
+        char param[96];
+        snprintf(param, sizeof param, "%s.%.*s", path, quote_len(key), key);
+        return api_error_set(err, 400, param, NULL, "%s is not supported: a message holds only role and content", param);
+    }
+    return 0;
+}
+
 static int read_message(const json_t *msg, size_t index, ApiMessage *out, ApiError *err) {
     char path[32];
     snprintf(path, sizeof path, "messages[%zu]", index);
     if (!json_is_object(msg)) return type_error(err, path, "an object with role and content", msg);
     if (read_role(msg, path, &out->role, err)) return -1;
-    return read_content(msg, path, out->role, &out->content, err);
+    if (read_content(msg, path, out->role, &out->content, err)) return -1;
+    return check_message_fields(msg, path, err);
 }
 
 static int read_messages(const json_t *body, ApiRequest *r, ApiError *err) {
@@ -539,6 +557,29 @@ void api_request_free(ApiRequest *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* ---- the seed ---- */
+
+/* splitmix64's finalizer: spreads every input bit over the output. */
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+uint64_t api_request_sampling_seed(const ApiRequest *r, uint64_t salt) {
+    if (r->has_seed) return r->seed;
+    uint64_t entropy = 0;
+    /* getrandom never blocks once the pool is initialised (long before a server starts); should it
+     * fail, the clocks still differ between calls and the salt differs between requests. */
+    if (getrandom(&entropy, sizeof entropy, GRND_NONBLOCK) != (ssize_t)sizeof entropy) {
+        struct timespec mono, wall;
+        clock_gettime(CLOCK_MONOTONIC, &mono);
+        clock_gettime(CLOCK_REALTIME, &wall);
+        entropy = mix64((uint64_t)mono.tv_nsec ^ ((uint64_t)mono.tv_sec << 30)) ^ (uint64_t)wall.tv_nsec;
+    }
+    return mix64(entropy ^ mix64(salt + 0x9e3779b97f4a7c15ULL));
+}
+
 /* ---- headers ---- */
 
 int api_request_apply_headers(ApiRequest *r, const char *workflow, const char *agent, const char *tenant, const char *adapter,
@@ -554,6 +595,11 @@ int api_request_apply_headers(ApiRequest *r, const char *workflow, const char *a
         char what[40];
         snprintf(what, sizeof what, "header %s", names[i]);
         int rc = check_label(params[i], what, values[i], strlen(values[i]), err);
+        /* Body and header naming different values: which one the client meant is a guess, and for
+         * the tenant a wrong guess puts the request in another cache namespace. */
+        if (rc == 0 && *slots[i] && strcmp(*slots[i], values[i]) != 0)
+            rc = api_error_set(err, 400, params[i], NULL, "%s in the body ('%.*s') and header %s ('%.*s') disagree; send one of them",
+                               params[i], quote_len(*slots[i]), *slots[i], names[i], quote_len(values[i]), values[i]);
         if (rc == 0 && !*slots[i] && !(copies[i] = strdup(values[i]))) rc = out_of_memory(err);
         if (rc) {
             for (int j = 0; j < i; j++) free(copies[j]);

@@ -4,8 +4,9 @@
  * Owns: the translation of an untrusted HTTP body (and the X-Braid-* headers) into an ApiRequest,
  * and OpenAI's error shape for everything a client can get wrong. Every problem becomes an ApiError
  * with an HTTP status (400 for a malformed or out-of-range field, 404 for a model this server does
- * not serve) and a message naming the field and what was wrong. Unknown fields are ignored, as
- * OpenAI-compatible servers do (clients send frequency_penalty, user, logprobs, tools, ...).
+ * not serve) and a message naming the field and what was wrong. Unknown top-level fields are
+ * ignored, as OpenAI-compatible servers do (clients send frequency_penalty, user, ...); inside a
+ * message only role and content are read, and any other non-null field is a 400 naming it.
  * Invalid UTF-8 is rejected by the JSON parser, so every string in an ApiRequest is valid UTF-8
  * without embedded NULs. The body-size limit (413) is the HTTP layer's job, not this module's.
  *
@@ -84,10 +85,17 @@ int api_error_set(ApiError *err, int status, const char *param, const char *code
 char *api_error_json(const ApiError *err);
 
 /* Applies the X-Braid-Workflow / -Agent / -Tenant / -Adapter header values (NULL = header absent)
- * to the fields the body left unset. Every value given is checked, whether used or not: one that is
- * empty, over API_MAX_LABEL_BYTES, not valid UTF-8 or holding a control character is a 400, and
- * then r is left unchanged. Returns 0 or -1. */
+ * to the fields the body left unset. Every value given is checked: one that is empty, over
+ * API_MAX_LABEL_BYTES, not valid UTF-8 or holding a control character is a 400, and so is a header
+ * that names a different value from the body's field (the same value twice is fine); then r is left
+ * unchanged. Returns 0 or -1. */
 int api_request_apply_headers(ApiRequest *r, const char *workflow, const char *agent, const char *tenant, const char *adapter,
                               ApiError *err);
+
+/* The seed the request samples with: its `seed` when it gave one (so it reproduces), else a fresh
+ * draw from the OS's entropy (getrandom) mixed with `salt`, which the caller makes distinct per
+ * request (a server-wide counter), so that concurrent unseeded requests never share a seed.
+ * Thread-safe. */
+uint64_t api_request_sampling_seed(const ApiRequest *r, uint64_t salt);
 
 #endif

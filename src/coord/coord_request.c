@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "common/grow.h"
+#include "common/timeutil.h"
+#include "transport/control_msg.h"
 
 CoordRequest *coord_request_create(void) {
     CoordRequest *r = calloc(1, sizeof *r);
@@ -54,7 +56,11 @@ int coord_request_push_token(CoordRequest *r, int32_t token, double now) {
 }
 
 void coord_request_finish(CoordRequest *r, int reason, const CoordUsage *u, const char *error) {
+    double now = braid_now_seconds();
     pthread_mutex_lock(&r->mu);
+    /* A request whose first sampled token ended it (EOS) streams no token: the finish is the first
+     * token's arrival, and without it the request would be missing from the TTFT histogram. */
+    if (r->t_first_token <= 0 && (reason == FINISH_STOP || reason == FINISH_LENGTH)) r->t_first_token = now;
     r->finished = true;
     r->finish_reason = reason;
     r->prompt_tokens = u->prompt_tokens;

@@ -57,6 +57,8 @@ int coord_request_push_token(CoordRequest *r, int32_t token, double now);
 typedef struct {
     int prompt_tokens, cached_tokens, cached_tokens_host, completion_tokens, preemptions;
 } CoordUsage;
+/* A request that finished without error and without a token (its first sampled token was EOS)
+ * gets its first token's time from the finish, so every answered request has a TTFT. */
 void coord_request_finish(CoordRequest *r, int reason, const CoordUsage *usage, const char *error);
 
 #endif

@@ -386,24 +386,28 @@ static int drain_commands(Coordinator *c, BraidError *err) {
 static void on_ready(Coordinator *c, int instance, WireReader *rd) {
     MsgReady m;
     if (msg_ready_decode(rd, &m)) return;
-    pthread_mutex_lock(&c->mu);
+    /* One branch per outcome, each reporting itself: a failure is logged only on the failure path,
+     * with a reason even when the leader sent none. */
     if (!m.ok) {
+        const char *why = m.error && m.error[0] ? m.error : "no reason given (see that instance's log)";
+        pthread_mutex_lock(&c->mu);
         c->failed = true;
-        snprintf(c->failure, sizeof c->failure, "instance %d failed to start: %s", instance, m.error);
+        snprintf(c->failure, sizeof c->failure, "instance %d failed to start: %s", instance, why);
+        pthread_mutex_unlock(&c->mu);
+        LOG_ERROR("coord", "instance %d failed to start: %s", instance, why);
     } else {
+        pthread_mutex_lock(&c->mu);
         int tokens = m.n_blocks * m.block_size;
         if (c->pool_tokens == 0 || tokens < c->pool_tokens) c->pool_tokens = tokens;
         c->block_size = m.block_size;
-        c->ready_instances++;
+        int ready = ++c->ready_instances;
+        pthread_mutex_unlock(&c->mu);
+        LOG_INFO("coord", "instance %d ready (%d KV blocks); %d of %d up", instance, m.n_blocks, ready, c->cfg.n_instances);
+        if (ready == c->cfg.n_instances && c->cfg.ready_line) {
+            printf("%s\n", c->cfg.ready_line);
+            fflush(stdout);
+        }
     }
-    int ready = c->ready_instances;
-    pthread_mutex_unlock(&c->mu);
-    if (m.ok) LOG_INFO("coord", "instance %d ready (%d KV blocks); %d of %d up", instance, m.n_blocks, ready, c->cfg.n_instances);
-    if (m.ok && ready == c->cfg.n_instances && c->cfg.ready_line) {
-        printf("%s\n", c->cfg.ready_line);
-        fflush(stdout);
-    }
-    if (!m.ok) LOG_ERROR("coord", "instance %d failed to start: %s", instance, m.error);
     msg_ready_free(&m);
 }
 
@@ -440,8 +444,11 @@ static void on_finish(Coordinator *c, int instance, WireReader *rd) {
         trace_finished(c, c->table[at], &m);
         CoordUsage u = {.prompt_tokens = m.prompt_tokens, .cached_tokens = m.cached_tokens, .cached_tokens_host = m.cached_tokens_host,
                         .completion_tokens = m.completion_tokens, .preemptions = m.preemptions};
-        coord_request_finish(c->table[at], m.reason, &u, m.error);
         router_finished(&c->router, instance);
+        /* Its last request gone, the instance runs nothing: publish that now, not at its next STATS,
+         * and before the answer goes out, so a client scraping right after its answer sees it. */
+        if (c->router.load[instance] == 0) metrics_instance_idle(c->metrics, instance);
+        coord_request_finish(c->table[at], m.reason, &u, m.error);
         table_remove(c, at);
         request_done(c);
     }

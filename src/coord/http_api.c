@@ -5,8 +5,10 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "common/log.h"
@@ -19,6 +21,7 @@ struct HttpApi {
     struct MHD_Daemon *daemon;
     pthread_mutex_t mu;
     int open_requests; /* requests whose response is not completely sent yet */
+    _Atomic uint64_t seed_counter; /* makes every unseeded request's seed distinct (api_request_sampling_seed) */
 };
 
 /* The body of one request, collected across MHD's upload callbacks. */
@@ -26,6 +29,7 @@ typedef struct {
     char *data;
     size_t len, cap;
     bool too_large;
+    size_t header_bytes; /* request line and headers, as received */
 } RequestBody;
 
 static enum MHD_Result send_text(struct MHD_Connection *conn, int status, const char *type, char *body) {
@@ -54,10 +58,11 @@ static enum MHD_Result handle_health(HttpApi *api, struct MHD_Connection *conn) 
                           dump(json_pack("{s:s, s:i}", "status", state, "instances", api->cfg.coord->cfg.n_instances)));
 }
 
+/* max_model_len is what one request (prompt + max_tokens) may reach: the context, or the KV pool
+ * when that holds less, the same limit the completion endpoints enforce. */
 static enum MHD_Result handle_models(HttpApi *api, struct MHD_Connection *conn) {
     json_t *model = json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", api->cfg.served_model, "object", "model", "created",
-                              (json_int_t)time(NULL), "owned_by", "braid", "max_model_len",
-                              api->cfg.model->weights.cfg.context_length);
+                              (json_int_t)time(NULL), "owned_by", "braid", "max_model_len", http_generate_max_model_len(&api->generate));
     return http_send_json(conn, 200, dump(json_pack("{s:s, s:[o]}", "object", "list", "data", model)));
 }
 
@@ -90,33 +95,82 @@ static bool has_prefix_suffix(const char *s, const char *prefix, const char *suf
     return n > p + q && strncmp(s, prefix, p) == 0 && strcmp(s + n - q, suffix) == 0;
 }
 
+/* With API keys: the key the request presents, or NULL with e set to the 401 (missing or wrong key).
+ * Without keys: NULL and e.status 0. The key itself is never logged nor echoed. */
+static const AuthKey *authenticate(HttpApi *api, struct MHD_Connection *conn, ApiError *e) {
+    e->status = 0;
+    if (!api->cfg.keys) return NULL;
+    const char *header = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const AuthKey *key = auth_keys_authenticate(api->cfg.keys, header);
+    if (!key && !header)
+        api_error_set(e, 401, NULL, "missing_api_key", "You didn't provide an API key: send it as 'Authorization: Bearer KEY'");
+    else if (!key) api_error_set(e, 401, NULL, "invalid_api_key", "Incorrect API key provided");
+    return key;
+}
+
+/* A completion body must be JSON. No Content-Type at all is read as JSON (some minimal clients send
+ * none); any other media type (curl -d sends application/x-www-form-urlencoded) is a 415. */
+static int check_content_type(struct MHD_Connection *conn, ApiError *e) {
+    const char *type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (!type) return 0;
+    while (*type == ' ' || *type == '\t') type++;
+    size_t n = strcspn(type, ";");
+    while (n > 0 && (type[n - 1] == ' ' || type[n - 1] == '\t')) n--;
+    if (n == strlen("application/json") && strncasecmp(type, "application/json", n) == 0) return 0;
+    return api_error_set(e, 415, NULL, "unsupported_media_type",
+                         "Content-Type must be application/json, got '%.*s' (with curl, add -H 'Content-Type: application/json')",
+                         (int)(n > 64 ? 64 : n), type);
+}
+
+/* The completion endpoints and POST /v1/workflows/{id}/end. */
+static enum MHD_Result route_post(HttpApi *api, struct MHD_Connection *conn, const char *url, bool post, RequestBody *body) {
+    ApiError e;
+    bool chat = strcmp(url, "/v1/chat/completions") == 0, completions = strcmp(url, "/v1/completions") == 0;
+    const char *endpoint = chat ? "chat" : completions ? "completions" : NULL;
+    if (!post) return api_error_set(&e, 405, NULL, NULL, "%s expects POST", url), http_send_error(api->cfg.metrics, conn, NULL, &e);
+    const AuthKey *key = authenticate(api, conn, &e);
+    if (e.status) return http_send_error(api->cfg.metrics, conn, endpoint, &e);
+    if (body->too_large) {
+        api_error_set(&e, 413, NULL, NULL, "request body exceeds %zu bytes", api->cfg.max_body_bytes);
+        return http_send_error(api->cfg.metrics, conn, endpoint, &e);
+    }
+    if (!endpoint) return handle_workflow_end(api, conn, url);
+    if (check_content_type(conn, &e)) return http_send_error(api->cfg.metrics, conn, endpoint, &e);
+    return http_generate(&api->generate, conn, chat ? API_CHAT : API_COMPLETION, key, body->data ? body->data : "", body->len);
+}
+
 /* Which endpoint a path names, and whether the method fits it. */
 static enum MHD_Result route(HttpApi *api, struct MHD_Connection *conn, const char *url, const char *method, RequestBody *body) {
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
     ApiError e;
-    bool chat = strcmp(url, "/v1/chat/completions") == 0, completions = strcmp(url, "/v1/completions") == 0;
-    bool workflow_end = has_prefix_suffix(url, "/v1/workflows/", "/end");
-    if (chat || completions || workflow_end) {
-        if (!post) return api_error_set(&e, 405, NULL, NULL, "%s expects POST", url), http_send_error(api->cfg.metrics, conn, NULL, &e);
-        if (body->too_large) {
-            api_error_set(&e, 413, NULL, NULL, "request body exceeds %zu bytes", api->cfg.max_body_bytes);
-            return http_send_error(api->cfg.metrics, conn, chat ? "chat" : completions ? "completions" : NULL, &e);
-        }
-        if (workflow_end) return handle_workflow_end(api, conn, url);
-        return http_generate(&api->generate, conn, chat ? API_CHAT : API_COMPLETION, body->data ? body->data : "", body->len);
+    if (body->header_bytes > HTTP_MAX_HEADER_BYTES) {
+        api_error_set(&e, 431, NULL, NULL, "the request line and headers are %zu bytes; at most %d are accepted", body->header_bytes,
+                      HTTP_MAX_HEADER_BYTES);
+        return http_send_error(api->cfg.metrics, conn, NULL, &e);
     }
+    if (strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0 || has_prefix_suffix(url, "/v1/workflows/", "/end"))
+        return route_post(api, conn, url, post, body);
     bool health = strcmp(url, "/health") == 0, models = strcmp(url, "/v1/models") == 0, metrics = strcmp(url, "/metrics") == 0;
     if (health || models || metrics) {
         if (!get) return api_error_set(&e, 405, NULL, NULL, "%s expects GET", url), http_send_error(api->cfg.metrics, conn, NULL, &e);
-        return health ? handle_health(api, conn) : models ? handle_models(api, conn) : handle_metrics(api, conn);
+        if (health) return handle_health(api, conn); /* open to load balancers, key or not */
+        authenticate(api, conn, &e);
+        if (e.status) return http_send_error(api->cfg.metrics, conn, NULL, &e);
+        return models ? handle_models(api, conn) : handle_metrics(api, conn);
     }
     api_error_set(&e, 404, NULL, NULL, "no endpoint %s %s (see GET /v1/models, POST /v1/chat/completions)", method, url);
     return http_send_error(api->cfg.metrics, conn, NULL, &e);
 }
 
+/* Adds one header's share to the running total (MHD_KeyValueIterator). */
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 4; /* ": " and CRLF */
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
     HttpApi *api = cls;
     RequestBody *body = *con_cls;
     if (!body) {
@@ -127,6 +181,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         pthread_mutex_unlock(&api->mu);
         const char *declared = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (declared && strtoull(declared, NULL, 10) > api->cfg.max_body_bytes) body->too_large = true;
+        body->header_bytes = strlen(method) + strlen(url) + strlen(version) + 4;
+        MHD_get_connection_values(conn, MHD_HEADER_KIND, count_header, &body->header_bytes);
         *con_cls = body;
         return MHD_YES;
     }
@@ -169,20 +225,37 @@ HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err) {
     if (!api) return braid_error_set(err, "http: out of memory"), NULL;
     api->cfg = *cfg;
     api->generate = (HttpGenerateContext){.coord = cfg->coord, .metrics = cfg->metrics, .model = cfg->model,
-                                          .served_model = cfg->served_model};
+                                          .served_model = cfg->served_model, .seed_counter = &api->seed_counter};
     pthread_mutex_init(&api->mu, NULL);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
     if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
         free(api);
         return braid_error_set(err, "http: --host %s is not an IPv4 address", cfg->host), NULL;
     }
-    api->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO,
-                                   (uint16_t)cfg->port, NULL, NULL, on_request, api, MHD_OPTION_SOCK_ADDR, &addr,
+    bool tls = cfg->tls_cert_pem && cfg->tls_key_pem;
+    if (tls && !MHD_is_feature_supported(MHD_FEATURE_TLS)) {
+        free(api);
+        return braid_error_set(err, "http: --tls-cert/--tls-key given, but this libmicrohttpd was built without TLS"), NULL;
+    }
+    /* TLS options go in an array: MHD_start_daemon's variadic list cannot hold them conditionally. */
+    struct MHD_OptionItem tls_options[] = {
+        {tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, (void *)cfg->tls_key_pem},
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)cfg->tls_cert_pem},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | (tls ? MHD_USE_TLS : 0);
+    api->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, api, MHD_OPTION_ARRAY, tls_options,
+                                   MHD_OPTION_SOCK_ADDR, &addr,
                                    MHD_OPTION_NOTIFY_COMPLETED, on_completed, api, MHD_OPTION_CONNECTION_TIMEOUT,
-                                   (unsigned)600, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+                                   (unsigned)600, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                                   /* Room for headers past HTTP_MAX_HEADER_BYTES, so that route() rather than
+                                    * libmicrohttpd's HTML page answers most oversized ones (with JSON). */
+                                   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY, MHD_OPTION_END);
     if (!api->daemon) {
         free(api);
-        return braid_error_set(err, "http: cannot listen on %s:%d (in use, or not permitted)", cfg->host, cfg->port), NULL;
+        return braid_error_set(err, "http: cannot listen on %s:%d (in use, or not permitted%s)", cfg->host, cfg->port,
+                               tls ? "; or the --tls-cert / --tls-key PEM was refused, or they do not match" : ""),
+               NULL;
     }
     return api;
 }

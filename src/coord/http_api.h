@@ -12,7 +12,19 @@
  * Inside: http_api.c routes and serves the small endpoints, and hands the completion endpoints to
  * http_generate.h; both reply through http_internal.h. The dependency runs one way (this half
  * includes http_generate.h, never the reverse), so neither header includes the other back.
- * Owns the daemon; borrows the coordinator, metrics and model, which must outlive it.
+ * API keys (auth.h): with `keys` set, every endpoint but GET /health needs `Authorization: Bearer
+ * KEY` (401 with an OpenAI-style error otherwise; /metrics too, since it shows every tenant's
+ * traffic), and the key decides the request's tenant (http_generate.h). Without keys anyone who can
+ * reach the port may use the API and name any tenant.
+ * Protocol rules enforced here, each answered with a JSON error: request headers over
+ * HTTP_MAX_HEADER_BYTES in total → 431; a completion body whose Content-Type is not application/json
+ * → 415 (no Content-Type at all is read as JSON); every 503 and 429 carries Retry-After. What
+ * libmicrohttpd answers itself, before any of this code runs, stays its own (HTML) answer: a request
+ * line it cannot parse (400, or a closed connection for a line with no blank in it), an HTTP
+ * version it does not speak (505), and headers too large for its per-connection memory
+ * (HTTP_CONNECTION_MEMORY bytes, a few times HTTP_MAX_HEADER_BYTES) → 431.
+ * TLS: with a certificate and key the port speaks HTTPS only (libmicrohttpd over GnuTLS).
+ * Owns the daemon; borrows the coordinator, metrics, model, keys and PEM text, which must outlive it.
  */
 #ifndef BRAID_COORD_HTTP_API_H
 #define BRAID_COORD_HTTP_API_H
@@ -20,6 +32,7 @@
 #include <stddef.h>
 
 #include "common/error.h"
+#include "coord/auth.h"
 #include "coord/coordinator.h"
 #include "coord/metrics.h"
 #include "model/model.h"
@@ -32,7 +45,12 @@ typedef struct {
     const char *host;         /* bind address, e.g. "127.0.0.1" or "0.0.0.0" */
     int port;
     size_t max_body_bytes;
+    const AuthKeys *keys;     /* NULL: no API keys (anyone may call, tenants are self-declared) */
+    const char *tls_cert_pem, *tls_key_pem; /* both set: HTTPS only (PEM text, borrowed); both NULL: plain HTTP */
 } HttpApiConfig;
+
+#define HTTP_MAX_HEADER_BYTES (32 * 1024)     /* request line and headers, total; more gets 431 */
+#define HTTP_CONNECTION_MEMORY (512 * 1024)   /* libmicrohttpd's per-connection buffer (holds the headers) */
 
 typedef struct HttpApi HttpApi;
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,11 +42,15 @@ static int tokenize_prompt(const BraidModel *m, const ApiRequest *a, TokenList *
     return 0;
 }
 
-/* Fits max_tokens to the context and the KV pool, or says why the request cannot run. */
-static int resolve_max_tokens(const HttpGenerateContext *ctx, const ApiRequest *a, int n_prompt, int *max_tokens, ApiError *e) {
+int http_generate_max_model_len(const HttpGenerateContext *ctx) {
     int context = ctx->model->weights.cfg.context_length, pool = 0, block = 0;
     coordinator_pool(ctx->coord, &pool, &block);
-    int limit = pool > 0 && pool < context ? pool : context;
+    return pool > 0 && pool < context ? pool : context;
+}
+
+/* Fits max_tokens to the context and the KV pool, or says why the request cannot run. */
+static int resolve_max_tokens(const HttpGenerateContext *ctx, const ApiRequest *a, int n_prompt, int *max_tokens, ApiError *e) {
+    int context = ctx->model->weights.cfg.context_length, limit = http_generate_max_model_len(ctx);
     const char *what = limit < context ? "the KV pool" : "the model's context";
     if (n_prompt >= limit)
         return api_error_set(e, 400, a->kind == API_CHAT ? "messages" : "prompt", "context_length_exceeded",
@@ -84,7 +89,7 @@ static CoordRequest *build_request(const HttpGenerateContext *ctx, const ApiRequ
             r->temperature = (float)a->temperature;
             r->top_p = (float)a->top_p;
             r->top_k = a->top_k;
-            r->seed = a->has_seed ? a->seed : (uint64_t)time(NULL);
+            r->seed = api_request_sampling_seed(a, atomic_fetch_add(ctx->seed_counter, 1));
             r->ignore_eos = a->ignore_eos;
             /* The same seed the instance's cache uses, so the router's index and the prompt agree. */
             content_hash_blocks(content_hash_namespace(a->tenant, a->adapter), r->prompt, n_blocks, block, r->block_hashes, chunk);
@@ -138,6 +143,16 @@ static ApiUsage usage_of(const CoordRequest *r, int completion_tokens) {
                       .cached_tokens_host = r->cached_tokens_host};
 }
 
+/* Seconds from submission to the first token. A request that finished sets its first token's time at
+ * the latest with the finish (coord_request_finish), so `otherwise` is only a backstop for an
+ * answered request without one, counted rather than dropped from the TTFT histogram. */
+static double first_token_seconds(CoordRequest *r, double otherwise) {
+    pthread_mutex_lock(&r->mu);
+    double t = r->t_first_token;
+    pthread_mutex_unlock(&r->mu);
+    return t > 0 ? t - r->t_submit : otherwise;
+}
+
 /* After a stop-string cancel: the instance's FINISH (with the usage numbers) follows shortly. */
 static void wait_finished(CoordRequest *r) {
     pthread_mutex_lock(&r->mu);
@@ -181,14 +196,14 @@ static enum MHD_Result answer_whole(const HttpGenerateContext *ctx, struct MHD_C
             wait_finished(r);
             free(tokens);
             text_stream_free(&ts);
-            double ttft = r->t_first_token > 0 ? r->t_first_token - r->t_submit : -1;
+            double ttft = first_token_seconds(r, -1);
             metrics_record_request(ctx->metrics, endpoint, 499, braid_now_seconds() - r->t_submit, ttft, r->n_prompt,
                                    r->cached_tokens, p.n_tokens);
             return MHD_NO; /* nobody to answer: close the connection */
         }
     }
     free(tokens);
-    double latency = braid_now_seconds() - r->t_submit, ttft = r->t_first_token > 0 ? r->t_first_token - r->t_submit : -1;
+    double latency = braid_now_seconds() - r->t_submit, ttft = first_token_seconds(r, latency);
     pthread_mutex_lock(&r->mu);
     bool failed = r->finished && r->finish_reason == FINISH_ERROR;
     char error[sizeof r->error];
@@ -315,7 +330,7 @@ static void stream_free(void *cls) {
         LOG_INFO("http", "req %llu: client disconnected mid-stream; cancelling", (unsigned long long)r->id);
         coordinator_cancel(s->ctx->coord, r->id);
     }
-    double latency = braid_now_seconds() - r->t_submit, ttft = r->t_first_token > 0 ? r->t_first_token - r->t_submit : -1;
+    double latency = braid_now_seconds() - r->t_submit, ttft = first_token_seconds(r, complete ? latency : -1);
     metrics_record_request(s->ctx->metrics, s->endpoint, complete ? 200 : 499, latency, ttft, r->n_prompt, r->cached_tokens,
                            s->progress.n_tokens);
     coord_request_release(r);
@@ -353,7 +368,23 @@ static enum MHD_Result answer_stream(const HttpGenerateContext *ctx, struct MHD_
 
 /* ---- the endpoint ---- */
 
-enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connection *conn, ApiKind kind, const char *body, size_t len) {
+/* With an API key the key decides the tenant: a request naming none runs in the key's; one naming
+ * another must be a namespace the key shares. Adapters must be ones the key lists. */
+static int apply_key(const AuthKey *key, ApiRequest *a, ApiError *e) {
+    if (!key) return 0;
+    const char *tenant = auth_key_tenant(key);
+    if (a->tenant && !auth_key_allows_tenant(key, a->tenant))
+        return api_error_set(e, 403, "tenant", "tenant_not_allowed",
+                             "this API key belongs to tenant '%s' and does not share tenant '%.64s'; leave tenant out or name '%s'",
+                             tenant, a->tenant, tenant);
+    if (a->adapter && !auth_key_allows_adapter(key, a->adapter))
+        return api_error_set(e, 403, "adapter", "adapter_not_allowed", "this API key may not use adapter '%.64s'", a->adapter);
+    if (!a->tenant && !(a->tenant = strdup(tenant))) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
+    return 0;
+}
+
+enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connection *conn, ApiKind kind, const AuthKey *key,
+                              const char *body, size_t len) {
     const char *endpoint = kind == API_CHAT ? "chat" : "completions";
     ApiRequest a;
     ApiError e;
@@ -362,7 +393,8 @@ enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connect
     static const char *const names[4] = {"X-Braid-Workflow", "X-Braid-Agent", "X-Braid-Tenant", "X-Braid-Adapter"};
     for (int i = 0; i < 4; i++) hdr[i] = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, names[i]);
     CoordRequest *r = NULL;
-    if (api_request_apply_headers(&a, hdr[0], hdr[1], hdr[2], hdr[3], &e) == 0) r = build_request(ctx, &a, &e);
+    if (api_request_apply_headers(&a, hdr[0], hdr[1], hdr[2], hdr[3], &e) == 0 && apply_key(key, &a, &e) == 0)
+        r = build_request(ctx, &a, &e);
     if (!r) {
         api_request_free(&a);
         return http_send_error(ctx->metrics, conn, endpoint, &e);

@@ -9,15 +9,20 @@
  * hashes for the router (content_hash_namespace(tenant, adapter)), submit to the coordinator, then
  * answer whole or as SSE. Runs on the connection's thread; never calls MPI. The context's objects
  * are borrowed and must outlive every connection.
+ * With an API key (auth.h) the request runs in the key's tenant: a body or header tenant is allowed
+ * only when it is that tenant or one the key shares (403 otherwise), and an adapter only when the
+ * key lists it (403). Without a seed, a request samples with a fresh seed of its own.
  */
 #ifndef BRAID_COORD_HTTP_GENERATE_H
 #define BRAID_COORD_HTTP_GENERATE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <microhttpd.h>
 
 #include "coord/api_request.h"
+#include "coord/auth.h"
 #include "coord/coordinator.h"
 #include "coord/metrics.h"
 #include "model/model.h"
@@ -27,9 +32,14 @@ typedef struct {
     Metrics *metrics;
     const BraidModel *model;
     const char *served_model; /* the model id requests must name */
+    _Atomic uint64_t *seed_counter; /* per server: salts each unseeded request's seed */
 } HttpGenerateContext;
 
-enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connection *conn, ApiKind kind, const char *body,
-                              size_t len);
+/* key: the request's API key, NULL when the server has none. */
+enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connection *conn, ApiKind kind, const AuthKey *key,
+                              const char *body, size_t len);
+/* The most tokens one request (prompt + max_tokens) may reach: the model's context, or the smallest
+ * instance's KV pool when that holds less (the context until the instances are up). */
+int http_generate_max_model_len(const HttpGenerateContext *ctx);
 
 #endif

@@ -23,7 +23,14 @@ enum MHD_Result http_send_json(struct MHD_Connection *conn, int status, char *bo
 
 enum MHD_Result http_send_error(Metrics *metrics, struct MHD_Connection *conn, const char *endpoint, const ApiError *e) {
     if (endpoint && metrics) metrics_record_request(metrics, endpoint, e->status, 0, -1, 0, 0, 0);
-    /* 429 says when to come back; 405 says what is allowed. */
-    const char *header = e->status == 429 ? MHD_HTTP_HEADER_RETRY_AFTER : e->status == 405 ? MHD_HTTP_HEADER_ALLOW : NULL;
-    return queue_json(conn, e->status, api_error_json(e), header, e->status == 429 ? "1" : "GET, POST");
+    /* 429 and 503 (full queue; loading, draining or out of memory) say when to come back, 405 what is
+     * allowed, 401 which credentials are expected. */
+    const char *header = NULL, *value = NULL;
+    switch (e->status) {
+    case 429: header = MHD_HTTP_HEADER_RETRY_AFTER, value = "1"; break;
+    case 503: header = MHD_HTTP_HEADER_RETRY_AFTER, value = HTTP_RETRY_AFTER_UNAVAILABLE_S; break;
+    case 405: header = MHD_HTTP_HEADER_ALLOW, value = "GET, POST"; break;
+    case 401: header = MHD_HTTP_HEADER_WWW_AUTHENTICATE, value = "Bearer"; break;
+    }
+    return queue_json(conn, e->status, api_error_json(e), header, value);
 }

@@ -18,8 +18,11 @@
 /* Queues a JSON body (takes ownership of `body`, a malloc'd string; NULL = out of memory, MHD_NO)
  * with the given status. */
 enum MHD_Result http_send_json(struct MHD_Connection *conn, int status, char *body);
-/* Queues an OpenAI-style error (Retry-After on 429, Allow on 405) and counts it in `metrics` under
- * `endpoint` (NULL endpoint or metrics: not counted). */
+/* Seconds a 503 asks clients to wait: a draining server is gone by then, a loading one nearly up. */
+#define HTTP_RETRY_AFTER_UNAVAILABLE_S "5"
+
+/* Queues an OpenAI-style error (Retry-After on 429 and 503, Allow on 405, WWW-Authenticate on 401)
+ * and counts it in `metrics` under `endpoint` (NULL endpoint or metrics: not counted). */
 enum MHD_Result http_send_error(Metrics *metrics, struct MHD_Connection *conn, const char *endpoint, const ApiError *e);
 
 #endif

@@ -63,6 +63,7 @@ struct Metrics {
     InstanceStats *instances; /* n_instances entries, zero until the first report */
     int n_instances;
     char *model_name;
+    char *static_text; /* metrics_set_static_text's lines, NULL until set */
 };
 
 /* ---------------------------------------------------------------- recording */
@@ -146,6 +147,18 @@ void metrics_set_instance(Metrics *m, int instance, const InstanceStats *s) {
     pthread_mutex_unlock(&m->lock);
 }
 
+void metrics_instance_idle(Metrics *m, int instance) {
+    if (!m) return;
+    if (instance < 0 || instance >= m->n_instances) {
+        LOG_WARN("metrics", "ignoring idle report for instance %d (have %d instances)", instance, m->n_instances);
+        return;
+    }
+    pthread_mutex_lock(&m->lock);
+    InstanceStats *s = &m->instances[instance];
+    s->waiting = s->running = s->pool_used_blocks = 0;
+    pthread_mutex_unlock(&m->lock);
+}
+
 void metrics_set_inflight(Metrics *m, int inflight) {
     if (!m) return;
     pthread_mutex_lock(&m->lock);
@@ -204,7 +217,19 @@ void metrics_destroy(Metrics *m) {
     pthread_mutex_destroy(&m->lock);
     free(m->instances);
     free(m->model_name);
+    free(m->static_text);
     free(m);
+}
+
+int metrics_set_static_text(Metrics *m, const char *text) {
+    char *copy = text ? strdup(text) : NULL;
+    if (text && !copy) return -1;
+    pthread_mutex_lock(&m->lock);
+    char *old = m->static_text;
+    m->static_text = copy;
+    pthread_mutex_unlock(&m->lock);
+    free(old);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- text output */
@@ -519,10 +544,16 @@ char *metrics_render(Metrics *m) {
     pthread_mutex_lock(&m->lock);
     *snap = m->totals;
     if (m->n_instances > 0) memcpy(instances, m->instances, (size_t)m->n_instances * sizeof *instances);
+    /* Copied under the lock so a concurrent metrics_set_static_text cannot free it mid-render. */
+    char *static_text = m->static_text ? strdup(m->static_text) : NULL;
+    int static_lost = m->static_text && !static_text;
     pthread_mutex_unlock(&m->lock);
 
     TextOut o = {0};
     render_all(&o, snap, instances, m->n_instances, m->model_name);
+    if (static_text) out_str(&o, static_text);
+    o.failed |= static_lost;
+    free(static_text);
     free(snap);
     free(instances);
     if (o.failed) {

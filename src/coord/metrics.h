@@ -66,6 +66,12 @@ typedef struct {
  * of [0, n_instances) or a NULL s is logged and ignored rather than trusted. */
 void metrics_set_instance(Metrics *m, int instance, const InstanceStats *s);
 
+/* Instance i has nothing left to run (the coordinator saw its last request finish): its waiting,
+ * running and held-blocks gauges drop to 0 at once instead of at its next stats report, so a
+ * scrape right after a burst does not show requests that are gone. Counters are kept. Same index
+ * checks as metrics_set_instance. */
+void metrics_instance_idle(Metrics *m, int instance);
+
 /* Coordinator-side gauges: requests accepted but not finished (braid_requests_inflight), and
  * requests waiting in the coordinator's own queue (braid_requests_queued). */
 void metrics_set_inflight(Metrics *m, int inflight);
@@ -80,6 +86,12 @@ typedef struct {
     unsigned long long forecasts_sent, step1_correct, step1_total;
 } WorkflowMetrics;
 void metrics_set_workflows(Metrics *m, const WorkflowMetrics *w);
+
+/* Lines rendered verbatim at the end of every scrape: whole families (HELP, TYPE, samples), each
+ * line ending in '\n', that do not change while serving (e.g. braid_rank_binding_info, which
+ * `braid serve` sets at start-up). Copies text; NULL clears it. Returns 0, or -1 on out of memory
+ * (the previous text stays). */
+int metrics_set_static_text(Metrics *m, const char *text);
 
 /* Requests rejected with 429 because the queue was full. */
 void metrics_count_rejected(Metrics *m);

@@ -74,8 +74,17 @@ static int check_cache_op(const Backend *b, const CacheOp *op, int i, BraidError
         return check_block(op->src, host, "host", "source", i, op, err) || check_block(op->dst, dev, "device", "target", i, op, err)
                    ? -1
                    : 0;
-    case CACHE_OP_ROTATE:
-        return braid_error_set(err, "cache op %d: rotate (block %d by %d positions) is not implemented yet", i, op->src, op->delta);
+    case CACHE_OP_ROTATE: /* one device block, in place */
+        if (check_block(op->src, dev, "device", "source", i, op, err)) return -1;
+        if (op->dst != 0)
+            return braid_error_set(err, "cache op %d: rotate of device block %d names a target block %d (must be 0: it "
+                                        "rotates in place)", i, op->src, op->dst);
+        /* Old and new positions both lie in [0, max_context), so |delta| is below it; a larger one
+         * is a corrupt plan, and would also take positions past fp32's exact integers. */
+        if (op->delta <= -b->cfg.max_context || op->delta >= b->cfg.max_context)
+            return braid_error_set(err, "cache op %d: rotate of device block %d by %d positions: |delta| must be below "
+                                        "the context length %d", i, op->src, op->delta, b->cfg.max_context);
+        return 0;
     default:
         return braid_error_set(err, "cache op %d: unknown operation kind %d", i, (int)op->kind);
     }
@@ -87,6 +96,15 @@ int backend_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError *e
     for (int i = 0; i < n; i++)
         if (check_cache_op(b, &ops[i], i, err)) return braid_error_wrap(err, "%s backend", b->ops->name);
     if (b->ops->apply_cache_ops(b, ops, n, err)) return braid_error_wrap(err, "%s backend: applying %d cache operations", b->ops->name, n);
+    return 0;
+}
+
+int backend_read_block(Backend *b, int32_t block, float *keys, float *values, int32_t *positions, BraidError *err) {
+    if (block < 1 || block >= b->cfg.n_blocks)
+        return braid_error_set(err, "%s backend: cannot read device block %d (blocks 1..%d)", b->ops->name, block,
+                               b->cfg.n_blocks - 1);
+    if (b->ops->read_block(b, block, keys, values, positions, err))
+        return braid_error_wrap(err, "%s backend: reading device block %d", b->ops->name, block);
     return 0;
 }
 

@@ -10,13 +10,19 @@
  *
  * Host KV tier (host_blocks > 0): a second pool of the same block layout in host memory (pinned
  * for CUDA). backend_apply_cache_ops() carries out the block operations the cache decided
- * (cache/cache_ops.h: COPY device->device, STORE device->host, LOAD host->device; ROTATE is
- * refused until it is implemented). Contract:
+ * (cache/cache_ops.h: COPY device->device, STORE device->host, LOAD host->device, ROTATE a device
+ * block's keys by delta positions). Contract:
  *   - operations run in list order, all of them before the next backend_forward() starts; a STORE
  *     reads its device block before that forward may overwrite it, and a LOAD has completed before
- *     any forward reads its block (CUDA: copies run on a copy stream the compute stream waits on);
+ *     any forward reads its block (CUDA: copies and rotations run on a copy stream the compute
+ *     stream waits on);
  *   - the whole list is validated first (ids in [1, tier size), host tier present for STORE/LOAD,
- *     known kinds, no ROTATE); an invalid list is refused with a message and changes nothing;
+ *     known kinds, ROTATE with dst 0 and |delta| < max_context); an invalid list is refused with a
+ *     message and changes nothing;
+ *   - ROTATE computes in fp32 from the stored keys (CPU: fp16 pool; CUDA: bf16 pool) with the
+ *     model's RoPE pairing, base, linear scaling and rope_freqs, through the same inverse
+ *     frequencies the backend's forward uses, so a key rotated by Δ is the key a forward at p + Δ
+ *     stores, up to the pool's rounding;
  *   - tensor parallelism: every rank applies the same list to its own shard (its KV heads).
  * Owns: the KV pools (device and host tier) and all scratch of its device. Borrows the weights
  * (which must outlive it).
@@ -77,6 +83,8 @@ struct BackendOps {
     int (*forward)(Backend *b, const ForwardBatch *batch, ForwardOutput *out, BraidError *err);
     /* Called with n >= 1 operations already validated by backend_apply_cache_ops. */
     int (*apply_cache_ops)(Backend *b, const CacheOp *ops, int n, BraidError *err);
+    /* Called with a block already range-checked by backend_read_block. */
+    int (*read_block)(Backend *b, int32_t block, float *keys, float *values, int32_t *positions, BraidError *err);
     void (*destroy)(Backend *b);
 };
 
@@ -88,9 +96,14 @@ int backend_forward(Backend *b, const ForwardBatch *batch, ForwardOutput *out, B
 /* Carries out n block operations in list order before the next forward (see the contract above).
  * n == 0 is a no-op. Returns -1 with a message naming the offending operation when any id is out
  * of its tier's range or is the null block 0, a STORE/LOAD meets a backend without a host tier, a
- * COPY names the same block twice, or an operation is a ROTATE or of unknown kind; then nothing
- * is applied. */
+ * COPY names the same block twice, a ROTATE has a nonzero dst or |delta| >= cfg.max_context, or
+ * an operation is of unknown kind; then nothing is applied. */
 int backend_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError *err);
+/* Reads back device block `block` (1..n_blocks-1) for tests and benchmarks: keys and values, each
+ * (n_layers, n_kv_heads of this rank, block_size, head_dim), widened to fp32 exactly from the
+ * pool's storage, and the positions (block_size) recorded for its slots (any may be NULL). Waits
+ * for all work queued on the device (CUDA), so it is slow; never on a serving path. */
+int backend_read_block(Backend *b, int32_t block, float *keys, float *values, int32_t *positions, BraidError *err);
 void backend_destroy(Backend *b);
 
 /* "cpu", "cuda" or "auto" (cuda when this build has it and a GPU is visible, else cpu). */

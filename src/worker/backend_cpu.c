@@ -1,12 +1,16 @@
 /*
- * backend_cpu.c — the CPU backend: fp32 paged KV pool and the forward pass of worker/forward.c in
+ * backend_cpu.c — the CPU backend: fp16 paged KV pool and the forward pass of worker/forward.c in
  * the configured matmul arithmetic (fp32 or int8 activations), with argmax taken on the host.
  * The host KV tier is a second KvPool in ordinary memory; cache operations are block copies
- * between the two pools, done synchronously, so they are complete before the next forward.
+ * between the two pools, or a rotation of one device block's keys in place (ROTATE, with the
+ * forward's own RoPE angles: cpu_rope_angles of the position difference), done synchronously, so
+ * they are complete before the next forward.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec.h"
 #include "worker/backend.h"
 #include "worker/forward.h"
 #include "worker/kv_pool.h"
@@ -18,6 +22,7 @@ typedef struct {
     ForwardContext fwd;
     float *logits; /* (cap_logits, vocab) when the caller wants fewer rows than computed */
     int cap_logits;
+    float *rot_cos, *rot_sin; /* (rope_dim/2) angles of the ROTATE being applied */
 } CpuBackend;
 
 static int cpu_reserve_logits(CpuBackend *cb, int rows, int vocab, BraidError *err) {
@@ -52,6 +57,13 @@ static int cpu_forward(Backend *b, const ForwardBatch *batch, ForwardOutput *out
     return 0;
 }
 
+/* ROTATE: the angles of the position difference, from the forward's own angle code. */
+static void cpu_rotate_block(CpuBackend *cb, const ModelWeights *w, int32_t block, int32_t delta) {
+    const ModelConfig *c = &w->cfg;
+    cpu_rope_angles(delta, c->rope_dim, c->rope_base, c->rope_position_scale, w->rope_freq_factors, cb->rot_cos, cb->rot_sin);
+    kv_pool_rotate_block(&cb->kv, block, delta, c->rope_dim, c->rope_pairing, cb->rot_cos, cb->rot_sin);
+}
+
 static int cpu_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError *err) {
     CpuBackend *cb = b->impl;
     for (int i = 0; i < n; i++) {
@@ -59,8 +71,27 @@ static int cpu_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError
         if (op->kind == CACHE_OP_COPY) kv_pool_copy_block(&cb->kv, op->src, &cb->kv, op->dst);
         else if (op->kind == CACHE_OP_STORE) kv_pool_copy_block(&cb->kv, op->src, &cb->host, op->dst);
         else if (op->kind == CACHE_OP_LOAD) kv_pool_copy_block(&cb->host, op->src, &cb->kv, op->dst);
+        else if (op->kind == CACHE_OP_ROTATE) cpu_rotate_block(cb, b->weights, op->src, op->delta);
         else return braid_error_set(err, "cache op %d: %s is not supported", i, cache_op_name(op->kind));
     }
+    return 0;
+}
+
+/* Widens one block of every layer of a K or V cache into out (n_layers, block_elems). */
+static void widen_block(uint16_t *const *layers, int n_layers, size_t block_elems, int32_t block, float *out) {
+    for (int l = 0; l < n_layers; l++) {
+        const uint16_t *src = layers[l] + (size_t)block * block_elems;
+        for (size_t i = 0; i < block_elems; i++) out[(size_t)l * block_elems + i] = vec_half_to_float(src[i]);
+    }
+}
+
+static int cpu_read_block(Backend *b, int32_t block, float *keys, float *values, int32_t *positions, BraidError *err) {
+    (void)err;
+    const KvPool *kv = &((CpuBackend *)b->impl)->kv;
+    size_t block_elems = (size_t)kv->n_kv_heads * kv->block_size * kv->head_dim;
+    if (keys) widen_block(kv->k, kv->n_layers, block_elems, block, keys);
+    if (values) widen_block(kv->v, kv->n_layers, block_elems, block, values);
+    if (positions) memcpy(positions, kv->slot_pos + (size_t)block * kv->block_size, (size_t)kv->block_size * sizeof *positions);
     return 0;
 }
 
@@ -71,12 +102,15 @@ static void cpu_destroy(Backend *b) {
     kv_pool_destroy(&cb->kv);
     kv_pool_destroy(&cb->host);
     free(cb->logits);
+    free(cb->rot_cos);
+    free(cb->rot_sin);
     free(cb);
     b->impl = NULL;
 }
 
 static const BackendOps CPU_OPS = {
-    .name = "cpu", .forward = cpu_forward, .apply_cache_ops = cpu_apply_cache_ops, .destroy = cpu_destroy};
+    .name = "cpu", .forward = cpu_forward, .apply_cache_ops = cpu_apply_cache_ops, .read_block = cpu_read_block,
+    .destroy = cpu_destroy};
 
 static int cpu_create_host_tier(CpuBackend *cb, const Backend *b, BraidError *err) {
     const ModelConfig *c = &b->weights->cfg;
@@ -90,21 +124,25 @@ static int cpu_create_host_tier(CpuBackend *cb, const Backend *b, BraidError *er
 }
 
 int backend_cpu_create(Backend *b, BraidError *err) {
+    const ModelConfig *c = &b->weights->cfg;
+    if (c->head_dim > CPU_ROPE_MAX_HEAD_DIM)
+        return braid_error_set(err, "cpu backend: head_dim %d exceeds the %d the KV rotation supports", c->head_dim,
+                               CPU_ROPE_MAX_HEAD_DIM);
     CpuBackend *cb = calloc(1, sizeof *cb);
     if (!cb) return braid_error_set(err, "cpu backend: out of memory");
-    if (kv_pool_create(&cb->kv, &b->weights->cfg, b->cfg.n_blocks, b->cfg.block_size, err)) {
-        free(cb);
-        return -1;
-    }
-    if (cpu_create_host_tier(cb, b, err)) {
-        kv_pool_destroy(&cb->kv);
-        free(cb);
+    b->impl = cb; /* from here on, cpu_destroy undoes whatever part was made */
+    cb->rot_cos = malloc(((size_t)c->rope_dim / 2 + 1) * sizeof *cb->rot_cos);
+    cb->rot_sin = malloc(((size_t)c->rope_dim / 2 + 1) * sizeof *cb->rot_sin);
+    int rc = !cb->rot_cos || !cb->rot_sin ? braid_error_set(err, "cpu backend: out of memory") : 0;
+    if (rc == 0) rc = kv_pool_create(&cb->kv, c, b->cfg.n_blocks, b->cfg.block_size, err);
+    if (rc == 0) rc = cpu_create_host_tier(cb, b, err);
+    if (rc) {
+        cpu_destroy(b);
         return -1;
     }
     forward_init(&cb->fwd, b->weights, &cb->kv);
     cb->fwd.tp = b->cfg.tp;
     cb->fwd.math = b->cfg.cpu_matmul;
-    b->impl = cb;
     b->ops = &CPU_OPS;
     b->kv_bytes = cb->kv.bytes;
     b->host_kv_bytes = cb->host.bytes;

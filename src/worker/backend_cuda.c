@@ -11,7 +11,9 @@
  * ids and the logit rows the caller asks for come back to the host.
  *
  * Cache operations (COPY, STORE to and LOAD from the host tier, which lives in pinned host memory
- * when it can) run as cudaMemcpyAsync calls on a copy stream. The copy stream first waits for the
+ * when it can) run as cudaMemcpyAsync calls on a copy stream; ROTATE runs as a kernel on the same
+ * stream, so list order holds between it and the copies, with the RoPE shape and inverse
+ * frequencies of the forward's own RoPE (rope_shape()). The copy stream first waits for the
  * compute stream's earlier work (the forward that wrote a block a STORE reads), and the compute
  * stream then waits for the copies' event, so the next forward never reads a block before its
  * LOAD lands nor overwrites one before its STORE has read it. Neither side blocks the host.
@@ -62,6 +64,7 @@ typedef struct {
     void *blas_workspace;
     CudaWeights w;
     uint16_t **k_cache, **v_cache; /* per layer */
+    uint16_t **k_layers_dev;       /* (n_layers) device copy of k_cache, for kernels that span layers */
     int32_t *slot_pos;
     /* activations, sized for max_batch_tokens rows */
     float *x, *qkv, *logits, *partials;
@@ -133,6 +136,9 @@ static int alloc_kv(CudaBackend *cb, const Backend *b, BraidError *err) {
         CUDA_TRY(cudaMemset(cb->k_cache[l], 0, layer_elems * 2), "clearing the KV pool");
         CUDA_TRY(cudaMemset(cb->v_cache[l], 0, layer_elems * 2), "clearing the KV pool");
     }
+    if (alloc_dev((void **)&cb->k_layers_dev, (size_t)c->n_layers * sizeof *cb->k_layers_dev, "KV layer table", err)) return -1;
+    CUDA_TRY(cudaMemcpy(cb->k_layers_dev, cb->k_cache, (size_t)c->n_layers * sizeof *cb->k_cache, cudaMemcpyHostToDevice),
+             "uploading the KV layer table");
     if (alloc_dev((void **)&cb->slot_pos, slots * sizeof(int32_t), "slot positions", err)) return -1;
     CUDA_TRY(cudaMemset(cb->slot_pos, 0, slots * sizeof(int32_t)), "clearing slot positions");
     return 0;
@@ -228,6 +234,15 @@ static int gemm(CudaBackend *cb, const uint16_t *w, int out, int in, const uint1
     return 0;
 }
 
+/* The model's RoPE as the kernels take it: the forward's RoPE and ROTATE both use this, so a
+ * rotated key and a recomputed one can never be turned by different angles. */
+static CudaRopeShape rope_shape(const CudaBackend *cb, const Backend *b) {
+    const ModelConfig *c = &b->weights->cfg;
+    return (CudaRopeShape){.n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+                           .rope_dim = c->rope_dim, .interleaved = c->rope_pairing == ROPE_PAIRING_INTERLEAVED,
+                           .position_scale = c->rope_position_scale, .inv_freq = cb->w.rope_inv_freq};
+}
+
 static CudaAttention attention_args(const CudaBackend *cb, const Backend *b, int layer) {
     const ModelConfig *c = &b->weights->cfg;
     const int32_t *m = cb->meta_dev;
@@ -245,9 +260,7 @@ static int encode_layer(CudaBackend *cb, const Backend *b, int l, const StepShap
     const int32_t *m = cb->meta_dev;
     int n = s->n_tokens, q_dim = c->n_heads * c->head_dim, qkv_dim = q_dim + 2 * c->n_kv_heads * c->head_dim;
     cudaStream_t st = cb->stream;
-    CudaRopeShape rope = {.n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
-                          .rope_dim = c->rope_dim, .interleaved = c->rope_pairing == ROPE_PAIRING_INTERLEAVED,
-                          .position_scale = c->rope_position_scale, .inv_freq = cb->w.rope_inv_freq};
+    CudaRopeShape rope = rope_shape(cb, b);
     CudaAttention att = attention_args(cb, b, l);
     CUDA_TRY(cuda_rmsnorm(cb->x, NULL, n, c->dim, L->attn_norm, c->norm_eps, cb->xb, st), "attention norm");
     if (gemm(cb, L->wqkv, qkv_dim, c->dim, cb->xb, n, cb->qkv, true, false, err)) return -1;
@@ -430,6 +443,7 @@ static int cuda_forward(Backend *b, const ForwardBatch *fb, ForwardOutput *out, 
  * and, within one tier, source and target ranges that stay apart, so one copy per array does them. */
 static int run_length(const CacheOp *ops, int n) {
     int len = 1;
+    if (ops[0].kind == CACHE_OP_ROTATE) return 1; /* one kernel per block */
     for (; len < n; len++) {
         const CacheOp *o = &ops[len];
         if (o->kind != ops[0].kind || o->src != ops[0].src + len || o->dst != ops[0].dst + len) break;
@@ -441,6 +455,13 @@ static int run_length(const CacheOp *ops, int n) {
 
 /* Enqueues one run of `len` operations like op on the copy stream. */
 static int copy_run(CudaBackend *cb, const Backend *b, const CacheOp *op, int len, BraidError *err) {
+    if (op->kind == CACHE_OP_ROTATE) {
+        CudaRopeShape rope = rope_shape(cb, b);
+        CUDA_TRY(cuda_rotate_block_keys(cb->k_layers_dev, b->weights->cfg.n_layers, cb->slot_pos, op->src, op->delta, &rope,
+                                        b->cfg.block_size, cb->copy_stream),
+                 "rotating a KV block");
+        return 0;
+    }
     CudaKvTier dev = {.k = cb->k_cache, .v = cb->v_cache, .slot_pos = cb->slot_pos};
     CudaKvTier host = {.k = cb->host.k, .v = cb->host.v, .slot_pos = cb->host.slot_pos};
     const CudaKvTier *src = &dev, *dst = &dev;
@@ -472,6 +493,42 @@ static int cuda_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidErro
     return 0;
 }
 
+/* Copies one block of every layer of a bf16 K or V cache to out (n_layers, elems), widened exactly. */
+static int read_layers(uint16_t *const *layers, int n_layers, size_t elems, int32_t block, uint16_t *bits, float *out,
+                       BraidError *err) {
+    for (int l = 0; l < n_layers; l++) {
+        CUDA_TRY(cudaMemcpy(bits, layers[l] + (size_t)block * elems, elems * sizeof *bits, cudaMemcpyDeviceToHost),
+                 "copying a KV block to the host");
+        for (size_t i = 0; i < elems; i++) {
+            uint32_t u = (uint32_t)bits[i] << 16;
+            memcpy(&out[(size_t)l * elems + i], &u, sizeof u);
+        }
+    }
+    return 0;
+}
+
+/* Waits for both streams, then copies the block's keys, values and positions. */
+static int cuda_read_block(Backend *b, int32_t block, float *keys, float *values, int32_t *positions, BraidError *err) {
+    CudaBackend *cb = b->impl;
+    size_t elems = kv_block_elems(b);
+    int n_layers = b->weights->cfg.n_layers;
+    CUDA_TRY(cudaSetDevice(cb->device), "selecting the device");
+    CUDA_TRY(cudaStreamSynchronize(cb->copy_stream), "finishing cache operations");
+    CUDA_TRY(cudaStreamSynchronize(cb->stream), "finishing the compute stream");
+    uint16_t *bits = malloc(elems * sizeof *bits);
+    if (!bits) return braid_error_set(err, "cuda backend: out of memory");
+    int rc = 0;
+    if (keys) rc = read_layers(cb->k_cache, n_layers, elems, block, bits, keys, err);
+    if (rc == 0 && values) rc = read_layers(cb->v_cache, n_layers, elems, block, bits, values, err);
+    free(bits);
+    if (rc) return -1;
+    if (positions)
+        CUDA_TRY(cudaMemcpy(positions, cb->slot_pos + (size_t)block * b->cfg.block_size, (size_t)b->cfg.block_size * sizeof *positions,
+                            cudaMemcpyDeviceToHost),
+                 "copying slot positions");
+    return 0;
+}
+
 static void free_host_tier(CudaHostTier *h) {
     if (h->pinned) cudaFreeHost(h->mem);
     else free(h->mem);
@@ -488,7 +545,7 @@ static void cuda_destroy(Backend *b) {
     for (int i = 0; i < GRAPH_LADDER_MAX; i++)
         if (cb->graphs[i].exec) cudaGraphExecDestroy(cb->graphs[i].exec);
     void *dev[] = {cb->x, cb->qkv, cb->logits, cb->partials, cb->xb, cb->q, cb->att, cb->gate_up, cb->h, cb->final_h,
-                   cb->argmax_dev, cb->argmax_scratch, cb->meta_dev, cb->slot_pos, cb->blas_workspace};
+                   cb->argmax_dev, cb->argmax_scratch, cb->meta_dev, cb->slot_pos, cb->blas_workspace, cb->k_layers_dev};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     cudaFreeHost(cb->meta_host);
     cudaFreeHost(cb->argmax_host);
@@ -510,7 +567,8 @@ static void cuda_destroy(Backend *b) {
 }
 
 static const BackendOps CUDA_OPS = {
-    .name = "cuda", .forward = cuda_forward, .apply_cache_ops = cuda_apply_cache_ops, .destroy = cuda_destroy};
+    .name = "cuda", .forward = cuda_forward, .apply_cache_ops = cuda_apply_cache_ops, .read_block = cuda_read_block,
+    .destroy = cuda_destroy};
 
 static int check_shape(const Backend *b, BraidError *err) {
     const ModelConfig *c = &b->weights->cfg;

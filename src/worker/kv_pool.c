@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/ops.h"
+
 size_t kv_pool_block_bytes(const ModelConfig *cfg, int block_size) {
     return 2u * (size_t)cfg->n_layers * (size_t)cfg->n_kv_heads * (size_t)block_size * (size_t)cfg->head_dim * sizeof(uint16_t);
 }
@@ -72,4 +74,17 @@ void kv_pool_copy_block(const KvPool *src, int32_t src_block, KvPool *dst, int32
     }
     memcpy(dst->slot_pos + (size_t)dst_block * dst->block_size, src->slot_pos + (size_t)src_block * src->block_size,
            (size_t)src->block_size * sizeof *src->slot_pos);
+}
+
+void kv_pool_rotate_block(KvPool *pool, int32_t block, int32_t delta, int rope_dim, RopePairing pairing, const float *cos_v,
+                          const float *sin_v) {
+    assert(block >= 0 && block < pool->n_blocks && rope_dim <= pool->head_dim);
+    int rows = pool->n_kv_heads * pool->block_size; /* a block's keys are contiguous in each layer */
+    size_t first = (size_t)block * rows * pool->head_dim;
+    /* Layers are independent; below ~32K key values the threads' start-up costs more than it saves. */
+#pragma omp parallel for schedule(static) if ((size_t)pool->n_layers * rows * pool->head_dim >= 32768)
+    for (int l = 0; l < pool->n_layers; l++)
+        cpu_rope_rotate_f16(pool->k[l] + first, rows, pool->head_dim, rope_dim, pairing, cos_v, sin_v);
+    int32_t *pos = pool->slot_pos + (size_t)block * pool->block_size;
+    for (int s = 0; s < pool->block_size; s++) pos[s] += delta;
 }

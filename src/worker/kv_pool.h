@@ -6,7 +6,8 @@
  * recorded positions (n_blocks, block_size). Block 0 is the null block: valid memory that padding
  * may write, never handed out by the cache. Which blocks belong to whom is decided elsewhere
  * (src/cache); this module only holds the memory. The CPU backend's host tier is a second pool
- * of the same layout; kv_pool_copy_block moves one block between (or within) pools.
+ * of the same layout; kv_pool_copy_block moves one block between (or within) pools, and
+ * kv_pool_rotate_block re-positions one block's keys (the ROTATE cache operation).
  * Thread-safety: the forward pass writes slots of the sequences in its plan; no locking here.
  */
 #ifndef BRAID_WORKER_KV_POOL_H
@@ -36,5 +37,13 @@ size_t kv_pool_block_bytes(const ModelConfig *cfg, int block_size);
  * heads, block size, head_dim) and the ids must be in range (asserted: callers validate them);
  * src and dst may be the same pool, but then the blocks must differ. */
 void kv_pool_copy_block(const KvPool *src, int32_t src_block, KvPool *dst, int32_t dst_block);
+/* The ROTATE cache operation on one block: every layer's keys of every slot and KV head of the
+ * pool are re-positioned by delta (their first rope_dim dimensions rotated, in fp32, by the angles
+ * cos/sin (rope_dim/2) of the position difference delta, see cpu_rope_angles; rounded back to
+ * half), and the slots' recorded positions move by delta. Values and dimensions past rope_dim are
+ * untouched. All block_size slots are rotated: slots past a partial block's fill hold no token and
+ * attention never reads them. block must be in range (asserted: callers validate it). */
+void kv_pool_rotate_block(KvPool *pool, int32_t block, int32_t delta, int rope_dim, RopePairing pairing, const float *cos_v,
+                          const float *sin_v);
 
 #endif

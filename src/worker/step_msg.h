@@ -4,8 +4,8 @@
  * Carries a ForwardBatch (token ids, positions, KV slots, per-sequence block tables and context
  * lengths) so every rank of the instance runs the same forward on its own shard; the leader alone
  * samples, so peers receive no logit rows. It also carries the step's cache operations
- * (cache/cache_ops.h: count, then kind/src/dst/delta per operation), which every peer applies to
- * its shard, in order, before the forward. A STOP plan ends the peers' loop at shutdown.
+ * (cache/cache_ops.h: count, then kind/src/dst/delta per operation; delta is ROTATE's signed
+ * shift), which every peer applies to its shard, in order, before the forward. A STOP plan ends the peers' loop at shutdown.
  * Decoding checks bounds and consistency (counts against the bytes present, known operation
  * kinds); block ids are checked by backend_apply_cache_ops against the pools' sizes.
  * Decoded arrays are owned by the StepMsg (step_msg_free); the ForwardBatch view points into them.

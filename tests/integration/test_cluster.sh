@@ -59,15 +59,22 @@ stop_cluster() {
   check "$name: no ranks left" bash -c "! pgrep -f '[b]raid serve .*--port $port' > /dev/null"
 }
 
-post() { curl -s -o "$work/body" -w '%{http_code}' "$url$1" -H 'Content-Type: application/json' --data-binary "$2"; }
+post() {  # post PATH BODY [CURL ARGS...] -> the status; the body lands in $work/body
+  local path=$1 body=$2; shift 2
+  curl -s -o "$work/body" -w '%{http_code}' "$url$path" -H 'Content-Type: application/json' --data-binary "$body" "$@"
+}
+is_json_error() { python3 -c 'import json, sys; e = json.load(open(sys.argv[1]))["error"]; assert e["message"]' "$1" 2> /dev/null; }
+metric_sum() {  # metric_sum FILE PREFIX -> the sum of the values of the series whose line starts with PREFIX
+  awk -v p="$2" 'index($0, p) == 1 {s += $NF} END {print s + 0}' "$1"
+}
 
 greedy_text() {  # greedy_text PROMPT -> the completion text
-  curl -s "$url/v1/completions" -d "{\"prompt\": \"$1\", \"max_tokens\": 16, \"temperature\": 0}" |
+  curl -s "$url/v1/completions" -H "Content-Type: application/json" -d "{\"prompt\": \"$1\", \"max_tokens\": 16, \"temperature\": 0}" |
     python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))'
 }
 
 greedy_cached() {  # greedy_cached PROMPT -> "TEXT<tab>CACHED_DEVICE<tab>CACHED_HOST" (prompt tokens from each tier)
-  curl -s "$url/v1/completions" -d "{\"prompt\": \"$1\", \"max_tokens\": 16, \"temperature\": 0}" |
+  curl -s "$url/v1/completions" -H "Content-Type: application/json" -d "{\"prompt\": \"$1\", \"max_tokens\": 16, \"temperature\": 0}" |
     python3 -c 'import json, sys; d = json.load(sys.stdin); u = d["usage"]["prompt_tokens_details"]
 print(json.dumps(d["choices"][0]["text"]), u["cached_tokens_device"], u["cached_tokens_host"], sep="\t")'
 }
@@ -108,7 +115,7 @@ check "long_a's second run reuses its prefix from the device (cached $(cached_of
 # 64 at once: each prompt 8 times, all greedy; every answer must equal the one computed alone.
 for i in $(seq 0 63); do echo "${prompts[$((i % 8))]}"; done > "$work/concurrent.in"
 tr '\n' '\0' < "$work/concurrent.in" | xargs -0 -P 64 -I{} sh -c \
-  'curl -s -w "\n%{http_code}\n" "$1/v1/completions" -d "{\"prompt\": \"$2\", \"max_tokens\": 16, \"temperature\": 0}" > "$3/c.$(echo "$2" | md5sum | cut -c1-8).$$"' \
+  'curl -s -w "\n%{http_code}\n" "$1/v1/completions" -H "Content-Type: application/json" -d "{\"prompt\": \"$2\", \"max_tokens\": 16, \"temperature\": 0}" > "$3/c.$(echo "$2" | md5sum | cut -c1-8).$$"' \
   _ "$url" {} "$work"
 codes_ok=$(cat "$work"/c.* | grep -cx 200)
 check "64 concurrent requests all 200 (got $codes_ok)" [ "$codes_ok" = 64 ]
@@ -121,11 +128,45 @@ for i in "${!prompts[@]}"; do
   done
 done
 check "64 concurrent greedy outputs equal the outputs alone ($mismatch differ)" [ "$mismatch" = 0 ]
+# The gauges follow the burst at once (published when an instance's last request finishes), not at
+# the next stats report.
+curl -s "$url/metrics" > "$work/after_burst.txt"
+check "right after the burst no sequence runs and no block is held (running $(metric_sum "$work/after_burst.txt" braid_instance_running_sequences), blocks $(metric_sum "$work/after_burst.txt" braid_instance_kv_blocks_used))" \
+  [ "$(metric_sum "$work/after_burst.txt" braid_instance_running_sequences)" = 0 -a \
+    "$(metric_sum "$work/after_burst.txt" braid_instance_kv_blocks_used)" = 0 ]
+check "two instances start without a 'failed to start' error" bash -c "! grep -q 'failed to start' '$work/two-instances.err'"
+
+# Sampling without a seed draws a fresh seed per request: 8 concurrent unseeded requests at
+# temperature 1 all differ; a seeded request repeats itself, alone or concurrently.
+sample() {  # sample OUT SEED_FIELD
+  curl -s "$url/v1/completions" -H "Content-Type: application/json" \
+    -d "{\"prompt\": \"Once upon a time\", \"max_tokens\": 24, \"temperature\": 1.0, \"ignore_eos\": true $2}" |
+    python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))' > "$1"
+}
+for i in $(seq 1 8); do sample "$work/unseeded.$i" "" & done
+wait $(jobs -p | grep -v "^$launcher_pid$") 2> /dev/null
+distinct=$(cat "$work"/unseeded.* | sort -u | grep -c .)
+check "8 concurrent unseeded requests at temperature 1 give 8 different texts (got $distinct)" [ "$distinct" = 8 ]
+sample "$work/seeded.0" ', "seed": 1234'
+for i in 1 2 3; do sample "$work/seeded.$i" ', "seed": 1234' & done
+wait $(jobs -p | grep -v "^$launcher_pid$") 2> /dev/null
+check "a seeded request repeats itself, also concurrently" bash -c "[ -s '$work/seeded.0' ] && cat '$work'/seeded.* | sort -u | wc -l | grep -qx 1"
+
+# max_model_len is what one request can hold: the pool (255 usable blocks of 16) here, below the
+# model's 8192-token context, and a request reaching exactly it is accepted.
+max_len=$(curl -s "$url/v1/models" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["max_model_len"])')
+check "/v1/models max_model_len is the pool's 4080 tokens (got $max_len)" [ "$max_len" = 4080 ]
+n_hello=$(post /v1/completions '{"prompt": "hello", "max_tokens": 1}' > /dev/null; python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["usage"]["prompt_tokens"])' "$work/body")
+code=$(curl -s -N --max-time 2 -o /dev/null -w '%{http_code}' "$url/v1/completions" -H "Content-Type: application/json" \
+  -d "{\"prompt\": \"hello\", \"max_tokens\": $((max_len - n_hello)), \"stream\": true, \"ignore_eos\": true}")
+check "prompt + max_tokens = max_model_len is accepted (got $code)" [ "$code" = 200 ]
+code=$(post /v1/completions "{\"prompt\": \"hello\", \"max_tokens\": $((max_len - n_hello + 1))}")
+check "prompt + max_tokens = max_model_len + 1 -> 400 (got $code)" bash -c "[ $code = 400 ] && grep -q context_length_exceeded '$work/body'"
 
 # Bad input: status and a JSON error naming the problem, then the server still answers.
-bad_case() {  # bad_case WANT_STATUS PATH BODY WHAT
-  local code; code=$(post "$2" "$3")
-  if [ "$code" = "$1" ] && python3 -c 'import json, sys; e = json.load(open(sys.argv[1]))["error"]; assert e["message"]' "$work/body" 2> /dev/null; then
+bad_case() {  # bad_case WANT_STATUS PATH BODY WHAT [CURL ARGS...]
+  local code; code=$(post "$2" "$3" "${@:5}")
+  if [ "$code" = "$1" ] && is_json_error "$work/body"; then
     ok "bad input: $4 -> $1"
   else
     fail "bad input: $4 -> want $1, got $code: $(head -c 200 "$work/body")"
@@ -148,6 +189,40 @@ long_prompt=$(python3 -c 'print("word " * 9000)')
 bad_case 400 /v1/completions "{\"prompt\": \"$long_prompt\", \"max_tokens\": 4}" "prompt longer than the context"
 printf '{"prompt": "caf\xc3\x28 bad utf-8", "max_tokens": 2}' > "$work/badutf8"
 bad_case 400 /v1/completions "$(cat "$work/badutf8")" "invalid UTF-8"
+# Protocol faults (issue 22, point 8): each answered with a JSON error.
+bad_case 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "hi", "name": "bob"}]}' "unknown field inside a message"
+bad_case 400 /v1/completions '{"prompt": "hi", "max_tokens": 2, "tenant": "acme"}' "body tenant conflicting with X-Braid-Tenant" \
+  -H 'X-Braid-Tenant: globex'
+code=$(curl -s -o "$work/body" -w '%{http_code}' "$url/v1/completions" -H 'Content-Type: text/plain' -d '{"prompt": "hi", "max_tokens": 2}')
+check "Content-Type text/plain -> 415 with a JSON error (got $code)" bash -c "[ $code = 415 ] && grep -q unsupported_media_type '$work/body'"
+code=$(curl -s -o "$work/body" -w '%{http_code}' "$url/v1/completions" -d '{"prompt": "hi", "max_tokens": 2}')
+check "curl -d's form Content-Type -> 415 with a JSON error (got $code)" bash -c "[ $code = 415 ] && grep -q 'application/json' '$work/body'"
+code=$(curl -s -o "$work/body" -w '%{http_code}' "$url/v1/completions" -H 'Content-Type:' -d '{"prompt": "hi", "max_tokens": 2}')
+check "no Content-Type at all is read as JSON (got $code)" [ "$code" = 200 ]
+code=$(post /v1/completions '{"prompt": "hi", "max_tokens": 2}' -H 'Content-Type: Application/JSON; charset=utf-8')
+check "Content-Type application/json with a charset is JSON (got $code)" [ "$code" = 200 ]
+python3 -c 'print("X-Big: " + "a" * 200000)' > "$work/big_header"
+code=$(curl -s -o "$work/body" -w '%{http_code}' "$url/health" -H @"$work/big_header")
+check "200 KB of headers -> 431 with a JSON error (got $code)" bash -c "[ $code = 431 ] && python3 -c 'import json, sys; json.load(open(sys.argv[1]))[\"error\"]' '$work/body'"
+# A garbage request line never reaches Braid's code: libmicrohttpd answers it (400 in HTML when the
+# line has a blank in it, else it closes the connection); the server must stay up either way.
+raw_http() {  # raw_http BYTES -> the first line the server sent back ("" when it just closed)
+  python3 -c '
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+s.sendall(sys.argv[2].encode())
+data = b""
+try:
+    while not data.endswith(b"</html>") and len(data) < 4096:
+        chunk = s.recv(4096)
+        if not chunk: break
+        data += chunk
+except OSError: pass
+print(data.split(b"\r\n")[0].decode("latin1"))' "$port" "$1"
+}
+check "a garbage request line with a blank -> 400 (libmicrohttpd's)" [ "$(raw_http $'GARBAGE LINE\r\n\r\n')" = "HTTP/1.1 400 Bad Request" ]
+raw_http $'garbage\r\n\r\n' > /dev/null
+check "the server answers after garbage request lines" [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ]
 head -c 9000000 /dev/zero | tr '\0' 'a' > "$work/huge"
 code=$(curl -s -o "$work/body" -w '%{http_code}' "$url/v1/completions" --data-binary @"$work/huge")
 check "oversized body -> 413 (got $code)" [ "$code" = 413 ]
@@ -164,11 +239,11 @@ check "POST /v1/workflows/wf-7/end -> 200 (got $code)" [ "$code" = 200 ]
 # prefix, another tenant's identical prompt does not.
 shared='{"prompt": "A long shared preamble about the history of tea, long enough to fill a couple of KV blocks. Question:", "max_tokens": 2}'
 for n in 1 2; do
-  code=$(curl -s -o "$work/labelled.$n.json" -w '%{http_code}' "$url/v1/completions" -H 'X-Braid-Workflow: wf-8' \
+  code=$(curl -s -o "$work/labelled.$n.json" -w '%{http_code}' "$url/v1/completions" -H "Content-Type: application/json" -H 'X-Braid-Workflow: wf-8' \
     -H 'X-Braid-Agent: coder' -H 'X-Braid-Tenant: acme' -H 'X-Braid-Adapter: lora-a' -d "$shared")
 done
 check "X-Braid headers accepted (got $code)" [ "$code" = 200 ]
-curl -s -o "$work/other_tenant.json" "$url/v1/completions" -H 'X-Braid-Tenant: globex' -H 'X-Braid-Adapter: lora-a' -d "$shared"
+curl -s -o "$work/other_tenant.json" "$url/v1/completions" -H "Content-Type: application/json" -H 'X-Braid-Tenant: globex' -H 'X-Braid-Adapter: lora-a' -d "$shared"
 # usage splits cached prompt tokens by tier: cached_tokens (OpenAI) = cached_tokens_device + cached_tokens_host.
 usage_split() {  # usage_split FILE [CHECK]: the usage details of a whole answer or of an SSE stream's usage chunk
   python3 -c '
@@ -192,7 +267,7 @@ check "--events logs the tenant's blocks stored on the device" events_have "$wor
 # succeed; the coordinator forecast the calls, sent the forecasts to the instances' pbkv policy and
 # scored each forecast's first step against the next call.
 wf_codes=$(post /v1/completions '{"prompt": "Plan the work:", "max_tokens": 2, "workflow_id": "wf-pbkv", "agent": "planner"}')
-wf_codes+=" $(curl -s -o /dev/null -w '%{http_code}' "$url/v1/completions" -H 'X-Braid-Workflow: wf-pbkv' -H 'X-Braid-Agent: coder' \
+wf_codes+=" $(curl -s -o /dev/null -w '%{http_code}' "$url/v1/completions" -H "Content-Type: application/json" -H 'X-Braid-Workflow: wf-pbkv' -H 'X-Braid-Agent: coder' \
   -d '{"prompt": "Write the code:", "max_tokens": 2}')"
 wf_codes+=" $(post /v1/completions '{"prompt": "Review the code:", "max_tokens": 2, "workflow_id": "wf-pbkv", "agent": "reviewer"}')"
 wf_codes+=" $(post /v1/workflows/wf-pbkv/end '')"
@@ -206,22 +281,52 @@ check "forecasts were sent (braid_workflow_forecasts_total $(metric braid_workfl
 check "the workflow's later calls were scored (step1 $(metric braid_workflow_forecast_step1_correct_total) of $(metric braid_workflow_forecast_step1_total))" \
   [ "$(metric braid_workflow_forecast_step1_total)" -ge 2 -a \
     "$(metric braid_workflow_forecast_step1_correct_total)" -le "$(metric braid_workflow_forecast_step1_total)" ]
-curl -sN "$url/v1/completions" -d '{"prompt": "hello", "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}}' \
+curl -sN "$url/v1/completions" -H "Content-Type: application/json" -d '{"prompt": "hello", "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}}' \
   > "$work/stream_usage.txt"
 check "streamed usage chunk has the per-tier split" usage_split "$work/stream_usage.txt"
 
 # A client that leaves mid-stream: its request is cancelled, not run to max_tokens.
-timeout 1.5 curl -sN "$url/v1/completions" -d '{"prompt": "Tell a long story", "max_tokens": 2000, "ignore_eos": true, "stream": true}' > /dev/null
+timeout 1.5 curl -sN "$url/v1/completions" -H "Content-Type: application/json" -d '{"prompt": "Tell a long story", "max_tokens": 2000, "ignore_eos": true, "stream": true}' > /dev/null
 sleep 1
 running=$(curl -s "$url/metrics" | awk '/^braid_instance_running_sequences/ {s += $2} END {print s + 0}')
 aborted=$(curl -s "$url/metrics" | grep -c 'status="499"')
 check "client disconnect cancels its request (running now $running, 499 recorded $aborted)" [ "$running" = 0 -a "$aborted" -ge 1 ]
 # The same for a client waiting on a whole (non-streamed) answer: noticed within about a second.
-timeout 1.5 curl -s "$url/v1/completions" -d '{"prompt": "Tell another long story", "max_tokens": 2000, "ignore_eos": true}' > /dev/null
+timeout 1.5 curl -s "$url/v1/completions" -H "Content-Type: application/json" -d '{"prompt": "Tell another long story", "max_tokens": 2000, "ignore_eos": true}' > /dev/null
 sleep 2
 running=$(curl -s "$url/metrics" | awk '/^braid_instance_running_sequences/ {s += $2} END {print s + 0}')
 aborted=$(curl -s "$url/metrics" | awk '/status="499"/ {s += $2} END {print s + 0}')
 check "non-streaming client disconnect cancels too (running now $running, 499s recorded $aborted)" [ "$running" = 0 -a "$aborted" -ge 2 ]
+# TTFT: every successful request has a first token and is counted, also one whose first sampled
+# token ended it (at temperature 2 about one seed in six of this prompt samples EOS first): 30
+# completions and 2 chats sent, 30 and 2 more in the TTFT histogram.
+curl -s "$url/metrics" > "$work/ttft_before.txt"
+eos_first=0
+for s in $(seq 1 30); do
+  stream=false; [ $((s % 2)) = 0 ] && stream=true
+  curl -s "$url/v1/completions" -H "Content-Type: application/json" -d "{\"prompt\": \"Thank you.\", \"max_tokens\": 1,
+    \"temperature\": 2.0, \"top_k\": 3, \"seed\": $s, \"stream\": $stream, \"stream_options\": $([ $stream = true ] && echo '{"include_usage": true}' || echo null)}" > "$work/eos.$s"
+  python3 -c '
+import json, sys
+text = open(sys.argv[1]).read()
+docs = [json.loads(l[6:]) for l in text.splitlines() if l.startswith("data: {")] or [json.loads(text)]
+sys.exit(0 if [d["usage"] for d in docs if d.get("usage")][-1]["completion_tokens"] == 0 else 1)' "$work/eos.$s" && eos_first=$((eos_first + 1))
+done
+check "some answers ended at their first token ($eos_first of 30)" [ "$eos_first" -ge 1 ]
+for stream in false true; do
+  curl -s -o /dev/null "$url/v1/chat/completions" -H "Content-Type: application/json" \
+    -d "{\"messages\": [{\"role\": \"user\", \"content\": \"Thank you.\"}], \"max_tokens\": 2, \"stream\": $stream}"
+done
+curl -s "$url/metrics" > "$work/ttft_metrics.txt"
+for sent in "chat 2" "completions 30"; do
+  read -r ep n_sent <<< "$sent"
+  ttft_series="braid_time_to_first_token_seconds_count{endpoint=\"$ep\"} "
+  added=$(( $(metric_sum "$work/ttft_metrics.txt" "$ttft_series") - $(metric_sum "$work/ttft_before.txt" "$ttft_series") ))
+  check "TTFT counted each of the $n_sent $ep requests just sent (added $added)" [ "$added" = "$n_sent" ]
+  ok200=$(metric_sum "$work/ttft_metrics.txt" "braid_requests_total{endpoint=\"$ep\",status=\"200\"} ")
+  ttft_n=$(metric_sum "$work/ttft_metrics.txt" "$ttft_series")
+  check "TTFT counts every successful $ep request since start-up ($ttft_n of $ok200)" [ "$ttft_n" = "$ok200" -a "$ok200" -gt 0 ]
+done
 curl -s "$url/metrics" > "$work/metrics.txt"
 metrics_ok=$(grep -cE '^braid_(request_latency_seconds_bucket|time_to_first_token_seconds_count|instance_kv_blocks_total|cached_prompt_tokens_total)' "$work/metrics.txt")
 check "metrics expose latency, TTFT, pool and cache counters" [ "$metrics_ok" -ge 4 ]
@@ -233,13 +338,14 @@ check "device cache hits are counted (the repeated tenant prompt)" \
   awk '/^braid_prompt_tokens_cached_total\{tier="device"\} / {found = $2 > 0} END {exit !found}' "$work/metrics.txt"
 
 # SIGTERM while a request runs: it completes, a new one gets 503, everything exits 0.
-curl -s -o "$work/inflight" -w '%{http_code}' "$url/v1/completions" -d '{"prompt": "Write a story", "max_tokens": 256, "ignore_eos": true}' > "$work/inflight.code" &
+curl -s -o "$work/inflight" -w '%{http_code}' "$url/v1/completions" -H "Content-Type: application/json" -d '{"prompt": "Write a story", "max_tokens": 256, "ignore_eos": true}' > "$work/inflight.code" &
 curl_pid=$!
 sleep 0.5
 kill -TERM "$launcher_pid"
 sleep 0.2
-code=$(post /v1/completions '{"prompt": "late", "max_tokens": 2}')
+code=$(post /v1/completions '{"prompt": "late", "max_tokens": 2}' -D "$work/drain_headers")
 check "request during drain -> 503 (got $code)" [ "$code" = 503 ]
+check "the drain's 503 carries Retry-After and a JSON error" bash -c "grep -qi '^retry-after: [0-9]' '$work/drain_headers' && python3 -c 'import json, sys; json.load(open(sys.argv[1]))[\"error\"]' '$work/body'"
 wait "$curl_pid"
 check "in-flight request completed during drain ($(cat "$work/inflight.code"))" [ "$(cat "$work/inflight.code")" = 200 ]
 wait "$launcher_pid"; status=$?
@@ -291,7 +397,7 @@ check "T=2: --events logs the demotion to the host tier" events_have "$work/tp_e
 check "T=2: --events logs the load-back" events_have "$work/tp_events.jsonl" \
   'e["type"] == "BlockStored" and e["medium"] == "device" and e["reason"] == "load" and e["on_device"] and e["on_host"]'
 for i in $(seq 1 8); do
-  curl -s -D "$work/h.$i" -o /dev/null -w '%{http_code}\n' "$url/v1/completions" \
+  curl -s -D "$work/h.$i" -o /dev/null -w '%{http_code}\n' "$url/v1/completions" -H "Content-Type: application/json" \
     -d '{"prompt": "Keep talking", "max_tokens": 32, "ignore_eos": true}' > "$work/q.$i" &
 done
 wait $(jobs -p | grep -v "^$launcher_pid$") 2> /dev/null

@@ -116,8 +116,8 @@ static void test_chat_roles_and_content(void **state) {
     ApiRequest r;
     ACCEPT(API_CHAT,
            "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"developer\",\"content\":\"\"},"
-           "{\"role\":\"user\",\"content\":\"q\",\"name\":\"bob\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]},"
-           "{\"role\":\"tool\",\"content\":\"42\",\"tool_call_id\":\"x\"},{\"role\":\"assistant\"}]}",
+           "{\"role\":\"user\",\"content\":\"q\",\"name\":null},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":null},"
+           "{\"role\":\"tool\",\"content\":\"42\"},{\"role\":\"assistant\",\"refusal\":null}]}",
            &r);
     assert_int_equal(r.n_messages, 6);
     const char *roles[] = {"system", "developer", "user", "assistant", "tool", "assistant"};
@@ -424,6 +424,21 @@ static void test_labels_and_ignore_eos(void **state) {
     REJECT(API_CHAT, CHAT_PREFIX ",\"ignore_eos\":\"yes\"}", 400, "ignore_eos", "ignore_eos must be a boolean");
 }
 
+/* Inside a message only role and content are read; any other non-null field would be dropped
+ * unseen by the chat template, so it is refused by its path (the README's rule). */
+static void test_message_fields_refused(void **state) {
+    (void)state;
+    REJECT(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\",\"name\":\"bob\"}]}", 400, "messages[0].name",
+           "messages[0].name is not supported: a message holds only role and content");
+    REJECT(API_CHAT,
+           "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]}]}", 400,
+           "messages[1].tool_calls", "messages[1].tool_calls is not supported");
+    REJECT(API_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"42\",\"tool_call_id\":\"x\"}]}", 400,
+           "messages[0].tool_call_id", "not supported");
+    REJECT(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\",\"contents\":\"typo\"}]}", 400,
+           "messages[0].contents", "messages[0].contents is not supported");
+}
+
 static void test_unknown_fields_ignored(void **state) {
     (void)state;
     ApiRequest r;
@@ -508,9 +523,9 @@ static void test_headers(void **state) {
     ApiRequest r;
     ApiError e;
     ACCEPT(API_CHAT, CHAT_PREFIX ",\"agent\":\"from-body\"}", &r);
-    assert_int_equal(api_request_apply_headers(&r, "wf-9", "from-header", "acme", NULL, &e), 0);
+    assert_int_equal(api_request_apply_headers(&r, "wf-9", "from-body", "acme", NULL, &e), 0); /* the same value twice is fine */
     assert_string_equal(r.workflow_id, "wf-9");
-    assert_string_equal(r.agent, "from-body"); /* the body wins */
+    assert_string_equal(r.agent, "from-body");
     assert_string_equal(r.tenant, "acme");
     assert_null(r.adapter);
     assert_int_equal(api_request_apply_headers(&r, NULL, NULL, NULL, NULL, &e), 0);
@@ -540,6 +555,20 @@ static void test_headers(void **state) {
         check_error_json(&e);
         api_request_free(&r);
     }
+
+    /* Body and header disagreeing is a 400 naming both, for every label (the tenant above all: the
+     * body used to win silently, putting the request in a namespace the header did not ask for). */
+    ACCEPT(API_CHAT, CHAT_PREFIX ",\"tenant\":\"acme\",\"adapter\":\"a\"}", &r);
+    memset(&e, 0, sizeof e);
+    assert_int_equal(api_request_apply_headers(&r, "wf", NULL, "globex", NULL, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, "tenant");
+    assert_non_null(strstr(e.message, "tenant in the body ('acme') and header X-Braid-Tenant ('globex') disagree"));
+    assert_null(r.workflow_id); /* nothing applied */
+    assert_int_equal(api_request_apply_headers(&r, NULL, NULL, NULL, "b", &e), -1);
+    assert_string_equal(e.param, "adapter");
+    check_error_json(&e);
+    api_request_free(&r);
 
     /* Too long, and refused even where the body already set the field. */
     char long_value[API_MAX_LABEL_BYTES + 2];
@@ -576,8 +605,29 @@ static void test_usage_per_tier(void **state) {
     }
 }
 
+/* A request's seed reproduces; without one every draw differs, also for the same salt. */
+static void test_sampling_seed(void **state) {
+    (void)state;
+    ApiRequest r;
+    ACCEPT(API_COMPLETION, COMPLETION_PREFIX ",\"seed\":42}", &r);
+    assert_int_equal(api_request_sampling_seed(&r, 0), 42);
+    assert_int_equal(api_request_sampling_seed(&r, 7), 42);
+    api_request_free(&r);
+    ACCEPT(API_COMPLETION, COMPLETION_PREFIX "}", &r);
+    enum { N = 64 };
+    uint64_t seen[N];
+    for (int i = 0; i < N; i++) {
+        seen[i] = api_request_sampling_seed(&r, (uint64_t)(i % 2)); /* salts repeat; seeds must not */
+        for (int j = 0; j < i; j++)
+            if (seen[j] == seen[i]) fail_msg("unseeded draws %d and %d gave the same seed %llu", j, i, (unsigned long long)seen[i]);
+    }
+    api_request_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_message_fields_refused),
+        cmocka_unit_test(test_sampling_seed),
         cmocka_unit_test(test_usage_per_tier),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_body_json),

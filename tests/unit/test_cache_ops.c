@@ -3,8 +3,9 @@
  * - a prompt's blocks stored to the host tier, overwritten on the device by another prompt, then
  *   loaded back into different device blocks decode the next token with bit-identical logits;
  * - COPY reproduces a block's bytes exactly (kv_pool_copy_block) and, on the backend, its logits;
- * - invalid lists (null block, ids out of range, no host tier, ROTATE, unknown kinds) return -1
- *   with a message and change nothing, even when valid operations come before the bad one.
+ * - invalid lists (null block, ids out of range, no host tier, a ROTATE past the context length,
+ *   unknown kinds) return -1 with a message and change nothing, even when valid operations come
+ *   before the bad one (ROTATE itself: tests/unit/test_rotate.c).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -150,7 +151,7 @@ static void test_store_load_round_trip(void **state) {
         {{CACHE_OP_COPY, 4, DEV_BLOCKS, 0}, "out of range"},
         {{CACHE_OP_COPY, -1, 4, 0}, "out of range"},
         {{CACHE_OP_COPY, 4, 4, 0}, "onto itself"},
-        {{CACHE_OP_ROTATE, 4, 0, 3}, "not implemented"},
+        {{CACHE_OP_ROTATE, 4, 0, 1 << 20}, "context length"},
         {{17, 4, 5, 0}, "unknown"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

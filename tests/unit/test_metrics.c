@@ -353,10 +353,36 @@ static void test_concurrent_recording(void **state) {
     metrics_destroy(m);
 }
 
+/* An instance whose last request finished drops its request gauges at once; counters and totals stay. */
+static void test_instance_idle(void **state) {
+    (void)state;
+    Metrics *m = metrics_create(2, "m");
+    assert_non_null(m);
+    InstanceStats busy = {.waiting = 3, .running = 8, .pool_used_blocks = 40, .pool_total_blocks = 511, .host_used_blocks = 5,
+                          .host_total_blocks = 2047, .generated_tokens = 900};
+    metrics_set_instance(m, 0, &busy);
+    metrics_set_instance(m, 1, &busy);
+    metrics_instance_idle(m, 1);
+    metrics_instance_idle(m, 2); /* out of range: ignored */
+    metrics_instance_idle(m, -1);
+    char *text = metrics_render(m);
+    assert_non_null(text);
+    assert_line(text, "braid_instance_running_sequences{instance=\"0\"} 8");
+    assert_line(text, "braid_instance_running_sequences{instance=\"1\"} 0");
+    assert_line(text, "braid_instance_waiting_requests{instance=\"1\"} 0");
+    assert_line(text, "braid_instance_kv_blocks_used{instance=\"1\"} 0");
+    assert_line(text, "braid_instance_kv_blocks_total{instance=\"1\"} 511");
+    assert_line(text, "braid_instance_host_kv_blocks_used{instance=\"1\"} 5");
+    assert_line(text, "braid_instance_generated_tokens_total{instance=\"1\"} 900");
+    free(text);
+    metrics_destroy(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_request_counters_and_histograms),
         cmocka_unit_test(test_instance_stats_replace),
+        cmocka_unit_test(test_instance_idle),
         cmocka_unit_test(test_label_escaping),
         cmocka_unit_test(test_label_tables_bounded),
         cmocka_unit_test(test_concurrent_recording),

@@ -50,6 +50,15 @@ cudaError_t cuda_rope_kv_store(const float *qkv, const int32_t *positions, const
                                const CudaRopeShape *shape, uint16_t *q_out, uint16_t *k_cache, uint16_t *v_cache,
                                int block_size, cudaStream_t stream);
 
+/* The ROTATE cache operation: turns the first rope_dim dimensions of every key of device block
+ * `block` (all n_kv_heads and block_size slots) in each of n_layers layers by the RoPE angles of
+ * delta positions (fp32: angle = (delta * position_scale) * inv_freq[i], as cuda_rope_kv_store
+ * forms a position's; stored bf16 widened, rotated, rounded back once), and adds delta to the
+ * block's block_size entries of slot_pos. k_layers is a device array of per-layer K cache
+ * pointers; shape's n_heads is not used. Values are untouched. */
+cudaError_t cuda_rotate_block_keys(uint16_t *const *k_layers, int n_layers, int32_t *slot_pos, int32_t block, int32_t delta,
+                                   const CudaRopeShape *shape, int block_size, cudaStream_t stream);
+
 /* slot_pos[slots[t]] = positions[t] for slots >= 0. */
 cudaError_t cuda_record_slot_positions(const int32_t *positions, const int32_t *slots, int n, int32_t *slot_pos,
                                        cudaStream_t stream);

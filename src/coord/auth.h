@@ -1,0 +1,58 @@
+/*
+ * auth.h — API keys: which tenant a bearer key speaks for, which adapters it may name and which
+ * other tenants' cache namespaces it may share (`braid serve --api-keys FILE`).
+ *
+ * The file holds one key per line, fields separated by blanks:
+ *
+ *     # comment lines and blank lines are skipped
+ *     KEY tenant=NAME [adapters=A,B,...|*] [shares=NS,NS,...]
+ *
+ * KEY is 16 to AUTH_MAX_KEY_BYTES characters of RFC 6750's b64token alphabet (A-Z a-z 0-9 - . _ ~
+ * + / and trailing =), what `Authorization: Bearer KEY` carries. tenant= is required: every request
+ * made with the key runs in that tenant's cache namespace. adapters= lists the adapters a request
+ * may name (`*`: any); without it the key may name none. shares= lists other tenant names whose
+ * namespace a request may ask for explicitly (a shared `public` prefix pool, say). A malformed line
+ * is an error naming the file and line, never quoting the key.
+ *
+ * Lookup compares the presented key with every configured key, each over AUTH_MAX_KEY_BYTES bytes,
+ * with no early exit: the time taken depends on the number of keys, not on how much of a guess was
+ * right. Keys are never logged or put into error messages.
+ *
+ * Callers: braid serve loads the file on rank 0 (auth_keys_load); the HTTP threads look keys up
+ * (auth_keys_authenticate) and check what a request asks for against its key.
+ * Thread-safety: read-only after loading, so any thread may call the lookup functions at once.
+ * Memory: AuthKeys owns everything; the AuthKey pointers it returns live as long as it does.
+ */
+#ifndef BRAID_COORD_AUTH_H
+#define BRAID_COORD_AUTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/error.h"
+
+#define AUTH_MIN_KEY_BYTES 16
+#define AUTH_MAX_KEY_BYTES 128
+
+typedef struct AuthKeys AuthKeys; /* the whole key file */
+typedef struct AuthKey AuthKey;   /* one line of it */
+
+/* Reads and parses an --api-keys file. NULL with err ("api-keys FILE line N: ...") when the file
+ * cannot be read, a line is malformed, a key repeats, or the file holds no key at all. */
+AuthKeys *auth_keys_load(const char *path, BraidError *err);
+/* The same from text in memory; `source` names it in error messages. */
+AuthKeys *auth_keys_parse(const char *text, size_t len, const char *source, BraidError *err);
+void auth_keys_free(AuthKeys *keys);
+int auth_keys_count(const AuthKeys *keys);
+
+/* The key an Authorization header value ("Bearer KEY"; the scheme is case-insensitive) presents,
+ * or NULL when the header is missing (NULL), not a bearer credential, or no key matches. */
+const AuthKey *auth_keys_authenticate(const AuthKeys *keys, const char *authorization);
+
+const char *auth_key_tenant(const AuthKey *key);
+/* Whether a request made with `key` may run in tenant's namespace: its own, or one it shares. */
+bool auth_key_allows_tenant(const AuthKey *key, const char *tenant);
+/* Whether a request made with `key` may name this adapter. */
+bool auth_key_allows_adapter(const AuthKey *key, const char *adapter);
+
+#endif
