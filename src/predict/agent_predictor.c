@@ -271,6 +271,8 @@ int agent_predictor_text_dim(const AgentPredictor *p) { return p->graph ? graph_
 PredictorKind agent_predictor_kind(const AgentPredictor *p) { return p->kind; }
 int agent_predictor_n_agents(const AgentPredictor *p) { return p->n_agents; }
 uint64_t agent_predictor_n_transitions(const AgentPredictor *p) { return p->global.total; }
+int agent_predictor_agent_index(const AgentPredictor *p, const char *name) { return agent_id(p, name); }
+
 const char *agent_predictor_agent_name(const AgentPredictor *p, int i) {
     return i >= 0 && i < p->n_agents ? p->names[i] : NULL;
 }

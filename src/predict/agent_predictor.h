@@ -91,6 +91,8 @@ PredictorKind agent_predictor_kind(const AgentPredictor *p);
 /* Agents known, and transitions observed so far. */
 int agent_predictor_n_agents(const AgentPredictor *p);
 uint64_t agent_predictor_n_transitions(const AgentPredictor *p);
+/* The index of an agent name (0 <= i < n_agents), or -1 when the predictor has never seen it. */
+int agent_predictor_agent_index(const AgentPredictor *p, const char *name);
 /* The name of agent i (0 <= i < n_agents), borrowed. */
 const char *agent_predictor_agent_name(const AgentPredictor *p, int i);
 /* The smoothing pseudo-count per outcome (> 0 and finite, else an error). It is saved with the

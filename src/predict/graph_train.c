@@ -21,14 +21,7 @@ static void train_set_free(TrainSet *t) {
     free(t->std);
 }
 
-static int agent_index(const AgentPredictor *p, const char *name) {
-    for (int i = 0; i < agent_predictor_n_agents(p); i++)
-        if (strcmp(agent_predictor_agent_name(p, i), name) == 0) return i;
-    return -1;
-}
-
-/* Resolves every run's names once (a linear search per distinct name would do; agent counts are
- * small, so a scan per call is fine for training sizes). */
+/* Resolves every run's names to the predictor's agent indices once. */
 static int build_ids(const AgentPredictor *p, const PredictorRun *runs, int n_runs, TrainSet *t, BraidError *err) {
     size_t total = 0;
     for (int r = 0; r < n_runs; r++) total += (size_t)(runs[r].n > 0 ? runs[r].n : 0);
@@ -39,7 +32,7 @@ static int build_ids(const AgentPredictor *p, const PredictorRun *runs, int n_ru
     size_t at = 0;
     for (int r = 0; r < n_runs; r++)
         for (int i = 0; i < runs[r].n; i++) {
-            int id = runs[r].agents[i] ? agent_index(p, runs[r].agents[i]) : -1;
+            int id = runs[r].agents[i] ? agent_predictor_agent_index(p, runs[r].agents[i]) : -1;
             if (id < 0)
                 return braid_error_set(err, "graph predictor: run %d call %d: agent '%s' was not observed by the predictor", r, i,
                                        runs[r].agents[i] ? runs[r].agents[i] : "(null)");
