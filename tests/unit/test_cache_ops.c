@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "test_paths.h"
 #include "worker/backend.h"
+#include "cache_op_asserts.h"
 #include "worker/kv_pool.h"
 #include "worker/sampler.h"
 
@@ -107,18 +108,6 @@ static float *decode(Backend *b, int32_t token, const int32_t *table) {
 
 static bool same_logits(const float *a, const float *b) {
     return memcmp(a, b, (size_t)model.weights.cfg.vocab_size * sizeof *a) == 0;
-}
-
-static void apply_ok(Backend *b, const CacheOp *ops, int n) {
-    BraidError err;
-    if (backend_apply_cache_ops(b, ops, n, &err)) fail_msg("%s", err.msg);
-}
-
-static void apply_refused(Backend *b, const CacheOp *ops, int n, const char *expect) {
-    BraidError err = {{0}};
-    assert_int_equal(backend_apply_cache_ops(b, ops, n, &err), -1);
-    fprintf(stderr, "refused as expected: %s\n", err.msg);
-    if (!strstr(err.msg, expect)) fail_msg("message '%s' lacks '%s'", err.msg, expect);
 }
 
 /* (a) + (c): store, overwrite, refuse bad lists without side effects, load into other blocks. */

@@ -37,6 +37,7 @@
 #include "model/weight_shard.h"
 #include "test_paths.h"
 #include "worker/backend.h"
+#include "cache_op_asserts.h"
 #include "worker/sampler.h"
 #include "worker/step_msg.h"
 
@@ -390,13 +391,6 @@ static void test_round_trip(void **state) {
     free(k0);
     free(k1);
     backend_destroy(&b);
-}
-
-static void apply_refused(Backend *b, const CacheOp *ops, int n, const char *expect) {
-    BraidError err = {{0}};
-    assert_int_equal(backend_apply_cache_ops(b, ops, n, &err), -1);
-    fprintf(stderr, "refused as expected: %s\n", err.msg);
-    if (!strstr(err.msg, expect)) fail_msg("message '%s' lacks '%s'", err.msg, expect);
 }
 
 /* Bad ROTATE operations are refused and nothing in the list is applied. */
