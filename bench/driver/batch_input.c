@@ -43,7 +43,7 @@ static int build_body(const json_t *line, BatchInputEntry *e) {
         return 0;
     }
     static const char *const numbers[] = {"max_tokens", "temperature", "top_p", "top_k", "seed", "ignore_eos"};
-    static const char *const labels[] = {"tenant", "adapter", "workflow_id", "agent"};
+    static const char *const labels[] = {"tenant", "adapter", "workflow_id", "agent", "segment_reuse"};
     json_t *body = json_object();
     int rc = body ? copy_field(line, body, json_is_string(prompt) ? "prompt" : "messages", 0) : -1;
     for (size_t i = 0; rc == 0 && i < sizeof numbers / sizeof numbers[0]; i++) rc = copy_field(line, body, numbers[i], 0);

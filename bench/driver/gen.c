@@ -56,6 +56,8 @@ static const char gen_usage[] =
     "                            text, max_tokens 1, its labels), in arrival order: `braid batch\n"
     "                            --hidden-out` over it records the prefill hidden states that\n"
     "                            `braid train-predictor --hidden` and `braid sim --hidden` read\n"
+    "  --trace-tokens            also write each prompt's token ids in the trace (\"tokens\"), which\n"
+    "                            `braid sim --segment-reuse` needs\n"
     "  --help                    this text\n"
     "Time model: a call arrives when its workflow's previous stage finished plus the call's tool\n"
     "delay; it takes prefill x prompt tokens + decode x output tokens; a stage ends when its slowest\n"
@@ -71,6 +73,7 @@ typedef struct {
     WorkloadParams params;
     long concurrency, block_size;
     double prefill_s_per_token, decode_s_per_token;
+    bool trace_tokens;
 } GenArgs;
 
 /* ---- arguments ---- */
@@ -93,7 +96,8 @@ enum {
     O_SCALE,
     O_PREFILL,
     O_DECODE,
-    O_BATCH_OUT
+    O_BATCH_OUT,
+    O_TRACE_TOKENS
 };
 
 /* The numeric options. Returns 0, or -1 after printing what is wrong. */
@@ -150,6 +154,7 @@ static int parse_args(int argc, char **argv, GenArgs *a) {
                                          {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
                                          {"decode-ms-per-token", required_argument, 0, O_DECODE},
                                          {"batch-out", required_argument, 0, O_BATCH_OUT},
+                                         {"trace-tokens", no_argument, 0, O_TRACE_TOKENS},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     SimConfig sim = sim_config_default(); /* the same cost model braid sim assumes */
@@ -173,6 +178,8 @@ static int parse_args(int argc, char **argv, GenArgs *a) {
             a->model_flag = optarg;
         else if (c == O_BATCH_OUT)
             a->batch_path = optarg;
+        else if (c == O_TRACE_TOKENS)
+            a->trace_tokens = true;
         else if (c == '?' || parse_number(c, optarg, a)) {
             fputs("Run 'braid-bench gen --help' for the options.\n", stderr);
             return 2;
@@ -266,6 +273,7 @@ typedef struct {
     FILE *out, *batch;
     const char *out_path, *batch_path;
     int block_size;
+    bool with_tokens;
     TimeQueue lines;
     int seq; /* request lines written */
 } TraceOut;
@@ -296,7 +304,8 @@ static int write_line(TraceOut *o, double t, const PendingLine *l, BraidError *e
                            .prompt = l->tokens,
                            .prompt_tokens = l->n_tokens,
                            .output_tokens = l->output_tokens,
-                           .block_size = o->block_size};
+                           .block_size = o->block_size,
+                           .with_tokens = o->with_tokens};
         rc = trace_write_request(o->out, &rec);
         if (rc == 0 && o->batch && write_batch_line(o->batch, l))
             return braid_error_set(err, "cannot write %s (disk full?)", o->batch_path);
@@ -508,7 +517,8 @@ static int generate(const GenArgs *a, const Tokenizer *tok, int context_length, 
     GenRun g = {.args = a,
                 .tok = tok,
                 .context_length = context_length,
-                .trace = {.out_path = a->out_path, .batch_path = a->batch_path, .block_size = (int)a->block_size}};
+                .trace = {.out_path = a->out_path, .batch_path = a->batch_path, .block_size = (int)a->block_size,
+                          .with_tokens = a->trace_tokens}};
     g.workload = workload_create(a->workload, &a->params, err);
     if (!g.workload) return -1;
     g.stages_done = calloc((size_t)workload_count(g.workload), sizeof *g.stages_done);

@@ -121,6 +121,7 @@ static void read_usage(HttpResult *r, const json_t *usage) {
     r->completion_tokens = int_or(json_object_get(usage, "completion_tokens"), r->completion_tokens);
     const json_t *details = json_object_get(usage, "prompt_tokens_details");
     r->cached_tokens = int_or(json_object_get(details, "cached_tokens"), r->cached_tokens < 0 ? 0 : r->cached_tokens);
+    r->segment_reused_tokens = int_or(json_object_get(details, "segment_reused_tokens"), r->segment_reused_tokens);
 }
 
 static int read_choice(Exchange *x, const json_t *choice, double now) {

@@ -33,6 +33,7 @@ typedef struct {
     char *text;             /* the generated text (NUL-terminated, text_len bytes); NULL only when out of memory */
     size_t text_len;
     int prompt_tokens, completion_tokens, cached_tokens; /* from the usage chunk; -1 when none came */
+    int segment_reused_tokens;                           /* Braid's usage extension; 0 when absent */
     char finish_reason[16]; /* "stop", "length", or "" when none came */
     char error[320];        /* why the request failed: the body's error.message, or the transport error; "" when it succeeded */
 } HttpResult;

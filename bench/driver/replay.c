@@ -20,9 +20,11 @@ static const char replay_usage[] =
     "  Sends a `braid batch` input file to a running server and writes `braid batch`'s output format.\n"
     "  --input PATH        requests, one JSON object a line: {\"id\", \"prompt\" | \"messages\", \"max_tokens\",\n"
     "                      \"temperature\", \"top_p\", \"top_k\", \"seed\", \"ignore_eos\", \"tenant\", \"adapter\",\n"
-    "                      \"workflow_id\", \"agent\"}; braid batch's defaults apply (max_tokens 128, greedy, seed 0)\n"
+    "                      \"workflow_id\", \"agent\", \"segment_reuse\"}; braid batch's defaults apply (max_tokens 128,\n"
+    "                      greedy, seed 0)\n"
     "  --out PATH          results in input order: {\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\",\n"
-    "                      \"cached_tokens\", \"ttft_ms\", \"latency_ms\", \"finish_reason\", \"status\", \"retries\"}\n"
+    "                      \"cached_tokens\", \"segment_reused_tokens\", \"ttft_ms\", \"latency_ms\", \"sent_ms\",\n"
+    "                      \"finish_reason\", \"status\", \"retries\"}\n"
     "                      (+ \"error\" for a failed request); ttft_ms and latency_ms count from the common start\n"
     "  --url URL           the server (default http://127.0.0.1:8000)\n"
     "  --concurrency C     client threads, each with its own connection (default 1)\n"
@@ -163,6 +165,9 @@ static int write_result(FILE *f, const char *id, const HttpResult *res, double t
                           ms_since(res->t_end, t0), "finish_reason", ok && res->finish_reason[0] ? res->finish_reason : "error",
                           "status", res->status, "retries", res->retries);
     if (o && !ok) json_object_set_new(o, "error", json_string(res->error));
+    /* When it was sent (ttft_ms - sent_ms is the request's own TTFT), and Braid's reuse count. */
+    if (o) json_object_set_new(o, "sent_ms", json_real(ms_since(res->t_send, t0)));
+    if (o) json_object_set_new(o, "segment_reused_tokens", json_integer(res->segment_reused_tokens));
     char *line = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
     int rc = line && fprintf(f, "%s\n", line) > 0 ? 0 : -1;
     free(line);

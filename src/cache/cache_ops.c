@@ -11,6 +11,15 @@ int cache_ops_push(CacheOpList *l, CacheOpKind kind, int32_t src, int32_t dst, i
     return 0;
 }
 
+int cache_ops_push_slots(CacheOpList *l, int32_t src, int src_slot, int32_t dst, int dst_slot, int n_slots, int32_t delta) {
+    if (cache_ops_push(l, CACHE_OP_COPY_SLOTS, src, dst, delta)) return -1;
+    CacheOp *op = &l->ops[l->n - 1];
+    op->src_slot = (int16_t)src_slot;
+    op->dst_slot = (int16_t)dst_slot;
+    op->n_slots = (int16_t)n_slots;
+    return 0;
+}
+
 int cache_ops_append(CacheOpList *dst, const CacheOpList *src) {
     if (src->n == 0) return 0;
     if (braid_grow((void **)&dst->ops, &dst->cap, dst->n + src->n, sizeof *dst->ops)) return -1;
@@ -32,6 +41,7 @@ const char *cache_op_name(int kind) {
     case CACHE_OP_STORE: return "store";
     case CACHE_OP_LOAD: return "load";
     case CACHE_OP_ROTATE: return "rotate";
+    case CACHE_OP_COPY_SLOTS: return "copy_slots";
     default: return "?";
     }
 }

@@ -22,6 +22,13 @@
  *          backend does not read them back to check). Exactness is the caller's business: a rotated block equals a recompute
  *          at the new positions (up to storage rounding) only when its tokens' left context is the
  *          same there, since every layer past the first mixes in that context.
+ *   COPY_SLOTS device block src, slots [src_slot, src_slot + n_slots) -> device block dst, slots
+ *          [dst_slot, dst_slot + n_slots) (src != dst): the slots' values copied, their keys copied
+ *          and turned by delta positions exactly as ROTATE turns them (delta 0: copied unchanged),
+ *          their recorded positions copied plus delta; the other slots of dst are untouched. This
+ *          is how a cached segment lands at another offset of another sequence (segment reuse):
+ *          the offsets need not be block-aligned, so one segment becomes one COPY_SLOTS per
+ *          source/target block overlap. Same exactness caveat as ROTATE.
  * Block ids index each tier's pool; 0 is the null block of both and never appears in an operation.
  * Not thread-safe; a list is owned by whoever created it.
  */
@@ -30,13 +37,14 @@
 
 #include <stdint.h>
 
-typedef enum { CACHE_OP_COPY = 1, CACHE_OP_STORE = 2, CACHE_OP_LOAD = 3, CACHE_OP_ROTATE = 4 } CacheOpKind;
+typedef enum { CACHE_OP_COPY = 1, CACHE_OP_STORE = 2, CACHE_OP_LOAD = 3, CACHE_OP_ROTATE = 4, CACHE_OP_COPY_SLOTS = 5 } CacheOpKind;
 
 typedef struct {
     uint8_t kind;  /* CacheOpKind */
     int32_t src;   /* COPY/STORE/ROTATE: device block; LOAD: host block */
     int32_t dst;   /* COPY/LOAD: device block; STORE: host block; ROTATE: unused (0) */
-    int32_t delta; /* ROTATE: positions added to every slot of the block (signed); else 0 */
+    int32_t delta; /* ROTATE, COPY_SLOTS: positions added to every slot turned (signed); else 0 */
+    int16_t src_slot, dst_slot, n_slots; /* COPY_SLOTS: the slot ranges; else 0 */
 } CacheOp;
 
 typedef struct {
@@ -46,11 +54,13 @@ typedef struct {
 
 /* Appends one operation; -1 when out of memory (the list is unchanged). */
 int cache_ops_push(CacheOpList *list, CacheOpKind kind, int32_t src, int32_t dst, int32_t delta);
+/* Appends one COPY_SLOTS; -1 when out of memory. */
+int cache_ops_push_slots(CacheOpList *list, int32_t src, int src_slot, int32_t dst, int dst_slot, int n_slots, int32_t delta);
 /* Appends all of src to dst; -1 when out of memory. */
 int cache_ops_append(CacheOpList *dst, const CacheOpList *src);
 void cache_ops_clear(CacheOpList *list);
 void cache_ops_free(CacheOpList *list);
-/* "copy", "store", "load", "rotate" or "?". */
+/* "copy", "store", "load", "rotate", "copy_slots" or "?". */
 const char *cache_op_name(int kind);
 
 #endif

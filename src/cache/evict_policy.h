@@ -52,6 +52,10 @@ typedef struct {
     CacheNodeUse uses[CACHE_NODE_MAX_WORKFLOWS];
     uint32_t workflows_seen; /* distinct workflows that used the node (counted when one joins `uses`) */
     bool prefetched;       /* on the device by kv_cache_prefetch and not yet acquired by a request */
+    /* Its K/V came from approximate segment reuse (or were computed over such K/V): only requests
+     * that accept approximate K/V (CacheIdentity.approx_ok) match it; an exact commit of the same
+     * tokens replaces its blocks and clears the flag. */
+    bool approximate;
 } CacheNodeMeta;
 
 /* A workflow's predicted future, as the coordinator's predictor sees it after its latest call:

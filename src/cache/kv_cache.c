@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cache/content_hash.h"
+#include "cache/kv_segments.h"
 #include "common/grow.h"
 #include "common/timeutil.h"
 
@@ -237,7 +238,27 @@ typedef struct {
     /* commit only: the caller's table, to adopt into host-only nodes on the path */
     const int32_t *table;
     int pos;
+    bool blocked; /* the walk stopped before a node it may not pass (not where the tree ends) */
 } WalkCtx;
+
+/* The caller's blocks before block `to` all hold K/V equal to a recompute. */
+static bool caller_exact(const CacheIdentity *id, int to) { return !id->has_approx || to <= id->approx_from_block; }
+
+/* A match passes a node marked approximate only for a request that accepts approximate K/V. */
+static bool match_enter(void *ctx, const RadixNode *child, int pos) {
+    (void)pos;
+    const WalkCtx *w = ctx;
+    return !child->meta.approximate || w->id->approx_ok;
+}
+
+/* A commit does not pass a host-only node of exact K/V with approximate blocks of its own: the
+ * node could not adopt them, and a device node below a host-only one would break tier closure. */
+static bool commit_enter(void *ctx, const RadixNode *child, int pos) {
+    WalkCtx *w = ctx;
+    bool ok = (child->meta.tiers & CACHE_ON_DEVICE) || child->meta.approximate || caller_exact(w->id, pos + child->n_blocks);
+    if (!ok) w->blocked = true;
+    return ok;
+}
 
 static void touch(KvCache *c, RadixNode *n, const CacheIdentity *id, bool hit);
 
@@ -283,6 +304,7 @@ static void free_tier_blocks(KvCache *c, RadixNode *n, int t) {
         n->meta.prefetched = false;
         c->counters.prefetch_wasted_blocks += (uint64_t)n->n_blocks;
     }
+    if (t == CACHE_TIER_DEVICE) kv_segments_forget_blocks(c, ids, n->n_blocks);
     for (int i = 0; i < n->n_blocks; i++) block_pool_set_in_tree(&c->tiers[t].pool, ids[i], false);
     n->meta.tiers &= (uint8_t)~(1u << t);
 }
@@ -398,13 +420,16 @@ int kv_cache_match(KvCache *c, const CacheIdentity *id, const int32_t *tokens, i
     if (!root || node_count_grow(c, 1)) return braid_error_set(err, "kv cache: out of memory matching a prefix");
     WalkCtx w = {.c = c, .id = id, .hit = true};
     RadixNode *end;
-    if (radix_walk(&c->tree, root, tokens, limit, &end, walk_match_step, &w) < 0)
-        return braid_error_set(err, "kv cache: out of memory matching a prefix");
+    int matched = radix_walk_while(&c->tree, root, tokens, limit, &end, match_enter, walk_match_step, &w);
+    if (matched < 0) return braid_error_set(err, "kv cache: out of memory matching a prefix");
     lock_path(c, end);
     m->node = end;
+    m->approx_from_block = -1;
     for (RadixNode *n = end; !radix_is_root(n); n = n->parent) {
         if (on_tier(n, CACHE_ON_DEVICE)) m->device_blocks += n->n_blocks;
         else m->host_blocks += n->n_blocks;
+        matched -= n->n_blocks; /* now the node's first block */
+        if (n->meta.approximate) m->approx_from_block = matched;
     }
     return 0;
 }
@@ -565,10 +590,41 @@ int kv_cache_prefetch(KvCache *c, int budget_blocks, int *loaded_out) {
     return p.oom ? -1 : 0;
 }
 
+/* An approximate node's host copy holds approximate K/V: it goes when the node turns exact. */
+static void drop_host_copy(KvCache *c, RadixNode *n) {
+    if (!on_tier(n, CACHE_ON_HOST)) return;
+    free_tier_blocks(c, n, CACHE_TIER_HOST);
+    c->counters.host_evicted_blocks += (uint64_t)n->n_blocks;
+    notify_evict(c, CACHE_TIER_HOST, n);
+    emit(c, CACHE_EVENT_REMOVED, CACHE_TIER_HOST, "replace", n, NULL);
+}
+
+/* An approximate device node the caller computed exactly: its blocks give way to the caller's. */
+static void replace_approximate(KvCache *c, RadixNode *n, const int32_t *exact) {
+    BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
+    kv_segments_forget_blocks(c, n->blocks, n->n_blocks);
+    for (int i = 0; i < n->n_blocks; i++) {
+        block_pool_set_in_tree(dev, n->blocks[i], false); /* freed now, or when its last holder lets go */
+        n->blocks[i] = exact[i];
+        block_pool_set_in_tree(dev, n->blocks[i], true);
+    }
+    drop_host_copy(c, n);
+    n->meta.approximate = false;
+    emit(c, CACHE_EVENT_STORED, CACHE_TIER_DEVICE, "replace", n, NULL);
+    membership_changed(c, n);
+}
+
 static void walk_commit_step(void *ctx, RadixNode *n) {
     WalkCtx *w = ctx;
     KvCache *c = w->c;
+    bool exact = caller_exact(w->id, w->pos + n->n_blocks);
+    if (on_tier(n, CACHE_ON_DEVICE) && n->meta.approximate && exact && n->blocks[0] != w->table[w->pos])
+        replace_approximate(c, n, w->table + w->pos);
     if (!on_tier(n, CACHE_ON_DEVICE)) {
+        if (n->meta.approximate && exact) { /* it adopts exact blocks below: no approximate copy stays */
+            drop_host_copy(c, n);
+            n->meta.approximate = false;
+        }
         /* Host-only: the caller computed these blocks itself, so the node adopts them. */
         BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
         for (int i = 0; i < n->n_blocks; i++) {
@@ -617,7 +673,8 @@ static void forget_passed_branches(KvCache *c, RadixNode *branch, RadixNode *lea
         if (branch->children[i] != leaf) forget_use_below(c, branch->children[i], id->workflow, bit);
 }
 
-static RadixNode *insert_leaf(KvCache *c, const CacheIdentity *id, RadixNode *parent, const int32_t *tokens, const int32_t *table, int k) {
+static RadixNode *insert_leaf(KvCache *c, const CacheIdentity *id, RadixNode *parent, const int32_t *tokens, const int32_t *table, int k,
+                              bool approximate) {
     RadixNode *leaf = radix_add_leaf(&c->tree, parent, tokens, k);
     if (!leaf) return NULL;
     c->n_nodes++;
@@ -630,6 +687,7 @@ static RadixNode *insert_leaf(KvCache *c, const CacheIdentity *id, RadixNode *pa
     leaf->meta.adapter = id->adapter;
     leaf->meta.tiers = CACHE_ON_DEVICE;
     leaf->meta.content_hash = leaf->hashes[k - 1];
+    leaf->meta.approximate = approximate;
     c->counters.inserted_blocks += (uint64_t)k;
     touch(c, leaf, id, false);
     NOTIFY(c, on_insert, leaf);
@@ -642,17 +700,29 @@ int kv_cache_commit(KvCache *c, const CacheIdentity *id, const int32_t *tokens, 
                     bool relock, BraidError *err) {
     if (n_full <= 0) return 0;
     RadixNode *root = radix_root(&c->tree, namespace_of(id)), *end;
-    if (!root || node_count_grow(c, 2)) return braid_error_set(err, "kv cache: out of memory inserting blocks");
+    if (!root || node_count_grow(c, 3)) return braid_error_set(err, "kv cache: out of memory inserting blocks");
     WalkCtx w = {.c = c, .id = id, .table = table};
-    int matched = radix_walk(&c->tree, root, tokens, n_full, &end, walk_commit_step, &w);
+    int matched = radix_walk_while(&c->tree, root, tokens, n_full, &end, commit_enter, walk_commit_step, &w);
     if (matched < 0) return braid_error_set(err, "kv cache: out of memory inserting blocks");
-    if (matched < n_full) {
+    if (matched < n_full && !w.blocked) {
         int bs = c->block_size;
-        RadixNode *branch = end;
-        end = insert_leaf(c, id, end, tokens + (size_t)matched * bs, table + matched, n_full - matched);
-        if (!end) return braid_error_set(err, "kv cache: out of memory inserting blocks");
-        forget_passed_branches(c, branch, end, id);
+        RadixNode *branch = end, *first = NULL;
+        /* Exact blocks and approximate ones go in separate nodes, the approximate ones below. */
+        int split = id->has_approx && id->approx_from_block < n_full ? id->approx_from_block : n_full;
+        if (split > matched) {
+            first = end = insert_leaf(c, id, end, tokens + (size_t)matched * bs, table + matched, split - matched, false);
+            if (!end) return braid_error_set(err, "kv cache: out of memory inserting blocks");
+        }
+        int from = split > matched ? split : matched;
+        if (from < n_full) {
+            RadixNode *leaf = insert_leaf(c, id, end, tokens + (size_t)from * bs, table + from, n_full - from, true);
+            if (!leaf) return braid_error_set(err, "kv cache: out of memory inserting blocks");
+            end = leaf;
+            if (!first) first = leaf;
+        }
+        forget_passed_branches(c, branch, first, id);
     }
+    kv_segments_register(c, id, tokens, n_full, end);
     if (relock && lock && end != *lock) {
         lock_path(c, end);
         if (*lock) unlock_path(c, *lock);
@@ -772,6 +842,10 @@ int kv_cache_init(KvCache *c, const KvCacheConfig *cfg, BraidError *err) {
             tier->owns_state = true;
         }
     }
+    if (kv_segments_init(c, cfg, err)) {
+        kv_cache_free(c);
+        return -1;
+    }
     return 0;
 }
 
@@ -798,6 +872,7 @@ void kv_cache_free(KvCache *c) {
     for (int w = 0; w < c->cap_workflows; w++) free(c->by_workflow[w].nodes);
     free(c->by_workflow);
     free(c->cands);
+    kv_segments_free(c);
     memset(c, 0, sizeof *c);
 }
 

@@ -48,20 +48,29 @@
 #include "cache/block_pool.h"
 #include "cache/cache_names.h"
 #include "cache/cache_ops.h"
+#include "cache/chunker.h"
 #include "cache/evict_policy.h"
 #include "cache/radix_tree.h"
+#include "cache/segment_index.h"
 #include "common/error.h"
 
 typedef struct {
     uint32_t tenant, adapter; /* namespace of the tree */
     uint32_t workflow, agent; /* 0 = none */
     uint64_t hash_seed;       /* content-hash seed of the namespace (content_hash_namespace) */
+    /* Approximate K/V (segment reuse in approx mode). approx_ok: matches may pass through tree
+     * nodes marked approximate. For commits, when has_approx, the sequence's blocks from
+     * approx_from_block on hold approximate K/V and enter the tree marked so; the zero value
+     * (exact) is every existing caller's. */
+    bool approx_ok, has_approx;
+    int approx_from_block;
 } CacheIdentity;
 
 typedef struct {
     RadixNode *node;   /* locked: deepest matched node (a root when nothing matched) */
     int device_blocks; /* leading matched blocks resident on the device */
     int host_blocks;   /* following matched blocks on the host only */
+    int approx_from_block; /* the first matched block of a node marked approximate; -1 when none */
 } KvCacheMatch;
 
 typedef enum {
@@ -99,7 +108,43 @@ typedef struct {
      * then acquired (also counted in device_hit_blocks), and blocks that left the device again
      * unused. prefetched - hit - wasted are on the device now, not yet used. */
     uint64_t prefetched_blocks, prefetch_hit_blocks, prefetch_wasted_blocks;
+    /* Segment reuse: chunks indexed (and refused with the index full); per lookup, chunks whose
+     * hash was found (candidates), reused exactly or approximately, or rejected because the left
+     * context (exact) or window (approximate) differed; the tokens reused. */
+    uint64_t segments_indexed, segments_refused_full;
+    uint64_t segment_candidates, segments_exact, segments_approx, segments_rejected_context, segments_rejected_window;
+    uint64_t segment_reused_tokens;
 } KvCacheCounters;
+
+/* Segment reuse (paper 003): how a request may take chunks of other sequences at other offsets.
+ *   OFF     prefix cache only;
+ *   EXACT   a chunk only where it has the same left context as its cached copy, so the reused K/V
+ *           are what recompute would give (same positions too: delta 0). By causality this can
+ *           only add the tokens between the prefix match's last whole block and the divergence;
+ *   APPROX  also chunks whose last `approx_window` tokens of left context match (W = 0: any
+ *           context); their keys are re-positioned by delta-RoPE and their K/V are approximations
+ *           (the left context shaped them in every layer past the first), so a request opts in. */
+typedef enum { SEGMENT_REUSE_OFF = 0, SEGMENT_REUSE_EXACT = 1, SEGMENT_REUSE_APPROX = 2 } SegmentReuseMode;
+
+typedef struct {
+    int dst_start, n_tokens; /* tokens [dst_start, dst_start + n_tokens) of the new sequence */
+    int32_t src_pos;         /* where the first of them sits in the cached sequence */
+    bool exact;
+    int first_block, n_blocks; /* the source's device blocks: KvSegmentPlan.src_blocks[first_block ..) */
+} KvSegmentSpan;
+
+/* The segments found for one sequence (kv_cache_find_segments). Between find and place/drop its
+ * source blocks are held, so eviction cannot hand them out. */
+typedef struct {
+    KvSegmentSpan *spans;
+    int n, cap;
+    int32_t *src_blocks;
+    int n_src_blocks, cap_src_blocks;
+    bool held;
+    int reused_tokens;  /* sum of the spans' n_tokens */
+    bool inexact;       /* some span is approximate; the first starts at first_inexact */
+    int first_inexact;
+} KvSegmentPlan;
 
 typedef struct {
     int block_size;       /* tokens per block */
@@ -108,6 +153,16 @@ typedef struct {
     const EvictPolicy *policy; /* both tiers; NULL = LRU */
     void *policy_state;   /* for policies without create (e.g. the simulator's Belady) */
     double (*clock)(void); /* seconds, for TTLs and events; NULL = braid_now_seconds */
+    /* Segment index (off when false): the chunker's anchor tokens (the chat template's control
+     * tokens), the approximate mode's window W, the most chunks indexed (0 = one per
+     * CHUNKER_MIN_TOKENS device slots) and a seed naming the model (mixed into chunk hashes so a
+     * chunk never matches across models, tokenizers or RoPE settings). */
+    bool segments;
+    const int32_t *anchor_tokens;
+    int n_anchor_tokens;
+    int approx_window;
+    int segment_max_entries;
+    uint64_t model_seed;
 } KvCacheConfig;
 
 typedef struct KvCacheHeap {
@@ -149,6 +204,15 @@ typedef struct KvCache {
     int cap_workflows;
     struct KvCachePrefetchCand *cands; /* (cap_cands) kv_cache_prefetch's candidate heap */
     int cap_cands;
+    bool segments_on;
+    SegmentIndex segments;
+    ChunkerConfig chunker;
+    int approx_window;
+    uint64_t model_seed;
+    Chunk *chunks;             /* (cap_chunks) chunker scratch */
+    int cap_chunks;
+    int32_t *seq_blocks;       /* (cap_seq_blocks) a committed sequence's tree blocks */
+    int cap_seq_blocks;
 } KvCache;
 
 int kv_cache_init(KvCache *c, const KvCacheConfig *cfg, BraidError *err);
@@ -197,6 +261,23 @@ int kv_cache_predict(KvCache *c, const char *workflow, const char *current_agent
  * gets the blocks loaded. A policy without prefetch_value, or no host tier, loads nothing.
  * Returns 0, or -1 when out of memory (what was loaded before stays loaded and counted). */
 int kv_cache_prefetch(KvCache *c, int budget_blocks, int *loaded_out);
+/* Segment reuse (kv_segments.c). Finds, for tokens[from, n_tokens - 1) (the last token is always
+ * computed: its logits pick the next one), the chunks the index holds that mode admits, and holds
+ * their source blocks; plan is reset first. 0, or -1 when out of memory (nothing held). With the
+ * index off or mode OFF it finds nothing. */
+int kv_cache_find_segments(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens, int from,
+                           SegmentReuseMode mode, KvSegmentPlan *plan, BraidError *err);
+/* Appends the COPY_SLOTS operations that land the plan's spans in the sequence's blocks (table
+ * covers every span) to the pending list, then releases the holds. -1 when out of memory (then
+ * nothing was appended and the holds are released). */
+int kv_cache_place_segments(KvCache *c, KvSegmentPlan *plan, const int32_t *table, BraidError *err);
+/* Releases the holds and forgets the spans. */
+void kv_cache_drop_segments(KvCache *c, KvSegmentPlan *plan);
+void kv_cache_segment_plan_free(KvSegmentPlan *plan);
+/* The parsed name ("off", "exact", "approx") of a mode; -1 when unknown. */
+int segment_reuse_parse(const char *name);
+const char *segment_reuse_name(SegmentReuseMode mode);
+
 /* Once per scheduler step, with the step's time. */
 void kv_cache_step(KvCache *c, double now);
 

@@ -135,11 +135,16 @@ void radix_free(RadixTree *t, void (*visit)(void *ctx, RadixNode *node), void *c
 
 int radix_walk(RadixTree *t, RadixNode *root, const int32_t *tokens, int max_blocks, RadixNode **end,
                void (*step)(void *ctx, RadixNode *node), void *ctx) {
+    return radix_walk_while(t, root, tokens, max_blocks, end, NULL, step, ctx);
+}
+
+int radix_walk_while(RadixTree *t, RadixNode *root, const int32_t *tokens, int max_blocks, RadixNode **end,
+                     bool (*enter)(void *ctx, const RadixNode *child, int pos), void (*step)(void *ctx, RadixNode *node), void *ctx) {
     int bs = t->block_size, pos = 0;
     RadixNode *node = root;
     while (pos < max_blocks) {
         RadixNode *child = find_child(node, tokens + (size_t)pos * bs, bs);
-        if (!child) break;
+        if (!child || (enter && !enter(ctx, child, pos))) break;
         int k = 1;
         while (k < child->n_blocks && pos + k < max_blocks && blocks_equal(child->tokens + (size_t)k * bs, tokens + (size_t)(pos + k) * bs, bs))
             k++;

@@ -13,6 +13,7 @@
 #ifndef BRAID_CACHE_RADIX_TREE_H
 #define BRAID_CACHE_RADIX_TREE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cache/evict_policy.h"
@@ -65,6 +66,10 @@ static inline int radix_is_root(const RadixNode *n) { return n->parent == NULL; 
  * the last node passed (root when none). */
 int radix_walk(RadixTree *tree, RadixNode *root, const int32_t *tokens, int max_blocks, RadixNode **end,
                void (*step)(void *ctx, RadixNode *node), void *ctx);
+/* radix_walk that stops before a child for which enter(ctx, child, pos) says false (pos: the
+ * blocks matched before it), without splitting it. */
+int radix_walk_while(RadixTree *tree, RadixNode *root, const int32_t *tokens, int max_blocks, RadixNode **end,
+                     bool (*enter)(void *ctx, const RadixNode *child, int pos), void (*step)(void *ctx, RadixNode *node), void *ctx);
 /* A new leaf under parent with n_blocks blocks of tokens; arrays of ids and hashes are allocated,
  * uninitialized, meta zeroed. NULL when out of memory. */
 RadixNode *radix_add_leaf(RadixTree *tree, RadixNode *parent, const int32_t *tokens, int n_blocks);

@@ -68,6 +68,16 @@ char *cli_read_stdin(size_t *len) {
 
 /* ---- cache flags ---- */
 
+int cli_parse_segment_reuse(const char *cmd, const char *text, SegmentReuseMode *mode, bool verbose) {
+    int m = segment_reuse_parse(text);
+    if (m < 0) {
+        if (verbose) fprintf(stderr, "braid %s: --segment-reuse expects off, exact or approx, got '%s'\n", cmd, text);
+        return -1;
+    }
+    *mode = (SegmentReuseMode)m;
+    return 0;
+}
+
 const EvictPolicy *cli_parse_policy(const char *cmd, const char *name, bool verbose) {
     const EvictPolicy *p = evict_policy_find(name);
     if (p || !verbose) return p;

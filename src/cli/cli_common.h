@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "cache/evict_policy.h"
+#include "cache/kv_cache.h"
 
 #define BRAID_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -35,6 +36,18 @@ char *cli_read_stdin(size_t *len);
     "  --host-kv-gib G          the host tier by size instead: G GiB of host memory per worker rank\n"            \
     "                           (default: 4x --kv-blocks, capped to 25% of MemAvailable in /proc/meminfo;\n"      \
     "                           more than MemAvailable is refused at startup)\n"
+
+#define CLI_SEGMENT_FLAGS_USAGE                                                                                      \
+    "  --segment-reuse M        reuse chunks of other cached prompts at other offsets (tool schemas, preambles,\n"   \
+    "                           documents): off; exact (default: only where the whole left context matches too,\n"   \
+    "                           so outputs equal a full prefill); approx (also chunks whose last --approx-window\n"  \
+    "                           tokens of left context match: keys re-positioned by delta-RoPE, K/V approximate)\n" \
+    "  --approx-window W        tokens of left context that must match in approx mode (default 64; 0 = none)\n"
+
+#define CLI_DEFAULT_APPROX_WINDOW 64
+
+/* --segment-reuse's value into *mode; -1 after an error message (when verbose) when unknown. */
+int cli_parse_segment_reuse(const char *cmd, const char *text, SegmentReuseMode *mode, bool verbose);
 
 /* The policy registered under name, or NULL after an error that lists the known ones (printed only
  * when verbose: under mpirun every rank parses, rank 0 speaks). */

@@ -24,15 +24,20 @@ static const char batch_usage[] =
     "  --max-running N          most sequences in flight (default 64)\n"
     "  --cache radix|off        prefix cache (default radix)\n"
     CLI_CACHE_FLAGS_USAGE
+    CLI_SEGMENT_FLAGS_USAGE
+    "                           (in batch the mode applies to every line without its own \"segment_reuse\")\n"
     "  --prefetch on|off        load host-tier blocks the policy expects the next calls to use into free device\n"
     "                           blocks on pure-decode steps (PBKV's conservative prefetch; never evicts for it;\n"
     "                           default on when the policy can value them: pbkv)\n"
     "  --events PATH            JSONL log of cache decisions: per request hit, load, preempt, cancel; every\n"
     "                           cache event (blocks stored / removed per tier, with the reason and hashes)\n"
     "  --trace-out PATH         write a replayable trace (docs/TRACE_FORMAT.md) for braid sim\n"
+    "  --trace-tokens           put each prompt's token ids in the trace too (braid sim --segment-reuse reads them)\n"
     "  --hidden-out PATH        write each request's prefill hidden state (the post-norm hidden state of its\n"
     "                           last prompt token, which PBKV's graph predictor reads) as JSONL {\"id\", \"hidden\"}\n"
     "                           (base64 float32; docs/TRACE_FORMAT.md) for braid train-predictor / braid sim --hidden\n"
+    "  --logits-out PATH        write each request's first-token logits (the full vocabulary, base64 float32) as\n"
+    "                           JSONL {\"id\", \"logits\"}: drift studies compare runs with and without segment reuse\n"
     "  --threads N              CPU threads (default: all cores)\n"
     "  --device D               cpu, cuda or auto = cuda when built with it and a GPU is visible (default auto)\n"
     "  --no-cuda-graphs         CUDA: launch decode steps directly instead of replaying captured graphs\n"
@@ -40,26 +45,28 @@ static const char batch_usage[] =
     "                           int8 (integer dot products on int8-rounded activations: several times the\n"
     "                           batched decode throughput, at some cost in accuracy)\n"
     "Input lines: {\"id\", \"prompt\" | \"messages\", \"max_tokens\", \"temperature\", \"top_p\", \"top_k\", \"seed\",\n"
-    "              \"tenant\", \"adapter\", \"workflow_id\", \"agent\"}. Output lines, in input order:\n"
+    "              \"tenant\", \"adapter\", \"workflow_id\", \"agent\", \"segment_reuse\"}. Output lines, in input order:\n"
     "{\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", \"cached_tokens\" (device + host), \"cached_tokens_host\",\n"
-    " \"ttft_ms\", \"latency_ms\", \"preemptions\", \"finish_reason\"} (+ \"error\" for a rejected request).\n"
+    " \"segment_reused_tokens\" (prompt tokens whose K/V came from reused segments), \"ttft_ms\", \"latency_ms\", \"preemptions\", \"finish_reason\"} (+ \"error\" for a rejected request).\n"
     "Summary on stderr: prompt tokens served from the device tier, from the host tier, computed; demotions,\n"
     "load-backs and evictions per tier (counts).\n";
 
 typedef struct {
-    const char *model, *input, *output, *events_path, *trace_path, *hidden_path;
+    const char *model, *input, *output, *events_path, *trace_path, *hidden_path, *logits_path;
     long kv_blocks, block_size, max_batch_tokens, max_running, threads;
-    bool cache, no_graphs;
+    bool cache, no_graphs, trace_tokens;
     CpuMatmulMath cpu_matmul;
     BackendKind device;
     const EvictPolicy *policy;
     CliHostTier host;
     int prefetch; /* -1: on when the policy has prefetch_value; 0 off; 1 on */
+    SegmentReuseMode segment_reuse;
+    long approx_window;
 } BatchArgs;
 
 static int parse_args(int argc, char **argv, BatchArgs *a) {
     enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE, O_DEVICE, O_NO_GRAPHS,
-           O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH, O_HIDDEN };
+           O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_LOGITS, O_TRACE_TOKENS };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
         {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
@@ -70,9 +77,11 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         {"no-cuda-graphs", no_argument, 0, O_NO_GRAPHS}, {"cpu-matmul", required_argument, 0, O_CPU_MATMUL},
         {"list-policies", no_argument, 0, O_LIST_POLICIES}, {"host-kv-blocks", required_argument, 0, O_HOST_BLOCKS},
         {"host-kv-gib", required_argument, 0, O_HOST_GIB}, {"prefetch", required_argument, 0, O_PREFETCH},
-        {"hidden-out", required_argument, 0, O_HIDDEN},
+        {"hidden-out", required_argument, 0, O_HIDDEN}, {"segment-reuse", required_argument, 0, O_SEGMENTS},
+        {"approx-window", required_argument, 0, O_WINDOW}, {"logits-out", required_argument, 0, O_LOGITS},
+        {"trace-tokens", no_argument, 0, O_TRACE_TOKENS},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    *a = (BatchArgs){.prefetch = -1, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
+    *a = (BatchArgs){.prefetch = -1, .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
                      .cpu_matmul = CPU_MATMUL_FP32, .host = CLI_HOST_TIER_DEFAULT};
     int c;
@@ -86,6 +95,8 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         case O_EVENTS: a->events_path = optarg; break;
         case O_TRACE: a->trace_path = optarg; break;
         case O_HIDDEN: a->hidden_path = optarg; break;
+        case O_LOGITS: a->logits_path = optarg; break;
+        case O_TRACE_TOKENS: a->trace_tokens = true; break;
         case O_BLOCKS: if (cli_parse_int("--kv-blocks", optarg, 2, 1 << 24, &a->kv_blocks)) return 2; break;
         case O_BS: if (cli_parse_int("--block-size", optarg, 1, 1024, &a->block_size)) return 2; break;
         case O_MBT: if (cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &a->max_batch_tokens)) return 2; break;
@@ -115,6 +126,8 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
             if (!(a->policy = cli_parse_policy("batch", optarg, true))) return 2;
             break;
         case O_LIST_POLICIES: cli_list_policies(stdout); return 1;
+        case O_SEGMENTS: if (cli_parse_segment_reuse("batch", optarg, &a->segment_reuse, true)) return 2; break;
+        case O_WINDOW: if (cli_parse_int("--approx-window", optarg, 0, 1 << 20, &a->approx_window)) return 2; break;
         case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("batch", optarg, &a->host, true)) return 2; break;
         case O_HOST_GIB: if (cli_parse_host_kv_gib("batch", optarg, &a->host, true)) return 2; break;
         case O_PREFETCH:
@@ -159,7 +172,7 @@ static int json_field_number(json_t *obj, const char *key, double lo, double hi,
 }
 
 /* Reads one input object into a request; on a bad line fills r->error and returns -1. */
-static int load_request(const BraidModel *m, json_t *obj, int line, SchedRequest *r) {
+static int load_request(const BraidModel *m, json_t *obj, int line, SegmentReuseMode default_segment_mode, SchedRequest *r) {
     json_t *id = json_object_get(obj, "id"), *prompt = json_object_get(obj, "prompt"), *messages = json_object_get(obj, "messages");
     char idbuf[64];
     if (json_is_string(id)) r->id = strdup(json_string_value(id));
@@ -179,6 +192,13 @@ static int load_request(const BraidModel *m, json_t *obj, int line, SchedRequest
     json_t *v = json_object_get(obj, "ignore_eos");
     if (v && !json_is_boolean(v)) return snprintf(r->error, sizeof r->error, "ignore_eos must be true or false"), -1;
     r->ignore_eos = json_is_true(v);
+    v = json_object_get(obj, "segment_reuse");
+    int mode = v ? segment_reuse_parse(json_string_value(v)) : (int)default_segment_mode;
+    if (mode < 0) return snprintf(r->error, sizeof r->error, "segment_reuse must be \"off\", \"exact\" or \"approx\""), -1;
+    if (mode > (int)default_segment_mode)
+        return snprintf(r->error, sizeof r->error, "segment_reuse \"%s\" is above this run's --segment-reuse %s",
+                        segment_reuse_name((SegmentReuseMode)mode), segment_reuse_name(default_segment_mode)), -1;
+    r->segment_mode = (uint8_t)mode;
     /* The request's identity, as the server's SUBMIT carries it: exact strings, "" or absent = none. */
     static const char *const text_fields[] = {"tenant", "adapter", "workflow_id", "agent"};
     char **targets[] = {&r->tenant, &r->adapter, &r->workflow, &r->agent};
@@ -217,20 +237,21 @@ static int load_request(const BraidModel *m, json_t *obj, int line, SchedRequest
     return 0;
 }
 
-static void write_trace_line(FILE *f, const SchedRequest *r, int seq, int block_size, int dim) {
+static void write_trace_line(FILE *f, const SchedRequest *r, int seq, int block_size, int dim, bool with_tokens) {
     TraceRecord rec = {.seq = seq, .t = 0.0, .id = r->id, .workflow = r->workflow, .agent = r->agent, .tenant = r->tenant,
                        .adapter = r->adapter, .prompt = r->tokens, .prompt_tokens = r->n_prompt,
                        .output_tokens = r->n_tokens > r->n_prompt ? r->n_tokens - r->n_prompt : 0, .block_size = block_size,
-                       .hidden = r->hidden, .hidden_dim = r->hidden ? dim : 0};
+                       .hidden = r->hidden, .hidden_dim = r->hidden ? dim : 0, .with_tokens = with_tokens};
     if (trace_write_request(f, &rec)) LOG_WARN("batch", "could not write the trace line of request %s", r->id ? r->id : "");
 }
 
-static void write_hidden_line(FILE *f, const SchedRequest *r, int dim) {
-    if (!r->hidden) return;
-    char *b64 = float_b64_encode(r->hidden, dim);
-    json_t *o = b64 ? json_pack("{s:s, s:s}", "id", r->id ? r->id : "", "hidden", b64) : NULL;
+/* One {"id", key: base64 float32} line; nothing when values is NULL. */
+static void write_floats_line(FILE *f, const SchedRequest *r, const char *key, const float *values, int n) {
+    if (!values) return;
+    char *b64 = float_b64_encode(values, n);
+    json_t *o = b64 ? json_pack("{s:s, s:s}", "id", r->id ? r->id : "", key, b64) : NULL;
     char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    if (!line || fprintf(f, "%s\n", line) < 0) LOG_WARN("batch", "could not write the hidden state of request %s", r->id ? r->id : "");
+    if (!line || fprintf(f, "%s\n", line) < 0) LOG_WARN("batch", "could not write the %s of request %s", key, r->id ? r->id : "");
     free(line);
     json_decref(o);
     free(b64);
@@ -248,6 +269,7 @@ static void write_result(FILE *out, const BraidModel *m, const SchedRequest *r, 
     json_object_set_new(o, "completion_tokens", json_integer(n_out));
     json_object_set_new(o, "cached_tokens", json_integer(r->cached_tokens > 0 ? r->cached_tokens : 0));
     json_object_set_new(o, "cached_tokens_host", json_integer(r->cached_tokens > 0 && r->cached_tokens_host > 0 ? r->cached_tokens_host : 0));
+    json_object_set_new(o, "segment_reused_tokens", json_integer(r->reused_tokens > 0 ? r->reused_tokens : 0));
     json_object_set_new(o, "ttft_ms", json_real(r->t_first_token > 0 ? (r->t_first_token - t0) * 1e3 : 0));
     json_object_set_new(o, "latency_ms", json_real(r->t_finish > 0 ? (r->t_finish - t0) * 1e3 : 0));
     json_object_set_new(o, "preemptions", json_integer(r->preemptions));
@@ -259,7 +281,7 @@ static void write_result(FILE *out, const BraidModel *m, const SchedRequest *r, 
     json_decref(o);
 }
 
-static int read_requests(const BraidModel *m, const char *path, SchedRequest **out, int *n_out) {
+static int read_requests(const BraidModel *m, const char *path, SegmentReuseMode segment_mode, SchedRequest **out, int *n_out) {
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(stderr, "braid batch: cannot open %s\n", path);
@@ -296,7 +318,7 @@ static int read_requests(const BraidModel *m, const char *path, SchedRequest **o
             r->id = strdup(idbuf);
             snprintf(r->error, sizeof r->error, "line %d is not a JSON object: %s", line_no, obj ? "wrong type" : jerr.text);
         } else {
-            load_request(m, obj, line_no, r);
+            load_request(m, obj, line_no, segment_mode, r);
         }
         if (r->error[0]) {
             r->state = REQ_FINISHED;
@@ -322,15 +344,19 @@ static void print_summary(const Engine *e, const SchedRequest *reqs, int n, doub
         else done++;
     }
     unsigned long long device = c->cached_prompt_tokens_device, host = c->cached_prompt_tokens_host,
-                       computed = c->computed_prompt_tokens;
+                       computed = c->computed_prompt_tokens, reused = c->segment_reused_prompt_tokens;
     fprintf(stderr,
             "[batch] %d requests (%d completed, %d rejected) in %.2f s: %.1f generated tok/s, %.1f req/s\n"
-            "[batch] prompt tokens %llu: device hits %llu, host hits %llu, computed %llu\n"
+            "[batch] prompt tokens %llu: device hits %llu, host hits %llu, segment-reused %llu, computed %llu "
+            "(segment reuse %s: %llu candidates, %llu exact, %llu approx, %llu rejected; %.3g prefill FLOPs saved)\n"
             "[batch] KV blocks: demotions %llu, load-backs %llu, device evictions %llu, host evictions %llu, dropped %llu; "
             "preemptions %llu, peak pool use %d of %d blocks, %llu steps (%llu pure decode); "
             "prefetched %llu, used %llu, wasted %llu (in %llu steps)\n",
-            n, done, failed, elapsed, e->generated_tokens / elapsed, done / elapsed, device + host + computed, device, host,
-            computed, (unsigned long long)k->demoted_blocks, (unsigned long long)k->loaded_blocks,
+            n, done, failed, elapsed, e->generated_tokens / elapsed, done / elapsed, device + host + reused + computed, device, host,
+            reused, computed, segment_reuse_name(e->cfg.segment_reuse), (unsigned long long)k->segment_candidates,
+            (unsigned long long)k->segments_exact, (unsigned long long)k->segments_approx,
+            (unsigned long long)(k->segments_rejected_context + k->segments_rejected_window), c->segment_flops_saved,
+            (unsigned long long)k->demoted_blocks, (unsigned long long)k->loaded_blocks,
             (unsigned long long)k->device_evicted_blocks, (unsigned long long)k->host_evicted_blocks,
             (unsigned long long)k->dropped_blocks, (unsigned long long)c->preemptions, c->peak_in_use,
             kv_cache_total(&e->sched.cache, CACHE_TIER_DEVICE), (unsigned long long)c->steps, (unsigned long long)c->pure_decode_steps,
@@ -339,7 +365,7 @@ static void print_summary(const Engine *e, const SchedRequest *reqs, int n, doub
 }
 
 typedef struct {
-    FILE *out, *events, *trace, *hidden;
+    FILE *out, *events, *trace, *hidden, *logits;
 } BatchFiles;
 
 /* Reads the requests, serves them all, writes results (and the trace). Returns the exit status. */
@@ -358,13 +384,14 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, BatchFiles *
     cli_describe_host_tier(host_blocks, block_bytes, tier, sizeof tier);
     bool prefetch = a->prefetch && host_blocks > 1;
     fprintf(stderr, "[batch] %s, eviction policy %s, prefetch %s\n", tier, a->policy->name, prefetch ? "on" : "off");
-    if (read_requests(model, a->input, &reqs, &n)) return 1;
+    if (read_requests(model, a->input, a->segment_reuse, &reqs, &n)) return 1;
     Engine engine;
     BraidError err;
     EngineConfig cfg = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
                         .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
                         .policy = a->policy, .prefetch = prefetch, .device = a->device, .cuda_graphs_off = a->no_graphs,
-                        .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32};
+                        .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
+                        .approx_window = (int)a->approx_window};
     if (engine_init(&engine, model, &cfg, &err)) {
         fprintf(stderr, "braid batch: %s\n", err.msg);
         rc = 1;
@@ -374,6 +401,7 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, BatchFiles *
     double t0 = braid_now_seconds();
     for (int i = 0; i < n; i++) {
         reqs[i].want_hidden = files->hidden != NULL;
+        reqs[i].want_first_logits = files->logits != NULL;
         if (!reqs[i].error[0]) engine_submit(&engine, &reqs[i]);
     }
     while (!sched_idle(&engine.sched)) {
@@ -386,8 +414,10 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, BatchFiles *
     double elapsed = braid_now_seconds() - t0;
     for (int i = 0; i < n; i++) write_result(files->out, model, &reqs[i], t0);
     for (int i = 0; files->trace && i < n; i++)
-        if (!reqs[i].error[0]) write_trace_line(files->trace, &reqs[i], i, (int)a->block_size, model->weights.cfg.dim);
-    for (int i = 0; files->hidden && i < n; i++) write_hidden_line(files->hidden, &reqs[i], model->weights.cfg.dim);
+        if (!reqs[i].error[0]) write_trace_line(files->trace, &reqs[i], i, (int)a->block_size, model->weights.cfg.dim, a->trace_tokens);
+    for (int i = 0; files->hidden && i < n; i++) write_floats_line(files->hidden, &reqs[i], "hidden", reqs[i].hidden, model->weights.cfg.dim);
+    for (int i = 0; files->logits && i < n; i++)
+        write_floats_line(files->logits, &reqs[i], "logits", reqs[i].first_logits, model->weights.cfg.vocab_size);
     print_summary(&engine, reqs, n, elapsed > 0 ? elapsed : 1e-9);
     engine_free(&engine);
 done:
@@ -414,6 +444,7 @@ int cmd_batch(int argc, char **argv) {
     else if (a.events_path && !(files.events = fopen(a.events_path, "w"))) bad = a.events_path;
     else if (a.trace_path && !(files.trace = fopen(a.trace_path, "w"))) bad = a.trace_path;
     else if (a.hidden_path && !(files.hidden = fopen(a.hidden_path, "w"))) bad = a.hidden_path;
+    else if (a.logits_path && !(files.logits = fopen(a.logits_path, "w"))) bad = a.logits_path;
     BraidModel model;
     BraidError err;
     if (bad) {
@@ -427,6 +458,6 @@ int cmd_batch(int argc, char **argv) {
         braid_model_free(&model);
     }
     rc |= close_file(files.out, a.output) | close_file(files.events, a.events_path) | close_file(files.trace, a.trace_path) |
-          close_file(files.hidden, a.hidden_path);
+          close_file(files.hidden, a.hidden_path) | close_file(files.logits, a.logits_path);
     return rc;
 }

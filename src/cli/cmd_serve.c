@@ -43,6 +43,9 @@ static const char serve_usage[] =
     "  --max-body-bytes N       largest request body; more gets 413 (default 8388608)\n"
     "  --cache radix|off        prefix cache (default radix)\n"
     CLI_CACHE_FLAGS_USAGE
+    CLI_SEGMENT_FLAGS_USAGE
+    "                           (served: approx is only what a request may ask for with \"segment_reuse\": \"approx\";\n"
+    "                           requests without the field get exact)\n"
     "  --prefetch on|off        load host-tier blocks the policy expects the next calls to use into free device\n"
     "                           blocks on pure-decode steps (PBKV's conservative prefetch; never evicts for it;\n"
     "                           default on when the policy can value them: pbkv)\n"
@@ -91,13 +94,15 @@ typedef struct {
     CliHostTier host_tier;
     int prefetch; /* -1: on when the policy has prefetch_value; 0 off; 1 on */
     RankBindMode bind;
+    SegmentReuseMode segment_reuse;
+    long approx_window;
 } ServeArgs;
 
 static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     enum { O_MODEL = 256, O_TP, O_HOST, O_PORT, O_NAME, O_BLOCKS, O_BS, O_MBT, O_RUN, O_PENDING, O_BODY, O_CACHE, O_POLICY,
            O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB,
            O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS, O_PREFETCH, O_BIND, O_API_KEYS, O_TLS_CERT,
-           O_TLS_KEY };
+           O_TLS_KEY, O_SEGMENTS, O_WINDOW };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -116,12 +121,14 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"max-workflows", required_argument, 0, O_MAX_WORKFLOWS}, {"prefetch", required_argument, 0, O_PREFETCH},
         {"bind", required_argument, 0, O_BIND}, {"api-keys", required_argument, 0, O_API_KEYS},
         {"tls-cert", required_argument, 0, O_TLS_CERT}, {"tls-key", required_argument, 0, O_TLS_KEY},
+        {"segment-reuse", required_argument, 0, O_SEGMENTS}, {"approx-window", required_argument, 0, O_WINDOW},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
                      .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
                      .cpu_matmul = CPU_MATMUL_FP32, .host_tier = CLI_HOST_TIER_DEFAULT, .horizon = 4, .max_workflows = 65536,
-                     .idle_timeout = 600, .prefetch = -1, .bind = RANK_BIND_AUTO};
+                     .idle_timeout = 600, .prefetch = -1, .bind = RANK_BIND_AUTO, .segment_reuse = SEGMENT_REUSE_EXACT,
+                     .approx_window = CLI_DEFAULT_APPROX_WINDOW};
     int c;
     BraidError err;
     optind = 1;
@@ -182,6 +189,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
             if (!(a->policy = cli_parse_policy("serve", optarg, verbose))) return 2;
             break;
         case O_LIST_POLICIES: if (verbose) cli_list_policies(stdout); return 1;
+        case O_SEGMENTS: if (cli_parse_segment_reuse("serve", optarg, &a->segment_reuse, verbose)) return 2; break;
+        case O_WINDOW: target = &a->approx_window, flag = "--approx-window", lo = 0, hi = 1 << 20; break;
         case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("serve", optarg, &a->host_tier, verbose)) return 2; break;
         case O_HOST_GIB: if (cli_parse_host_kv_gib("serve", optarg, &a->host_tier, verbose)) return 2; break;
         case O_PREFETCH:
@@ -377,7 +386,7 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_in
     }
     HttpApiConfig hc = {.coord = &coord, .metrics = metrics, .model = model, .served_model = name, .host = a->host,
                         .port = (int)a->port, .max_body_bytes = (size_t)a->max_body, .keys = access->keys,
-                        .tls_cert_pem = access->tls_cert, .tls_key_pem = access->tls_key};
+                        .tls_cert_pem = access->tls_cert, .tls_key_pem = access->tls_key, .segment_reuse = (int)a->segment_reuse};
     HttpApi *http = http_api_start(&hc, &err);
     if (!http) {
         fprintf(stderr, "braid serve: %s\n", err.msg);
@@ -441,7 +450,8 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, int rank, int
         .engine = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
                    .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
                    .policy = a->policy, .prefetch = a->prefetch != 0, .device = a->device,
-                   .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32}};
+                   .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
+                   .approx_window = (int)a->approx_window}};
     int tp_rank = (rank - 1) % tp;
     BraidError err;
     int rc = tp_rank == 0 ? instance_leader_run(&cfg, &err) : tp_peer_run(&cfg, &err);

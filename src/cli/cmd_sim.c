@@ -9,6 +9,8 @@
 #include "cli/commands.h"
 #include "cache/evict_policy.h"
 #include "common/timeutil.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
 
@@ -17,7 +19,7 @@ static const char sim_usage[] =
     "                 [--prefill-ms-per-token X] [--decode-ms-per-token Y] [--host-gbs G]\n"
     "                 [--host-latency-us L] [--kv-bytes-per-token K] [--predictor FILE | --markov 1|2]\n"
     "                 [--predictor-learn] [--horizon K] [--cache-outputs] [--prefetch] [--timeline FILE]\n"
-    "                 [--hidden FILE] [--json]\n"
+    "                 [--hidden FILE] [--segment-reuse off|exact|approx [--approx-window W] [--model GGUF]] [--json]\n"
     "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's KV cache object (the one the server\n"
     "  runs) in arrival order, one request at a time, with a device cache of N tokens.\n"
     "  --host-kv-tokens: a host-memory tier of H tokens below the device cache: evicted blocks are\n"
@@ -40,6 +42,11 @@ static const char sim_usage[] =
     "            policy and sizes): arrival time t, id, workflow, agent, prompt_tokens, cached_tokens,\n"
     "            host_cached_tokens, modeled ttft_s and latency_s. braid-bench plot draws such files\n"
     "            (hit rate over time, one line per file)\n"
+    "  --segment-reuse: reuse chunks of cached prompts at other offsets, as braid serve does (exact: same\n"
+    "            left context only; approx: also chunks whose last --approx-window tokens (default 64) match).\n"
+    "            Needs a trace with token ids (braid-bench gen / braid batch --trace-tokens) and the model's\n"
+    "            tokenizer for the chunker's anchors (--model, default $BRAID_MODEL or the default model); a\n"
+    "            reused token costs no prefill in the model. Not with belady.\n"
     "  --block-size: cache block size, a multiple of the trace's (default: the trace's)\n"
     "  --prefill-ms-per-token, --decode-ms-per-token: the cost model (defaults: the 2-core CPU's\n"
     "            2.5 and 10 ms)\n"
@@ -59,6 +66,12 @@ static void print_text(const SimConfig *cfg, const SimResult *r, double elapsed)
             (unsigned long long)r->evicted_blocks, (unsigned long long)r->demoted_blocks, (unsigned long long)r->loaded_blocks,
             (unsigned long long)r->host_evicted_blocks, r->mean_workflow_latency_s, 1e3 * r->mean_ttft_s, r->copy_s,
             r->too_large ? ", some requests larger than the cache" : "", elapsed);
+    if (cfg->segment_reuse)
+        fprintf(stderr, "[sim] segment reuse %s (window %d): %llu prompt tokens reused past the cached prefix (%.1f%% of prompt "
+                        "tokens); prefill skipped in all: %.1f%%\n",
+                segment_reuse_name((SegmentReuseMode)cfg->segment_reuse), cfg->approx_window,
+                (unsigned long long)r->segment_reused_tokens, r->prompt_tokens ? 100.0 * r->segment_reused_tokens / r->prompt_tokens : 0.0,
+                r->prompt_tokens ? 100.0 * (r->cached_tokens + r->segment_reused_tokens) / r->prompt_tokens : 0.0);
     if (cfg->prefetch)
         fprintf(stderr, "[sim] prefetch: %llu blocks prefetched between requests, %llu used by a request (device hits), "
                         "%llu evicted unused (copies %.3f s of idle time)\n",
@@ -96,6 +109,10 @@ static void print_json(const SimConfig *cfg, const SimResult *r) {
                            (json_int_t)r->prefetch_wasted_blocks, "prefetch_copy_s", r->prefetch_copy_s);
     if (o && pf) json_object_update(o, pf);
     json_decref(pf);
+    json_t *seg = json_pack("{s:s, s:i, s:I}", "segment_reuse", segment_reuse_name((SegmentReuseMode)cfg->segment_reuse), "approx_window",
+                            cfg->approx_window, "segment_reused_tokens", (json_int_t)r->segment_reused_tokens);
+    if (o && seg) json_object_update(o, seg);
+    json_decref(seg);
     char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
     printf("%s\n", line ? line : "{\"error\":\"out of memory\"}");
     free(line);
@@ -130,7 +147,7 @@ static int write_timeline(const char *path, const SimConfig *cfg, const Trace *t
 
 int cmd_sim(int argc, char **argv) {
     enum { O_OUTPUTS = 300, O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV, O_LEARN,
-           O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN };
+           O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_MODEL };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
@@ -141,10 +158,13 @@ int cmd_sim(int argc, char **argv) {
         {"markov", required_argument, 0, O_MARKOV}, {"predictor-learn", no_argument, 0, O_LEARN},
         {"horizon", required_argument, 0, O_HORIZON}, {"cache-outputs", no_argument, 0, O_OUTPUTS},
         {"prefetch", no_argument, 0, O_PREFETCH}, {"timeline", required_argument, 0, O_TIMELINE},
-        {"hidden", required_argument, 0, O_HIDDEN},
+        {"hidden", required_argument, 0, O_HIDDEN}, {"segment-reuse", required_argument, 0, O_SEGMENTS},
+        {"approx-window", required_argument, 0, O_WINDOW}, {"model", required_argument, 0, O_MODEL},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     SimConfig cfg = sim_config_default();
-    const char *trace_path = NULL, *timeline_path = NULL, *hidden_path = NULL;
+    const char *trace_path = NULL, *timeline_path = NULL, *hidden_path = NULL, *model_path = NULL;
+    SegmentReuseMode segment_mode = SEGMENT_REUSE_OFF;
+    cfg.approx_window = CLI_DEFAULT_APPROX_WINDOW;
     int json = 0, have_kv = 0, c, block_size = 0;
     long v;
     double d;
@@ -178,6 +198,9 @@ int cmd_sim(int argc, char **argv) {
         case O_PREFETCH: cfg.prefetch = true; break;
         case O_TIMELINE: timeline_path = optarg; cfg.timeline = true; break;
         case O_HIDDEN: hidden_path = optarg; break;
+        case O_SEGMENTS: if (cli_parse_segment_reuse("sim", optarg, &segment_mode, true)) return 2; cfg.segment_reuse = (int)segment_mode; break;
+        case O_WINDOW: if (cli_parse_int("--approx-window", optarg, 0, 1 << 20, &v)) return 2; cfg.approx_window = (int)v; break;
+        case O_MODEL: model_path = optarg; break;
         case O_HORIZON: if (cli_parse_int("--horizon", optarg, 1, 64, &v)) return 2; cfg.horizon = (int)v; break;
         case O_BLOCK: if (cli_parse_int("--block-size", optarg, 1, 1 << 16, &v)) return 2; block_size = (int)v; break;
         case 'h': fputs(sim_usage, stdout); return 0;
@@ -213,6 +236,18 @@ int cmd_sim(int argc, char **argv) {
         return 2;
     }
     if (block_size) trace_coarsen_blocks(&trace, block_size / trace.block_size, &err);
+    GgufFile *gguf = NULL;
+    Tokenizer tok = {0};
+    if (cfg.segment_reuse) {
+        if (gguf_open(cli_model_path(model_path), &gguf, &err) || tokenizer_load(gguf, &tok, &err)) {
+            fprintf(stderr, "braid sim: --segment-reuse reads the chunker's anchors from the tokenizer: %s\n", err.msg);
+            gguf_close(gguf);
+            trace_free(&trace);
+            return 1;
+        }
+        cfg.anchor_tokens = tok.special_ids;
+        cfg.n_anchor_tokens = tok.n_special;
+    }
     SimResult r;
     double t0 = braid_now_seconds();
     int rc = sim_run(&trace, &cfg, &r, &err);
@@ -225,5 +260,9 @@ int cmd_sim(int argc, char **argv) {
     }
     sim_result_free(&r);
     trace_free(&trace);
+    if (gguf) {
+        tokenizer_free(&tok);
+        gguf_close(gguf);
+    }
     return rc ? 1 : 0;
 }

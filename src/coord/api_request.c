@@ -8,6 +8,8 @@
  */
 #include "coord/api_request.h"
 
+#include "cache/kv_cache.h"
+
 #include <assert.h>
 #include <jansson.h>
 #include <limits.h>
@@ -516,12 +518,23 @@ static json_t *load_body(const char *body, size_t len, ApiError *err) {
     return root;
 }
 
+/* segment_reuse: "off", "exact" or "approx" (whether the server allows it is checked later). */
+static int read_segment_reuse(const json_t *body, ApiRequest *r, ApiError *err) {
+    const json_t *v = present(body, "segment_reuse");
+    if (!v) return 0;
+    int mode = json_is_string(v) ? segment_reuse_parse(json_string_value(v)) : -1;
+    if (mode < 0) return api_error_set(err, 400, "segment_reuse", NULL, "segment_reuse must be \"off\", \"exact\" or \"approx\"");
+    r->segment_reuse = mode;
+    return 0;
+}
+
 static int read_fields(const json_t *body, ApiKind kind, const char *served, ApiRequest *r, ApiError *err) {
     if (read_model(body, served, r, err)) return -1;
     if (kind == API_CHAT ? read_messages(body, r, err) : read_prompt(body, r, err)) return -1;
     if (read_max_tokens(body, r, err) || read_sampling(body, r, err)) return -1;
     if (read_stream(body, r, err) || read_stop(body, r, err)) return -1;
     if (read_bool(body, "ignore_eos", "ignore_eos", &r->ignore_eos, err)) return -1;
+    if (read_segment_reuse(body, r, err)) return -1;
     return read_labels(body, r, err);
 }
 
@@ -530,6 +543,7 @@ int api_request_parse(const char *body, size_t len, ApiKind kind, const char *se
     memset(out, 0, sizeof *out);
     out->kind = kind;
     out->max_tokens = -1;
+    out->segment_reuse = -1;
     out->temperature = 1.0;
     out->top_p = 1.0;
     json_t *root = load_body(body, len, err);

@@ -54,6 +54,7 @@ typedef struct {
     int n_stop;
     bool stream, include_usage;  /* include_usage from stream_options.include_usage */
     bool ignore_eos;             /* extension, default false */
+    int segment_reuse;           /* extension: -1 absent, else 0 off, 1 exact, 2 approx (kv_cache.h SegmentReuseMode) */
     char *workflow_id, *agent, *tenant, *adapter; /* Braid extensions, NULL when absent */
 } ApiRequest;
 

@@ -23,11 +23,13 @@ typedef struct {
 
 /* usage.prompt_tokens_details: cached_tokens (OpenAI's field) counts every prompt token served from
  * the cache, whichever tier held it; Braid adds cached_tokens_device and cached_tokens_host, which
- * sum to it. */
+ * sum to it, and segment_reused_tokens: prompt tokens past the cached prefix whose K/V came from
+ * chunks cached elsewhere (segment reuse) instead of prefill. */
 typedef struct {
     int prompt_tokens, completion_tokens;
     int cached_tokens;      /* device + host */
     int cached_tokens_host; /* of those, loaded back from the host tier */
+    int segment_reused_tokens; /* not in cached_tokens: prompt tokens whose K/V came from reused segments */
 } ApiUsage;
 
 char *api_response_full(const ApiResponseHead *h, const char *text, size_t len, const char *finish_reason, const ApiUsage *u);

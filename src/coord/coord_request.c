@@ -66,6 +66,7 @@ void coord_request_finish(CoordRequest *r, int reason, const CoordUsage *u, cons
     r->prompt_tokens = u->prompt_tokens;
     r->cached_tokens = u->cached_tokens;
     r->cached_tokens_host = u->cached_tokens_host;
+    r->reused_tokens = u->reused_tokens;
     r->completion_tokens = u->completion_tokens;
     r->preemptions = u->preemptions;
     snprintf(r->error, sizeof r->error, "%s", error ? error : "");

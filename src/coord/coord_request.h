@@ -22,6 +22,7 @@ typedef struct CoordRequest {
     int top_k;
     uint64_t seed;
     bool ignore_eos;
+    uint8_t segment_mode;   /* SegmentReuseMode, resolved against the server's */
     uint64_t *block_hashes; /* chained hashes of the prompt's full blocks (seeded by
                                content_hash_namespace(tenant, adapter)), for routing */
     int n_hashes;
@@ -42,6 +43,7 @@ typedef struct CoordRequest {
     int prompt_tokens, completion_tokens, preemptions;
     int cached_tokens;      /* prompt tokens served from the cache, both tiers */
     int cached_tokens_host; /* of those, loaded back from the host tier */
+    int reused_tokens;      /* prompt tokens whose K/V came from reused segments */
     char error[256];
     int instance;
     int refs;
@@ -55,7 +57,7 @@ void coord_request_release(CoordRequest *r);
 int coord_request_push_token(CoordRequest *r, int32_t token, double now);
 /* The instance's usage numbers for a finished request. */
 typedef struct {
-    int prompt_tokens, cached_tokens, cached_tokens_host, completion_tokens, preemptions;
+    int prompt_tokens, cached_tokens, cached_tokens_host, reused_tokens, completion_tokens, preemptions;
 } CoordUsage;
 /* A request that finished without error and without a token (its first sampled token was EOS)
  * gets its first token's time from the finish, so every answered request has a TTFT. */

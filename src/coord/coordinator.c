@@ -335,7 +335,7 @@ static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
     MsgSubmit m = {.req_id = r->id, .max_tokens = r->max_tokens, .temperature = r->temperature, .top_p = r->top_p,
                    .top_k = r->top_k, .seed = r->seed, .ignore_eos = r->ignore_eos, .tenant = r->tenant, .adapter = r->adapter,
                    .workflow = r->workflow, .agent = r->agent, .tokens = r->prompt, .n_tokens = r->n_prompt,
-                   .want_hidden = wants_hidden(c, r)};
+                   .want_hidden = wants_hidden(c, r), .segment_mode = r->segment_mode};
     WireBuf b = {0};
     msg_submit_encode(&b, &m);
     return ctrl_send(&c->ctrl, leader_rank(c, d.instance), MSG_SUBMIT, &b, err);
@@ -443,7 +443,7 @@ static void on_finish(Coordinator *c, int instance, WireReader *rd) {
     if (at >= 0) {
         trace_finished(c, c->table[at], &m);
         CoordUsage u = {.prompt_tokens = m.prompt_tokens, .cached_tokens = m.cached_tokens, .cached_tokens_host = m.cached_tokens_host,
-                        .completion_tokens = m.completion_tokens, .preemptions = m.preemptions};
+                        .reused_tokens = m.reused_tokens, .completion_tokens = m.completion_tokens, .preemptions = m.preemptions};
         router_finished(&c->router, instance);
         /* Its last request gone, the instance runs nothing: publish that now, not at its next STATS,
          * and before the answer goes out, so a client scraping right after its answer sees it. */
@@ -466,7 +466,10 @@ static void on_stats(Coordinator *c, int instance, WireReader *rd) {
                        .host_evicted_blocks = m.host_evicted_blocks, .device_evicted_blocks = m.device_evicted_blocks,
                        .preemptions = m.preemptions, .generated_tokens = m.generated_tokens,
                        .prefetched_blocks = m.prefetched_blocks, .prefetch_hit_blocks = m.prefetch_hit_blocks,
-                       .prefetch_wasted_blocks = m.prefetch_wasted_blocks};
+                       .prefetch_wasted_blocks = m.prefetch_wasted_blocks, .segment_reused_tokens = m.segment_reused_tokens,
+                       .segment_candidates = m.segment_candidates, .segments_exact = m.segments_exact,
+                       .segments_approx = m.segments_approx, .segments_rejected_context = m.segments_rejected_context,
+                       .segments_rejected_window = m.segments_rejected_window, .segment_flops_saved = m.segment_flops_saved};
     metrics_set_instance(c->metrics, instance, &s);
 }
 

@@ -225,7 +225,8 @@ HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err) {
     if (!api) return braid_error_set(err, "http: out of memory"), NULL;
     api->cfg = *cfg;
     api->generate = (HttpGenerateContext){.coord = cfg->coord, .metrics = cfg->metrics, .model = cfg->model,
-                                          .served_model = cfg->served_model, .seed_counter = &api->seed_counter};
+                                          .served_model = cfg->served_model, .seed_counter = &api->seed_counter,
+                                          .segment_reuse = cfg->segment_reuse};
     pthread_mutex_init(&api->mu, NULL);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
     if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {

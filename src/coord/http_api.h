@@ -47,6 +47,7 @@ typedef struct {
     size_t max_body_bytes;
     const AuthKeys *keys;     /* NULL: no API keys (anyone may call, tenants are self-declared) */
     const char *tls_cert_pem, *tls_key_pem; /* both set: HTTPS only (PEM text, borrowed); both NULL: plain HTTP */
+    int segment_reuse;        /* --segment-reuse: the most a request may ask for (SegmentReuseMode; 0 = off) */
 } HttpApiConfig;
 
 #define HTTP_MAX_HEADER_BYTES (32 * 1024)     /* request line and headers, total; more gets 431 */

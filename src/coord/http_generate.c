@@ -2,6 +2,8 @@
 #define _GNU_SOURCE /* POLLRDHUP */
 #include "coord/http_generate.h"
 
+#include "cache/kv_cache.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <poll.h>
@@ -67,7 +69,25 @@ static int resolve_max_tokens(const HttpGenerateContext *ctx, const ApiRequest *
     return 0;
 }
 
+/* The request's segment reuse: what it asked for, if the server allows that much; else exact (or
+ * off when the server has it off). Approximate reuse is never on unless both ask for it. */
+static int resolve_segment_reuse(const HttpGenerateContext *ctx, const ApiRequest *a, int *mode, ApiError *e) {
+    int server = ctx->segment_reuse;
+    if (a->segment_reuse < 0) {
+        *mode = server < SEGMENT_REUSE_EXACT ? server : SEGMENT_REUSE_EXACT;
+        return 0;
+    }
+    if (a->segment_reuse > server)
+        return api_error_set(e, 400, "segment_reuse", NULL, "segment_reuse \"%s\" is not enabled on this server (it allows \"%s\"; "
+                             "start it with --segment-reuse approx to allow approximate reuse)",
+                             segment_reuse_name((SegmentReuseMode)a->segment_reuse), segment_reuse_name((SegmentReuseMode)server));
+    *mode = a->segment_reuse;
+    return 0;
+}
+
 static CoordRequest *build_request(const HttpGenerateContext *ctx, const ApiRequest *a, ApiError *e) {
+    int segment_mode = 0;
+    if (resolve_segment_reuse(ctx, a, &segment_mode, e)) return NULL;
     TokenList ids = {0};
     if (tokenize_prompt(ctx->model, a, &ids, e)) return NULL;
     int max_tokens = 0;
@@ -91,6 +111,7 @@ static CoordRequest *build_request(const HttpGenerateContext *ctx, const ApiRequ
             r->top_k = a->top_k;
             r->seed = api_request_sampling_seed(a, atomic_fetch_add(ctx->seed_counter, 1));
             r->ignore_eos = a->ignore_eos;
+            r->segment_mode = (uint8_t)segment_mode;
             /* The same seed the instance's cache uses, so the router's index and the prompt agree. */
             content_hash_blocks(content_hash_namespace(a->tenant, a->adapter), r->prompt, n_blocks, block, r->block_hashes, chunk);
             r->n_hashes = n_blocks;
@@ -140,7 +161,7 @@ static const char *finish_name(const CoordRequest *r, bool stopped) {
 
 static ApiUsage usage_of(const CoordRequest *r, int completion_tokens) {
     return (ApiUsage){.prompt_tokens = r->n_prompt, .completion_tokens = completion_tokens, .cached_tokens = r->cached_tokens,
-                      .cached_tokens_host = r->cached_tokens_host};
+                      .cached_tokens_host = r->cached_tokens_host, .segment_reused_tokens = r->reused_tokens};
 }
 
 /* Seconds from submission to the first token. A request that finished sets its first token's time at

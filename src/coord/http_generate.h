@@ -33,6 +33,7 @@ typedef struct {
     const BraidModel *model;
     const char *served_model; /* the model id requests must name */
     _Atomic uint64_t *seed_counter; /* per server: salts each unseeded request's seed */
+    int segment_reuse;        /* the most segment reuse a request may ask for (SegmentReuseMode) */
 } HttpGenerateContext;
 
 /* key: the request's API key, NULL when the server has none. */

@@ -405,7 +405,7 @@ static void render_counter(TextOut *o, const char *name, const char *help, unsig
 typedef struct {
     const char *name, *help;         /* per instance, labelled instance="i" */
     const char *sum_name, *sum_help; /* summed over instances; NULL = not summed */
-    const char *tier;                /* value of a tier label, or NULL */
+    const char *label;               /* one more label, written out (e.g. tier="host"), or NULL */
     size_t offset;
     int is_gauge; /* gauges are int fields, counters unsigned long long */
 } InstanceFamily;
@@ -422,8 +422,8 @@ static const InstanceFamily INSTANCE_FAMILIES[] = {
      "Host-tier KV blocks, summed over instances.", NULL, STAT(host_total_blocks), 1},
     {"braid_instance_cached_prompt_tokens_total", "Prompt tokens served from the prefix cache, by the tier that held them.",
      "braid_prompt_tokens_cached_total", "Prompt tokens served from the prefix cache at admission, by tier, summed over instances.",
-     "device", STAT(cached_prompt_tokens_device), 0},
-    {"braid_instance_cached_prompt_tokens_total", NULL, "braid_prompt_tokens_cached_total", NULL, "host",
+     "tier=\"device\"", STAT(cached_prompt_tokens_device), 0},
+    {"braid_instance_cached_prompt_tokens_total", NULL, "braid_prompt_tokens_cached_total", NULL, "tier=\"host\"",
      STAT(cached_prompt_tokens_host), 0},
     {"braid_instance_computed_prompt_tokens_total", "Prompt tokens computed by prefill.", "braid_prompt_tokens_computed_total",
      "Prompt tokens computed by prefill at admission, summed over instances.", NULL, STAT(computed_prompt_tokens), 0},
@@ -444,6 +444,22 @@ static const InstanceFamily INSTANCE_FAMILIES[] = {
     {"braid_instance_kv_prefetch_wasted_blocks_total", "Prefetched KV blocks evicted before any request used them.",
      "braid_kv_prefetch_wasted_blocks_total", "Prefetched KV blocks evicted unused, summed over instances.", NULL,
      STAT(prefetch_wasted_blocks), 0},
+    {"braid_instance_segment_reused_prompt_tokens_total", "Prompt tokens whose K/V came from reused segments (segment reuse).",
+     "braid_prompt_tokens_segment_reused_total", "Prompt tokens whose K/V came from reused segments, summed over instances.", NULL,
+     STAT(segment_reused_tokens), 0},
+    {"braid_instance_segment_candidates_total", "Prompt chunks found in the segment index.", "braid_segment_candidates_total",
+     "Prompt chunks found in the segment index, summed over instances.", NULL, STAT(segment_candidates), 0},
+    {"braid_instance_segment_admissions_total", "Segments reused, by admission mode.", "braid_segment_admissions_total",
+     "Segments reused by admission mode, summed over instances.", "mode=\"exact\"", STAT(segments_exact), 0},
+    {"braid_instance_segment_admissions_total", NULL, "braid_segment_admissions_total", NULL, "mode=\"approx\"",
+     STAT(segments_approx), 0},
+    {"braid_instance_segment_rejections_total", "Segment candidates not reused, by reason.", "braid_segment_rejections_total",
+     "Segment candidates not reused by reason, summed over instances.", "reason=\"left_context\"", STAT(segments_rejected_context), 0},
+    {"braid_instance_segment_rejections_total", NULL, "braid_segment_rejections_total", NULL, "reason=\"window\"",
+     STAT(segments_rejected_window), 0},
+    {"braid_instance_segment_prefill_flops_saved_total", "Prefill FLOPs (linear layers) not spent thanks to reused segments.",
+     "braid_segment_prefill_flops_saved_total", "Prefill FLOPs saved by segment reuse, summed over instances.", NULL,
+     STAT(segment_flops_saved), 0},
     {"braid_instance_preemptions_total", "Sequences preempted.", NULL, NULL, NULL, STAT(preemptions), 0},
     {"braid_instance_generated_tokens_total", "Tokens generated.", NULL, NULL, NULL, STAT(generated_tokens), 0},
 };
@@ -463,11 +479,11 @@ static unsigned long long instance_value(const InstanceStats *s, const InstanceF
 }
 
 /* `{instance="i",tier="t"}`-style label set; either part may be absent. */
-static void out_labels(TextOut *o, int instance, const char *tier) {
-    if (instance < 0 && !tier) return;
+static void out_labels(TextOut *o, int instance, const char *label) {
+    if (instance < 0 && !label) return;
     out_str(o, "{");
-    if (instance >= 0) out_printf(o, "instance=\"%d\"%s", instance, tier ? "," : "");
-    if (tier) out_printf(o, "tier=\"%s\"", tier);
+    if (instance >= 0) out_printf(o, "instance=\"%d\"%s", instance, label ? "," : "");
+    if (label) out_str(o, label);
     out_str(o, "}");
 }
 
@@ -478,7 +494,7 @@ static void render_instances(TextOut *o, const InstanceStats *instances, int n_i
             out_family(o, fam->name, fam->is_gauge ? "gauge" : "counter", fam->help);
         for (int i = 0; i < n_instances; i++) {
             out_str(o, fam->name);
-            out_labels(o, i, fam->tier);
+            out_labels(o, i, fam->label);
             out_printf(o, " %llu\n", instance_value(&instances[i], fam));
         }
     }
@@ -496,7 +512,7 @@ static void render_instance_sums(TextOut *o, const InstanceStats *instances, int
         unsigned long long sum = 0;
         for (int i = 0; i < n_instances; i++) sum += instance_value(&instances[i], fam);
         out_str(o, fam->sum_name);
-        out_labels(o, -1, fam->tier);
+        out_labels(o, -1, fam->label);
         out_printf(o, " %llu\n", sum);
     }
 }

@@ -60,6 +60,8 @@ typedef struct {
     unsigned long long demoted_blocks, loaded_blocks, host_evicted_blocks, device_evicted_blocks;
     unsigned long long preemptions, generated_tokens;
     unsigned long long prefetched_blocks, prefetch_hit_blocks, prefetch_wasted_blocks;
+    unsigned long long segment_reused_tokens, segment_candidates, segments_exact, segments_approx;
+    unsigned long long segments_rejected_context, segments_rejected_window, segment_flops_saved;
 } InstanceStats;
 
 /* Stores a copy of *s for instance `instance`. The index comes from an MPI peer, so an index out

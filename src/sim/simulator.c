@@ -97,38 +97,73 @@ static const EvictPolicy belady_policy = {.name = "belady", .score = belady_scor
 
 typedef struct {
     int device_cached_blocks, host_cached_blocks, copied_blocks;
+    int reused_tokens; /* segment reuse */
     int ok; /* 0: the request needed more blocks than the cache could give */
 } Served;
 
 /* The live engine also caches the blocks its generated tokens fill (the prompt's partial last block
  * included) when a request ends. The trace has no hashes for them; their content is this request's
  * own, so each gets tokens no other block has. Returns the blocks to commit. */
-static int output_blocks(const TraceRequest *r, int bs, int seq, int32_t *tokens) {
+static int output_blocks(const TraceRequest *r, int bs, int tpb, int seq, int32_t *tokens) {
     int full = r->prompt_tokens + r->output_tokens > 0 ? (r->prompt_tokens + r->output_tokens - 1) / bs : 0;
     for (int b = r->n_blocks; b < full; b++) {
-        tokens[SIM_TOKENS_PER_BLOCK * b] = (int32_t)(0x40000000u | (uint32_t)seq);
-        tokens[SIM_TOKENS_PER_BLOCK * b + 1] = b;
+        memset(tokens + (size_t)tpb * b, 0, (size_t)tpb * sizeof *tokens);
+        tokens[tpb * b] = (int32_t)(0x40000000u | (uint32_t)seq);
+        tokens[tpb * b + 1] = b;
     }
     return full > r->n_blocks ? full : r->n_blocks;
 }
 
+/* The request's token ids (tpb = bs: segment reuse replays real ids) or, by default, two tokens a
+ * block standing for its chained hash. */
+static void request_tokens(const TraceRequest *r, int bs, int tpb, int32_t *tokens) {
+    if (tpb == SIM_TOKENS_PER_BLOCK) hash_tokens(r->blocks, r->n_blocks, tokens);
+    else memcpy(tokens, r->tokens, (size_t)r->n_blocks * bs * sizeof *tokens);
+}
+
+/* Segment reuse for the prompt past the usable prefix (from), as the scheduler's admission does:
+ * found before the reservation (sources held), placed after it. Returns the tokens reused. */
+static int reuse_segments(KvCache *c, const CacheIdentity *id, const TraceRequest *r, int mode, int from, KvSegmentPlan *plan,
+                          BraidError *err) {
+    if (mode == SEGMENT_REUSE_OFF) return 0;
+    if (kv_cache_find_segments(c, id, r->tokens, r->prompt_tokens, from, (SegmentReuseMode)mode, plan, err)) return -1;
+    return plan->reused_tokens;
+}
+
 /* One request through the cache, as the scheduler admits and finishes it. */
-static int serve_one(KvCache *c, const TraceRequest *r, int bs, bool cache_outputs, int seq, int32_t *tokens, int32_t *blocks,
-                     CacheOpList *ops, Served *out, BraidError *err) {
+static int serve_one(KvCache *c, const TraceRequest *r, int bs, int tpb, const SimConfig *cfg, int seq, int32_t *tokens,
+                     int32_t *blocks, CacheOpList *ops, KvSegmentPlan *plan, Served *out, BraidError *err) {
     CacheIdentity id;
     if (kv_cache_identity(c, r->tenant, r->adapter, r->workflow, r->agent, &id, err)) return -1;
+    id.approx_ok = cfg->segment_reuse == SEGMENT_REUSE_APPROX;
     /* Match at most the prompt's full blocks, and never the whole prompt. */
     int limit = r->prompt_tokens > 0 ? (r->prompt_tokens - 1) / bs : 0;
     if (limit > r->n_blocks) limit = r->n_blocks;
-    hash_tokens(r->blocks, r->n_blocks, tokens);
+    request_tokens(r, bs, tpb, tokens);
     uint64_t copies_before = c->counters.stored_blocks + c->counters.loaded_blocks;
     KvCacheMatch m;
-    if (kv_cache_match(c, &id, tokens, limit * SIM_TOKENS_PER_BLOCK + 1, &m, err)) return -1;
+    if (kv_cache_match(c, &id, tokens, limit * tpb + 1, &m, err)) return -1;
     int got = kv_cache_acquire(c, &m, blocks, err);
     if (got < 0) return -1;
+    int reused = reuse_segments(c, &id, r, cfg->segment_reuse, got * bs, plan, err);
+    if (reused < 0) return -1;
     int total = (r->prompt_tokens + r->output_tokens + bs - 1) / bs, need = total - got, n_commit = r->n_blocks;
-    if (cache_outputs) n_commit = output_blocks(r, bs, seq, tokens);
+    if (cfg->cache_outputs) n_commit = output_blocks(r, bs, tpb, seq, tokens);
     out->ok = kv_cache_reserve(c, need, blocks + got) == 0;
+    if (!out->ok && plan->n > 0) { /* the held sources may be what stood in the way */
+        kv_cache_drop_segments(c, plan);
+        reused = 0;
+        out->ok = kv_cache_reserve(c, need, blocks + got) == 0;
+    }
+    if (out->ok && plan->n > 0 && kv_cache_place_segments(c, plan, blocks, err)) return -1;
+    /* From the first approximate token on (a matched approximate node or reused span), the blocks
+     * enter the tree marked approximate, as the scheduler commits them. */
+    int approx_from = m.approx_from_block >= 0 && m.approx_from_block < got ? m.approx_from_block * bs : -1;
+    if (out->ok && plan->inexact && (approx_from < 0 || plan->first_inexact < approx_from)) approx_from = plan->first_inexact;
+    id.has_approx = approx_from >= 0;
+    id.approx_from_block = approx_from >= 0 ? approx_from / bs : 0;
+    kv_cache_drop_segments(c, plan);
+    out->reused_tokens = out->ok ? reused : 0;
     RadixNode *lock = m.node;
     if (out->ok && kv_cache_commit(c, &id, tokens, n_commit, blocks, &lock, false, err)) return -1;
     kv_cache_release(c, lock, blocks, out->ok ? total : got);
@@ -243,7 +278,9 @@ static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, WorkflowFore
         int need = (t->reqs[i].prompt_tokens + t->reqs[i].output_tokens + bs - 1) / bs + t->reqs[i].n_blocks + 1;
         if (need > max_blocks) max_blocks = need;
     }
-    int32_t *tokens = malloc((size_t)max_blocks * SIM_TOKENS_PER_BLOCK * sizeof *tokens), *blocks = malloc((size_t)max_blocks * sizeof *blocks);
+    int tpb = cfg->segment_reuse ? bs : SIM_TOKENS_PER_BLOCK;
+    int32_t *tokens = malloc((size_t)max_blocks * tpb * sizeof *tokens), *blocks = malloc((size_t)max_blocks * sizeof *blocks);
+    KvSegmentPlan plan = {0};
     int rc = tokens && blocks ? 0 : braid_error_set(err, "sim: out of memory");
     double ttft_sum = 0;
     CacheOpList ops = {0};
@@ -263,9 +300,10 @@ static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, WorkflowFore
             res->prefetch_copy_s += copy_seconds(cfg, loaded, bs);
         }
         Served sv = {0};
-        if ((rc = forecast_call(c, f, r, err)) || (rc = serve_one(c, r, bs, cfg->cache_outputs, i, tokens, blocks, &ops, &sv, err))) break;
+        if ((rc = forecast_call(c, f, r, err)) || (rc = serve_one(c, r, bs, tpb, cfg, i, tokens, blocks, &ops, &plan, &sv, err))) break;
         if (!sv.ok) res->too_large++;
-        int cached = (sv.device_cached_blocks + sv.host_cached_blocks) * bs, computed = r->prompt_tokens - cached;
+        int cached = (sv.device_cached_blocks + sv.host_cached_blocks) * bs, computed = r->prompt_tokens - cached - sv.reused_tokens;
+        res->segment_reused_tokens += (uint64_t)sv.reused_tokens;
         double copy = copy_seconds(cfg, sv.copied_blocks, bs), ttft = computed * cfg->prefill_s_per_token + copy;
         res->requests++;
         res->prompt_tokens += (uint64_t)r->prompt_tokens;
@@ -279,7 +317,8 @@ static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, WorkflowFore
         res->modeled_latency_s += latencies[i];
         if (res->timeline)
             res->timeline[res->n_timeline++] = (SimRequestRow){.t = r->t, .prompt_tokens = r->prompt_tokens, .cached_tokens = cached,
-                                                               .host_cached_tokens = sv.host_cached_blocks * bs, .ttft_s = ttft,
+                                                               .host_cached_tokens = sv.host_cached_blocks * bs,
+                                                               .reused_tokens = sv.reused_tokens, .ttft_s = ttft,
                                                                .latency_s = latencies[i]};
     }
     deliver_ends(c, f, t, &next_end, INFINITY);
@@ -289,6 +328,7 @@ static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, WorkflowFore
     }
     res->mean_ttft_s = res->requests ? ttft_sum / res->requests : 0.0;
     cache_ops_free(&ops);
+    kv_cache_segment_plan_free(&plan);
     free(tokens);
     free(blocks);
     return rc;
@@ -302,9 +342,16 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
     if (!policy) return braid_error_set(err, "sim: unknown policy '%s' (a registered one or belady)", cfg->policy);
     BeladyState bstate = {0};
     if (belady && belady_build(&bstate, t)) return braid_error_set(err, "sim: out of memory indexing the trace");
-    KvCacheConfig cc = {.block_size = SIM_TOKENS_PER_BLOCK, .device_blocks = cfg->kv_tokens / bs + 1,
+    if (cfg->segment_reuse && belady) return braid_error_set(err, "sim: belady replays block hashes; segment reuse needs another policy");
+    for (int i = 0; cfg->segment_reuse && i < t->n; i++)
+        if (!t->reqs[i].tokens)
+            return braid_error_set(err, "sim: segment reuse needs the prompts' token ids, but trace request %s has no \"tokens\" "
+                                        "(write the trace with --trace-tokens)", t->reqs[i].id);
+    KvCacheConfig cc = {.block_size = cfg->segment_reuse ? bs : SIM_TOKENS_PER_BLOCK, .device_blocks = cfg->kv_tokens / bs + 1,
                         .host_blocks = cfg->host_kv_tokens > 0 ? cfg->host_kv_tokens / bs + 1 : 0, .policy = policy,
-                        .policy_state = belady ? &bstate : NULL};
+                        .policy_state = belady ? &bstate : NULL, .segments = cfg->segment_reuse != 0,
+                        .anchor_tokens = cfg->anchor_tokens, .n_anchor_tokens = cfg->n_anchor_tokens,
+                        .approx_window = cfg->approx_window};
     KvCache cache;
     WorkflowForecast forecast, *f = policy->on_prediction ? &forecast : NULL;
     if (f && forecast_init(cfg, f, err)) {

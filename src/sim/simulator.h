@@ -52,12 +52,20 @@ typedef struct {
      * prefetch_value (pbkv) and a host tier; otherwise nothing is prefetched. */
     bool prefetch;
     bool timeline;            /* fill SimResult.timeline, one row per request */
+    /* Segment reuse (kv_cache.h SegmentReuseMode; 0 = off): the replay then runs the cache on the
+     * trace's token ids (every request line needs "tokens") with the chunker's anchors (the model's
+     * control tokens) and approximate mode's window; a reused token costs no prefill. Not with belady. */
+    int segment_reuse;
+    int approx_window;
+    const int32_t *anchor_tokens;
+    int n_anchor_tokens;
 } SimConfig;
 
 /* One request as the replay served it (SimResult.timeline[i] is trace request i). */
 typedef struct {
     double t;                 /* arrival time in the trace (s) */
     int prompt_tokens, cached_tokens, host_cached_tokens; /* cached includes the host-tier part */
+    int reused_tokens;        /* segment reuse */
     double ttft_s, latency_s; /* modeled */
 } SimRequestRow;
 
@@ -70,6 +78,7 @@ typedef struct {
 typedef struct {
     int requests, too_large;  /* too_large: needed more blocks than the whole cache */
     uint64_t prompt_tokens, cached_tokens, evicted_blocks;
+    uint64_t segment_reused_tokens; /* prompt tokens past the cached prefix taken from reused segments */
     /* cached_tokens = device_cached_tokens + host_cached_tokens (loaded back before the forward) */
     uint64_t device_cached_tokens, host_cached_tokens;
     uint64_t demoted_blocks, loaded_blocks, stored_blocks, host_evicted_blocks;

@@ -1,6 +1,7 @@
 #include "sim/trace.h"
 
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,23 @@ void trace_request_free(TraceRequest *r) {
     free(r->adapter);
     free(r->blocks);
     free(r->hidden);
+    free(r->tokens);
     memset(r, 0, sizeof *r);
+}
+
+/* "tokens": prompt_tokens non-negative 32-bit ids, or absent. */
+static int parse_tokens(const json_t *ids, TraceRequest *r, BraidError *err) {
+    if (!ids) return 0;
+    if (!json_is_array(ids) || (int)json_array_size(ids) != r->prompt_tokens)
+        return braid_error_set(err, "tokens must be an array of prompt_tokens (%d) token ids", r->prompt_tokens);
+    if (!(r->tokens = malloc(((size_t)r->prompt_tokens + 1) * sizeof *r->tokens))) return braid_error_set(err, "out of memory");
+    for (int i = 0; i < r->prompt_tokens; i++) {
+        const json_t *v = json_array_get(ids, (size_t)i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            return braid_error_set(err, "token %d is not a non-negative 32-bit id", i);
+        r->tokens[i] = (int32_t)json_integer_value(v);
+    }
+    return 0;
 }
 
 static int parse_request(json_t *o, TraceRequest *r, int *block_size, BraidError *err) {
@@ -65,7 +82,7 @@ static int parse_request(json_t *o, TraceRequest *r, int *block_size, BraidError
     json_t *hidden = json_object_get(o, "hidden");
     if (hidden && json_is_string(hidden) && !(r->hidden = float_b64_decode(json_string_value(hidden), TRACE_MAX_HIDDEN, &r->hidden_dim)))
         return braid_error_set(err, "hidden is not base64 of at most %d finite float32 values", TRACE_MAX_HIDDEN);
-    return TRACE_LINE_REQUEST;
+    return parse_tokens(json_object_get(o, "tokens"), r, err) ? -1 : TRACE_LINE_REQUEST;
 }
 
 static int parse_workflow_end(json_t *o, TraceRequest *r, BraidError *err) {

@@ -22,6 +22,7 @@ typedef struct {
     uint64_t *blocks;   /* chained hashes of the full prompt blocks */
     float *hidden;      /* the prefill's post-norm hidden state of the last prompt token, or NULL */
     int hidden_dim;     /* its width (0 when absent) */
+    int32_t *tokens;    /* the prompt's token ids (prompt_tokens of them) when the line has "tokens", else NULL */
 } TraceRequest;
 
 typedef struct {

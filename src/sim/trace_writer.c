@@ -29,6 +29,15 @@ int trace_write_request(FILE *f, const TraceRecord *rec) {
         }
         free(b64);
     }
+    if (o && rec->with_tokens) {
+        json_t *ids = json_array();
+        for (int i = 0; ids && i < rec->prompt_tokens; i++)
+            if (json_array_append_new(ids, json_integer(rec->prompt[i]))) json_decref(ids), ids = NULL;
+        if (!ids || json_object_set_new(o, "tokens", ids)) {
+            json_decref(o);
+            o = NULL;
+        }
+    }
     char *head = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     int n_blocks = rec->block_size > 0 ? rec->prompt_tokens / rec->block_size : 0;

@@ -8,6 +8,7 @@
 #ifndef BRAID_SIM_TRACE_WRITER_H
 #define BRAID_SIM_TRACE_WRITER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -21,6 +22,7 @@ typedef struct {
     int block_size;
     const float *hidden;    /* the prefill's last hidden state, written as "hidden" (base64), or NULL */
     int hidden_dim;
+    bool with_tokens;       /* also write the prompt's token ids ("tokens"): braid sim's segment reuse reads them */
 } TraceRecord;
 
 /* One request line; the hashes are seeded by content_hash_namespace(tenant, adapter), as the cache's.

@@ -28,6 +28,7 @@ void msg_submit_encode(WireBuf *b, const MsgSubmit *m) {
     wire_put_u64(b, m->seed);
     wire_put_u8(b, m->ignore_eos);
     wire_put_u8(b, m->want_hidden);
+    wire_put_u8(b, m->segment_mode);
     wire_put_str(b, m->tenant);
     wire_put_str(b, m->adapter);
     wire_put_str(b, m->workflow);
@@ -45,6 +46,7 @@ int msg_submit_decode(WireReader *r, MsgSubmit *m) {
     m->seed = wire_get_u64(r);
     m->ignore_eos = wire_get_u8(r);
     m->want_hidden = wire_get_u8(r);
+    m->segment_mode = wire_get_u8(r);
     m->tenant = wire_get_str(r);
     m->adapter = wire_get_str(r);
     m->workflow = wire_get_str(r);
@@ -100,6 +102,7 @@ void msg_finish_encode(WireBuf *b, const MsgFinish *m) {
     wire_put_i32(b, m->prompt_tokens);
     wire_put_i32(b, m->cached_tokens);
     wire_put_i32(b, m->cached_tokens_host);
+    wire_put_i32(b, m->reused_tokens);
     wire_put_i32(b, m->completion_tokens);
     wire_put_i32(b, m->preemptions);
     wire_put_str(b, m->error);
@@ -112,6 +115,7 @@ int msg_finish_decode(WireReader *r, MsgFinish *m) {
     m->prompt_tokens = wire_get_i32(r);
     m->cached_tokens = wire_get_i32(r);
     m->cached_tokens_host = wire_get_i32(r);
+    m->reused_tokens = wire_get_i32(r);
     m->completion_tokens = wire_get_i32(r);
     m->preemptions = wire_get_i32(r);
     m->error = wire_get_str(r);
@@ -161,7 +165,9 @@ void msg_stats_encode(WireBuf *b, const MsgStats *m) {
     const uint64_t counters[] = {m->cached_prompt_tokens_device, m->cached_prompt_tokens_host, m->computed_prompt_tokens,
                                  m->demoted_blocks, m->loaded_blocks, m->host_evicted_blocks, m->device_evicted_blocks,
                                  m->preemptions, m->generated_tokens, m->prefetched_blocks, m->prefetch_hit_blocks,
-                                 m->prefetch_wasted_blocks};
+                                 m->prefetch_wasted_blocks, m->segment_reused_tokens, m->segment_candidates, m->segments_exact,
+                                 m->segments_approx, m->segments_rejected_context, m->segments_rejected_window,
+                                 m->segment_flops_saved};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) wire_put_i32(b, gauges[i]);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) wire_put_u64(b, counters[i]);
 }
@@ -173,7 +179,9 @@ int msg_stats_decode(WireReader *r, MsgStats *m) {
     uint64_t *counters[] = {&m->cached_prompt_tokens_device, &m->cached_prompt_tokens_host, &m->computed_prompt_tokens,
                             &m->demoted_blocks, &m->loaded_blocks, &m->host_evicted_blocks, &m->device_evicted_blocks,
                             &m->preemptions, &m->generated_tokens, &m->prefetched_blocks, &m->prefetch_hit_blocks,
-                            &m->prefetch_wasted_blocks};
+                            &m->prefetch_wasted_blocks, &m->segment_reused_tokens, &m->segment_candidates,
+                            &m->segments_exact, &m->segments_approx, &m->segments_rejected_context,
+                            &m->segments_rejected_window, &m->segment_flops_saved};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) *gauges[i] = wire_get_i32(r);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) *counters[i] = wire_get_u64(r);
     return reader_ok(r);

@@ -50,6 +50,7 @@ typedef struct {
     uint64_t seed;
     uint8_t ignore_eos;
     uint8_t want_hidden;      /* send HIDDEN after the prefill (the coordinator's predictor reads it) */
+    uint8_t segment_mode;     /* segment reuse (kv_cache.h SegmentReuseMode: 0 off, 1 exact, 2 approx) */
     char *tenant, *adapter;   /* cache namespace; may be empty (= none) */
     char *workflow, *agent;   /* may be empty */
     int32_t *tokens;
@@ -70,6 +71,7 @@ typedef struct {
     int32_t prompt_tokens;
     int32_t cached_tokens;      /* prompt tokens served from the cache, device and host tiers together */
     int32_t cached_tokens_host; /* of those, the ones loaded back from the host tier */
+    int32_t reused_tokens;      /* prompt tokens whose K/V came from reused segments (not in cached_tokens) */
     int32_t completion_tokens, preemptions;
     char *error;              /* empty unless FINISH_ERROR */
 } MsgFinish;
@@ -90,6 +92,10 @@ typedef struct {
     uint64_t demoted_blocks, loaded_blocks, host_evicted_blocks, device_evicted_blocks;
     uint64_t preemptions, generated_tokens;
     uint64_t prefetched_blocks, prefetch_hit_blocks, prefetch_wasted_blocks; /* PBKV's prefetch: loaded ahead, then used / evicted unused */
+    /* Segment reuse: prompt tokens reused (of the computed ones' share), chunks found in the index,
+     * admitted exactly / approximately, rejected for left context / window; prefill FLOPs saved. */
+    uint64_t segment_reused_tokens, segment_candidates, segments_exact, segments_approx;
+    uint64_t segments_rejected_context, segments_rejected_window, segment_flops_saved;
 } MsgStats;
 
 /* KV_EVENTS. The values mirror the cache's (kv_cache.h: CacheEventKind, CacheTier, the tier bits

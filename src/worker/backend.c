@@ -85,6 +85,18 @@ static int check_cache_op(const Backend *b, const CacheOp *op, int i, BraidError
             return braid_error_set(err, "cache op %d: rotate of device block %d by %d positions: |delta| must be below "
                                         "the context length %d", i, op->src, op->delta, b->cfg.max_context);
         return 0;
+    case CACHE_OP_COPY_SLOTS: /* slots of one device block into another, keys turned by delta */
+        if (check_block(op->src, dev, "device", "source", i, op, err) || check_block(op->dst, dev, "device", "target", i, op, err))
+            return -1;
+        if (op->src == op->dst) return braid_error_set(err, "cache op %d: copy_slots of device block %d onto itself", i, op->src);
+        if (op->n_slots < 1 || op->src_slot < 0 || op->dst_slot < 0 || op->src_slot + op->n_slots > b->cfg.block_size ||
+            op->dst_slot + op->n_slots > b->cfg.block_size)
+            return braid_error_set(err, "cache op %d: copy_slots of %d slots from slot %d to slot %d does not fit blocks of %d slots",
+                                   i, op->n_slots, op->src_slot, op->dst_slot, b->cfg.block_size);
+        if (op->delta <= -b->cfg.max_context || op->delta >= b->cfg.max_context)
+            return braid_error_set(err, "cache op %d: copy_slots by %d positions: |delta| must be below the context length %d", i,
+                                   op->delta, b->cfg.max_context);
+        return 0;
     default:
         return braid_error_set(err, "cache op %d: unknown operation kind %d", i, (int)op->kind);
     }

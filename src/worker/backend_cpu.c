@@ -64,6 +64,15 @@ static void cpu_rotate_block(CpuBackend *cb, const ModelWeights *w, int32_t bloc
     kv_pool_rotate_block(&cb->kv, block, delta, c->rope_dim, c->rope_pairing, cb->rot_cos, cb->rot_sin);
 }
 
+/* COPY_SLOTS: a segment's slots land at another offset, keys turned by the same angles as ROTATE. */
+static void cpu_copy_slots(CpuBackend *cb, const ModelWeights *w, const CacheOp *op) {
+    const ModelConfig *c = &w->cfg;
+    if (op->delta != 0)
+        cpu_rope_angles(op->delta, c->rope_dim, c->rope_base, c->rope_position_scale, w->rope_freq_factors, cb->rot_cos, cb->rot_sin);
+    kv_pool_copy_slots(&cb->kv, op->src, op->src_slot, op->dst, op->dst_slot, op->n_slots, op->delta, c->rope_dim, c->rope_pairing,
+                       cb->rot_cos, cb->rot_sin);
+}
+
 static int cpu_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError *err) {
     CpuBackend *cb = b->impl;
     for (int i = 0; i < n; i++) {
@@ -72,6 +81,7 @@ static int cpu_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError
         else if (op->kind == CACHE_OP_STORE) kv_pool_copy_block(&cb->kv, op->src, &cb->host, op->dst);
         else if (op->kind == CACHE_OP_LOAD) kv_pool_copy_block(&cb->host, op->src, &cb->kv, op->dst);
         else if (op->kind == CACHE_OP_ROTATE) cpu_rotate_block(cb, b->weights, op->src, op->delta);
+        else if (op->kind == CACHE_OP_COPY_SLOTS) cpu_copy_slots(cb, b->weights, op);
         else return braid_error_set(err, "cache op %d: %s is not supported", i, cache_op_name(op->kind));
     }
     return 0;

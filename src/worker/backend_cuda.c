@@ -64,7 +64,7 @@ typedef struct {
     void *blas_workspace;
     CudaWeights w;
     uint16_t **k_cache, **v_cache; /* per layer */
-    uint16_t **k_layers_dev;       /* (n_layers) device copy of k_cache, for kernels that span layers */
+    uint16_t **k_layers_dev, **v_layers_dev; /* (n_layers) device copies of k_cache / v_cache, for kernels that span layers */
     int32_t *slot_pos;
     /* activations, sized for max_batch_tokens rows */
     float *x, *qkv, *logits, *partials;
@@ -138,6 +138,9 @@ static int alloc_kv(CudaBackend *cb, const Backend *b, BraidError *err) {
     }
     if (alloc_dev((void **)&cb->k_layers_dev, (size_t)c->n_layers * sizeof *cb->k_layers_dev, "KV layer table", err)) return -1;
     CUDA_TRY(cudaMemcpy(cb->k_layers_dev, cb->k_cache, (size_t)c->n_layers * sizeof *cb->k_cache, cudaMemcpyHostToDevice),
+             "uploading the KV layer table");
+    if (alloc_dev((void **)&cb->v_layers_dev, (size_t)c->n_layers * sizeof *cb->v_layers_dev, "KV layer table", err)) return -1;
+    CUDA_TRY(cudaMemcpy(cb->v_layers_dev, cb->v_cache, (size_t)c->n_layers * sizeof *cb->v_cache, cudaMemcpyHostToDevice),
              "uploading the KV layer table");
     if (alloc_dev((void **)&cb->slot_pos, slots * sizeof(int32_t), "slot positions", err)) return -1;
     CUDA_TRY(cudaMemset(cb->slot_pos, 0, slots * sizeof(int32_t)), "clearing slot positions");
@@ -443,7 +446,7 @@ static int cuda_forward(Backend *b, const ForwardBatch *fb, ForwardOutput *out, 
  * and, within one tier, source and target ranges that stay apart, so one copy per array does them. */
 static int run_length(const CacheOp *ops, int n) {
     int len = 1;
-    if (ops[0].kind == CACHE_OP_ROTATE) return 1; /* one kernel per block */
+    if (ops[0].kind == CACHE_OP_ROTATE || ops[0].kind == CACHE_OP_COPY_SLOTS) return 1; /* one kernel per operation */
     for (; len < n; len++) {
         const CacheOp *o = &ops[len];
         if (o->kind != ops[0].kind || o->src != ops[0].src + len || o->dst != ops[0].dst + len) break;
@@ -460,6 +463,15 @@ static int copy_run(CudaBackend *cb, const Backend *b, const CacheOp *op, int le
         CUDA_TRY(cuda_rotate_block_keys(cb->k_layers_dev, b->weights->cfg.n_layers, cb->slot_pos, op->src, op->delta, &rope,
                                         b->cfg.block_size, cb->copy_stream),
                  "rotating a KV block");
+        return 0;
+    }
+    if (op->kind == CACHE_OP_COPY_SLOTS) {
+        CudaRopeShape rope = rope_shape(cb, b);
+        CudaSlotCopy cp = {.src_block = op->src, .dst_block = op->dst, .delta = op->delta, .src_slot = op->src_slot,
+                           .dst_slot = op->dst_slot, .n_slots = op->n_slots};
+        CUDA_TRY(cuda_copy_slots(cb->k_layers_dev, cb->v_layers_dev, b->weights->cfg.n_layers, cb->slot_pos, &cp, &rope,
+                                 b->cfg.block_size, cb->copy_stream),
+                 "copying KV slots");
         return 0;
     }
     CudaKvTier dev = {.k = cb->k_cache, .v = cb->v_cache, .slot_pos = cb->slot_pos};
@@ -545,7 +557,7 @@ static void cuda_destroy(Backend *b) {
     for (int i = 0; i < GRAPH_LADDER_MAX; i++)
         if (cb->graphs[i].exec) cudaGraphExecDestroy(cb->graphs[i].exec);
     void *dev[] = {cb->x, cb->qkv, cb->logits, cb->partials, cb->xb, cb->q, cb->att, cb->gate_up, cb->h, cb->final_h,
-                   cb->argmax_dev, cb->argmax_scratch, cb->meta_dev, cb->slot_pos, cb->blas_workspace, cb->k_layers_dev};
+                   cb->argmax_dev, cb->argmax_scratch, cb->meta_dev, cb->slot_pos, cb->blas_workspace, cb->k_layers_dev, cb->v_layers_dev};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     cudaFreeHost(cb->meta_host);
     cudaFreeHost(cb->argmax_host);

@@ -9,9 +9,13 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
     memset(e, 0, sizeof *e);
     e->model = model;
     e->cfg = *cfg;
+    const ModelConfig *mc = &model->weights.cfg;
     SchedConfig sc = {.device_blocks = cfg->n_blocks, .host_blocks = cfg->host_blocks, .block_size = cfg->block_size,
                       .max_batch_tokens = cfg->max_batch_tokens, .max_running = cfg->max_running,
-                      .cache_enabled = cfg->cache_enabled, .policy = cfg->policy, .prefetch = cfg->prefetch};
+                      .cache_enabled = cfg->cache_enabled, .policy = cfg->policy, .prefetch = cfg->prefetch,
+                      .segments = cfg->segment_reuse != SEGMENT_REUSE_OFF, .anchor_tokens = model->tokenizer.special_ids,
+                      .n_anchor_tokens = model->tokenizer.n_special, .approx_window = cfg->approx_window,
+                      .model_seed = engine_model_seed(mc), .flops_per_token = engine_prefill_flops_per_token(mc)};
     if (sched_init(&e->sched, &sc, err)) return -1;
     BackendConfig bc = backend_config_default(cfg->device, &model->weights.cfg, cfg->n_blocks, cfg->block_size,
                                               cfg->max_batch_tokens);
@@ -37,7 +41,23 @@ void engine_free(Engine *e) {
     memset(e, 0, sizeof *e);
 }
 
+double engine_prefill_flops_per_token(const ModelConfig *c) {
+    double q = (double)c->n_heads * c->head_dim, kv = (double)c->n_kv_heads * c->head_dim;
+    double per_layer = c->dim * (q + 2 * kv) + q * c->dim + 3.0 * c->dim * c->ff_dim;
+    return 2.0 * per_layer * c->n_layers;
+}
+
+uint64_t engine_model_seed(const ModelConfig *c) {
+    const double fields[] = {c->n_layers, c->dim, c->ff_dim, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size,
+                             c->rope_dim, c->rope_base, c->rope_position_scale, c->rope_pairing};
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the fields' bytes */
+    const unsigned char *p = (const unsigned char *)fields;
+    for (size_t i = 0; i < sizeof fields; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
 int engine_submit(Engine *e, SchedRequest *r) {
+    if (r->segment_mode > e->cfg.segment_reuse) r->segment_mode = (uint8_t)e->cfg.segment_reuse;
     int context = e->model->weights.cfg.context_length;
     if (r->n_prompt + r->max_tokens > context) r->max_tokens = context - r->n_prompt;
     if (r->max_tokens < 1) {
@@ -100,7 +120,8 @@ static int build_batch(Engine *e, ForwardBatch *b) {
         e->seq_ctx[i] = pe->start + pe->count;
         if (pe->sample) {
             /* Greedy requests need only the device's argmax; others need their logits on the host. */
-            e->want_logits[n_logits] = pe->req->sampling.temperature > 0.0f;
+            bool first = pe->req->n_tokens == pe->req->n_prompt;
+            e->want_logits[n_logits] = pe->req->sampling.temperature > 0.0f || (pe->req->want_first_logits && first);
             /* The prompt's last token: its hidden state, when the request wants it. */
             e->want_hidden[n_logits] = pe->req->want_hidden && !pe->req->hidden && pe->req->n_tokens == pe->req->n_prompt;
             e->logit_rows[n_logits++] = t - 1;
@@ -121,6 +142,14 @@ static void keep_hidden(Engine *e, SchedRequest *r, int row) {
     if (!e->want_hidden[row]) return;
     size_t dim = (size_t)e->model->weights.cfg.dim;
     if ((r->hidden = malloc(dim * sizeof *r->hidden))) memcpy(r->hidden, e->hidden + row * dim, dim * sizeof *r->hidden);
+}
+
+/* Keeps the first token's logits on the request when it asked for them (out of memory loses them). */
+static void keep_first_logits(Engine *e, SchedRequest *r, int row) {
+    if (!r->want_first_logits || r->first_logits || r->n_tokens != r->n_prompt) return;
+    size_t vocab = (size_t)e->model->weights.cfg.vocab_size;
+    if ((r->first_logits = malloc(vocab * sizeof *r->first_logits)))
+        memcpy(r->first_logits, e->logits + (size_t)row * vocab, vocab * sizeof *r->first_logits);
 }
 
 static void after_sample(Engine *e, SchedRequest *r, int32_t token) {
@@ -162,6 +191,7 @@ int engine_step(Engine *e, BraidError *err) {
         int32_t token = e->want_logits[row] ? sampler_sample(&r->sampler, e->logits + (size_t)row * vocab, &r->sampling)
                                             : e->argmax[row];
         keep_hidden(e, r, row);
+        keep_first_logits(e, r, row);
         row++;
         after_sample(e, r, token);
     }

@@ -36,6 +36,10 @@ typedef struct {
     struct TpCollective *tp;
     int (*before_forward)(void *ctx, const ForwardBatch *batch, const CacheOpList *ops, BraidError *err);
     void *before_forward_ctx;
+    /* Segment reuse (kv_cache.h): the most a request may use (OFF keeps no segment index;
+     * APPROX permits requests to ask for it) and approximate mode's left-context window. */
+    SegmentReuseMode segment_reuse;
+    int approx_window;
 } EngineConfig;
 
 typedef struct {
@@ -59,7 +63,13 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
 /* The CPU matmul arithmetic an engine with this config uses (TP peers must use the same). */
 CpuMatmulMath engine_cpu_matmul(const EngineConfig *cfg);
 void engine_free(Engine *e);
-/* Prepares and queues a request (prompt already tokenized into req->tokens / n_prompt). */
+/* Prefill FLOPs per token of a model's linear layers (2 per multiply-add; the attention scores
+ * and the output head are left out): what one reused segment token saves at least. */
+double engine_prefill_flops_per_token(const ModelConfig *cfg);
+/* A seed naming what makes K/V comparable (dimensions, vocabulary, RoPE): chunk hashes include it. */
+uint64_t engine_model_seed(const ModelConfig *cfg);
+/* Prepares and queues a request (prompt already tokenized into req->tokens / n_prompt). A segment
+ * mode above the engine's is lowered to it. */
 int engine_submit(Engine *e, SchedRequest *req);
 /* Runs one step; returns the number of sequences in it (0 when idle), -1 on error. */
 int engine_step(Engine *e, BraidError *err);

@@ -108,7 +108,12 @@ static int send_stats(Leader *L) {
                   .loaded_blocks = cc->loaded_blocks, .host_evicted_blocks = cc->host_evicted_blocks,
                   .device_evicted_blocks = cc->device_evicted_blocks, .preemptions = s->counters.preemptions,
                   .generated_tokens = L->engine.generated_tokens, .prefetched_blocks = cc->prefetched_blocks,
-                  .prefetch_hit_blocks = cc->prefetch_hit_blocks, .prefetch_wasted_blocks = cc->prefetch_wasted_blocks};
+                  .prefetch_hit_blocks = cc->prefetch_hit_blocks, .prefetch_wasted_blocks = cc->prefetch_wasted_blocks,
+                  .segment_reused_tokens = s->counters.segment_reused_prompt_tokens, .segment_candidates = cc->segment_candidates,
+                  .segments_exact = cc->segments_exact, .segments_approx = cc->segments_approx,
+                  .segments_rejected_context = cc->segments_rejected_context,
+                  .segments_rejected_window = cc->segments_rejected_window,
+                  .segment_flops_saved = (uint64_t)s->counters.segment_flops_saved};
     WireBuf b = {0};
     msg_stats_encode(&b, &m);
     L->last_stats = braid_now_seconds();
@@ -144,6 +149,7 @@ static int send_finish(Leader *L, const LeaderRequest *lr) {
     MsgFinish m = {.req_id = lr->req_id, .reason = (uint8_t)reason_code(r), .prompt_tokens = r->n_prompt,
                    .cached_tokens = r->cached_tokens > 0 ? r->cached_tokens : 0,
                    .cached_tokens_host = r->cached_tokens > 0 && r->cached_tokens_host > 0 ? r->cached_tokens_host : 0,
+                   .reused_tokens = r->reused_tokens > 0 ? r->reused_tokens : 0,
                    .completion_tokens = r->n_tokens - r->n_prompt, .preemptions = r->preemptions, .error = (char *)r->error};
     WireBuf b = {0};
     msg_finish_encode(&b, &m);
@@ -214,6 +220,7 @@ static int accept_submit(Leader *L, MsgSubmit *m) {
     }
     r->ignore_eos = m->ignore_eos;
     r->want_hidden = m->want_hidden;
+    r->segment_mode = m->segment_mode;
     r->sampling = (SamplingParams){.temperature = m->temperature, .top_p = m->top_p, .top_k = m->top_k, .seed = m->seed};
     L->active[L->n_active++] = lr;
     /* A request the engine refuses is already marked finished with its error; report_progress sends it. */

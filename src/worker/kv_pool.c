@@ -88,3 +88,21 @@ void kv_pool_rotate_block(KvPool *pool, int32_t block, int32_t delta, int rope_d
     int32_t *pos = pool->slot_pos + (size_t)block * pool->block_size;
     for (int s = 0; s < pool->block_size; s++) pos[s] += delta;
 }
+
+void kv_pool_copy_slots(KvPool *pool, int32_t src_block, int src_slot, int32_t dst_block, int dst_slot, int n, int32_t delta,
+                        int rope_dim, RopePairing pairing, const float *cos_v, const float *sin_v) {
+    int bs = pool->block_size, hd = pool->head_dim, heads = pool->n_kv_heads;
+    assert(src_block > 0 && src_block < pool->n_blocks && dst_block > 0 && dst_block < pool->n_blocks && src_block != dst_block);
+    assert(n > 0 && src_slot >= 0 && dst_slot >= 0 && src_slot + n <= bs && dst_slot + n <= bs && rope_dim <= hd);
+    size_t rows = (size_t)n * hd;
+    for (int l = 0; l < pool->n_layers; l++)
+        for (int h = 0; h < heads; h++) { /* a head's slots are contiguous inside a block */
+            size_t s = (((size_t)src_block * heads + h) * bs + src_slot) * hd, d = (((size_t)dst_block * heads + h) * bs + dst_slot) * hd;
+            memcpy(pool->k[l] + d, pool->k[l] + s, rows * sizeof **pool->k);
+            memcpy(pool->v[l] + d, pool->v[l] + s, rows * sizeof **pool->v);
+            if (delta != 0) cpu_rope_rotate_f16(pool->k[l] + d, n, hd, rope_dim, pairing, cos_v, sin_v);
+        }
+    const int32_t *from = pool->slot_pos + (size_t)src_block * bs + src_slot;
+    int32_t *to = pool->slot_pos + (size_t)dst_block * bs + dst_slot;
+    for (int s = 0; s < n; s++) to[s] = from[s] + delta;
+}

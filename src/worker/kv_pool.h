@@ -45,5 +45,11 @@ void kv_pool_copy_block(const KvPool *src, int32_t src_block, KvPool *dst, int32
  * attention never reads them. block must be in range (asserted: callers validate it). */
 void kv_pool_rotate_block(KvPool *pool, int32_t block, int32_t delta, int rope_dim, RopePairing pairing, const float *cos_v,
                           const float *sin_v);
+/* The COPY_SLOTS cache operation: slots [src_slot, src_slot + n) of block src_block to slots
+ * [dst_slot, dst_slot + n) of dst_block (another block of the same pool), every layer and KV head:
+ * values copied, keys copied then re-positioned by delta like kv_pool_rotate_block (cos/sin of
+ * delta; delta 0 copies them unchanged), recorded positions copied plus delta. Asserted in range. */
+void kv_pool_copy_slots(KvPool *pool, int32_t src_block, int src_slot, int32_t dst_block, int dst_slot, int n, int32_t delta,
+                        int rope_dim, RopePairing pairing, const float *cos_v, const float *sin_v);
 
 #endif

@@ -52,8 +52,11 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err) {
     s->prefetch = cfg->prefetch && cfg->cache_enabled && cfg->host_blocks > 1 && cfg->policy && cfg->policy->prefetch_value;
     s->prefetch_max_blocks = cfg->prefetch_max_blocks > 0 ? cfg->prefetch_max_blocks : SCHED_PREFETCH_MAX_BLOCKS_PER_STEP;
     s->clock = braid_now_seconds;
+    s->flops_per_token = cfg->flops_per_token;
     KvCacheConfig cc = {.block_size = cfg->block_size, .device_blocks = cfg->device_blocks,
-                        .host_blocks = cfg->cache_enabled ? cfg->host_blocks : 0, .policy = cfg->policy, .clock = braid_now_seconds};
+                        .host_blocks = cfg->cache_enabled ? cfg->host_blocks : 0, .policy = cfg->policy, .clock = braid_now_seconds,
+                        .segments = cfg->segments && cfg->cache_enabled, .anchor_tokens = cfg->anchor_tokens,
+                        .n_anchor_tokens = cfg->n_anchor_tokens, .approx_window = cfg->approx_window, .model_seed = cfg->model_seed};
     if (kv_cache_init(&s->cache, &cc, err)) return -1;
     kv_cache_set_observer(&s->cache, on_cache_event, s);
     return 0;
@@ -79,8 +82,10 @@ void sched_request_free(SchedRequest *r) {
     free(r->workflow);
     free(r->agent);
     free(r->hidden);
+    free(r->first_logits);
     free(r->tokens);
     free(r->blocks);
+    kv_cache_segment_plan_free(&r->segments);
     sampler_free(&r->sampler);
     memset(r, 0, sizeof *r);
 }
@@ -101,6 +106,8 @@ static void queue_push_front(Scheduler *s, SchedRequest *r) {
 int sched_add(Scheduler *s, SchedRequest *r) {
     r->state = REQ_WAITING;
     r->cached_tokens = -1;
+    r->reused_tokens = -1;
+    r->approx_from = -1;
     BraidError err;
     if (kv_cache_identity(&s->cache, r->tenant, r->adapter, r->workflow, r->agent, &r->identity, &err)) {
         snprintf(r->error, sizeof r->error, "%s", err.msg);
@@ -125,6 +132,7 @@ int sched_add(Scheduler *s, SchedRequest *r) {
         r->finish_reason = "error";
         return -1;
     }
+    r->identity.approx_ok = r->segment_mode == SEGMENT_REUSE_APPROX;
     s->waiting[s->n_waiting++] = r;
     return 0;
 }
@@ -145,6 +153,8 @@ static int ensure_blocks(Scheduler *s, SchedRequest *r, int tokens) {
  * ends them, so a running request keeps its cached prefix pinned while others reuse it. */
 static void cache_computed_prefix(Scheduler *s, SchedRequest *r, bool relock) {
     int full = r->n_computed / s->block_size;
+    r->identity.has_approx = r->approx_from >= 0;
+    r->identity.approx_from_block = r->approx_from >= 0 ? r->approx_from / s->block_size : 0;
     if (!s->cache_enabled || full == 0) return;
     BraidError err;
     if (kv_cache_commit(&s->cache, &r->identity, r->tokens, full, r->blocks, &r->locked, relock, &err))
@@ -154,6 +164,8 @@ static void cache_computed_prefix(Scheduler *s, SchedRequest *r, bool relock) {
 /* Gives back everything r holds; computed full blocks go into the tree first when caching. */
 static void release_request(Scheduler *s, SchedRequest *r) {
     cache_computed_prefix(s, r, false);
+    kv_cache_drop_segments(&s->cache, &r->segments);
+    r->next_span = 0;
     kv_cache_release(&s->cache, r->locked, r->blocks, r->n_blocks);
     r->n_blocks = 0;
     r->locked = NULL;
@@ -251,36 +263,74 @@ static int take_cached_prefix(Scheduler *s, SchedRequest *r, BraidError *err) {
     r->locked = m.node;
     r->n_blocks = got;
     r->n_computed = got * s->block_size;
+    if (m.approx_from_block >= 0 && m.approx_from_block < got) r->approx_from = m.approx_from_block * s->block_size;
     return m.host_blocks;
 }
 
-/* Admission: the cached prefix, then blocks reserved for the rest of the sequence so far.
- * Returns 0 when admitted, 1 when it does not fit now. */
+/* Prefill jumps over the reused spans that start where it stands. */
+static void skip_reused(SchedRequest *r) {
+    const KvSegmentPlan *p = &r->segments;
+    while (r->next_span < p->n && p->spans[r->next_span].dst_start == r->n_computed) {
+        r->n_computed += p->spans[r->next_span].n_tokens;
+        r->next_span++;
+    }
+}
+
+/* Reserves blocks for r's tokens with its segments found (their sources held, so eviction cannot
+ * take them); when that does not fit, tries again without the segments, whose held sources may be
+ * what stands in the way. Returns 0 when reserved, 1 when it does not fit. */
+static int reserve_with_segments(Scheduler *s, SchedRequest *r, BraidError *err) {
+    r->next_span = 0;
+    if (s->cache_enabled && r->segment_mode != SEGMENT_REUSE_OFF &&
+        kv_cache_find_segments(&s->cache, &r->identity, r->tokens, r->n_tokens, r->n_computed, (SegmentReuseMode)r->segment_mode,
+                               &r->segments, err))
+        return -1;
+    if (ensure_blocks(s, r, r->n_tokens) == 0) return 0;
+    if (r->segments.n == 0) return 1;
+    kv_cache_drop_segments(&s->cache, &r->segments);
+    return ensure_blocks(s, r, r->n_tokens) == 0 ? 0 : 1;
+}
+
+static void count_first_admission(Scheduler *s, SchedRequest *r, int loaded) {
+    int host = loaded * s->block_size, reused = r->segments.reused_tokens;
+    r->cached_tokens = r->n_computed;
+    r->cached_tokens_host = host;
+    r->reused_tokens = reused;
+    s->counters.cached_prompt_tokens_device += (uint64_t)(r->n_computed - host);
+    s->counters.cached_prompt_tokens_host += (uint64_t)host;
+    s->counters.computed_prompt_tokens += (uint64_t)(r->n_prompt - r->n_computed - reused);
+    s->counters.segment_reused_prompt_tokens += (uint64_t)reused;
+    s->counters.segment_flops_saved += s->flops_per_token * reused;
+}
+
+/* Admission: the cached prefix, reused segments, then blocks reserved for the rest of the sequence
+ * so far. Returns 0 when admitted, 1 when it does not fit now. */
 static int admit(Scheduler *s, SchedRequest *r, BraidError *err) {
     int loaded = 0;
     r->n_blocks = 0;
     r->n_computed = 0;
+    r->approx_from = -1;
     if (s->cache_enabled && (loaded = take_cached_prefix(s, r, err)) < 0) return -1;
     if (braid_grow((void **)&r->blocks, &r->cap_blocks, blocks_for(s, r->n_tokens) + 1, sizeof *r->blocks)) {
         release_request(s, r);
         return braid_error_set(err, "sched: out of memory");
     }
-    if (ensure_blocks(s, r, r->n_tokens)) {
+    int rc = reserve_with_segments(s, r, err);
+    if (rc == 0 && r->segments.n > 0 && kv_cache_place_segments(&s->cache, &r->segments, r->blocks, err)) rc = -1;
+    if (rc != 0) {
         release_request(s, r);
         r->n_computed = 0;
-        return 1;
+        return rc;
     }
-    if (r->cached_tokens < 0) {
-        int host = loaded * s->block_size;
-        r->cached_tokens = r->n_computed;
-        r->cached_tokens_host = host;
-        s->counters.cached_prompt_tokens_device += (uint64_t)(r->n_computed - host);
-        s->counters.cached_prompt_tokens_host += (uint64_t)host;
-        s->counters.computed_prompt_tokens += (uint64_t)(r->n_prompt - r->n_computed);
-    }
+    if (r->segments.inexact && (r->approx_from < 0 || r->segments.first_inexact < r->approx_from))
+        r->approx_from = r->segments.first_inexact;
+    if (r->cached_tokens < 0) count_first_admission(s, r, loaded);
     if (r->n_computed > 0)
         event(s, "hit", r, "\"tokens\":%d,\"prompt\":%d", r->n_computed, r->n_tokens);
     if (loaded > 0) event(s, "load", r, "\"blocks\":%d,\"tokens\":%d", loaded, loaded * s->block_size);
+    if (r->segments.n > 0)
+        event(s, "segments", r, "\"spans\":%d,\"tokens\":%d", r->segments.n, r->segments.reused_tokens);
+    skip_reused(r);
     return 0;
 }
 
@@ -305,6 +355,10 @@ static int plan_decodes(Scheduler *s, StepPlan *p, int *budget) {
 
 static int plan_prefill_chunk(StepPlan *p, SchedRequest *r, int *budget) {
     int remaining = r->n_tokens - r->n_computed, chunk = remaining < *budget ? remaining : *budget;
+    if (r->next_span < r->segments.n) { /* stop at the next reused span: its K/V are already there */
+        int gap = r->segments.spans[r->next_span].dst_start - r->n_computed;
+        if (gap < chunk) chunk = gap;
+    }
     if (chunk <= 0) return 0;
     if (plan_add(p, r, r->n_computed, chunk, chunk == remaining)) return -1;
     *budget -= chunk;
@@ -392,6 +446,7 @@ void sched_commit(Scheduler *s, const StepPlan *p) {
         SchedRequest *r = p->entries[i].req;
         bool prefill = p->entries[i].start < r->n_prompt;
         r->n_computed = p->entries[i].start + p->entries[i].count;
+        skip_reused(r);
         /* Prefill results are shared at once, so requests admitted in later steps reuse them
          * while this one still runs; decoded blocks join the tree when the request ends. */
         if (prefill) cache_computed_prefix(s, r, true);

@@ -11,6 +11,12 @@
  * is released, and it returns to the front of the queue with its generated tokens kept.
  * A request that can never fit (prompt + max_tokens beyond the whole pool) is finished with an
  * error at sched_add; nothing else is ever dropped.
+ * Segment reuse (when the request's mode is not OFF): after the prefix match, admission asks the
+ * cache for chunks of the rest of the prompt held elsewhere (kv_cache_find_segments), reserves the
+ * blocks, and lands them with COPY_SLOTS operations in the step's list; prefill then computes the
+ * gaps between them (one contiguous chunk per step), jumping over each reused span. A request's
+ * blocks from its first approximate token on enter the tree marked approximate: requests in
+ * approx mode match through them, no other request is ever served them.
  * Prefetch (PBKV §4.3, when configured and the policy has prefetch_value): on a pure-decode step
  * (every entry a one-token decode and nothing waiting that could be admitted) the cache loads
  * host-tier nodes the policy expects the next calls to use into free device blocks, at most
@@ -53,6 +59,16 @@ typedef struct SchedRequest {
     int n_computed;      /* tokens whose K/V are in the blocks */
     int cached_tokens;   /* prompt tokens served from the cache at first admission (-1 before) */
     int cached_tokens_host; /* of those, the ones loaded back from the host tier */
+    /* Segment reuse (kv_cache.h SegmentReuseMode): the request's mode, the spans found at its last
+     * admission (their K/V land by COPY_SLOTS before the first forward; prefill skips them) and the
+     * next span not yet skipped, and the prompt tokens reused at first admission (-1 before). */
+    uint8_t segment_mode;
+    KvSegmentPlan segments;
+    int next_span;
+    int reused_tokens;
+    /* The first token whose K/V are approximate (a matched node marked approximate, or the first
+     * approximate span), -1 when none: its blocks from there on enter the tree marked so. */
+    int approx_from;
     int preemptions;
     double t_first_token, t_finish;
     /* The post-norm hidden state of the last prompt token (model dim floats), kept when the
@@ -60,6 +76,10 @@ typedef struct SchedRequest {
      * the engine when the prompt's prefill completes, NULL before. Owned; freed with the request. */
     bool want_hidden;
     float *hidden;
+    /* The logits (vocab floats) that picked the first generated token, kept when asked (drift
+     * studies of segment reuse compare them with a full prefill's); NULL before. Owned. */
+    bool want_first_logits;
+    float *first_logits;
     const char *finish_reason; /* "stop", "length", "error" */
     char error[sizeof(BraidError)];
 } SchedRequest;
@@ -85,6 +105,10 @@ typedef struct {
      * computed. Their sum is the prompt tokens admitted. Cache-wide counters (demotions,
      * load-backs, evictions per tier) are in the cache: sched->cache.counters. */
     uint64_t cached_prompt_tokens_device, cached_prompt_tokens_host, computed_prompt_tokens;
+    /* Of the computed ones at first admission, those whose K/V came from reused segments instead,
+     * and the prefill FLOPs that saved (SchedConfig.flops_per_token per reused token). */
+    uint64_t segment_reused_prompt_tokens;
+    double segment_flops_saved;
     uint64_t preemptions, steps;
     /* Pure-decode steps, and those of them that prefetched blocks (the blocks: cache counters
      * prefetched_blocks / prefetch_hit_blocks / prefetch_wasted_blocks). */
@@ -108,6 +132,15 @@ typedef struct {
     const EvictPolicy *policy; /* NULL = LRU */
     bool prefetch;       /* prefetch from the host tier on pure-decode steps (needs policy->prefetch_value) */
     int prefetch_max_blocks; /* S_bw: blocks per step; 0 = SCHED_PREFETCH_MAX_BLOCKS_PER_STEP */
+    /* Segment reuse: the index is kept when segments is true (and caching is on); the anchors,
+     * window and model seed go to the cache (KvCacheConfig). flops_per_token: the forward's
+     * prefill FLOPs per token (linear layers), for the saved-FLOPs counter. */
+    bool segments;
+    const int32_t *anchor_tokens;
+    int n_anchor_tokens;
+    int approx_window;
+    uint64_t model_seed;
+    double flops_per_token;
 } SchedConfig;
 
 /* PBKV's S_bw (§4.3): the most blocks a pure-decode step prefetches, the copy volume one decode
@@ -128,6 +161,7 @@ typedef struct {
     SchedRequest **running;
     int n_running, cap_running;
     SchedCounters counters;
+    double flops_per_token;
     FILE *events;           /* JSONL cache decisions, or NULL */
     SchedObserver observer;
     double (*clock)(void);

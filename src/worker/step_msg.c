@@ -5,7 +5,7 @@
 
 static int blocks_for(int n_ctx, int block_size) { return (n_ctx + block_size - 1) / block_size; }
 
-#define OP_WIRE_BYTES 13 /* kind u8, src, dst, delta i32 */
+#define OP_WIRE_BYTES 19 /* kind u8, src, dst, delta i32, src_slot, dst_slot, n_slots i16 */
 
 static void encode_ops(WireBuf *b, const CacheOpList *ops) {
     int n = ops ? ops->n : 0;
@@ -16,6 +16,9 @@ static void encode_ops(WireBuf *b, const CacheOpList *ops) {
         wire_put_i32(b, op->src);
         wire_put_i32(b, op->dst);
         wire_put_i32(b, op->delta);
+        wire_put(b, &op->src_slot, sizeof op->src_slot);
+        wire_put(b, &op->dst_slot, sizeof op->dst_slot);
+        wire_put(b, &op->n_slots, sizeof op->n_slots);
     }
 }
 
@@ -42,8 +45,13 @@ static int decode_ops(WireReader *r, CacheOpList *ops) {
     for (int i = 0; i < n; i++) {
         uint8_t kind = wire_get_u8(r);
         int32_t src = wire_get_i32(r), dst = wire_get_i32(r), delta = wire_get_i32(r);
-        if (r->failed || kind < CACHE_OP_COPY || kind > CACHE_OP_ROTATE) return -1;
+        int16_t slots[3];
+        wire_get(r, slots, sizeof slots);
+        if (r->failed || kind < CACHE_OP_COPY || kind > CACHE_OP_COPY_SLOTS) return -1;
         if (cache_ops_push(ops, (CacheOpKind)kind, src, dst, delta)) return -1;
+        ops->ops[ops->n - 1].src_slot = slots[0];
+        ops->ops[ops->n - 1].dst_slot = slots[1];
+        ops->ops[ops->n - 1].n_slots = slots[2];
     }
     return 0;
 }

@@ -245,15 +245,15 @@ static void test_host_tier_round_trip(void **state) {
     const int32_t orig[] = {1, 2, 3, 4}, copied[] = {9, 10, 11, 12}, loaded[] = {5, 6, 7, 8};
     int32_t next = ops_prefill(&b, ids, orig);
     float *ref = ops_decode(&b, vocab, next, orig);
-    const CacheOp store[] = {{CACHE_OP_STORE, 1, 6, 0}, {CACHE_OP_STORE, 2, 7, 0}, {CACHE_OP_STORE, 3, 2, 0}};
-    const CacheOp copy[] = {{CACHE_OP_COPY, 1, 9, 0}, {CACHE_OP_COPY, 2, 10, 0}, {CACHE_OP_COPY, 3, 11, 0}};
+    const CacheOp store[] = {{CACHE_OP_STORE, 1, 6, 0, 0, 0, 0}, {CACHE_OP_STORE, 2, 7, 0, 0, 0, 0}, {CACHE_OP_STORE, 3, 2, 0, 0, 0, 0}};
+    const CacheOp copy[] = {{CACHE_OP_COPY, 1, 9, 0, 0, 0, 0}, {CACHE_OP_COPY, 2, 10, 0, 0, 0, 0}, {CACHE_OP_COPY, 3, 11, 0, 0, 0, 0}};
     ops_apply(&b, store, 3);
     ops_apply(&b, copy, 3); /* a contiguous run: one copy per layer array */
     /* The next forward overwrites the stored blocks: the copies must have read them first. */
     ops_prefill(&b, ids + OPS_PROMPT, orig);
     float *overwritten = ops_decode(&b, vocab, next, orig);
     float *via_copy = ops_decode(&b, vocab, next, copied);
-    const CacheOp load[] = {{CACHE_OP_LOAD, 6, 5, 0}, {CACHE_OP_LOAD, 7, 6, 0}, {CACHE_OP_LOAD, 2, 7, 0}};
+    const CacheOp load[] = {{CACHE_OP_LOAD, 6, 5, 0, 0, 0, 0}, {CACHE_OP_LOAD, 7, 6, 0, 0, 0, 0}, {CACHE_OP_LOAD, 2, 7, 0, 0, 0, 0}};
     ops_apply(&b, load, 3);
     float *via_load = ops_decode(&b, vocab, next, loaded);
     fprintf(stderr, "host tier: max |diff| vs original: copied %.6f, loaded %.6f, overwritten %.4f\n",

@@ -120,9 +120,9 @@ static void test_store_load_round_trip(void **state) {
     int32_t next = prefill(&b, prompt_p, orig);
     float *ref = decode(&b, next, orig);
     /* Store to host blocks in another order than the device's, then check COPY on the backend. */
-    const CacheOp store[] = {{CACHE_OP_STORE, 1, 6, 0}, {CACHE_OP_STORE, 2, 7, 0}, {CACHE_OP_STORE, 3, 2, 0}};
+    const CacheOp store[] = {{CACHE_OP_STORE, 1, 6, 0, 0, 0, 0}, {CACHE_OP_STORE, 2, 7, 0, 0, 0, 0}, {CACHE_OP_STORE, 3, 2, 0, 0, 0, 0}};
     apply_ok(&b, store, 3);
-    const CacheOp copy[] = {{CACHE_OP_COPY, 1, 9, 0}, {CACHE_OP_COPY, 2, 10, 0}, {CACHE_OP_COPY, 3, 11, 0}};
+    const CacheOp copy[] = {{CACHE_OP_COPY, 1, 9, 0, 0, 0, 0}, {CACHE_OP_COPY, 2, 10, 0, 0, 0, 0}, {CACHE_OP_COPY, 3, 11, 0, 0, 0, 0}};
     apply_ok(&b, copy, 3);
     float *via_copy = decode(&b, next, copied);
     assert_true(same_logits(ref, via_copy));
@@ -131,17 +131,21 @@ static void test_store_load_round_trip(void **state) {
     float *overwritten = decode(&b, next, orig);
     assert_false(same_logits(ref, overwritten));
     /* Bad lists, each after valid loads that would restore the context if they were applied. */
-    CacheOp bad[4] = {{CACHE_OP_LOAD, 6, 1, 0}, {CACHE_OP_LOAD, 7, 2, 0}, {CACHE_OP_LOAD, 2, 3, 0}, {0}};
+    CacheOp bad[4] = {{CACHE_OP_LOAD, 6, 1, 0, 0, 0, 0}, {CACHE_OP_LOAD, 7, 2, 0, 0, 0, 0}, {CACHE_OP_LOAD, 2, 3, 0, 0, 0, 0}, {0}};
     struct { CacheOp op; const char *expect; } cases[] = {
-        {{CACHE_OP_LOAD, 0, 4, 0}, "null block"},
-        {{CACHE_OP_LOAD, 3, 0, 0}, "null block"},
-        {{CACHE_OP_LOAD, HOST_BLOCKS, 4, 0}, "out of range"},
-        {{CACHE_OP_STORE, 4, HOST_BLOCKS, 0}, "out of range"},
-        {{CACHE_OP_COPY, 4, DEV_BLOCKS, 0}, "out of range"},
-        {{CACHE_OP_COPY, -1, 4, 0}, "out of range"},
-        {{CACHE_OP_COPY, 4, 4, 0}, "onto itself"},
-        {{CACHE_OP_ROTATE, 4, 0, 1 << 20}, "context length"},
-        {{17, 4, 5, 0}, "unknown"},
+        {{CACHE_OP_LOAD, 0, 4, 0, 0, 0, 0}, "null block"},
+        {{CACHE_OP_LOAD, 3, 0, 0, 0, 0, 0}, "null block"},
+        {{CACHE_OP_LOAD, HOST_BLOCKS, 4, 0, 0, 0, 0}, "out of range"},
+        {{CACHE_OP_STORE, 4, HOST_BLOCKS, 0, 0, 0, 0}, "out of range"},
+        {{CACHE_OP_COPY, 4, DEV_BLOCKS, 0, 0, 0, 0}, "out of range"},
+        {{CACHE_OP_COPY, -1, 4, 0, 0, 0, 0}, "out of range"},
+        {{CACHE_OP_COPY, 4, 4, 0, 0, 0, 0}, "onto itself"},
+        {{CACHE_OP_ROTATE, 4, 0, 1 << 20, 0, 0, 0}, "context length"},
+        {{CACHE_OP_COPY_SLOTS, 4, 4, 0, 0, 0, 1}, "onto itself"},
+        {{CACHE_OP_COPY_SLOTS, 4, 5, 0, 10, 0, BS - 9}, "does not fit"},
+        {{CACHE_OP_COPY_SLOTS, 4, 5, 0, 0, 0, 0}, "does not fit"},
+        {{CACHE_OP_COPY_SLOTS, 4, 5, 1 << 20, 0, 0, 1}, "context length"},
+        {{17, 4, 5, 0, 0, 0, 0}, "unknown"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bad[3] = cases[i].op;
@@ -153,7 +157,7 @@ static void test_store_load_round_trip(void **state) {
     /* An empty list is a no-op. */
     apply_ok(&b, NULL, 0);
     /* Load back into different device blocks: the decode over them matches the original. */
-    const CacheOp load[] = {{CACHE_OP_LOAD, 6, 5, 0}, {CACHE_OP_LOAD, 7, 6, 0}, {CACHE_OP_LOAD, 2, 7, 0}};
+    const CacheOp load[] = {{CACHE_OP_LOAD, 6, 5, 0, 0, 0, 0}, {CACHE_OP_LOAD, 7, 6, 0, 0, 0, 0}, {CACHE_OP_LOAD, 2, 7, 0, 0, 0, 0}};
     apply_ok(&b, load, 3);
     float *via_load = decode(&b, next, loaded);
     assert_true(same_logits(ref, via_load));
@@ -171,7 +175,7 @@ static void test_no_host_tier(void **state) {
     Backend b;
     make_backend(&b, 0);
     assert_true(b.host_kv_bytes == 0);
-    const CacheOp load[] = {{CACHE_OP_LOAD, 1, 2, 0}}, store[] = {{CACHE_OP_STORE, 2, 1, 0}}, copy[] = {{CACHE_OP_COPY, 2, 3, 0}};
+    const CacheOp load[] = {{CACHE_OP_LOAD, 1, 2, 0, 0, 0, 0}}, store[] = {{CACHE_OP_STORE, 2, 1, 0, 0, 0, 0}}, copy[] = {{CACHE_OP_COPY, 2, 3, 0, 0, 0, 0}};
     apply_refused(&b, load, 1, "no host KV tier");
     apply_refused(&b, store, 1, "no host KV tier");
     apply_ok(&b, copy, 1);

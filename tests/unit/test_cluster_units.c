@@ -347,17 +347,22 @@ static void test_step_cache_ops(void **state) {
     assert_int_equal(cache_ops_push(&ops, CACHE_OP_LOAD, 12, 5, 0), 0);
     assert_int_equal(cache_ops_push(&ops, CACHE_OP_COPY, 5, 7, 0), 0);
     assert_int_equal(cache_ops_push(&ops, CACHE_OP_ROTATE, 7, 0, -42), 0);
+    assert_int_equal(cache_ops_push_slots(&ops, 7, 1, 3, 0, 1, 17), 0);
     WireBuf b = {0};
     step_msg_encode(&b, STEP_FORWARD, &fb, &ops, 2);
     assert_false(b.failed);
     StepMsg m;
     WireReader r = wire_reader(b.data, b.len);
     assert_int_equal(step_msg_decode(&r, 2, &m), 0);
-    assert_int_equal(m.ops.n, 4);
-    for (int i = 0; i < 4; i++) {
+    assert_int_equal(m.ops.n, 5);
+    for (int i = 0; i < 5; i++) {
         const CacheOp *got = &m.ops.ops[i], *want = &ops.ops[i];
         assert_true(got->kind == want->kind && got->src == want->src && got->dst == want->dst && got->delta == want->delta);
+        assert_true(got->src_slot == want->src_slot && got->dst_slot == want->dst_slot && got->n_slots == want->n_slots);
     }
+    assert_int_equal(m.ops.ops[4].kind, CACHE_OP_COPY_SLOTS);
+    assert_int_equal(m.ops.ops[4].src_slot, 1);
+    assert_int_equal(m.ops.ops[4].n_slots, 1);
     assert_memory_equal(m.batch.block_tables[0], t0, sizeof t0);
     step_msg_free(&m);
     /* Every cut short of the whole message is refused (and leaves nothing to free). */
@@ -367,8 +372,8 @@ static void test_step_cache_ops(void **state) {
         assert_null(m.ops.ops);
     }
     /* An operation count larger than the bytes that follow, a negative one, an unknown kind. */
-    size_t count_at = b.len - 4 * 13 - 4, kind_at = count_at + 4;
-    int32_t bogus[] = {5, 1 << 30, -1};
+    size_t count_at = b.len - 5 * 19 - 4, kind_at = count_at + 4;
+    int32_t bogus[] = {6, 1 << 30, -1};
     for (int i = 0; i < 3; i++) {
         int32_t saved;
         memcpy(&saved, b.data + count_at, 4);

@@ -12,6 +12,8 @@
  * - decoding after rotating a prompt's blocks gives the logits of a fresh prefill at the shifted
  *   positions as closely as the forward reproduces itself under a shift of every position (and,
  *   without the rotation, clearly different ones);
+ * - COPY_SLOTS lands a prompt's slots at another offset and position of other blocks with the
+ *   keys a prefill there computes (same bounds), values copied exactly, other slots untouched;
  * - rotations compose: Δ then -Δ restores the keys to storage rounding;
  * - a list with a bad ROTATE (null block, out of range, a target block, |Δ| >= context) is
  *   refused with a message and changes nothing, even after valid operations;
@@ -297,6 +299,81 @@ static void test_keys_match_recomputed_neox(void **state) {
     check_shifts(&neox);
 }
 
+/* COPY_SLOTS (segment reuse): the prompt's slots, prefilled at p in blocks 1-3, land 5 slots into
+ * blocks 5-8 at positions p + delta. Every copied key equals the key a prefill at p + delta
+ * computes (blocks 9-11) within the layer-0 storage bound; values are copied bit for bit;
+ * positions are p + delta + t; the slots before and after the range are untouched. */
+static void check_copy_slots(const ModelWeights *w, int32_t p, int32_t delta) {
+    enum { SKEW = 5 };
+    Backend b;
+    make_backend(&b, w);
+    const int32_t src[] = {1, 2, 3}, dst[] = {5, 6, 7, 8}, fresh[] = {9, 10, 11};
+    prefill_at(&b, tokens, N_TOK, p, src);
+    prefill_at(&b, tokens, N_TOK, p + delta, fresh);
+    float *untouched = read_keys(&b, dst[0], NULL);
+    CacheOpList ops = {0};
+    for (int t = 0; t < N_TOK;) { /* one operation per overlap of a source and a target block */
+        int d = t + SKEW, run = N_TOK - t;
+        if (run > BS - t % BS) run = BS - t % BS;
+        if (run > BS - d % BS) run = BS - d % BS;
+        assert_int_equal(cache_ops_push_slots(&ops, src[t / BS], t % BS, dst[d / BS], d % BS, run, delta), 0);
+        t += run;
+    }
+    apply_ok(&b, ops.ops, ops.n);
+    cache_ops_free(&ops);
+    const ModelConfig *c = &w->cfg;
+    size_t layer = block_keys(w) / c->n_layers, hd = (size_t)c->head_dim;
+    float *got_k[4], *got_v[4], *ref_k[3], *ref_v[3], *src_v[3];
+    int32_t got_pos[4][BS];
+    for (int k = 0; k < 4; k++) got_k[k] = read_keys(&b, dst[k], got_pos[k]), got_v[k] = read_values(&b, dst[k]);
+    for (int k = 0; k < 3; k++) ref_k[k] = read_keys(&b, fresh[k], NULL), ref_v[k] = read_values(&b, fresh[k]), src_v[k] = read_values(&b, src[k]);
+    float *row_ref = malloc(block_keys(w) * sizeof *row_ref), *row_got = malloc(block_keys(w) * sizeof *row_got);
+    assert_non_null(row_ref);
+    assert_non_null(row_got);
+    KeyErrors worst = {0};
+    for (int t = 0; t < N_TOK; t++) {
+        int d = t + SKEW;
+        assert_int_equal(got_pos[d / BS][d % BS], p + delta + t);
+        /* Token t's rows, every layer and head, gathered into block-shaped buffers at slot 0. */
+        memset(row_ref, 0, block_keys(w) * sizeof *row_ref);
+        memset(row_got, 0, block_keys(w) * sizeof *row_got);
+        for (size_t l = 0; l < (size_t)c->n_layers; l++)
+            for (int h = 0; h < c->n_kv_heads; h++) {
+                size_t at = l * layer + (size_t)h * BS * hd, from_t = at + (size_t)(t % BS) * hd, from_d = at + (size_t)(d % BS) * hd;
+                memcpy(row_ref + at, ref_k[t / BS] + from_t, hd * sizeof *row_ref);
+                memcpy(row_got + at, got_k[d / BS] + from_d, hd * sizeof *row_got);
+                assert_memory_equal(got_v[d / BS] + from_d, src_v[t / BS] + from_t, hd * sizeof(float));
+            }
+        KeyErrors e = compare_to_recomputed(w, row_got, row_ref, p + t, delta);
+        worst.layer0_ratio = fmax(worst.layer0_ratio, e.layer0_ratio);
+        worst.all_rel = fmax(worst.all_rel, e.all_rel);
+    }
+    /* Slots 0..SKEW-1 of the first target block were never written. */
+    for (size_t l = 0; l < (size_t)c->n_layers; l++)
+        for (int h = 0; h < c->n_kv_heads; h++) {
+            size_t at = l * layer + (size_t)h * BS * hd;
+            assert_memory_equal(got_k[0] + at, untouched + at, SKEW * hd * sizeof(float));
+        }
+    fprintf(stderr, "copy_slots %s p=%d delta=%+d: layer 0 at %.2f of the storage bound, all layers %.2e of max |K|\n",
+            rope_pairing_name(c->rope_pairing), p, delta, worst.layer0_ratio, worst.all_rel);
+    if (worst.layer0_ratio > 1) fail_msg("copied keys off the recomputed ones by %.2f times the storage bound", worst.layer0_ratio);
+    assert_true(worst.all_rel <= deep_layer_rel_tolerance());
+    for (int k = 0; k < 4; k++) free(got_k[k]), free(got_v[k]);
+    for (int k = 0; k < 3; k++) free(ref_k[k]), free(ref_v[k]), free(src_v[k]);
+    free(row_ref);
+    free(row_got);
+    free(untouched);
+    backend_destroy(&b);
+}
+
+static void test_copy_slots(void **state) {
+    (void)state;
+    check_copy_slots(&model.weights, 0, 37);
+    check_copy_slots(&model.weights, 500, -480);
+    check_copy_slots(&model.weights, 7, 0);
+    check_copy_slots(&neox, 3, 1000);
+}
+
 /* Decode logits over rotated blocks agree with a fresh prefill at the shifted positions as well as
  * the forward agrees with itself under a shift: the same prompt decoded at its own positions is
  * equal to the fresh prefill in exact arithmetic, and its measured difference (the noise) scales
@@ -403,15 +480,15 @@ static void test_bad_rotate_refused(void **state) {
     int32_t pos0[BS], pos1[BS];
     float *k0 = read_keys(&b, 1, pos0);
     int ctx = b.cfg.max_context;
-    CacheOp list[3] = {{CACHE_OP_ROTATE, 1, 0, 5}, {CACHE_OP_COPY, 1, 8, 0}, {0}};
+    CacheOp list[3] = {{CACHE_OP_ROTATE, 1, 0, 5, 0, 0, 0}, {CACHE_OP_COPY, 1, 8, 0, 0, 0, 0}, {0}};
     struct { CacheOp op; const char *expect; } cases[] = {
-        {{CACHE_OP_ROTATE, 0, 0, 5}, "null block"},
-        {{CACHE_OP_ROTATE, DEV_BLOCKS, 0, 5}, "out of range"},
-        {{CACHE_OP_ROTATE, -2, 0, 5}, "out of range"},
-        {{CACHE_OP_ROTATE, 2, 3, 5}, "in place"},
-        {{CACHE_OP_ROTATE, 2, 0, ctx}, "context length"},
-        {{CACHE_OP_ROTATE, 2, 0, -ctx}, "context length"},
-        {{CACHE_OP_ROTATE, 2, 0, INT32_MIN}, "context length"},
+        {{CACHE_OP_ROTATE, 0, 0, 5, 0, 0, 0}, "null block"},
+        {{CACHE_OP_ROTATE, DEV_BLOCKS, 0, 5, 0, 0, 0}, "out of range"},
+        {{CACHE_OP_ROTATE, -2, 0, 5, 0, 0, 0}, "out of range"},
+        {{CACHE_OP_ROTATE, 2, 3, 5, 0, 0, 0}, "in place"},
+        {{CACHE_OP_ROTATE, 2, 0, ctx, 0, 0, 0}, "context length"},
+        {{CACHE_OP_ROTATE, 2, 0, -ctx, 0, 0, 0}, "context length"},
+        {{CACHE_OP_ROTATE, 2, 0, INT32_MIN, 0, 0, 0}, "context length"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         list[2] = cases[i].op;
@@ -421,7 +498,7 @@ static void test_bad_rotate_refused(void **state) {
     assert_memory_equal(k0, k1, block_keys(&model.weights) * sizeof *k0);
     assert_memory_equal(pos0, pos1, sizeof pos0);
     /* The largest deltas allowed pass, and Δ = 0 changes nothing. */
-    const CacheOp edge[] = {{CACHE_OP_ROTATE, 4, 0, ctx - 1}, {CACHE_OP_ROTATE, 4, 0, -(ctx - 1)}, {CACHE_OP_ROTATE, 1, 0, 0}};
+    const CacheOp edge[] = {{CACHE_OP_ROTATE, 4, 0, ctx - 1, 0, 0, 0}, {CACHE_OP_ROTATE, 4, 0, -(ctx - 1), 0, 0, 0}, {CACHE_OP_ROTATE, 1, 0, 0, 0, 0, 0}};
     BraidError err;
     if (backend_apply_cache_ops(&b, edge, 3, &err)) fail_msg("%s", err.msg);
     float *k2 = read_keys(&b, 1, pos1);
@@ -544,6 +621,7 @@ int main(void) {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_keys_match_recomputed),
         cmocka_unit_test(test_keys_match_recomputed_neox),
+        cmocka_unit_test(test_copy_slots),
         cmocka_unit_test(test_decode_after_rotate),
         cmocka_unit_test(test_tp_shard_rotates_its_heads),
     };

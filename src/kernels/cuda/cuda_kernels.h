@@ -59,6 +59,17 @@ cudaError_t cuda_rope_kv_store(const float *qkv, const int32_t *positions, const
 cudaError_t cuda_rotate_block_keys(uint16_t *const *k_layers, int n_layers, int32_t *slot_pos, int32_t block, int32_t delta,
                                    const CudaRopeShape *shape, int block_size, cudaStream_t stream);
 
+/* The COPY_SLOTS cache operation (cache_ops.h): n_slots slots of device block src_block from
+ * src_slot to dst_block at dst_slot, every layer and KV head; keys turned by delta positions with
+ * the same angles as cuda_rotate_block_keys, values copied, positions copied plus delta. head_dim
+ * must be even (RoPE pairs); the dimensions past rope_dim are copied unturned. */
+typedef struct {
+    int32_t src_block, dst_block, delta;
+    int src_slot, dst_slot, n_slots;
+} CudaSlotCopy;
+cudaError_t cuda_copy_slots(uint16_t *const *k_layers, uint16_t *const *v_layers, int n_layers, int32_t *slot_pos,
+                            const CudaSlotCopy *copy, const CudaRopeShape *shape, int block_size, cudaStream_t stream);
+
 /* slot_pos[slots[t]] = positions[t] for slots >= 0. */
 cudaError_t cuda_record_slot_positions(const int32_t *positions, const int32_t *slots, int n, int32_t *slot_pos,
                                        cudaStream_t stream);

@@ -35,7 +35,48 @@ __global__ void rotate_block_keys_kernel(uint16_t *const *k_layers, int32_t *slo
     k[b] = f32_to_bf16(x0 * s + x1 * c);
 }
 
+/* COPY_SLOTS: grid (items, layer); an item is one (KV head, slot, pair) of the range: both keys of
+ * the pair turned by delta (as above) into the target slot, plus the pair's two values copied.
+ * Items past rope_half copy dimensions 2·pair and 2·pair + 1 (all past rope_dim, in both pairings). */
+__global__ void copy_slots_kernel(uint16_t *const *k_layers, uint16_t *const *v_layers, int32_t *slot_pos, CudaSlotCopy cp,
+                                  CudaRopeShape sh, int block_size) {
+    int hd = sh.head_dim, half = hd / 2, rope_half = sh.rope_dim / 2;
+    int item = blockIdx.x * blockDim.x + threadIdx.x;
+    if (blockIdx.x == 0 && blockIdx.y == 0)
+        for (int s = threadIdx.x; s < cp.n_slots; s += blockDim.x)
+            slot_pos[(size_t)cp.dst_block * block_size + cp.dst_slot + s] = slot_pos[(size_t)cp.src_block * block_size + cp.src_slot + s] + cp.delta;
+    if (item >= sh.n_kv_heads * cp.n_slots * half) return;
+    int pair = item % half, slot = (item / half) % cp.n_slots, head = item / (half * cp.n_slots);
+    size_t src = (((size_t)cp.src_block * sh.n_kv_heads + head) * block_size + cp.src_slot + slot) * hd;
+    size_t dst = (((size_t)cp.dst_block * sh.n_kv_heads + head) * block_size + cp.dst_slot + slot) * hd;
+    const uint16_t *ks = k_layers[blockIdx.y] + src, *vs = v_layers[blockIdx.y] + src;
+    uint16_t *kd = k_layers[blockIdx.y] + dst, *vd = v_layers[blockIdx.y] + dst;
+    int a = 2 * pair, b = 2 * pair + 1; /* two dimensions per item, rotated when they form a RoPE pair */
+    if (pair < rope_half && !sh.interleaved) a = pair, b = pair + rope_half; /* NeoX halves; past rope_dim 2·pair is right for both */
+    vd[a] = vs[a];
+    vd[b] = vs[b];
+    if (pair >= rope_half || cp.delta == 0) {
+        kd[a] = ks[a];
+        kd[b] = ks[b];
+        return;
+    }
+    float x0 = bf16_to_f32(ks[a]), x1 = bf16_to_f32(ks[b]), sn, cs;
+    float pos = (float)cp.delta * sh.position_scale;
+    sincosf(pos * sh.inv_freq[pair], &sn, &cs);
+    kd[a] = f32_to_bf16(x0 * cs - x1 * sn);
+    kd[b] = f32_to_bf16(x0 * sn + x1 * cs);
+}
+
 }  // namespace
+
+extern "C" cudaError_t cuda_copy_slots(uint16_t *const *k_layers, uint16_t *const *v_layers, int n_layers, int32_t *slot_pos,
+                                       const CudaSlotCopy *copy, const CudaRopeShape *shape, int block_size, cudaStream_t stream) {
+    int items = shape->n_kv_heads * copy->n_slots * (shape->head_dim / 2);
+    if (n_layers <= 0 || items <= 0) return cudaSuccess;
+    dim3 grid((items + ROTATE_THREADS - 1) / ROTATE_THREADS, n_layers);
+    copy_slots_kernel<<<grid, ROTATE_THREADS, 0, stream>>>(k_layers, v_layers, slot_pos, *copy, *shape, block_size);
+    return cudaGetLastError();
+}
 
 extern "C" cudaError_t cuda_rotate_block_keys(uint16_t *const *k_layers, int n_layers, int32_t *slot_pos, int32_t block,
                                               int32_t delta, const CudaRopeShape *shape, int block_size,

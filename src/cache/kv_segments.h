@@ -1,0 +1,19 @@
+/*
+ * kv_segments.h — internal to src/cache: the hooks by which kv_cache.c keeps its segment index
+ * (segment_index.h) in step with the tree. The public side (find / place / drop) is in kv_cache.h.
+ */
+#ifndef BRAID_CACHE_KV_SEGMENTS_H
+#define BRAID_CACHE_KV_SEGMENTS_H
+
+#include "cache/kv_cache.h"
+
+int kv_segments_init(KvCache *c, const KvCacheConfig *cfg, BraidError *err);
+void kv_segments_free(KvCache *c);
+/* After a commit: indexes the chunks of tokens[0 .. n_full blocks) that end before the last
+ * committed token and before the first node marked approximate, with the tree's device blocks on
+ * the path to end. Out of memory or a full index only leaves chunks unindexed. */
+void kv_segments_register(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_full, const RadixNode *end);
+/* A node's device blocks leave the device tier. */
+void kv_segments_forget_blocks(KvCache *c, const int32_t *blocks, int n);
+
+#endif
