@@ -7,6 +7,8 @@
  */
 #include "coord/auth.h"
 
+#include "cache/kv_cache.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,7 @@ struct AuthKey {
     char **adapters; /* NULL-terminated; NULL when none */
     bool any_adapter;
     char **shares;   /* NULL-terminated; NULL when none */
+    int segment_reuse; /* segment_reuse=: the tenant's opt-in (0 off, 1 exact, 2 approx); -1 when not given */
 };
 
 struct AuthKeys {
@@ -108,7 +111,7 @@ static int parse_field(const LineCtx *l, AuthKey *k, int index, const char *s, s
     size_t name_len = eq ? (size_t)(eq - s) : n, value_len = eq ? n - name_len - 1 : 0;
     const char *value = eq ? eq + 1 : NULL;
     if (!eq)
-        return braid_error_set(l->err, "api-keys %s line %d: field %d is not NAME=VALUE (expected tenant=, adapters=, shares=)",
+        return braid_error_set(l->err, "api-keys %s line %d: field %d is not NAME=VALUE (expected tenant=, adapters=, shares=, segment_reuse=)",
                                l->source, l->line, index);
     if (name_len == 6 && strncmp(s, "tenant", 6) == 0) {
         if (k->tenant) return braid_error_set(l->err, "api-keys %s line %d: tenant= given twice", l->source, l->line);
@@ -123,6 +126,14 @@ static int parse_field(const LineCtx *l, AuthKey *k, int index, const char *s, s
         }
         return parse_list(l, "adapters", value, value_len, &k->adapters);
     }
+    if (name_len == 13 && strncmp(s, "segment_reuse", 13) == 0) {
+        if (k->segment_reuse >= 0) return braid_error_set(l->err, "api-keys %s line %d: segment_reuse= given twice", l->source, l->line);
+        char mode[8] = "";
+        if (value_len < sizeof mode) memcpy(mode, value, value_len);
+        if ((k->segment_reuse = segment_reuse_parse(mode)) < 0)
+            return braid_error_set(l->err, "api-keys %s line %d: segment_reuse= must be off, exact or approx", l->source, l->line);
+        return 0;
+    }
     if (name_len == 6 && strncmp(s, "shares", 6) == 0) {
         if (k->shares) return braid_error_set(l->err, "api-keys %s line %d: shares= given twice", l->source, l->line);
         return parse_list(l, "shares", value, value_len, &k->shares);
@@ -130,9 +141,9 @@ static int parse_field(const LineCtx *l, AuthKey *k, int index, const char *s, s
     /* The name is quoted only when it looks like one: a mistyped line could hold part of a key. */
     bool quotable = name_len > 0 && name_len <= 16 && strspn(s, "abcdefghijklmnopqrstuvwxyz_-") >= name_len;
     if (!quotable)
-        return braid_error_set(l->err, "api-keys %s line %d: field %d has an unknown name (expected tenant=, adapters=, shares=)",
+        return braid_error_set(l->err, "api-keys %s line %d: field %d has an unknown name (expected tenant=, adapters=, shares=, segment_reuse=)",
                                l->source, l->line, index);
-    return braid_error_set(l->err, "api-keys %s line %d: unknown field '%.*s' (expected tenant=, adapters=, shares=)", l->source,
+    return braid_error_set(l->err, "api-keys %s line %d: unknown field '%.*s' (expected tenant=, adapters=, shares=, segment_reuse=)", l->source,
                            l->line, (int)name_len, s);
 }
 
@@ -162,6 +173,7 @@ static int parse_line(const LineCtx *l, const char *s, const char *end, AuthKey 
     size_t len;
     memset(k, 0, sizeof *k);
     k->line = l->line;
+    k->segment_reuse = -1;
     if (!next_token(&s, end, &tok, &len) || check_key(l, tok, len)) return -1;
     memcpy(k->key, tok, len);
     k->key_len = len;
@@ -310,3 +322,5 @@ bool auth_key_allows_tenant(const AuthKey *key, const char *tenant) {
 }
 
 bool auth_key_allows_adapter(const AuthKey *key, const char *adapter) { return key->any_adapter || in_list(key->adapters, adapter); }
+
+int auth_key_segment_reuse(const AuthKey *key) { return key->segment_reuse; }

@@ -5,13 +5,14 @@
  * The file holds one key per line, fields separated by blanks:
  *
  *     # comment lines and blank lines are skipped
- *     KEY tenant=NAME [adapters=A,B,...|*] [shares=NS,NS,...]
+ *     KEY tenant=NAME [adapters=A,B,...|*] [shares=NS,NS,...] [segment_reuse=off|exact|approx]
  *
  * KEY is 16 to AUTH_MAX_KEY_BYTES characters of RFC 6750's b64token alphabet (A-Z a-z 0-9 - . _ ~
  * + / and trailing =), what `Authorization: Bearer KEY` carries. tenant= is required: every request
  * made with the key runs in that tenant's cache namespace. adapters= lists the adapters a request
  * may name (`*`: any); without it the key may name none. shares= lists other tenant names whose
- * namespace a request may ask for explicitly (a shared `public` prefix pool, say). A malformed line
+ * namespace a request may ask for explicitly (a shared `public` prefix pool, say). segment_reuse=
+ * is the tenant's segment-reuse opt-in (auth_key_segment_reuse). A malformed line
  * is an error naming the file and line, never quoting the key.
  *
  * Lookup compares the presented key with every configured key, each over AUTH_MAX_KEY_BYTES bytes,
@@ -54,5 +55,9 @@ const char *auth_key_tenant(const AuthKey *key);
 bool auth_key_allows_tenant(const AuthKey *key, const char *tenant);
 /* Whether a request made with `key` may name this adapter. */
 bool auth_key_allows_adapter(const AuthKey *key, const char *adapter);
+/* The key's segment_reuse= (0 off, 1 exact, 2 approx: kv_cache.h SegmentReuseMode), -1 when the
+ * line has none. It is the tenant's opt-in: its requests without "segment_reuse" get it (as far as
+ * the server allows), and none may ask for more. */
+int auth_key_segment_reuse(const AuthKey *key);
 
 #endif

@@ -390,9 +390,16 @@ static enum MHD_Result answer_stream(const HttpGenerateContext *ctx, struct MHD_
 /* ---- the endpoint ---- */
 
 /* With an API key the key decides the tenant: a request naming none runs in the key's; one naming
- * another must be a namespace the key shares. Adapters must be ones the key lists. */
-static int apply_key(const AuthKey *key, ApiRequest *a, ApiError *e) {
+ * another must be a namespace the key shares. Adapters must be ones the key lists. A key's
+ * segment_reuse= is its tenant's opt-in: the default of its requests (as far as the server
+ * allows) and the most they may ask for. */
+static int apply_key(const HttpGenerateContext *ctx, const AuthKey *key, ApiRequest *a, ApiError *e) {
     if (!key) return 0;
+    int tenant_mode = auth_key_segment_reuse(key);
+    if (tenant_mode >= 0 && a->segment_reuse > tenant_mode)
+        return api_error_set(e, 403, "segment_reuse", "segment_reuse_not_allowed",
+                             "this API key's tenant allows segment_reuse up to \"%s\"", segment_reuse_name((SegmentReuseMode)tenant_mode));
+    if (tenant_mode >= 0 && a->segment_reuse < 0) a->segment_reuse = tenant_mode < ctx->segment_reuse ? tenant_mode : ctx->segment_reuse;
     const char *tenant = auth_key_tenant(key);
     if (a->tenant && !auth_key_allows_tenant(key, a->tenant))
         return api_error_set(e, 403, "tenant", "tenant_not_allowed",
@@ -414,7 +421,7 @@ enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connect
     static const char *const names[4] = {"X-Braid-Workflow", "X-Braid-Agent", "X-Braid-Tenant", "X-Braid-Adapter"};
     for (int i = 0; i < 4; i++) hdr[i] = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, names[i]);
     CoordRequest *r = NULL;
-    if (api_request_apply_headers(&a, hdr[0], hdr[1], hdr[2], hdr[3], &e) == 0 && apply_key(key, &a, &e) == 0)
+    if (api_request_apply_headers(&a, hdr[0], hdr[1], hdr[2], hdr[3], &e) == 0 && apply_key(ctx, key, &a, &e) == 0)
         r = build_request(ctx, &a, &e);
     if (!r) {
         api_request_free(&a);

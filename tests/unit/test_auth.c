@@ -123,6 +123,21 @@ static void test_reads_by_length(void **state) {
     assert_non_null(strstr(err.msg, "tenant= is missing"));
 }
 
+/* segment_reuse= is the tenant's opt-in; absent is -1, a bad value or a repeat is refused. */
+static void test_segment_reuse_field(void **state) {
+    (void)state;
+    BraidError err;
+    AuthKeys *keys = parse(KEY_A " tenant=acme segment_reuse=approx\n" KEY_B " tenant=beta\n", &err);
+    if (!keys) fail_msg("refused: %s", err.msg);
+    assert_int_equal(auth_key_segment_reuse(auth_keys_authenticate(keys, "Bearer " KEY_A)), 2);
+    assert_int_equal(auth_key_segment_reuse(auth_keys_authenticate(keys, "Bearer " KEY_B)), -1);
+    auth_keys_free(keys);
+    assert_null(parse(KEY_A " tenant=acme segment_reuse=sometimes\n", &err));
+    assert_non_null(strstr(err.msg, "segment_reuse= must be off, exact or approx"));
+    assert_null(parse(KEY_A " tenant=acme segment_reuse=off segment_reuse=exact\n", &err));
+    assert_non_null(strstr(err.msg, "given twice"));
+}
+
 static void test_load_file(void **state) {
     (void)state;
     char path[] = "/tmp/braid_test_auth_XXXXXX";
@@ -147,6 +162,7 @@ int main(void) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_reads_by_length),
         cmocka_unit_test(test_load_file),
+        cmocka_unit_test(test_segment_reuse_field),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
