@@ -17,6 +17,7 @@
 #include "coord/metrics.h"
 #include "model/model.h"
 #include "predict/agent_predictor.h"
+#include "transport/rank_directory.h"
 #include "worker/instance_leader.h"
 #include "worker/kv_pool.h"
 #include "worker/rank_binding.h"
@@ -70,6 +71,12 @@ static const char serve_usage[] =
     "                           (default 600; 0 = only POST /v1/workflows/{id}/end retires one)\n"
     "  --max-workflows N        workflows the tracker remembers (default 65536; retired ones go first)\n"
     "  --pid-file PATH          rank 0 writes its pid here (launch/braid-local signals it to drain)\n"
+    "  --exit-status-file PATH  rank 0 writes the server's exit status here as it exits (launch/braid-local exits\n"
+    "                           with it: under mpirun --enable-recovery, mpirun's own status is 0 whatever ranks return)\n"
+    "  --instance-timeout S     an instance whose leader sends nothing for S seconds is dead (default 60; 0 = only\n"
+    "                           a rank's process exiting, seen on rank 0's host, counts). Each instance is a failure\n"
+    "                           domain: the others keep serving, /health says \"degraded\". Needs mpirun\n"
+    "                           --enable-recovery (launch/braid-local passes it); without it mpirun ends the job\n"
     "  --threads N              CPU threads per worker rank (default: the hardware threads of its --bind slice; all\n"
     "                           of the machine's when not bound)\n"
     "  --bind auto|none         auto (default): hwloc binds each worker rank to its own slice of its machine's cores\n"
@@ -84,9 +91,10 @@ static const char serve_usage[] =
 
 typedef struct {
     const char *model, *host, *served_name, *events_path, *pid_file, *trace_path, *predictor_path, *api_keys_path, *tls_cert, *tls_key;
+    const char *exit_status_file;
     long tp, port, kv_blocks, block_size, max_batch_tokens, max_running, max_pending, max_body, threads, route_slack;
     long markov, horizon, max_workflows; /* markov 0: not given */
-    double idle_timeout;
+    double idle_timeout, instance_timeout;
     bool cache, predictor_learn;
     CpuMatmulMath cpu_matmul;
     BackendKind device;
@@ -102,7 +110,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     enum { O_MODEL = 256, O_TP, O_HOST, O_PORT, O_NAME, O_BLOCKS, O_BS, O_MBT, O_RUN, O_PENDING, O_BODY, O_CACHE, O_POLICY,
            O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB,
            O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS, O_PREFETCH, O_BIND, O_API_KEYS, O_TLS_CERT,
-           O_TLS_KEY, O_SEGMENTS, O_WINDOW };
+           O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_INSTANCE_TIMEOUT, O_EXIT_STATUS };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -122,13 +130,14 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"bind", required_argument, 0, O_BIND}, {"api-keys", required_argument, 0, O_API_KEYS},
         {"tls-cert", required_argument, 0, O_TLS_CERT}, {"tls-key", required_argument, 0, O_TLS_KEY},
         {"segment-reuse", required_argument, 0, O_SEGMENTS}, {"approx-window", required_argument, 0, O_WINDOW},
+        {"instance-timeout", required_argument, 0, O_INSTANCE_TIMEOUT}, {"exit-status-file", required_argument, 0, O_EXIT_STATUS},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
                      .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
                      .cpu_matmul = CPU_MATMUL_FP32, .host_tier = CLI_HOST_TIER_DEFAULT, .horizon = 4, .max_workflows = 65536,
-                     .idle_timeout = 600, .prefetch = -1, .bind = RANK_BIND_AUTO, .segment_reuse = SEGMENT_REUSE_EXACT,
-                     .approx_window = CLI_DEFAULT_APPROX_WINDOW};
+                     .idle_timeout = 600, .instance_timeout = 60, .prefetch = -1, .bind = RANK_BIND_AUTO,
+                     .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW};
     int c;
     BraidError err;
     optind = 1;
@@ -143,6 +152,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_EVENTS: a->events_path = optarg; break;
         case O_TRACE: a->trace_path = optarg; break;
         case O_PID: a->pid_file = optarg; break;
+        case O_EXIT_STATUS: a->exit_status_file = optarg; break;
         case O_TP: target = &a->tp, flag = "--tp", hi = 64; break;
         case O_PORT: target = &a->port, flag = "--port", hi = 65535; break;
         case O_BLOCKS: target = &a->kv_blocks, flag = "--kv-blocks", lo = 2; break;
@@ -164,6 +174,11 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_IDLE:
             if (verbose ? cli_parse_float("--workflow-idle-timeout", optarg, 0, 1e9, &a->idle_timeout)
                         : (a->idle_timeout = strtod(optarg, NULL), 0))
+                return 2;
+            break;
+        case O_INSTANCE_TIMEOUT:
+            if (verbose ? cli_parse_float("--instance-timeout", optarg, 0, 1e6, &a->instance_timeout)
+                        : (a->instance_timeout = strtod(optarg, NULL), 0))
                 return 2;
             break;
         case O_DEVICE:
@@ -350,7 +365,7 @@ static void default_served_name(const char *path, char *out, size_t cap) {
 
 /* Takes *predictor over (NULL afterwards); borrows the access configuration. */
 static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_instances, const sigset_t *stop, AgentPredictor **predictor,
-                           const char *binding_metrics, const AccessConfig *access) {
+                           const char *binding_metrics, const AccessConfig *access, const RankDirectory *ranks, bool *lost_ranks) {
     char name[256], ready_line[512];
     if (a->served_name) snprintf(name, sizeof name, "%s", a->served_name);
     else default_served_name(cli_model_path(a->model), name, sizeof name);
@@ -374,7 +389,8 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_in
                             .forecast = {.predictor = *predictor, .kind = a->markov == 2 ? PREDICTOR_MARKOV2 : PREDICTOR_MARKOV1,
                                          .learn = a->predictor_learn, .horizon = (int)a->horizon,
                                          .max_workflows = (int)a->max_workflows, .idle_timeout_s = a->idle_timeout},
-                            .send_forecasts = a->policy->on_prediction != NULL};
+                            .send_forecasts = a->policy->on_prediction != NULL, .ranks = ranks,
+                            .instance_timeout_s = a->instance_timeout};
     int rc = 1;
     *predictor = NULL; /* cc.forecast holds it; coordinator_init takes it over, even when it fails */
     if (!metrics) agent_predictor_free(cc.forecast.predictor);
@@ -395,6 +411,7 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_in
     }
     if (coordinator_run(&coord, stop, &err)) fprintf(stderr, "braid serve: %s\n", err.msg);
     else rc = http ? 0 : 1;
+    *lost_ranks = coordinator_lost_ranks(&coord);
     /* Every request has finished; let the last answers reach their clients before closing. */
     int unsent = http_api_quiesce(http, 30.0);
     if (unsent) fprintf(stderr, "braid serve: closing with %d responses still being sent\n", unsent);
@@ -442,7 +459,7 @@ static long decide_host_blocks(const ServeArgs *a, const BraidModel *model, int 
 }
 
 static int run_worker(const ServeArgs *a, const BraidModel *model, int rank, int tp, MPI_Comm tp_comm, long host_blocks,
-                      const RankBinding *binding) {
+                      const RankBinding *binding, bool *lost_ranks) {
     /* A bound rank's threads stay inside its slice, one per hardware thread of it, unless --threads says otherwise. */
     cli_set_threads(a->threads ? (int)a->threads : binding->pus);
     WorkerRoleConfig cfg = {
@@ -454,9 +471,30 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, int rank, int
                    .approx_window = (int)a->approx_window}};
     int tp_rank = (rank - 1) % tp;
     BraidError err;
-    int rc = tp_rank == 0 ? instance_leader_run(&cfg, &err) : tp_peer_run(&cfg, &err);
+    int rc = tp_rank == 0 ? instance_leader_run(&cfg, lost_ranks, &err) : tp_peer_run(&cfg, lost_ranks, &err);
     if (rc) fprintf(stderr, "braid serve: rank %d: %s\n", rank, err.msg);
     return rc ? 1 : 0;
+}
+
+/* Collective: every rank maps the model (the coordinator for its tokenizer, the workers for their
+ * weights), and every rank learns whether all could; -1 everywhere when one could not (that rank
+ * says why). Collective rather than MPI_Abort: under mpirun --enable-recovery an abort ends only the
+ * aborting rank and would leave the others waiting in the next collective. */
+static int load_model_everywhere(const ServeArgs *a, int rank, BraidModel *model) {
+    BraidError err;
+    int ok = braid_model_load(cli_model_path(a->model), model, &err) == 0, all_ok = 0;
+    if (!ok) fprintf(stderr, "braid serve: rank %d: %s\n", rank, err.msg);
+    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) all_ok = 0;
+    if (ok && !all_ok) braid_model_free(model);
+    return all_ok ? 0 : -1;
+}
+
+/* Rank 0's exit status for the launcher (mpirun --enable-recovery exits 0 whatever its ranks return). */
+static void write_exit_status(const char *path, int status) {
+    FILE *f = fopen(path, "w");
+    bool ok = f && fprintf(f, "%d\n", status) > 0;
+    if (f && fclose(f)) ok = false;
+    if (!ok) fprintf(stderr, "braid serve: cannot write --exit-status-file %s\n", path);
 }
 
 static int check_layout(int world, long tp, int rank) {
@@ -492,6 +530,8 @@ int cmd_serve(int argc, char **argv) {
     BraidError err;
     MPI_Comm tp_comm = MPI_COMM_NULL;
     RankBinding binding, *bindings = NULL; /* this rank's; every rank's on rank 0 */
+    RankDirectory ranks = {0};             /* every rank's process, on rank 0 */
+    bool lost_ranks = false;               /* an instance died: MPI_Finalize could wait for it forever */
     char *binding_metrics = NULL;
     if (rc == 0) {
         MPI_Comm_split(MPI_COMM_WORLD, rank == 0 ? 0 : 1 + (rank - 1) / (int)a.tp, rank, &tp_comm);
@@ -505,20 +545,17 @@ int cmd_serve(int argc, char **argv) {
         if (rank_binding_collective(MPI_COMM_WORLD, a.bind, a.device == BACKEND_CUDA ? 0 : -1, &binding, &bindings, &err))
             fprintf(stderr, "braid serve: rank %d: %s\n", rank, err.msg);
         if (rank == 0 && bindings) binding_metrics = rank_binding_metrics_text(bindings, world);
+        /* Without it the coordinator still sees a dead instance, by its silence only. */
+        if (rank_directory_gather(MPI_COMM_WORLD, &ranks, &err)) fprintf(stderr, "braid serve: rank %d: %s\n", rank, err.msg);
         /* A bad --predictor or --api-keys file stops every rank before anything heavy is loaded. */
-        if (load_predictor(&a, rank, &predictor) || load_access(&a, rank, &access)) {
+        if (load_predictor(&a, rank, &predictor) || load_access(&a, rank, &access) || load_model_everywhere(&a, rank, &model)) {
             rc = 1;
         } else {
-            /* Every rank maps the model: the coordinator for its tokenizer, the workers for weights. */
-            if (braid_model_load(cli_model_path(a.model), &model, &err)) {
-                fprintf(stderr, "braid serve: rank %d: %s\n", rank, err.msg);
-                MPI_Abort(MPI_COMM_WORLD, 1);
-                return 1;
-            }
             long host_blocks = decide_host_blocks(&a, &model, rank);
             if (host_blocks < 0) rc = 1;
-            else rc = rank == 0 ? run_coordinator(&a, &model, (world - 1) / (int)a.tp, &stop, &predictor, binding_metrics, &access)
-                                : run_worker(&a, &model, rank, (int)a.tp, tp_comm, host_blocks, &binding);
+            else rc = rank == 0 ? run_coordinator(&a, &model, (world - 1) / (int)a.tp, &stop, &predictor, binding_metrics, &access, &ranks,
+                                                  &lost_ranks)
+                                : run_worker(&a, &model, rank, (int)a.tp, tp_comm, host_blocks, &binding, &lost_ranks);
             braid_model_free(&model);
         }
         agent_predictor_free(predictor); /* still here only when the coordinator never took it */
@@ -527,6 +564,11 @@ int cmd_serve(int argc, char **argv) {
     }
     free(bindings);
     free(binding_metrics);
-    MPI_Finalize();
-    return help ? 0 : rc;
+    rank_directory_free(&ranks);
+    /* A job that lost ranks ends without MPI_Finalize (every survivor was told at SHUTDOWN): its fence
+     * over the whole job may wait for the dead rank forever. mpirun --enable-recovery accepts that. */
+    if (!lost_ranks) MPI_Finalize();
+    int status = help ? 0 : rc;
+    if (rank == 0 && a.exit_status_file) write_exit_status(a.exit_status_file, status);
+    return status;
 }

@@ -55,6 +55,14 @@ int coord_request_push_token(CoordRequest *r, int32_t token, double now) {
     return rc;
 }
 
+void coord_request_restart(CoordRequest *r) {
+    pthread_mutex_lock(&r->mu);
+    r->n_tokens = 0;
+    r->t_first_token = 0;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
 void coord_request_finish(CoordRequest *r, int reason, const CoordUsage *u, const char *error) {
     double now = braid_now_seconds();
     pthread_mutex_lock(&r->mu);

@@ -27,6 +27,8 @@ typedef struct CoordRequest {
                                content_hash_namespace(tenant, adapter)), for routing */
     int n_hashes;
     char *workflow, *agent, *tenant, *adapter; /* NULL when not given; sent to the instance as they are */
+    bool restartable;       /* no partial answer ever reaches the client (not streamed, no stop strings read
+                               as tokens arrive): generation may start over if its instance dies */
     double t_submit;
     /* The prefill's hidden state (HIDDEN from the instance), kept for the trace; written and read
      * by the MPI thread only. */
@@ -45,7 +47,9 @@ typedef struct CoordRequest {
     int cached_tokens_host; /* of those, loaded back from the host tier */
     int reused_tokens;      /* prompt tokens whose K/V came from reused segments */
     char error[256];
+    int error_status;       /* an error finish: the HTTP status to answer (0: 500); set before the finish */
     int instance;
+    bool cancel_requested;  /* MPI thread only: the client's cancel was sent to the instance */
     int refs;
 } CoordRequest;
 
@@ -55,6 +59,9 @@ void coord_request_retain(CoordRequest *r);
 void coord_request_release(CoordRequest *r);
 /* MPI thread: appends a token / records the finish and wakes the waiter. */
 int coord_request_push_token(CoordRequest *r, int32_t token, double now);
+/* MPI thread: forgets the tokens generated so far, because the request starts over on another
+ * instance (its own died). Only for a restartable request or one that has no token yet. */
+void coord_request_restart(CoordRequest *r);
 /* The instance's usage numbers for a finished request. */
 typedef struct {
     int prompt_tokens, cached_tokens, cached_tokens_host, reused_tokens, completion_tokens, preemptions;

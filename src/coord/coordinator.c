@@ -29,7 +29,15 @@ int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm worl
     c->cfg.forecast.predictor = NULL; /* c->forecast owns it from here */
     if (workflow_forecast_init(&c->forecast, &cfg->forecast, err)) return braid_error_wrap(err, "coordinator: workflow forecasts");
     c->have_forecast = true;
-    if (router_init(&c->router, cfg->n_instances, cfg->load_slack)) {
+    c->status = calloc((size_t)(cfg->n_instances > 0 ? cfg->n_instances : 1), sizeof *c->status);
+    if (!c->status || router_init(&c->router, cfg->n_instances, cfg->load_slack)) {
+        free(c->status);
+        workflow_forecast_free(&c->forecast);
+        return braid_error_set(err, "coordinator: out of memory");
+    }
+    if (instance_health_init(&c->health, cfg->n_instances, cfg->tp, cfg->ranks, cfg->instance_timeout_s, braid_now_seconds())) {
+        router_free(&c->router);
+        free(c->status);
         workflow_forecast_free(&c->forecast);
         return braid_error_set(err, "coordinator: out of memory");
     }
@@ -48,6 +56,8 @@ void coordinator_free(Coordinator *c) {
     for (int i = 0; i < c->n_table; i++) coord_request_release(c->table[i]);
     free(c->table);
     router_free(&c->router);
+    instance_health_free(&c->health);
+    free(c->status);
     if (c->have_forecast) workflow_forecast_free(&c->forecast);
     ctrl_free(&c->ctrl);
     pthread_mutex_destroy(&c->mu);
@@ -63,10 +73,13 @@ static int enqueue_locked(Coordinator *c, CoordCommand cmd) {
     return 0;
 }
 
+/* Until every instance has either come up or died. */
+static bool loading_locked(const Coordinator *c) { return c->ready_instances + c->dead_instances < c->cfg.n_instances; }
+
 SubmitResult coordinator_submit(Coordinator *c, CoordRequest *req) {
     pthread_mutex_lock(&c->mu);
     SubmitResult rc = SUBMIT_OK;
-    if (c->draining || c->failed || c->ready_instances < c->cfg.n_instances) rc = SUBMIT_UNAVAILABLE;
+    if (c->draining || c->failed || loading_locked(c) || c->dead_instances == c->cfg.n_instances) rc = SUBMIT_UNAVAILABLE;
     else if (c->inflight >= c->cfg.max_pending) rc = SUBMIT_BUSY;
     if (rc == SUBMIT_OK) {
         req->id = c->next_id++;
@@ -103,9 +116,21 @@ int coordinator_workflow_end(Coordinator *c, const char *workflow) {
 
 const char *coordinator_state(Coordinator *c) {
     pthread_mutex_lock(&c->mu);
-    const char *s = c->failed ? "failed" : c->draining ? "draining" : c->ready_instances < c->cfg.n_instances ? "loading" : "ready";
+    const char *s = c->failed || c->dead_instances == c->cfg.n_instances ? "failed"
+                    : c->draining                                       ? "draining"
+                    : loading_locked(c)                                 ? "loading"
+                    : c->dead_instances > 0                             ? "degraded"
+                                                                        : "ready";
     pthread_mutex_unlock(&c->mu);
     return s;
+}
+
+int coordinator_instances(Coordinator *c, InstanceStatus *out, int cap) {
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->cfg.n_instances && i < cap; i++) out[i] = c->status[i];
+    int alive = c->cfg.n_instances - c->dead_instances;
+    pthread_mutex_unlock(&c->mu);
+    return alive;
 }
 
 void coordinator_pool(Coordinator *c, int *pool_tokens, int *block_size) {
@@ -153,10 +178,14 @@ static void log_route(Coordinator *c, const CoordRequest *r, RouteDecision d) {
     fflush(c->cfg.events);
 }
 
-static void fail_request(Coordinator *c, CoordRequest *r, const char *why) {
+/* Answers the request with an error of HTTP status `status` (500 or 503). */
+static void fail_request_status(Coordinator *c, CoordRequest *r, int status, const char *why) {
+    r->error_status = status; /* before the finish, whose mutex publishes it to the HTTP thread */
     coord_request_finish(r, FINISH_ERROR, &(CoordUsage){.prompt_tokens = r->n_prompt}, why);
     request_done(c);
 }
+
+static void fail_request(Coordinator *c, CoordRequest *r, const char *why) { fail_request_status(c, r, 500, why); }
 
 /* ---- MPI thread: workflow forecasts ---- */
 
@@ -219,6 +248,7 @@ static int send_forecast(Coordinator *c, const CoordRequest *r, const AgentPredi
         LOG_WARN("coord", "req %llu: workflow %s: out of memory encoding its forecast", (unsigned long long)r->id, r->workflow);
     } else {
         for (int i = 0; i < c->cfg.n_instances && rc == 0; i++) {
+            if (instance_health_is_dead(&c->health, i)) continue;
             WireBuf copy = {0};
             wire_put(&copy, b.data, b.len);
             if (copy.failed) {
@@ -289,6 +319,7 @@ static void on_hidden(Coordinator *c, WireReader *rd) {
 /* The leaders' policies hear that the workflow ended (explicitly, or idle past the timeout). */
 static int send_workflow_end(Coordinator *c, const char *workflow, BraidError *err) {
     for (int i = 0; i < c->cfg.n_instances; i++) {
+        if (instance_health_is_dead(&c->health, i)) continue;
         WireBuf b = {0};
         wire_put_str(&b, workflow);
         if (ctrl_send(&c->ctrl, leader_rank(c, i), MSG_WORKFLOW_END, &b, err)) return -1;
@@ -320,8 +351,23 @@ static int expire_workflows(Coordinator *c, BraidError *err) {
     return c->expiry_rc;
 }
 
+static int send_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
+    MsgSubmit m = {.req_id = r->id, .max_tokens = r->max_tokens, .temperature = r->temperature, .top_p = r->top_p,
+                   .top_k = r->top_k, .seed = r->seed, .ignore_eos = r->ignore_eos, .tenant = r->tenant, .adapter = r->adapter,
+                   .workflow = r->workflow, .agent = r->agent, .tokens = r->prompt, .n_tokens = r->n_prompt,
+                   .want_hidden = wants_hidden(c, r), .segment_mode = r->segment_mode};
+    WireBuf b = {0};
+    msg_submit_encode(&b, &m);
+    return ctrl_send(&c->ctrl, leader_rank(c, r->instance), MSG_SUBMIT, &b, err);
+}
+
 static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
     RouteDecision d = router_pick(&c->router, r->block_hashes, r->n_hashes, r->workflow);
+    if (d.instance < 0) { /* every instance died after this request was accepted */
+        fail_request_status(c, r, 503, "no instance is alive to serve it");
+        coord_request_release(r);
+        return 0;
+    }
     if (braid_grow((void **)&c->table, &c->cap_table, c->n_table + 1, sizeof *c->table)) {
         fail_request(c, r, "coordinator out of memory");
         coord_request_release(r);
@@ -332,18 +378,13 @@ static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
     router_assigned(&c->router, d.instance, r->workflow);
     log_route(c, r, d);
     if (forecast_call(c, r, err)) return -1;
-    MsgSubmit m = {.req_id = r->id, .max_tokens = r->max_tokens, .temperature = r->temperature, .top_p = r->top_p,
-                   .top_k = r->top_k, .seed = r->seed, .ignore_eos = r->ignore_eos, .tenant = r->tenant, .adapter = r->adapter,
-                   .workflow = r->workflow, .agent = r->agent, .tokens = r->prompt, .n_tokens = r->n_prompt,
-                   .want_hidden = wants_hidden(c, r), .segment_mode = r->segment_mode};
-    WireBuf b = {0};
-    msg_submit_encode(&b, &m);
-    return ctrl_send(&c->ctrl, leader_rank(c, d.instance), MSG_SUBMIT, &b, err);
+    return send_submit(c, r, err);
 }
 
 static int dispatch_cancel(Coordinator *c, uint64_t id, BraidError *err) {
     int at = table_find(c, id);
     if (at < 0) return 0; /* already finished */
+    c->table[at]->cancel_requested = true;
     WireBuf b = {0};
     wire_put_u64(&b, id);
     return ctrl_send(&c->ctrl, leader_rank(c, c->table[at]->instance), MSG_CANCEL, &b, err);
@@ -383,6 +424,14 @@ static int drain_commands(Coordinator *c, BraidError *err) {
 
 /* ---- MPI thread: messages from the leaders ---- */
 
+/* The ready line (the URL) goes out once every instance has come up or died, whichever is last. */
+static void announce_when_started(Coordinator *c) {
+    if (c->announced || c->ready_instances + c->dead_instances < c->cfg.n_instances || !c->cfg.ready_line) return;
+    c->announced = true;
+    printf("%s\n", c->cfg.ready_line);
+    fflush(stdout);
+}
+
 static void on_ready(Coordinator *c, int instance, WireReader *rd) {
     MsgReady m;
     if (msg_ready_decode(rd, &m)) return;
@@ -401,12 +450,11 @@ static void on_ready(Coordinator *c, int instance, WireReader *rd) {
         if (c->pool_tokens == 0 || tokens < c->pool_tokens) c->pool_tokens = tokens;
         c->block_size = m.block_size;
         int ready = ++c->ready_instances;
+        c->status[instance].state = INSTANCE_UP;
         pthread_mutex_unlock(&c->mu);
+        instance_health_started(&c->health, instance, braid_now_seconds());
         LOG_INFO("coord", "instance %d ready (%d KV blocks); %d of %d up", instance, m.n_blocks, ready, c->cfg.n_instances);
-        if (ready == c->cfg.n_instances && c->cfg.ready_line) {
-            printf("%s\n", c->cfg.ready_line);
-            fflush(stdout);
-        }
+        announce_when_started(c);
     }
     msg_ready_free(&m);
 }
@@ -519,6 +567,11 @@ static void handle_message(Coordinator *c, int source, int type, const uint8_t *
         LOG_WARN("coord", "%s message from rank %d, which leads no instance, ignored", msg_type_name(type), source);
         return;
     }
+    if (instance_health_is_dead(&c->health, instance)) {
+        LOG_DEBUG("coord", "%s message from dead instance %d ignored", msg_type_name(type), instance);
+        return;
+    }
+    instance_health_heard(&c->health, instance, braid_now_seconds());
     WireReader rd = wire_reader(data, len);
     switch (type) {
     case MSG_READY: on_ready(c, instance, &rd); break;
@@ -543,6 +596,114 @@ static int poll_messages(Coordinator *c, BraidError *err) {
     return got < 0 ? -1 : n;
 }
 
+/* ---- MPI thread: instances that die ---- */
+
+/* A request whose client has seen nothing of its answer yet (no token relayed, or an answer that
+ * goes out whole; no cancel sent) can start over elsewhere; the client only sees a longer wait. */
+static bool can_start_over(CoordRequest *r) {
+    pthread_mutex_lock(&r->mu);
+    bool fresh = (r->n_tokens == 0 || r->restartable) && !r->finished;
+    pthread_mutex_unlock(&r->mu);
+    return fresh && !r->cancel_requested;
+}
+
+/* Sends the request to a live instance again; 1 when none is left, -1 on an MPI error. */
+static int route_again(Coordinator *c, CoordRequest *r, int from, BraidError *err) {
+    RouteDecision d = router_pick(&c->router, r->block_hashes, r->n_hashes, r->workflow);
+    if (d.instance < 0) return 1;
+    coord_request_restart(r);
+    r->instance = d.instance;
+    router_assigned(&c->router, d.instance, r->workflow);
+    log_route(c, r, d);
+    LOG_INFO("coord", "req %llu: instance %d died before any of its answer went out; routed again to instance %d", (unsigned long long)r->id,
+             from, d.instance);
+    return send_submit(c, r, err);
+}
+
+/* The dead instance's requests: started over elsewhere when nothing was streamed, else answered 503. */
+static int settle_requests_of(Coordinator *c, int instance, BraidError *err) {
+    char why[256];
+    snprintf(why, sizeof why, "instance %d failed (%s)", instance, instance_health_reason(&c->health, instance));
+    int moved = 0, failed = 0;
+    for (int at = 0; at < c->n_table;) {
+        CoordRequest *r = c->table[at];
+        if (r->instance != instance) {
+            at++;
+            continue;
+        }
+        int rc = can_start_over(r) ? route_again(c, r, instance, err) : 1;
+        if (rc < 0) return -1;
+        if (rc == 0) {
+            moved++, at++;
+            continue;
+        }
+        fail_request_status(c, r, 503, why);
+        table_remove(c, at);
+        failed++;
+    }
+    if (moved || failed)
+        LOG_WARN("coord", "instance %d: %d request%s routed again, %d answered with an error", instance, moved, moved == 1 ? "" : "s",
+                 failed);
+    return 0;
+}
+
+/* The instance is a failure domain: it leaves routing, the block index, /health and /metrics say
+ * so, and whatever is left of it on this host is killed (a TP peer of a dead rank would otherwise
+ * wait in a collective forever). */
+static int instance_lost(Coordinator *c, int instance, BraidError *err) {
+    const char *why = instance_health_reason(&c->health, instance);
+    pthread_mutex_lock(&c->mu);
+    c->dead_instances++;
+    c->status[instance].state = INSTANCE_DEAD;
+    snprintf(c->status[instance].reason, sizeof c->status[instance].reason, "%s", why);
+    int alive = c->cfg.n_instances - c->dead_instances;
+    pthread_mutex_unlock(&c->mu);
+    LOG_ERROR("coord", "instance %d died: %s; %d of %d instances left", instance, why, alive, c->cfg.n_instances);
+    if (c->cfg.events) {
+        fprintf(c->cfg.events, "{\"t\":%.6f,\"event\":\"instance_down\",\"instance\":%d,\"reason\":", braid_now_seconds(), instance);
+        json_text_string(c->cfg.events, why);
+        fputs("}\n", c->cfg.events);
+        fflush(c->cfg.events);
+    }
+    int fenced = instance_health_fence(&c->health, instance);
+    if (fenced) LOG_WARN("coord", "instance %d: killed its %d remaining rank%s on this host", instance, fenced, fenced == 1 ? "" : "s");
+    ctrl_forget_dest(&c->ctrl, leader_rank(c, instance)); /* only leaders get messages */
+    router_instance_down(&c->router, instance);
+    metrics_instance_down(c->metrics, instance);
+    announce_when_started(c);
+    return settle_requests_of(c, instance, err);
+}
+
+static int check_instances(Coordinator *c, BraidError *err) {
+    int dead;
+    while ((dead = instance_health_next_dead(&c->health, braid_now_seconds())) >= 0)
+        if (instance_lost(c, dead, err)) return -1;
+    return 0;
+}
+
+/* The MPI loop failed: nothing more will come from the instances, so every request still open,
+ * routed or queued, is answered now (503) rather than left waiting. */
+static void fail_everything(Coordinator *c, const char *why) {
+    char text[600];
+    snprintf(text, sizeof text, "the coordinator failed: %s", why);
+    while (c->n_table > 0) {
+        fail_request_status(c, c->table[c->n_table - 1], 503, text);
+        table_remove(c, c->n_table - 1);
+    }
+    pthread_mutex_lock(&c->mu);
+    CoordCommand *cmds = c->queue;
+    int n = c->n_queue;
+    c->queue = NULL;
+    c->n_queue = c->cap_queue = 0;
+    c->failed = true; /* new requests get 503 from here on */
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < n; i++) {
+        if (cmds[i].kind == CMD_SUBMIT) fail_request_status(c, cmds[i].req, 503, text), coord_request_release(cmds[i].req);
+        free(cmds[i].workflow);
+    }
+    free(cmds);
+}
+
 /* ---- MPI thread: the loop ---- */
 
 static bool stop_requested(const sigset_t *signals) {
@@ -561,10 +722,16 @@ static bool drained(Coordinator *c) {
     return done;
 }
 
+bool coordinator_lost_ranks(const Coordinator *c) { return instance_health_alive_count(&c->health) < c->cfg.n_instances; }
+
+/* SHUTDOWN to every live leader, saying whether the job lost ranks. Sends to dead leaders were
+ * given up when they died (instance_lost), so the flush cannot hang on them. */
 static void shutdown_instances(Coordinator *c, BraidError *err) {
+    bool lost_ranks = coordinator_lost_ranks(c);
     for (int i = 0; i < c->cfg.n_instances; i++) {
+        if (instance_health_is_dead(&c->health, i)) continue;
         WireBuf b = {0};
-        wire_put_u8(&b, 0);
+        wire_put_u8(&b, lost_ranks ? 1 : 0);
         ctrl_send(&c->ctrl, leader_rank(c, i), MSG_SHUTDOWN, &b, err);
     }
     ctrl_flush(&c->ctrl, err);
@@ -597,7 +764,7 @@ int coordinator_run(Coordinator *c, const sigset_t *stop_signals, BraidError *er
         }
         int worked = drain_commands(c, err);
         int got = worked < 0 ? -1 : poll_messages(c, err);
-        if (worked < 0 || got < 0 || expire_workflows(c, err) || ctrl_progress(&c->ctrl, err)) {
+        if (worked < 0 || got < 0 || check_instances(c, err) || expire_workflows(c, err) || ctrl_progress(&c->ctrl, err)) {
             rc = -1;
             break;
         }
@@ -607,6 +774,7 @@ int coordinator_run(Coordinator *c, const sigset_t *stop_signals, BraidError *er
     bool failed = c->failed;
     if (failed && rc == 0) rc = braid_error_set(err, "%s", c->failure);
     pthread_mutex_unlock(&c->mu);
+    if (rc) fail_everything(c, err->msg);
     BraidError shutdown_err;
     shutdown_instances(c, &shutdown_err);
     return rc;

@@ -14,6 +14,12 @@
  * as PREDICT ahead of the request's SUBMIT (when the instances' policy takes predictions). A
  * workflow end (POST /v1/workflows/{id}/end) retires it; once a second, workflows idle longer than
  * the timeout retire too and every leader gets WORKFLOW_END for them.
+ * Failure domains: each instance lives or dies whole (instance_health.h: a rank's process gone,
+ * or its leader silent past --instance-timeout). A dead instance leaves routing and the router's
+ * block index; what is left of it on this host is killed; its requests that have streamed nothing
+ * yet are routed again to a live instance, the others finish with an error (503). The survivors
+ * keep serving ("degraded"); with none left every request gets 503 ("failed"). If the MPI loop
+ * itself fails, every request still open is answered (503) before coordinator_run returns.
  * Thread-safety: the functions marked "any thread" are safe from HTTP threads.
  */
 #ifndef BRAID_COORD_COORDINATOR_H
@@ -26,6 +32,7 @@
 #include <stdio.h>
 
 #include "coord/coord_request.h"
+#include "coord/instance_health.h"
 #include "coord/metrics.h"
 #include "coord/router.h"
 #include "predict/workflow_forecast.h"
@@ -51,7 +58,15 @@ typedef struct {
      * forecast.idle_timeout_s > 0: workflows idle that long retire (WORKFLOW_END to the leaders). */
     WorkflowForecastConfig forecast;
     bool send_forecasts;    /* the instances' eviction policy takes predictions: send PREDICT */
+    const RankDirectory *ranks; /* every rank's process (borrowed); NULL: failures seen by heartbeat only */
+    double instance_timeout_s;  /* an up instance silent this long is dead; 0: never */
 } CoordinatorConfig;
+
+/* One instance as /health reports it. */
+typedef struct {
+    InstanceState state;
+    char reason[192]; /* why it died; "" otherwise */
+} InstanceStatus;
 
 typedef enum { SUBMIT_OK = 0, SUBMIT_BUSY = 429, SUBMIT_UNAVAILABLE = 503 } SubmitResult;
 
@@ -66,6 +81,8 @@ typedef struct {
     int n_queue, cap_queue;
     int inflight;                /* accepted, not finished */
     int ready_instances;
+    int dead_instances;
+    InstanceStatus *status;      /* (n_instances) */
     bool draining, failed;
     char failure[512];
     uint64_t next_id;
@@ -75,6 +92,7 @@ typedef struct {
     double t_start;              /* trace times count from here */
     int trace_seq;
     Router router;
+    InstanceHealth health;
     CtrlEndpoint ctrl;
     CoordRequest **table;        /* sorted by id */
     int n_table, cap_table;
@@ -82,6 +100,7 @@ typedef struct {
     bool have_forecast;
     uint64_t forecasts_sent;
     bool warned_hidden_dim;   /* the predictor's hidden-state width differs from the model's (said once) */
+    bool announced;              /* the ready line went out */
     double last_expiry;          /* when idle workflows were last looked for */
     int expiry_rc;               /* an MPI failure while sending the expired ones' WORKFLOW_END */
     BraidError *expiry_err;
@@ -92,12 +111,21 @@ void coordinator_free(Coordinator *c);
 /* MPI thread: runs until the drain after a signal completes (0) or an instance failed (-1). */
 int coordinator_run(Coordinator *c, const sigset_t *stop_signals, BraidError *err);
 
+/* MPI thread, after coordinator_run: whether an instance died. Then no rank may call MPI_Finalize
+ * (its fence over the whole job can wait for the dead rank forever; Open MPI 4.1 measured here hung
+ * in half of the runs); SHUTDOWN has told the surviving ranks so. */
+bool coordinator_lost_ranks(const Coordinator *c);
+
 /* Any thread. Takes a reference to req when accepted (SUBMIT_OK); assigns req->id. */
 SubmitResult coordinator_submit(Coordinator *c, CoordRequest *req);
 void coordinator_cancel(Coordinator *c, uint64_t req_id);
 int coordinator_workflow_end(Coordinator *c, const char *workflow);
-/* Any thread: "ready", "loading", "draining" or "failed". */
+/* Any thread: "ready", "degraded" (some instances died, the rest serve), "loading", "draining" or
+ * "failed" (start-up failed, or no instance is left). */
 const char *coordinator_state(Coordinator *c);
+/* Any thread: copies min(cap, n_instances) instances' status into out; returns how many instances
+ * are alive (not dead). */
+int coordinator_instances(Coordinator *c, InstanceStatus *out, int cap);
 /* Any thread: the smallest instance KV pool in tokens and the block size (0 before ready). */
 void coordinator_pool(Coordinator *c, int *pool_tokens, int *block_size);
 

@@ -51,11 +51,24 @@ static char *dump(json_t *o) {
     return s;
 }
 
+/* 200 while the cluster serves ("ready", or "degraded" when some instances died), else 503; each
+ * instance's state, and why a dead one died. */
 static enum MHD_Result handle_health(HttpApi *api, struct MHD_Connection *conn) {
     const char *state = coordinator_state(api->cfg.coord);
-    bool ready = strcmp(state, "ready") == 0;
-    return http_send_json(conn, ready ? 200 : 503,
-                          dump(json_pack("{s:s, s:i}", "status", state, "instances", api->cfg.coord->cfg.n_instances)));
+    bool serving = strcmp(state, "ready") == 0 || strcmp(state, "degraded") == 0;
+    int n = api->cfg.coord->cfg.n_instances;
+    InstanceStatus *status = calloc((size_t)(n > 0 ? n : 1), sizeof *status);
+    json_t *list = json_array();
+    int alive = status ? coordinator_instances(api->cfg.coord, status, n) : 0;
+    for (int i = 0; status && list && i < n; i++) {
+        json_t *one = json_pack("{s:i, s:s}", "instance", i, "state", instance_state_name(status[i].state));
+        if (one && status[i].state == INSTANCE_DEAD) json_object_set_new(one, "reason", json_string(status[i].reason));
+        json_array_append_new(list, one);
+    }
+    free(status);
+    return http_send_json(conn, serving ? 200 : 503,
+                          dump(json_pack("{s:s, s:i, s:i, s:o*}", "status", state, "instances", n, "instances_alive", alive,
+                                         "instance_states", list)));
 }
 
 /* max_model_len is what one request (prompt + max_tokens) may reach: the context, or the KV pool

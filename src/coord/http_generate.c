@@ -229,11 +229,12 @@ static enum MHD_Result answer_whole(const HttpGenerateContext *ctx, struct MHD_C
     bool failed = r->finished && r->finish_reason == FINISH_ERROR;
     char error[sizeof r->error];
     memcpy(error, r->error, sizeof error);
+    int status = r->error_status ? r->error_status : 500; /* 503: its instance died, another try may succeed */
     pthread_mutex_unlock(&r->mu);
     enum MHD_Result rc;
     if (failed) {
         ApiError e;
-        api_error_set(&e, 500, NULL, NULL, "generation failed: %s", error);
+        api_error_set(&e, status, NULL, NULL, "generation failed: %s", error);
         rc = http_send_error(ctx->metrics, conn, endpoint, &e);
     } else {
         ApiUsage u = usage_of(r, p.n_tokens);
@@ -275,9 +276,9 @@ static void set_event(Stream *s, char *json) {
     free(json);
 }
 
-static char *error_event(const char *message) {
+static char *error_event(int status, const char *message) {
     ApiError e;
-    api_error_set(&e, 500, NULL, NULL, "generation failed: %s", message);
+    api_error_set(&e, status ? status : 500, NULL, NULL, "generation failed: %s", message);
     return api_error_json(&e);
 }
 
@@ -305,7 +306,7 @@ static bool next_event(Stream *s) {
         s->phase = PHASE_USAGE;
         pthread_mutex_lock(&r->mu);
         bool failed = r->finished && r->finish_reason == FINISH_ERROR && !s->ts.stopped;
-        char *json = failed ? error_event(r->error) : NULL;
+        char *json = failed ? error_event(r->error_status, r->error) : NULL;
         pthread_mutex_unlock(&r->mu);
         if (!failed) json = api_response_chunk(&s->head, false, "", 0, finish_name(r, s->ts.stopped));
         return set_event(s, json), true;
@@ -427,6 +428,7 @@ enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connect
         api_request_free(&a);
         return http_send_error(ctx->metrics, conn, endpoint, &e);
     }
+    r->restartable = !a.stream && a.n_stop == 0; /* answer_whole reads tokens only at the finish then */
     SubmitResult sr = coordinator_submit(ctx->coord, r);
     if (sr != SUBMIT_OK) {
         if (sr == SUBMIT_BUSY) api_error_set(&e, 429, NULL, "rate_limit_exceeded", "the server's queue is full; retry shortly");

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,12 +56,14 @@ typedef struct {
     unsigned long long prompt_tokens, cached_prompt_tokens, completion_tokens, rejected;
     int inflight, queued;
     WorkflowMetrics workflows;
+    unsigned long long instance_failures;
 } MetricsTotals;
 
 struct Metrics {
     pthread_mutex_t lock;
     MetricsTotals totals;
     InstanceStats *instances; /* n_instances entries, zero until the first report */
+    bool *down;               /* n_instances entries: died (metrics_instance_down) */
     int n_instances;
     char *model_name;
     char *static_text; /* metrics_set_static_text's lines, NULL until set */
@@ -143,16 +146,32 @@ void metrics_set_instance(Metrics *m, int instance, const InstanceStats *s) {
         return;
     }
     pthread_mutex_lock(&m->lock);
-    m->instances[instance] = *s;
+    if (!m->down[instance]) m->instances[instance] = *s; /* a dead instance's last word changes nothing */
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* Whether `instance` names one of m's instances; says which report was dropped when not (the index
+ * comes from an MPI peer, so it is checked, not trusted). */
+static bool known_instance(const Metrics *m, int instance, const char *report) {
+    if (instance >= 0 && instance < m->n_instances) return true;
+    LOG_WARN("metrics", "ignoring %s for instance %d (have %d instances)", report, instance, m->n_instances);
+    return false;
+}
+
+void metrics_instance_down(Metrics *m, int instance) {
+    if (!m || !known_instance(m, instance, "a failure")) return;
+    pthread_mutex_lock(&m->lock);
+    if (!m->down[instance]) {
+        m->down[instance] = true;
+        m->totals.instance_failures++;
+        InstanceStats *s = &m->instances[instance];
+        s->waiting = s->running = s->pool_used_blocks = s->host_used_blocks = 0;
+    }
     pthread_mutex_unlock(&m->lock);
 }
 
 void metrics_instance_idle(Metrics *m, int instance) {
-    if (!m) return;
-    if (instance < 0 || instance >= m->n_instances) {
-        LOG_WARN("metrics", "ignoring idle report for instance %d (have %d instances)", instance, m->n_instances);
-        return;
-    }
+    if (!m || !known_instance(m, instance, "an idle report")) return;
     pthread_mutex_lock(&m->lock);
     InstanceStats *s = &m->instances[instance];
     s->waiting = s->running = s->pool_used_blocks = 0;
@@ -195,9 +214,11 @@ Metrics *metrics_create(int n_instances, const char *model_name) {
     if (!m) return NULL;
     /* calloc(0) may return NULL legitimately, so ask for at least one entry. */
     m->instances = calloc(n_instances > 0 ? (size_t)n_instances : 1, sizeof *m->instances);
+    m->down = calloc(n_instances > 0 ? (size_t)n_instances : 1, sizeof *m->down);
     m->model_name = strdup(model_name ? model_name : "");
-    if (!m->instances || !m->model_name || pthread_mutex_init(&m->lock, NULL) != 0) {
+    if (!m->instances || !m->down || !m->model_name || pthread_mutex_init(&m->lock, NULL) != 0) {
         free(m->instances);
+        free(m->down);
         free(m->model_name);
         free(m);
         return NULL;
@@ -216,6 +237,7 @@ void metrics_destroy(Metrics *m) {
     if (!m) return;
     pthread_mutex_destroy(&m->lock);
     free(m->instances);
+    free(m->down);
     free(m->model_name);
     free(m->static_text);
     free(m);
@@ -517,7 +539,17 @@ static void render_instance_sums(TextOut *o, const InstanceStats *instances, int
     }
 }
 
-static void render_all(TextOut *o, const MetricsTotals *t, const InstanceStats *instances, int n_instances,
+/* Which instances are alive (1) or dead (0), how many are, and how many died since start-up. */
+static void render_liveness(TextOut *o, const MetricsTotals *t, const bool *down, int n_instances) {
+    int alive = 0;
+    for (int i = 0; i < n_instances; i++) alive += !down[i];
+    render_scalar(o, "braid_instances_alive", "gauge", "Instances serving (not dead).", alive);
+    out_family(o, "braid_instance_up", "gauge", "1 while the instance is alive, 0 once it has died.");
+    for (int i = 0; i < n_instances; i++) out_printf(o, "braid_instance_up{instance=\"%d\"} %d\n", i, down[i] ? 0 : 1);
+    render_counter(o, "braid_instance_failures_total", "Instances that died while the server ran.", t->instance_failures);
+}
+
+static void render_all(TextOut *o, const MetricsTotals *t, const InstanceStats *instances, const bool *down, int n_instances,
                        const char *model_name) {
     render_requests(o, t);
     render_histograms(o, t, 0);
@@ -539,6 +571,7 @@ static void render_all(TextOut *o, const MetricsTotals *t, const InstanceStats *
                    "Workflow calls whose agent was the previous forecast's most likely next agent.", t->workflows.step1_correct);
     render_counter(o, "braid_workflow_forecast_step1_total", "Workflow calls a previous forecast predicted.",
                    t->workflows.step1_total);
+    render_liveness(o, t, down, n_instances);
     render_instance_sums(o, instances, n_instances);
     render_instances(o, instances, n_instances);
     out_family(o, "braid_model_info", "gauge", "The served model; the value is always 1.");
@@ -552,26 +585,30 @@ char *metrics_render(Metrics *m) {
     /* Allocate the snapshot before locking so recorders never wait on malloc. */
     MetricsTotals *snap = malloc(sizeof *snap);
     InstanceStats *instances = malloc((m->n_instances > 0 ? (size_t)m->n_instances : 1) * sizeof *instances);
-    if (!snap || !instances) {
+    bool *down = malloc((m->n_instances > 0 ? (size_t)m->n_instances : 1) * sizeof *down);
+    if (!snap || !instances || !down) {
         free(snap);
         free(instances);
+        free(down);
         return NULL;
     }
     pthread_mutex_lock(&m->lock);
     *snap = m->totals;
     if (m->n_instances > 0) memcpy(instances, m->instances, (size_t)m->n_instances * sizeof *instances);
+    if (m->n_instances > 0) memcpy(down, m->down, (size_t)m->n_instances * sizeof *down);
     /* Copied under the lock so a concurrent metrics_set_static_text cannot free it mid-render. */
     char *static_text = m->static_text ? strdup(m->static_text) : NULL;
     int static_lost = m->static_text && !static_text;
     pthread_mutex_unlock(&m->lock);
 
     TextOut o = {0};
-    render_all(&o, snap, instances, m->n_instances, m->model_name);
+    render_all(&o, snap, instances, down, m->n_instances, m->model_name);
     if (static_text) out_str(&o, static_text);
     o.failed |= static_lost;
     free(static_text);
     free(snap);
     free(instances);
+    free(down);
     if (o.failed) {
         free(o.buf);
         return NULL;

@@ -74,6 +74,11 @@ void metrics_set_instance(Metrics *m, int instance, const InstanceStats *s);
  * checks as metrics_set_instance. */
 void metrics_instance_idle(Metrics *m, int instance);
 
+/* Instance i died: braid_instance_up{instance="i"} drops to 0, braid_instances_alive by one,
+ * braid_instance_failures_total grows by one (once per instance), its gauges of work in flight drop
+ * to 0 and later stats for it are ignored. Counters are kept. Same index checks as above. */
+void metrics_instance_down(Metrics *m, int instance);
+
 /* Coordinator-side gauges: requests accepted but not finished (braid_requests_inflight), and
  * requests waiting in the coordinator's own queue (braid_requests_queued). */
 void metrics_set_inflight(Metrics *m, int inflight);

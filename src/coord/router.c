@@ -9,8 +9,9 @@ int router_init(Router *r, int n, int load_slack) {
     r->load_slack = load_slack;
     r->index = calloc((size_t)n, sizeof *r->index);
     r->load = calloc((size_t)n, sizeof *r->load);
+    r->down = calloc((size_t)n, sizeof *r->down);
     r->affinity = strmap_create(256);
-    if (!r->index || !r->load || !r->affinity) {
+    if (!r->index || !r->load || !r->down || !r->affinity) {
         router_free(r);
         return -1;
     }
@@ -22,6 +23,7 @@ void router_free(Router *r) {
     for (int i = 0; r->index && i < r->n_instances; i++) block_index_free(&r->index[i]);
     free(r->index);
     free(r->load);
+    free(r->down);
     if (r->affinity) strmap_destroy(r->affinity);
     memset(r, 0, sizeof *r);
 }
@@ -41,16 +43,17 @@ static int better(const Router *r, int cand, int cand_match, int best, int best_
 }
 
 RouteDecision router_pick(Router *r, const uint64_t *hashes, int n_hashes, const char *workflow) {
-    int min_load = r->load[0];
-    for (int i = 1; i < r->n_instances; i++)
-        if (r->load[i] < min_load) min_load = r->load[i];
+    int min_load = -1;
+    for (int i = 0; i < r->n_instances; i++)
+        if (!r->down[i] && (min_load < 0 || r->load[i] < min_load)) min_load = r->load[i];
     int affine = affinity_of(r, workflow), best = -1, best_match = 0, any_match = 0;
     for (int i = 0; i < r->n_instances; i++) {
-        if (r->load[i] > min_load + r->load_slack) continue; /* badly unbalanced: skip it */
+        if (r->down[i] || r->load[i] > min_load + r->load_slack) continue; /* dead, or badly unbalanced: skip it */
         int match = block_index_prefix(&r->index[i], hashes, n_hashes);
         any_match |= match > 0;
         if (better(r, i, match, best, best_match, affine)) best = i, best_match = match;
     }
+    if (best < 0) return (RouteDecision){.instance = -1, .reason = "none alive"};
     const char *reason = best_match > 0 ? "cache" : best == affine && any_match == 0 && affine >= 0 ? "affinity" : "load";
     return (RouteDecision){.instance = best, .matched_blocks = best_match, .reason = reason};
 }
@@ -77,6 +80,7 @@ void router_finished(Router *r, int instance) {
 }
 
 void router_stored(Router *r, int instance, const uint64_t *hashes, int n) {
+    if (r->down[instance]) return; /* a late report from a dead instance */
     for (int i = 0; i < n; i++) block_index_add(&r->index[instance], hashes[i]);
 }
 
@@ -87,4 +91,10 @@ void router_evicted(Router *r, int instance, const uint64_t *hashes, int n) {
 void router_cleared(Router *r, int instance) {
     block_index_free(&r->index[instance]);
     block_index_init(&r->index[instance]);
+}
+
+void router_instance_down(Router *r, int instance) {
+    r->down[instance] = true;
+    r->load[instance] = 0;
+    router_cleared(r, instance);
 }

@@ -7,11 +7,14 @@
  * compete. Ties go to the instance that served the workflow last (its history is most likely
  * cached there), then to the least loaded, then to the lowest index.
  * Load = requests the coordinator has routed to the instance and not yet seen finish.
+ * An instance marked down (router_instance_down: it died) is never picked again and its index is
+ * emptied; router_pick answers instance -1 when every instance is down.
  * Owns the indexes and the workflow-affinity table. Not thread-safe (the coordinator's MPI thread).
  */
 #ifndef BRAID_COORD_ROUTER_H
 #define BRAID_COORD_ROUTER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/strmap.h"
@@ -21,6 +24,7 @@ typedef struct {
     int n_instances;
     BlockIndex *index; /* (n_instances) */
     int *load;         /* (n_instances) */
+    bool *down;        /* (n_instances) dead instances, never picked */
     StrMap *affinity;  /* workflow id -> instance + 1 (0: ended); reset past ROUTER_MAX_AFFINITY ids */
     int load_slack;    /* an instance more than this many requests above the least loaded is "badly unbalanced" */
 } Router;
@@ -45,5 +49,7 @@ void router_stored(Router *r, int instance, const uint64_t *hashes, int n);
 void router_evicted(Router *r, int instance, const uint64_t *hashes, int n);
 /* The instance's cache was cleared (AllBlocksCleared): its index empties. */
 void router_cleared(Router *r, int instance);
+/* The instance died: it leaves routing for good, with its index and load. */
+void router_instance_down(Router *r, int instance);
 
 #endif

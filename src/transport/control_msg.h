@@ -29,7 +29,8 @@ typedef enum {
     MSG_SUBMIT = 1,
     MSG_CANCEL,
     MSG_WORKFLOW_END,
-    MSG_SHUTDOWN,
+    MSG_SHUTDOWN, /* u8 lost_ranks: 1 when a rank of the job died; every rank then exits without
+                     MPI_Finalize, whose fence over the whole job may wait for the dead one forever */
     MSG_READY,
     MSG_TOKENS,
     MSG_FINISH,

@@ -26,6 +26,7 @@ int ctrl_send(CtrlEndpoint *e, int dest, int type, WireBuf *buf, BraidError *err
     }
     PendingSend *p = &e->pending[e->n_pending];
     p->buf = *buf;
+    p->dest = dest;
     memset(buf, 0, sizeof *buf);
     int rc = MPI_Isend(p->buf.data, (int)p->buf.len, MPI_BYTE, dest, type, e->comm, &p->request);
     if (rc != MPI_SUCCESS) {
@@ -70,6 +71,23 @@ int ctrl_poll(CtrlEndpoint *e, int *source, int *type, uint8_t **data, size_t *l
     return 1;
 }
 
+static void abandon(PendingSend *p) {
+    MPI_Cancel(&p->request);
+    MPI_Request_free(&p->request);
+    wire_buf_free(&p->buf);
+}
+
+void ctrl_forget_dest(CtrlEndpoint *e, int dest) {
+    for (int i = 0; i < e->n_pending;) {
+        if (e->pending[i].dest != dest) {
+            i++;
+            continue;
+        }
+        abandon(&e->pending[i]);
+        e->pending[i] = e->pending[--e->n_pending];
+    }
+}
+
 int ctrl_flush(CtrlEndpoint *e, BraidError *err) {
     for (int i = 0; i < e->n_pending; i++) {
         if (mpi_check(MPI_Wait(&e->pending[i].request, MPI_STATUS_IGNORE), "send completion", err)) return -1;
@@ -80,11 +98,7 @@ int ctrl_flush(CtrlEndpoint *e, BraidError *err) {
 }
 
 void ctrl_free(CtrlEndpoint *e) {
-    for (int i = 0; i < e->n_pending; i++) {
-        MPI_Cancel(&e->pending[i].request);
-        MPI_Request_free(&e->pending[i].request);
-        wire_buf_free(&e->pending[i].buf);
-    }
+    for (int i = 0; i < e->n_pending; i++) abandon(&e->pending[i]);
     free(e->pending);
     memset(e, 0, sizeof *e);
 }

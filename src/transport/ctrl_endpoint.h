@@ -4,7 +4,7 @@
  * Sends are MPI_Isend: the endpoint keeps each buffer until MPI says it is done, so neither side
  * ever blocks in a send (two ranks blocked sending large messages to each other would deadlock
  * once a message passes MPI's eager limit). Call ctrl_progress() regularly to retire sends, and
- * ctrl_flush() before MPI_Finalize. Receives poll with MPI_Iprobe from any source, any tag; the
+ * ctrl_flush() before MPI_Finalize (after ctrl_forget_dest for every peer known dead). Receives poll with MPI_Iprobe from any source, any tag; the
  * tag is the MsgType.
  * Owns the pending send buffers. One thread of control per endpoint (the rank's MPI thread).
  */
@@ -21,6 +21,7 @@
 typedef struct {
     MPI_Request request;
     WireBuf buf;
+    int dest;
 } PendingSend;
 
 typedef struct {
@@ -37,6 +38,9 @@ int ctrl_progress(CtrlEndpoint *e, BraidError *err);
 /* Receives one waiting message if there is one: returns 1 and fills source, type and a malloc'd
  * body (caller frees); 0 when nothing is waiting; -1 on an MPI error. */
 int ctrl_poll(CtrlEndpoint *e, int *source, int *type, uint8_t **data, size_t *len, BraidError *err);
+/* Gives up the pending sends to dest (a dead peer: they would never complete, and waiting for
+ * them would hang ctrl_flush): cancelled, freed, forgotten. */
+void ctrl_forget_dest(CtrlEndpoint *e, int dest);
 /* Waits for every pending send. */
 int ctrl_flush(CtrlEndpoint *e, BraidError *err);
 void ctrl_free(CtrlEndpoint *e);

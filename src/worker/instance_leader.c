@@ -45,6 +45,7 @@ typedef struct {
     MsgTokens tokens;           /* this step's sampled tokens */
     int cap_tokens;
     bool shutting_down, failed;
+    bool lost_ranks;            /* SHUTDOWN said a rank of the job died */
     double last_stats;
     BraidError err;             /* first asynchronous failure (observer allocations) */
 } Leader;
@@ -260,6 +261,7 @@ static void handle_message(Leader *L, int type, const uint8_t *data, size_t len)
         msg_predict_free(&m);
     } else if (type == MSG_SHUTDOWN) {
         L->shutting_down = true;
+        L->lost_ranks = wire_get_u8(&rd) == 1;
     } else {
         LOG_WARN("leader", "instance %d: unexpected %s message ignored", L->cfg->instance, msg_type_name(type));
     }
@@ -335,8 +337,8 @@ static int send_step(void *ctx, const ForwardBatch *batch, const CacheOpList *op
     return rc;
 }
 
-static void stop_peers(const WorkerRoleConfig *cfg, int tp_size) {
-    uint8_t stop = STEP_STOP;
+static void stop_peers(const WorkerRoleConfig *cfg, int tp_size, bool lost_ranks) {
+    uint8_t stop = lost_ranks ? STEP_STOP_LOST_RANKS : STEP_STOP;
     for (int peer = 1; peer < tp_size; peer++) MPI_Send(&stop, 1, MPI_BYTE, peer, TAG_STEP, cfg->tp_comm);
 }
 
@@ -393,7 +395,8 @@ static int leader_iteration(Leader *L, double *idle_since) {
     return 0;
 }
 
-int instance_leader_run(const WorkerRoleConfig *cfg, BraidError *err) {
+int instance_leader_run(const WorkerRoleConfig *cfg, bool *lost_ranks, BraidError *err) {
+    *lost_ranks = false;
     Leader *L = calloc(1, sizeof *L);
     if (!L) return braid_error_set(err, "leader: out of memory");
     bool up = leader_init(L, cfg, err) == 0;
@@ -416,7 +419,12 @@ int instance_leader_run(const WorkerRoleConfig *cfg, BraidError *err) {
             uint8_t *data;
             size_t len;
             int got = ctrl_poll(&L->ctrl, &source, &type, &data, &len, &L->err);
-            if (got == 1) L->shutting_down |= type == MSG_SHUTDOWN, free(data);
+            if (got == 1 && type == MSG_SHUTDOWN) {
+                WireReader rd = wire_reader(data, len);
+                L->shutting_down = true;
+                L->lost_ranks = wire_get_u8(&rd) == 1;
+            }
+            if (got == 1) free(data);
             else idle_sleep(1.0);
             rc = got < 0 ? -1 : 0;
         }
@@ -427,13 +435,15 @@ int instance_leader_run(const WorkerRoleConfig *cfg, BraidError *err) {
     }
     if (up && send_stats(L) == 0) ctrl_flush(&L->ctrl, &L->err);
     else ctrl_flush(&L->ctrl, &L->err);
-    stop_peers(cfg, L->tp.tp_size ? L->tp.tp_size : 1);
+    stop_peers(cfg, L->tp.tp_size ? L->tp.tp_size : 1, L->lost_ranks);
+    *lost_ranks = L->lost_ranks;
     leader_free(L, up);
     free(L);
     return rc;
 }
 
-int tp_peer_run(const WorkerRoleConfig *cfg, BraidError *err) {
+int tp_peer_run(const WorkerRoleConfig *cfg, bool *lost_ranks, BraidError *err) {
+    *lost_ranks = false;
     TpSetup t;
     Backend backend;
     int ok = tp_setup(cfg, &t, err) == 0;
@@ -469,7 +479,10 @@ int tp_peer_run(const WorkerRoleConfig *cfg, BraidError *err) {
         if (rc == 0 && step_msg_decode(&rd, cfg->engine.block_size, &m)) rc = braid_error_set(err, "tp peer: malformed step");
         free(data);
         if (rc) break;
-        if (m.kind == STEP_STOP) break;
+        if (m.kind == STEP_STOP || m.kind == STEP_STOP_LOST_RANKS) {
+            *lost_ranks = m.kind == STEP_STOP_LOST_RANKS;
+            break;
+        }
         /* A peer that could not set up still has to drain steps; the leader refused to serve, so none come. */
         if (ok) {
             ForwardOutput out = {0};

@@ -9,6 +9,8 @@
  * sends each step's batch to its peers (step_msg.h) before running its own share of the forward.
  * A peer runs the same forward on its shard for every batch it receives, until a STOP.
  * After SHUTDOWN the leader finishes every request it holds, then stops its peers and returns.
+ * When SHUTDOWN says the job lost ranks (another instance died), both roles report it through
+ * *lost_ranks so the caller skips MPI_Finalize, whose job-wide fence could wait for the dead forever.
  * Both loops sleep briefly when idle instead of spinning (ranks may share cores).
  * Single-threaded: each runs on its rank's main thread, which owns MPI there.
  */
@@ -16,6 +18,7 @@
 #define BRAID_WORKER_INSTANCE_LEADER_H
 
 #include <mpi.h>
+#include <stdbool.h>
 
 #include "model/model.h"
 #include "worker/engine.h"
@@ -30,8 +33,8 @@ typedef struct {
 } WorkerRoleConfig;
 
 /* Runs until the coordinator's SHUTDOWN has been honoured. Returns 0, or -1 with err filled. */
-int instance_leader_run(const WorkerRoleConfig *cfg, BraidError *err);
+int instance_leader_run(const WorkerRoleConfig *cfg, bool *lost_ranks, BraidError *err);
 /* Runs until the leader's STOP. */
-int tp_peer_run(const WorkerRoleConfig *cfg, BraidError *err);
+int tp_peer_run(const WorkerRoleConfig *cfg, bool *lost_ranks, BraidError *err);
 
 #endif

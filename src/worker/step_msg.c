@@ -69,7 +69,7 @@ int step_msg_decode(WireReader *r, int block_size, StepMsg *m) {
     memset(m, 0, sizeof *m);
     m->kind = (StepKind)wire_get_u8(r);
     if (r->failed) return -1;
-    if (m->kind == STEP_STOP) return r->off == r->len ? 0 : -1;
+    if (m->kind == STEP_STOP || m->kind == STEP_STOP_LOST_RANKS) return r->off == r->len ? 0 : -1;
     if (m->kind != STEP_FORWARD) return -1;
     int n_tok, n_pos, n_slots, n_start, n_ctx;
     m->tokens = wire_get_i32s(r, &n_tok);

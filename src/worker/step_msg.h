@@ -17,7 +17,8 @@
 #include "transport/wire.h"
 #include "worker/forward_batch.h"
 
-typedef enum { STEP_FORWARD = 1, STEP_STOP = 2 } StepKind;
+/* STEP_STOP_LOST_RANKS: stop, and exit without MPI_Finalize (the job lost ranks; see MSG_SHUTDOWN). */
+typedef enum { STEP_FORWARD = 1, STEP_STOP = 2, STEP_STOP_LOST_RANKS = 3 } StepKind;
 
 typedef struct {
     StepKind kind;
@@ -27,7 +28,7 @@ typedef struct {
     CacheOpList ops;    /* the step's cache operations, to apply before the forward */
 } StepMsg;
 
-/* ops may be NULL (no operations); batch and ops are ignored for STEP_STOP. */
+/* ops may be NULL (no operations); batch and ops are ignored for the STOP kinds. */
 void step_msg_encode(WireBuf *b, StepKind kind, const ForwardBatch *batch, const CacheOpList *ops, int block_size);
 /* 0 and a filled StepMsg, or -1 (nothing to free) when the bytes are malformed or memory runs out. */
 int step_msg_decode(WireReader *r, int block_size, StepMsg *m);

@@ -18,46 +18,8 @@ model=$(realpath "$2")
 root=$(cd "$(dirname "$0")/../.." && pwd)
 python=${BRAID_TEST_PYTHON:-$root/.venv-test/bin/python}
 work=$(mktemp -d)
-trap 'cleanup' EXIT
-failures=0
-launcher_pid=""
-
-cleanup() {
-  [ -n "$launcher_pid" ] && kill -KILL "$launcher_pid" 2> /dev/null
-  pkill -KILL -f "braid serve .*--port $port" 2> /dev/null
-  rm -rf "$work"
-}
-ok() { echo "ok   $*"; }
-fail() { echo "FAIL $*"; failures=$((failures + 1)); }
-check() { local what=$1; shift; if "$@"; then ok "$what"; else fail "$what"; fi; }
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
-# start_cluster NAME ARGS...: launches braid-local in its own session, waits for /health.
-start_cluster() {
-  local name=$1; shift
-  port=$(free_port)
-  url=http://127.0.0.1:$port
-  BRAID_BIN=$braid setsid "$root/launch/braid-local" --model "$model" --port "$port" "$@" > "$work/$name.out" 2> "$work/$name.err" &
-  launcher_pid=$!
-  for _ in $(seq 1 240); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && { ok "$name: ready"; return 0; }
-    kill -0 "$launcher_pid" 2> /dev/null || break
-    sleep 0.5
-  done
-  fail "$name: never became ready"; cat "$work/$name.err"; return 1
-}
-
-# stop_cluster NAME: SIGTERM to the launcher; it must exit 0 and leave no braid ranks behind.
-stop_cluster() {
-  local name=$1 status
-  kill -TERM "$launcher_pid"
-  wait "$launcher_pid"; status=$?
-  launcher_pid=""
-  check "$name: SIGTERM drains and exits 0 (got $status)" [ "$status" = 0 ]
-  sleep 0.5
-  check "$name: no ranks left" bash -c "! pgrep -f '[b]raid serve .*--port $port' > /dev/null"
-}
+# shellcheck source=cluster_lib.sh
+source "$root/tests/integration/cluster_lib.sh"
 
 post() {  # post PATH BODY [CURL ARGS...] -> the status; the body lands in $work/body
   local path=$1 body=$2; shift 2
@@ -352,7 +314,7 @@ wait "$launcher_pid"; status=$?
 launcher_pid=""
 check "drained cluster exits 0 (got $status)" [ "$status" = 0 ]
 sleep 0.5
-check "no ranks left after drain" bash -c "! pgrep -f '[b]raid serve .*--port $port' > /dev/null"
+check "no ranks left after drain" cluster_gone
 # The server's trace: the requests it served and the workflow end, replayable by braid sim.
 n_traced=$(grep -c '"type":"request"' "$work/trace.jsonl")
 check "trace records served requests ($n_traced) and the workflow ends" \

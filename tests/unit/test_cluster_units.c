@@ -333,6 +333,12 @@ static void test_step_round_trip(void **state) {
     assert_int_equal(step_msg_decode(&r, 2, &m), 0);
     assert_int_equal(m.kind, STEP_STOP);
     wire_buf_free(&b);
+    /* The stop that tells a TP peer its job lost ranks (exit without MPI_Finalize) survives the wire. */
+    step_msg_encode(&b, STEP_STOP_LOST_RANKS, NULL, NULL, 2);
+    r = wire_reader(b.data, b.len);
+    assert_int_equal(step_msg_decode(&r, 2, &m), 0);
+    assert_int_equal(m.kind, STEP_STOP_LOST_RANKS);
+    wire_buf_free(&b);
 }
 
 /* The step's cache operations travel after the block tables; a cut message or a bad kind is refused. */

@@ -1,0 +1,50 @@
+# cluster_lib.sh — helpers the cluster integration tests share; sourced, not run.
+# The sourcing script sets braid (the binary), model, root (the repository) and work (a scratch
+# directory) first. Provides: ok / fail / check (counting $failures), free_port, start_cluster,
+# stop_cluster, cluster_gone and cleanup (installed as the EXIT trap: kills what a failed test left
+# and removes $work). start_cluster sets port, url and launcher_pid.
+failures=0
+launcher_pid=""
+port=0
+trap 'cleanup' EXIT
+
+cleanup() {
+  [ -n "$launcher_pid" ] && kill -KILL "$launcher_pid" 2> /dev/null
+  pkill -KILL -f "$braid serve .*--port $port( |\$)" 2> /dev/null
+  rm -rf "$work"
+}
+ok() { echo "ok   $*"; }
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else fail "$what"; fi; }
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# start_cluster NAME ARGS...: launches braid-local in its own session, waits (up to
+# $BRAID_TEST_READY_S seconds, default 180) for /health to answer 200.
+start_cluster() {
+  local name=$1; shift
+  port=$(free_port)
+  url=http://127.0.0.1:$port
+  BRAID_BIN=$braid setsid "$root/launch/braid-local" --model "$model" --port "$port" "$@" > "$work/$name.out" 2> "$work/$name.err" &
+  launcher_pid=$!
+  for _ in $(seq 1 $((2 * ${BRAID_TEST_READY_S:-180}))); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && { ok "$name: ready"; return 0; }
+    kill -0 "$launcher_pid" 2> /dev/null || break
+    sleep 0.5
+  done
+  fail "$name: never became ready"; cat "$work/$name.err"; return 1
+}
+
+# cluster_gone: no process of this cluster (mpirun or a rank) is left.
+cluster_gone() { ! pgrep -f "$braid serve .*--port $port( |\$)" > /dev/null; }
+
+# stop_cluster NAME: SIGTERM to the launcher; it must exit 0 and leave no process behind.
+stop_cluster() {
+  local name=$1 status
+  kill -TERM "$launcher_pid"
+  wait "$launcher_pid"; status=$?
+  launcher_pid=""
+  check "$name: SIGTERM drains and exits 0 (got $status)" [ "$status" = 0 ]
+  sleep 0.5
+  check "$name: no ranks left" cluster_gone
+}

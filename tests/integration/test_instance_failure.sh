@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Integration test: each instance is a failure domain (issue 22, point 1). Real mpirun ranks, real HTTP.
+#   tests/integration/test_instance_failure.sh BRAID_BINARY MODEL
+# 1. 1 + 2x1 ranks under load (12 concurrent requests, half streamed, 160 tokens each): kill -9 of
+#    instance 1's rank. Every request gets an HTTP answer (200, or a JSON 5xx; a stream ends with
+#    data: [DONE]); no connection drops or hangs. Whole (non-streamed) answers start over on
+#    instance 0, so all six are 200 with every token. /health says "degraded" and names the dead
+#    instance, /metrics counts it (braid_instances_alive 1, braid_instance_up{instance="1"} 0,
+#    braid_instance_failures_total 1), --events logs it; new requests succeed; SIGTERM still drains,
+#    exits 0 (no rank waits in MPI_Finalize for the dead one) and leaves no process.
+# 2. 1 + 2x2 ranks: kill -9 of instance 1's TP peer (rank 4). Its leader (rank 3), which would wait
+#    for the dead peer forever, is gone too; instance 0 serves on; the exit is clean.
+# 3. 1 + 2x1 ranks with --instance-timeout 5: SIGSTOP of instance 1's leader. It is declared dead
+#    by its silence, killed, and instance 0 serves on.
+# 4. 1 + 1x1 ranks: the only instance dies: /health 503 "failed", a new request a JSON 503. Then
+#    kill -9 of the coordinator: braid-local stops the job and leaves no process.
+set -uo pipefail
+braid=$(realpath "$1")
+model=$(realpath "$2")
+root=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d)
+# shellcheck source=cluster_lib.sh
+source "$root/tests/integration/cluster_lib.sh"
+
+# rank_pid R: the pid of MPI rank R of this cluster (from the rank's environment).
+rank_pid() {
+  local p
+  for p in $(pgrep -f "$braid serve .*--port $port( |$)"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && { echo "$p"; return 0; }
+  done
+  return 1
+}
+
+health_field() {  # health_field PYTHON_EXPR_ON_h -> its value, from GET /health
+  curl -s "$url/health" | python3 -c "import json, sys; h = json.load(sys.stdin); print($1)" 2> /dev/null
+}
+metric() {  # metric NAME_WITH_LABELS -> the value of that exact series in /metrics
+  curl -s "$url/metrics" | awk -v n="$1" '$1 == n {print $2}'
+}
+wait_for() {  # wait_for SECONDS COMMAND...: polls every 0.2 s until COMMAND succeeds
+  local limit=$1; shift
+  for _ in $(seq 1 $((limit * 5))); do "$@" && return 0; sleep 0.2; done
+  return 1
+}
+gone() { ! kill -0 "$1" 2> /dev/null; }
+completes() {  # completes PROMPT: a new request gets 200 with its completion
+  local code
+  code=$(curl -s --max-time 120 -o "$work/new.body" -w '%{http_code}' "$url/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"$1\", \"max_tokens\": 8, \"temperature\": 0, \"ignore_eos\": true}")
+  [ "$code" = 200 ] && python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["usage"]["completion_tokens"] == 8' "$work/new.body"
+}
+
+# request I STREAM: one long request in the background; its status, curl's exit code and body land in $work/req.I.*
+request() {
+  local i=$1 stream=$2
+  ( curl -s -N --max-time 300 -o "$work/req.$i.body" -w '%{http_code}' "$url/v1/completions" -H 'Content-Type: application/json' \
+      -d "{\"prompt\": \"Story number $i: once upon a time, in a land far away,\", \"max_tokens\": 160, \"ignore_eos\": true, \"temperature\": 0, \"stream\": $stream}" \
+      > "$work/req.$i.code"
+    echo $? > "$work/req.$i.exit" ) &
+  request_pids+=($!)
+}
+request_pids=()
+
+# answered I STREAM: request I got a complete HTTP answer: 200 with a whole completion or a stream
+# ending in [DONE] (its last event may be an error object), or a 5xx with a JSON error.
+answered() {
+  python3 - "$work/req.$1" "$2" << 'EOF'
+import json, sys
+base, stream = sys.argv[1], sys.argv[2] == "true"
+code, curl_exit, body = open(base + ".code").read().strip(), open(base + ".exit").read().strip(), open(base + ".body").read()
+assert curl_exit == "0", f"curl exit {curl_exit} (connection dropped or timed out)"
+if code.startswith("5"):
+    assert json.loads(body)["error"]["message"], body
+    print("5xx")
+    sys.exit(0)
+assert code == "200", code
+if not stream:
+    assert json.loads(body)["usage"]["completion_tokens"] == 160, body[-300:]
+    print("200")
+    sys.exit(0)
+events = [l[6:] for l in body.split("\n") if l.startswith("data: ")]
+assert events and events[-1] == "[DONE]", body[-300:]
+last = json.loads(events[-2])
+if "error" in last:
+    assert "instance 1 failed" in last["error"]["message"], last
+    print("stream-error")
+else:
+    assert last["choices"][0]["finish_reason"] == "length", last
+    print("200")
+EOF
+}
+
+# ---------------------------------------------------------------- 1: 1 + 2x1 under load
+start_cluster two --instances 2 --events "$work/events.jsonl" || exit 1
+check "two instances start without a 'failed to start' error" bash -c "! grep -q 'failed to start' '$work/two.err'"
+check "/health before: ready, 2 alive" [ "$(health_field 'h["status"], h["instances_alive"]')" = "ready 2" ]
+victim=$(rank_pid 2)
+check "rank 2 (instance 1's leader) found" [ -n "$victim" ]
+# Requests 2, 3, 6, 7, 10, 11 stream. Started a little apart, they alternate between the instances
+# (no shared prefix, so the least loaded wins): each instance gets three whole answers and three streams.
+is_stream() { case $(($1 % 4)) in 2|3) echo true ;; *) echo false ;; esac; }
+for i in $(seq 1 12); do request "$i" "$(is_stream "$i")"; sleep 0.2; done
+instance_busy() { [ "$(metric 'braid_instance_running_sequences{instance="1"}')" -gt 0 ] 2> /dev/null &&
+                  [ "$(metric 'braid_instance_running_sequences{instance="0"}')" -gt 0 ] 2> /dev/null; }
+check "both instances run requests" wait_for 120 instance_busy
+# on_instance_1 KIND: numbers of the requests first routed (--events) to instance 1; KIND streamed:
+# the streams among them that have sent text already; KIND whole: the whole answers among them.
+on_instance_1() {
+  python3 - "$work" "$1" << 'EOF'
+import glob, json, os, sys
+work, kind = sys.argv[1], sys.argv[2]
+first = {}
+for line in open(os.path.join(work, "events.jsonl")):
+    e = json.loads(line)
+    if e.get("event") == "route": first.setdefault(e["req"], e["instance"])
+for path in glob.glob(os.path.join(work, "req.*.body")):
+    body, i = open(path).read(), path.split(".")[-2]
+    if '"id":"cmpl-' not in body: continue
+    req = int(body.split('"id":"cmpl-')[1].split('"')[0])
+    stream = body.startswith("data: ")
+    if first.get(req) != 1: continue
+    if kind == "whole" and not stream: print(i)
+    if kind == "streamed" and stream and '"text":"' in body.replace('"text":""', ""): print(i)
+EOF
+}
+stream_on_1_streaming() { [ -n "$(on_instance_1 streamed)" ]; }
+check "a stream on instance 1 has sent text" wait_for 120 stream_on_1_streaming
+kill -KILL "$victim"
+t_kill=$(date +%s)
+degraded() { [ "$(health_field 'h["status"]')" = degraded ]; }
+check "/health says degraded within 10 s" wait_for 10 degraded
+wait "${request_pids[@]}"
+request_pids=()
+outcomes=""
+for i in $(seq 1 12); do
+  stream=$(is_stream "$i")
+  if o=$(answered "$i" "$stream" 2>&1); then outcomes="$outcomes $o"; else fail "request $i (stream $stream): $o"; outcomes="$outcomes bad"; fi
+done
+echo "     outcomes:$outcomes ($(( $(date +%s) - t_kill )) s after the kill)"
+check "all 12 requests got a whole HTTP answer" bash -c "! echo '$outcomes' | grep -q bad"
+whole_ok=0; for i in 1 4 5 8 9 12; do [ "$(cat "$work/req.$i.code")" = 200 ] && whole_ok=$((whole_ok + 1)); done
+check "the 6 whole answers are all 200 ($whole_ok)" [ "$whole_ok" = 6 ]
+moved=$(on_instance_1 whole | wc -l)
+rerouted=$(sed -n 's/.*instance 1: \([0-9]*\) requests\{0,1\} routed again.*/\1/p' "$work/two.err")
+check "whole answers of the dead instance started over on the other ($moved of them; $rerouted routed again)" \
+  [ "$moved" -ge 1 -a "${rerouted:-0}" -ge "$moved" ]
+check "a stream of the dead instance that had sent text ended with an error event" bash -c "echo '$outcomes' | grep -q stream-error"
+check "the coordinator logged the death" grep -q "instance 1 died: rank 2 (pid $victim) exited" "$work/two.err"
+check "--events has the instance_down line" grep -q '"event":"instance_down","instance":1,"reason":"rank 2 (pid' "$work/events.jsonl"
+check "/health: 1 alive, instance 1 dead with its reason" \
+  [ "$(health_field 'h["instances_alive"], h["instance_states"][0]["state"], h["instance_states"][1]["state"], "exited" in h["instance_states"][1]["reason"]')" = "1 up dead True" ]
+check "/health answers 200 while degraded" [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ]
+check "/metrics: braid_instances_alive 1" [ "$(metric braid_instances_alive)" = 1 ]
+check "/metrics: instance 0 up, instance 1 down" \
+  [ "$(metric 'braid_instance_up{instance="0"}') $(metric 'braid_instance_up{instance="1"}')" = "1 0" ]
+check "/metrics: braid_instance_failures_total 1" [ "$(metric braid_instance_failures_total)" = 1 ]
+check "/metrics: the dead instance runs nothing" [ "$(metric 'braid_instance_running_sequences{instance="1"}')" = 0 ]
+for p in "The capital of France is" "Water boils at" "def fibonacci(n):"; do
+  check "a new request succeeds on the survivor: '$p'" completes "$p"
+done
+stop_cluster two
+
+# ---------------------------------------------------------------- 2: 1 + 2x2, a TP peer dies
+start_cluster tp --instances 2 --tp 2 || exit 1
+leader=$(rank_pid 3)
+peer=$(rank_pid 4)
+check "ranks 3 and 4 (instance 1) found" [ -n "$leader" -a -n "$peer" ]
+for i in 21 22 23 24; do request "$i" true; done
+tp_busy() { [ "$(metric 'braid_instance_running_sequences{instance="1"}')" -gt 0 ] 2> /dev/null; }
+check "instance 1 runs a request" wait_for 120 tp_busy
+kill -KILL "$peer"
+check "instance 1's leader, left alone with a dead TP peer, is gone within 10 s" wait_for 10 gone "$leader"
+wait "${request_pids[@]}"
+request_pids=()
+for i in 21 22 23 24; do
+  o=$(answered "$i" true 2>&1) || fail "request $i: $o"
+done
+check "/health: degraded, instance 1 dead" [ "$(health_field 'h["status"], h["instance_states"][1]["state"]')" = "degraded dead" ]
+check "a new request succeeds on instance 0" completes "The largest planet is"
+stop_cluster tp
+
+# ---------------------------------------------------------------- 3: a hung (not dead) leader
+# SIGSTOP: the process exists, so only its silence gives it away (--instance-timeout, the only sign
+# from another host); then the coordinator kills it, as it would any leftover of a dead instance.
+start_cluster hung --instances 2 --instance-timeout 5 || exit 1
+hung_pid=$(rank_pid 2)
+kill -STOP "$hung_pid"
+check "/health says degraded within 15 s of the leader hanging" wait_for 15 degraded
+check "the reason is its silence" [ "$(health_field '"no message" in h["instance_states"][1]["reason"]')" = True ]
+check "the hung leader was killed" wait_for 10 gone "$hung_pid"
+check "a new request succeeds on instance 0" completes "The three primary colors are"
+stop_cluster hung
+
+# ---------------------------------------------------------------- 4: no instance left; the coordinator dies
+start_cluster one --instances 1 || exit 1
+coordinator=$(rank_pid 0)
+kill -KILL "$(rank_pid 1)"
+failed() { [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 503 ]; }
+check "/health answers 503 once the only instance died" wait_for 10 failed
+check "/health says failed, 0 alive" [ "$(health_field 'h["status"], h["instances_alive"]')" = "failed 0" ]
+code=$(curl -s --max-time 30 -o "$work/none.body" -w '%{http_code}' "$url/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "Hello", "max_tokens": 4}')
+check "a new request gets a JSON 503 ($code)" bash -c "[ '$code' = 503 ] && python3 -c 'import json; assert json.load(open(\"$work/none.body\"))[\"error\"][\"message\"]'"
+kill -KILL "$coordinator"
+launcher_gone() { ! kill -0 "$launcher_pid" 2> /dev/null; }
+check "with the coordinator killed, braid-local stops the job within 30 s" wait_for 30 launcher_gone
+wait "$launcher_pid" 2> /dev/null; status=$?
+launcher_pid=""
+check "braid-local exits non-zero after losing its coordinator (got $status)" [ "$status" != 0 ]
+sleep 0.5
+check "one: no process left" cluster_gone
+
+echo "$failures failure(s)"
+[ "$failures" = 0 ]
