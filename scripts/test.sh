@@ -4,6 +4,8 @@
 #   2. ASan + UBSan build (also checks the pool invariant every engine step): everything but the
 #      slow model-heavy tests (logits golden, engine, int8 vs fp32 engine) and the two mpirun tests (Open MPI's own
 #      allocations would drown LeakSanitizer), which run in the release build
+#   3. libFuzzer (scripts/fuzz.sh): every parser target, coverage-guided, $BRAID_FUZZ_SECONDS (default
+#      30) each; skipped when clang has no libFuzzer
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
@@ -22,3 +24,8 @@ cmake -S . -B build-asan -DBRAID_SANITIZE=ON -DBRAID_CUDA=OFF -DCMAKE_BUILD_TYPE
 cmake --build build-asan -j"$(nproc)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j2 -E 'test_golden_logits|test_engine|test_int8_engine|cluster_integration|segment_reuse_integration|bench_driver_integration|rank_binding_integration|slurm_integration'
+
+echo "[test] libFuzzer, ${BRAID_FUZZ_SECONDS:-30} s per target"
+status=0
+scripts/fuzz.sh "${BRAID_FUZZ_SECONDS:-30}" || status=$?
+[ "$status" = 0 ] || [ "$status" = 77 ] || exit "$status"

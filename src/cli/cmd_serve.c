@@ -42,6 +42,11 @@ static const char serve_usage[] =
     "  --max-running N          most sequences in flight per instance (default 64)\n"
     "  --max-pending N          accepted unfinished requests before new ones get 429 (default 256)\n"
     "  --max-body-bytes N       largest request body; more gets 413 (default 8388608)\n"
+    "  --max-connections N      connections still before their request line, in all (default 1024; the oldest is\n"
+    "                           closed past it); the HTTP server holds at most 2N connections\n"
+    "  --max-connections-per-client N  the same per client address (default 64); the server holds at most 4N\n"
+    "  --http-timeout S         seconds a connection has to send its request line (default 10); an idle connection\n"
+    "                           is closed after 3S\n"
     "  --cache radix|off        prefix cache (default radix)\n"
     CLI_CACHE_FLAGS_USAGE
     CLI_SEGMENT_FLAGS_USAGE
@@ -93,6 +98,7 @@ typedef struct {
     const char *model, *host, *served_name, *events_path, *pid_file, *trace_path, *predictor_path, *api_keys_path, *tls_cert, *tls_key;
     const char *exit_status_file;
     long tp, port, kv_blocks, block_size, max_batch_tokens, max_running, max_pending, max_body, threads, route_slack;
+    long max_connections, max_connections_per_client, http_timeout;
     long markov, horizon, max_workflows; /* markov 0: not given */
     double idle_timeout, instance_timeout;
     bool cache, predictor_learn;
@@ -110,7 +116,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     enum { O_MODEL = 256, O_TP, O_HOST, O_PORT, O_NAME, O_BLOCKS, O_BS, O_MBT, O_RUN, O_PENDING, O_BODY, O_CACHE, O_POLICY,
            O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB,
            O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS, O_PREFETCH, O_BIND, O_API_KEYS, O_TLS_CERT,
-           O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_INSTANCE_TIMEOUT, O_EXIT_STATUS };
+           O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_INSTANCE_TIMEOUT, O_EXIT_STATUS, O_MAX_CONN, O_MAX_CONN_CLIENT, O_HTTP_TIMEOUT };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -131,13 +137,16 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"tls-cert", required_argument, 0, O_TLS_CERT}, {"tls-key", required_argument, 0, O_TLS_KEY},
         {"segment-reuse", required_argument, 0, O_SEGMENTS}, {"approx-window", required_argument, 0, O_WINDOW},
         {"instance-timeout", required_argument, 0, O_INSTANCE_TIMEOUT}, {"exit-status-file", required_argument, 0, O_EXIT_STATUS},
+        {"max-connections", required_argument, 0, O_MAX_CONN}, {"max-connections-per-client", required_argument, 0, O_MAX_CONN_CLIENT},
+        {"http-timeout", required_argument, 0, O_HTTP_TIMEOUT},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
                      .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
                      .cpu_matmul = CPU_MATMUL_FP32, .host_tier = CLI_HOST_TIER_DEFAULT, .horizon = 4, .max_workflows = 65536,
                      .idle_timeout = 600, .instance_timeout = 60, .prefetch = -1, .bind = RANK_BIND_AUTO,
-                     .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW};
+                     .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW, .max_connections = 1024,
+                     .max_connections_per_client = 64, .http_timeout = 10};
     int c;
     BraidError err;
     optind = 1;
@@ -161,6 +170,9 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_RUN: target = &a->max_running, flag = "--max-running", hi = 1 << 16; break;
         case O_PENDING: target = &a->max_pending, flag = "--max-pending"; break;
         case O_BODY: target = &a->max_body, flag = "--max-body-bytes", lo = 1024, hi = 1L << 30; break;
+        case O_MAX_CONN: target = &a->max_connections, flag = "--max-connections", hi = 1 << 20; break;
+        case O_MAX_CONN_CLIENT: target = &a->max_connections_per_client, flag = "--max-connections-per-client", hi = 1 << 20; break;
+        case O_HTTP_TIMEOUT: target = &a->http_timeout, flag = "--http-timeout", hi = 3600; break;
         case O_SLACK: target = &a->route_slack, flag = "--route-slack", lo = 0; break;
         case O_THREADS: target = &a->threads, flag = "--threads", hi = 1024; break;
         case O_PREDICTOR: a->predictor_path = optarg; break;
@@ -402,6 +414,8 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_in
     }
     HttpApiConfig hc = {.coord = &coord, .metrics = metrics, .model = model, .served_model = name, .host = a->host,
                         .port = (int)a->port, .max_body_bytes = (size_t)a->max_body, .keys = access->keys,
+                        .max_connections = (int)a->max_connections, .max_connections_per_client = (int)a->max_connections_per_client,
+                        .timeout_s = (int)a->http_timeout,
                         .tls_cert_pem = access->tls_cert, .tls_key_pem = access->tls_key, .segment_reuse = (int)a->segment_reuse};
     HttpApi *http = http_api_start(&hc, &err);
     if (!http) {

@@ -9,6 +9,7 @@
 #include "coord/api_request.h"
 
 #include "cache/kv_cache.h"
+#include "coord/api_fields.h"
 
 #include <assert.h>
 #include <jansson.h>
@@ -343,18 +344,51 @@ static int read_messages(const json_t *body, ApiRequest *r, ApiError *err) {
 
 /* ---- completion prompt ---- */
 
+/* A list of token ids: non-negative integers that fit an int32 (the vocabulary check is the caller's). */
+static int read_prompt_ids(const json_t *v, const char *param, ApiPrompt *out, ApiError *err) {
+    size_t n = json_array_size(v);
+    if (n == 0) return api_error_set(err, 400, "prompt", NULL, "%s is an empty list of token ids", param);
+    if (!(out->ids = malloc(n * sizeof *out->ids))) return out_of_memory(err);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *id = json_array_get(v, i);
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > INT32_MAX) {
+            char got[48];
+            return api_error_set(err, 400, "prompt", NULL, "%s[%zu] must be a token id (an integer >= 0), got %s", param, i,
+                                 describe(id, got, sizeof got));
+        }
+        out->ids[out->n_ids++] = (int32_t)json_integer_value(id);
+    }
+    return 0;
+}
+
+/* One prompt: a string or a list of token ids. */
+static int read_one_prompt(const json_t *v, const char *param, ApiPrompt *out, ApiError *err) {
+    if (json_is_string(v)) return (out->text = copy_string(v)) ? 0 : out_of_memory(err);
+    if (json_is_array(v)) return read_prompt_ids(v, param, out, err);
+    char got[48];
+    return api_error_set(err, 400, "prompt", NULL, "%s must be a string or a list of token ids, got %s", param,
+                         describe(v, got, sizeof got));
+}
+
+/* OpenAI's four shapes: "text", ["text", ...], [id, ...], [[id, ...], ...]. A list whose first
+ * element is an integer is one token-id prompt; otherwise each element is a prompt. */
 static int read_prompt(const json_t *body, ApiRequest *r, ApiError *err) {
     const json_t *v = present(body, "prompt");
     if (!v) return api_error_set(err, 400, "prompt", NULL, "prompt is required for a completion");
-    /* Batched prompts would need one choice per prompt and token-id prompts a tokenizer bypass;
-     * neither exists, so only a string or an array holding exactly one string is read. */
-    if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0))) v = json_array_get(v, 0);
-    if (json_is_string(v)) return (r->prompt = copy_string(v)) ? 0 : out_of_memory(err);
-    if (json_is_array(v))
-        return api_error_set(err, 400, "prompt", NULL,
-                             "prompt must be a string; only a single string prompt is supported, got an array of %zu element(s)%s",
-                             json_array_size(v), json_array_size(v) == 1 ? " that is not a string" : "");
-    return type_error(err, "prompt", "a string (only a single string prompt is supported)", v);
+    bool single = !json_is_array(v) || json_is_integer(json_array_get(v, 0));
+    size_t n = single ? 1 : json_array_size(v);
+    if (n == 0) return api_error_set(err, 400, "prompt", NULL, "prompt is an empty list; send at least one prompt");
+    if (n > API_MAX_PROMPTS)
+        return api_error_set(err, 400, "prompt", NULL, "prompt holds %zu prompts; at most %d are supported", n, API_MAX_PROMPTS);
+    if (!(r->prompts = calloc(n, sizeof *r->prompts))) return out_of_memory(err);
+    for (size_t i = 0; i < n; i++) {
+        char param[32];
+        if (single) snprintf(param, sizeof param, "prompt");
+        else snprintf(param, sizeof param, "prompt[%zu]", i);
+        r->n_prompts++; /* counted before it is filled, so a failure half-way still frees it */
+        if (read_one_prompt(single ? v : json_array_get(v, i), param, &r->prompts[i], err)) return -1;
+    }
+    return 0;
 }
 
 /* ---- generation limits and sampling ---- */
@@ -403,19 +437,57 @@ static int read_seed(const json_t *body, ApiRequest *r, ApiError *err) {
     return 0;
 }
 
-/* n > 1 would need several sequences per request; the scheduler runs one. */
-static int read_n(const json_t *body, ApiError *err) {
+/* n: choices per prompt. Each choice is its own sequence; they share the prompt's KV (http_generate.c). */
+static int read_n(const json_t *body, ApiRequest *r, ApiError *err) {
     const json_t *v = present(body, "n");
-    if (!v || (json_is_integer(v) && json_integer_value(v) == 1)) return 0;
-    char got[48];
-    return api_error_set(err, 400, "n", NULL, "only n = 1 is supported, got n = %s", describe(v, got, sizeof got));
+    r->n = 1;
+    if (!v) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > API_MAX_N) {
+        char got[48];
+        return api_error_set(err, 400, "n", NULL, "n must be an integer in [1, %d], got %s", API_MAX_N, describe(v, got, sizeof got));
+    }
+    r->n = (int)json_integer_value(v);
+    size_t choices = (size_t)r->n * (size_t)(r->n_prompts > 0 ? r->n_prompts : 1);
+    if (choices > API_MAX_CHOICES)
+        return api_error_set(err, 400, "n", NULL, "n = %d over %d prompts asks for %zu choices; at most %d are supported", r->n,
+                             r->n_prompts, choices, API_MAX_CHOICES);
+    return 0;
 }
 
 static int read_sampling(const json_t *body, ApiRequest *r, ApiError *err) {
     if (read_ranged_number(body, "temperature", 0.0, false, 2.0, &r->temperature, err)) return -1;
     if (read_ranged_number(body, "top_p", 0.0, true, 1.0, &r->top_p, err)) return -1;
     if (read_top_k(body, r, err) || read_seed(body, r, err)) return -1;
-    return read_n(body, err);
+    return read_n(body, r, err);
+}
+
+/* ---- logprobs ---- */
+
+/* A count of top alternatives in [0, API_MAX_TOP_LOGPROBS]. */
+static int read_top_count(const json_t *v, const char *param, int *out, ApiError *err) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > API_MAX_TOP_LOGPROBS) {
+        char got[48];
+        return api_error_set(err, 400, param, NULL, "%s must be an integer in [0, %d], got %s", param, API_MAX_TOP_LOGPROBS,
+                             describe(v, got, sizeof got));
+    }
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+/* Chat: logprobs (bool) and top_logprobs (0..20, only with logprobs, as OpenAI requires).
+ * Completions: logprobs is the count of top alternatives itself. */
+static int read_logprobs(const json_t *body, ApiRequest *r, ApiError *err) {
+    r->logprobs = -1;
+    const json_t *v = present(body, "logprobs");
+    if (r->kind == API_COMPLETION) return v ? read_top_count(v, "logprobs", &r->logprobs, err) : 0;
+    bool on = false;
+    if (read_bool(body, "logprobs", "logprobs", &on, err)) return -1;
+    const json_t *top = present(body, "top_logprobs");
+    if (top && !on) return api_error_set(err, 400, "top_logprobs", NULL, "top_logprobs needs logprobs set to true");
+    int count = 0;
+    if (top && read_top_count(top, "top_logprobs", &count, err)) return -1;
+    r->logprobs = on ? count : -1;
+    return 0;
 }
 
 /* ---- streaming and stop strings ---- */
@@ -533,9 +605,9 @@ static int read_fields(const json_t *body, ApiKind kind, const char *served, Api
     if (kind == API_CHAT ? read_messages(body, r, err) : read_prompt(body, r, err)) return -1;
     if (read_max_tokens(body, r, err) || read_sampling(body, r, err)) return -1;
     if (read_stream(body, r, err) || read_stop(body, r, err)) return -1;
-    if (read_bool(body, "ignore_eos", "ignore_eos", &r->ignore_eos, err)) return -1;
-    if (read_segment_reuse(body, r, err)) return -1;
-    return read_labels(body, r, err);
+    if (read_bool(body, "ignore_eos", "ignore_eos", &r->ignore_eos, err) || read_logprobs(body, r, err)) return -1;
+    if (read_segment_reuse(body, r, err) || read_labels(body, r, err)) return -1;
+    return api_fields_check(body, kind, err);
 }
 
 int api_request_parse(const char *body, size_t len, ApiKind kind, const char *served_model, ApiRequest *out, ApiError *err) {
@@ -546,6 +618,8 @@ int api_request_parse(const char *body, size_t len, ApiKind kind, const char *se
     out->segment_reuse = -1;
     out->temperature = 1.0;
     out->top_p = 1.0;
+    out->n = 1;
+    out->logprobs = -1;
     json_t *root = load_body(body, len, err);
     int rc = root ? read_fields(root, kind, served_model, out, err) : -1;
     json_decref(root);
@@ -563,7 +637,11 @@ void api_request_free(ApiRequest *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->model);
-    free(r->prompt);
+    for (int i = 0; i < r->n_prompts; i++) {
+        free(r->prompts[i].text);
+        free(r->prompts[i].ids);
+    }
+    free(r->prompts);
     free(r->workflow_id);
     free(r->agent);
     free(r->tenant);

@@ -4,9 +4,12 @@
  * Owns: the translation of an untrusted HTTP body (and the X-Braid-* headers) into an ApiRequest,
  * and OpenAI's error shape for everything a client can get wrong. Every problem becomes an ApiError
  * with an HTTP status (400 for a malformed or out-of-range field, 404 for a model this server does
- * not serve) and a message naming the field and what was wrong. Unknown top-level fields are
- * ignored, as OpenAI-compatible servers do (clients send frequency_penalty, user, ...); inside a
- * message only role and content are read, and any other non-null field is a 400 naming it.
+ * not serve) and a message naming the field and what was wrong. No field is silently ignored: every
+ * top-level field is either honoured, accepted only at the value that changes nothing (a
+ * frequency_penalty of 0, response_format {"type":"text"}, tool_choice "none", echo false, ...), or
+ * a 400 naming it (tools, a json response_format, unknown fields); `user` is accepted as the opaque
+ * end-user label it is in OpenAI's API. Inside a message only role and content are read, and any
+ * other non-null field is a 400 naming it.
  * Invalid UTF-8 is rejected by the JSON parser, so every string in an ApiRequest is valid UTF-8
  * without embedded NULs. The body-size limit (413) is the HTTP layer's job, not this module's.
  *
@@ -31,6 +34,10 @@
 #define API_MAX_STOPS 4           /* stop strings, as in OpenAI */
 #define API_MAX_LABEL_BYTES 256   /* workflow_id, agent, tenant, adapter */
 #define API_MAX_TOKENS_LIMIT (1 << 24) /* far above any context; keeps prompt + max_tokens inside an int */
+#define API_MAX_N 16              /* choices per prompt (n) */
+#define API_MAX_PROMPTS 64        /* prompts in one completion request (a list of prompts) */
+#define API_MAX_CHOICES 64        /* n x prompts */
+#define API_MAX_TOP_LOGPROBS 20   /* top_logprobs (chat) / logprobs (completions), as OpenAI and vLLM */
 
 typedef enum { API_CHAT = 0, API_COMPLETION = 1 } ApiKind;
 
@@ -39,12 +46,23 @@ typedef struct {
     char *content; /* never NULL: a null assistant content reads as "" */
 } ApiMessage;
 
+/* One completion prompt: text, or token ids (then text is NULL). Ids are only checked to be
+ * non-negative here; the caller checks them against its vocabulary. */
+typedef struct {
+    char *text;
+    int32_t *ids;
+    int n_ids;
+} ApiPrompt;
+
 typedef struct {
     ApiKind kind;
     char *model;                 /* NULL when absent */
     ApiMessage *messages;        /* chat only: n_messages >= 1 entries */
     int n_messages;
-    char *prompt;                /* completions only; never NULL after a successful parse */
+    ApiPrompt *prompts;          /* completions only: n_prompts >= 1 after a successful parse */
+    int n_prompts;
+    int n;                       /* choices per prompt, 1..API_MAX_N */
+    int logprobs;                /* -1: no logprobs; else how many top alternatives each token lists (0..20) */
     int max_tokens;              /* -1 when absent (max_tokens or max_completion_tokens) */
     double temperature, top_p;   /* OpenAI's defaults: 1 and 1 */
     int top_k;                   /* 0 = off (extension) */

@@ -24,32 +24,39 @@ static char *dump(json_t *o) {
 
 static json_t *finish_json(const char *finish_reason) { return finish_reason ? json_string(finish_reason) : json_null(); }
 
-char *api_response_full(const ApiResponseHead *h, const char *text, size_t len, const char *finish_reason, const ApiUsage *u) {
-    json_t *o = head_json(h, false), *choice = json_object();
-    if (h->kind == API_CHAT)
-        json_object_set_new(choice, "message", json_pack("{s:s, s:s%}", "role", "assistant", "content", text, len));
-    json_object_set_new(choice, "index", json_integer(0));
-    if (h->kind == API_COMPLETION) json_object_set_new(choice, "text", json_stringn(text, len));
-    json_object_set_new(choice, "logprobs", json_null());
-    json_object_set_new(choice, "finish_reason", finish_json(finish_reason));
-    json_object_set_new(o, "choices", json_pack("[o]", choice));
+static json_t *logprobs_json(json_t *logprobs) { return logprobs ? logprobs : json_null(); }
+
+char *api_response_full(const ApiResponseHead *h, const ApiChoice *choices, int n, const ApiUsage *u) {
+    json_t *o = head_json(h, false), *list = json_array();
+    for (int i = 0; i < n; i++) {
+        const ApiChoice *c = &choices[i];
+        json_t *choice = json_object();
+        if (h->kind == API_CHAT)
+            json_object_set_new(choice, "message", json_pack("{s:s, s:s%}", "role", "assistant", "content", c->text, c->len));
+        json_object_set_new(choice, "index", json_integer(c->index));
+        if (h->kind == API_COMPLETION) json_object_set_new(choice, "text", json_stringn(c->text, c->len));
+        json_object_set_new(choice, "logprobs", logprobs_json(c->logprobs));
+        json_object_set_new(choice, "finish_reason", finish_json(c->finish_reason));
+        json_array_append_new(list, choice);
+    }
+    json_object_set_new(o, "choices", list);
     json_object_set_new(o, "usage", usage_json(u));
     return dump(o);
 }
 
-char *api_response_chunk(const ApiResponseHead *h, bool with_role, const char *text, size_t len, const char *finish_reason) {
+char *api_response_chunk(const ApiResponseHead *h, bool with_role, const ApiChoice *c) {
     json_t *o = head_json(h, true), *choice = json_object();
-    json_object_set_new(choice, "index", json_integer(0));
+    json_object_set_new(choice, "index", json_integer(c->index));
     if (h->kind == API_CHAT) {
         json_t *delta = json_object();
         if (with_role) json_object_set_new(delta, "role", json_string("assistant"));
-        if (len || !finish_reason) json_object_set_new(delta, "content", json_stringn(text, len));
+        if (c->len || !c->finish_reason) json_object_set_new(delta, "content", json_stringn(c->text, c->len));
         json_object_set_new(choice, "delta", delta);
     } else {
-        json_object_set_new(choice, "text", json_stringn(text, len));
+        json_object_set_new(choice, "text", json_stringn(c->text, c->len));
     }
-    json_object_set_new(choice, "logprobs", json_null());
-    json_object_set_new(choice, "finish_reason", finish_json(finish_reason));
+    json_object_set_new(choice, "logprobs", logprobs_json(c->logprobs));
+    json_object_set_new(choice, "finish_reason", finish_json(c->finish_reason));
     json_object_set_new(o, "choices", json_pack("[o]", choice));
     return dump(o);
 }

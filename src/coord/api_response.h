@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "coord/api_request.h"
 
 typedef struct {
@@ -32,9 +34,19 @@ typedef struct {
     int segment_reused_tokens; /* not in cached_tokens: prompt tokens whose K/V came from reused segments */
 } ApiUsage;
 
-char *api_response_full(const ApiResponseHead *h, const char *text, size_t len, const char *finish_reason, const ApiUsage *u);
-/* One chunk: role (chat, first chunk only), text (may be empty), finish_reason (NULL = not yet). */
-char *api_response_chunk(const ApiResponseHead *h, bool with_role, const char *text, size_t len, const char *finish_reason);
+/* One choice of an answer or chunk. logprobs is a reference the call takes over (NULL: null). */
+typedef struct {
+    int index;
+    const char *text;        /* may be empty */
+    size_t len;
+    const char *finish_reason; /* NULL = not yet (chunks) */
+    json_t *logprobs;
+} ApiChoice;
+
+/* The whole answer with n choices (each choice's logprobs reference is taken over). */
+char *api_response_full(const ApiResponseHead *h, const ApiChoice *choices, int n, const ApiUsage *u);
+/* One chunk of one choice: role (chat, the choice's first chunk only), text, finish_reason. */
+char *api_response_chunk(const ApiResponseHead *h, bool with_role, const ApiChoice *c);
 /* The closing usage chunk (stream_options.include_usage): empty choices plus usage. */
 char *api_response_usage_chunk(const ApiResponseHead *h, const ApiUsage *u);
 

@@ -15,6 +15,7 @@ CoordRequest *coord_request_create(void) {
     pthread_cond_init(&r->cv, NULL);
     r->refs = 1;
     r->instance = -1;
+    r->pin_instance = -1;
     return r;
 }
 
@@ -40,12 +41,17 @@ void coord_request_release(CoordRequest *r) {
     free(r->tenant);
     free(r->adapter);
     free(r->tokens);
+    free(r->logprobs);
     free(r);
 }
 
-int coord_request_push_token(CoordRequest *r, int32_t token, double now) {
+int coord_request_push_token(CoordRequest *r, int32_t token, const TokenLogprob *logprob, double now) {
     pthread_mutex_lock(&r->mu);
     int rc = braid_grow((void **)&r->tokens, &r->cap_tokens, r->n_tokens + 1, sizeof *r->tokens);
+    if (rc == 0 && r->want_logprobs) {
+        rc = braid_grow((void **)&r->logprobs, &r->cap_logprobs, r->n_tokens + 1, sizeof *r->logprobs);
+        if (rc == 0) r->logprobs[r->n_tokens] = logprob ? *logprob : (TokenLogprob){0};
+    }
     if (rc == 0) {
         if (r->n_tokens == 0) r->t_first_token = now;
         r->tokens[r->n_tokens++] = token;

@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/token_logprob.h"
+
 typedef struct CoordRequest {
     uint64_t id;
     /* Submission (written by the HTTP thread before submit, read-only afterwards). */
@@ -23,6 +25,10 @@ typedef struct CoordRequest {
     uint64_t seed;
     bool ignore_eos;
     uint8_t segment_mode;   /* SegmentReuseMode, resolved against the server's */
+    bool want_logprobs;     /* the instance reports each token's logprob and logprobs_top alternatives */
+    int logprobs_top;
+    int pin_instance;       /* -1: the router picks; else the instance to run on (the n > 1 choices
+                               after the first go where the first's prompt KV is cached) */
     uint64_t *block_hashes; /* chained hashes of the prompt's full blocks (seeded by
                                content_hash_namespace(tenant, adapter)), for routing */
     int n_hashes;
@@ -39,6 +45,8 @@ typedef struct CoordRequest {
     pthread_cond_t cv;
     int32_t *tokens;        /* generated so far */
     int n_tokens, cap_tokens;
+    TokenLogprob *logprobs; /* (n_tokens) when want_logprobs: each token's logprobs, as the instance sent them */
+    int cap_logprobs;
     double t_first_token;
     bool finished;
     int finish_reason;      /* FinishReason */
@@ -57,8 +65,9 @@ typedef struct CoordRequest {
 CoordRequest *coord_request_create(void);
 void coord_request_retain(CoordRequest *r);
 void coord_request_release(CoordRequest *r);
-/* MPI thread: appends a token / records the finish and wakes the waiter. */
-int coord_request_push_token(CoordRequest *r, int32_t token, double now);
+/* MPI thread: appends a token (with its logprobs, NULL when the instance sent none: then a request
+ * that wants them records zeros) / records the finish and wakes the waiter. */
+int coord_request_push_token(CoordRequest *r, int32_t token, const TokenLogprob *logprob, double now);
 /* MPI thread: forgets the tokens generated so far, because the request starts over on another
  * instance (its own died). Only for a restartable request or one that has no token yet. */
 void coord_request_restart(CoordRequest *r);

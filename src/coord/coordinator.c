@@ -355,7 +355,8 @@ static int send_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
     MsgSubmit m = {.req_id = r->id, .max_tokens = r->max_tokens, .temperature = r->temperature, .top_p = r->top_p,
                    .top_k = r->top_k, .seed = r->seed, .ignore_eos = r->ignore_eos, .tenant = r->tenant, .adapter = r->adapter,
                    .workflow = r->workflow, .agent = r->agent, .tokens = r->prompt, .n_tokens = r->n_prompt,
-                   .want_hidden = wants_hidden(c, r), .segment_mode = r->segment_mode};
+                   .want_hidden = wants_hidden(c, r), .segment_mode = r->segment_mode,
+                   .want_logprobs = r->want_logprobs, .logprobs_top = r->logprobs_top};
     WireBuf b = {0};
     msg_submit_encode(&b, &m);
     return ctrl_send(&c->ctrl, leader_rank(c, r->instance), MSG_SUBMIT, &b, err);
@@ -363,6 +364,8 @@ static int send_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
 
 static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
     RouteDecision d = router_pick(&c->router, r->block_hashes, r->n_hashes, r->workflow);
+    if (r->pin_instance >= 0 && r->pin_instance < c->cfg.n_instances && !c->router.down[r->pin_instance])
+        d = (RouteDecision){.instance = r->pin_instance, .matched_blocks = r->n_hashes, .reason = "sibling"}; /* an n > 1 sibling: where its prompt's KV is */
     if (d.instance < 0) { /* every instance died after this request was accepted */
         fail_request_status(c, r, 503, "no instance is alive to serve it");
         coord_request_release(r);
@@ -465,7 +468,8 @@ static void on_tokens(Coordinator *c, WireReader *rd) {
     double now = braid_now_seconds();
     for (int i = 0; i < m.n; i++) {
         int at = table_find(c, m.req_ids[i]);
-        if (at >= 0 && coord_request_push_token(c->table[at], m.tokens[i], now))
+        const TokenLogprob *lp = m.has_logprob[i] ? &m.logprobs[i] : NULL;
+        if (at >= 0 && coord_request_push_token(c->table[at], m.tokens[i], lp, now))
             LOG_WARN("coord", "req %llu: out of memory storing a token", (unsigned long long)m.req_ids[i]);
     }
     msg_tokens_free(&m);

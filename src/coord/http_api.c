@@ -1,6 +1,6 @@
 #include "coord/http_api.h"
 
-#include <arpa/inet.h>
+#include <errno.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -9,9 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "common/log.h"
+#include "coord/http_front_door.h"
 #include "coord/http_generate.h"
 #include "coord/http_internal.h"
 
@@ -19,6 +21,7 @@ struct HttpApi {
     HttpApiConfig cfg;
     HttpGenerateContext generate; /* what the completion endpoints borrow of cfg */
     struct MHD_Daemon *daemon;
+    FrontDoor *front_door; /* owns the listening socket; hands complete request lines to daemon */
     pthread_mutex_t mu;
     int open_requests; /* requests whose response is not completely sent yet */
     _Atomic uint64_t seed_counter; /* makes every unseeded request's seed distinct (api_request_sampling_seed) */
@@ -216,12 +219,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_size = 0;
         return MHD_YES;
     }
+    /* The request is in: from here the server, not the client, is slow (a long prefill, a stream
+     * between tokens), so the idle timeout is off until the answer is sent (on_completed). A client
+     * that leaves meanwhile is noticed by http_generate.c. */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     return route(api, conn, url, method, body);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode code) {
-    (void)conn, (void)code;
+    (void)code;
     HttpApi *api = cls;
+    /* Between requests a kept-alive connection is the client's to use: the idle timeout is back. */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)(api->cfg.timeout_s * 3));
     RequestBody *body = *con_cls;
     if (body) {
         free(body->data);
@@ -233,43 +242,77 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
-HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err) {
-    HttpApi *api = calloc(1, sizeof *api);
-    if (!api) return braid_error_set(err, "http: out of memory"), NULL;
-    api->cfg = *cfg;
-    api->generate = (HttpGenerateContext){.coord = cfg->coord, .metrics = cfg->metrics, .model = cfg->model,
-                                          .served_model = cfg->served_model, .seed_counter = &api->seed_counter,
-                                          .segment_reuse = cfg->segment_reuse};
-    pthread_mutex_init(&api->mu, NULL);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)cfg->port)};
-    if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
-        free(api);
-        return braid_error_set(err, "http: --host %s is not an IPv4 address", cfg->host), NULL;
+/* FrontDoorConfig.hand_over: the connection joins libmicrohttpd, which closes it when it cannot. */
+static int add_connection(void *ctx, int fd, const struct sockaddr *addr, socklen_t len) {
+    HttpApi *api = ctx;
+    return MHD_add_connection(api->daemon, fd, addr, len) == MHD_YES ? 0 : -1;
+}
+
+/* The bounds with their defaults filled in (http_api.h). */
+static void fill_limits(HttpApiConfig *c) {
+    if (c->max_connections <= 0) c->max_connections = 1024;
+    if (c->max_connections_per_client <= 0) c->max_connections_per_client = 64;
+    if (c->timeout_s <= 0) c->timeout_s = 10;
+}
+
+/* Every connection is a descriptor: lift the soft open-file limit to the hard one, so the bounds
+ * above, not EMFILE at 1024, decide who is refused. */
+static void raise_fd_limit(void) {
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+        lim.rlim_cur = lim.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &lim)) LOG_WARN("http", "cannot raise the open-file limit: %s", strerror(errno));
     }
-    bool tls = cfg->tls_cert_pem && cfg->tls_key_pem;
-    if (tls && !MHD_is_feature_supported(MHD_FEATURE_TLS)) {
-        free(api);
-        return braid_error_set(err, "http: --tls-cert/--tls-key given, but this libmicrohttpd was built without TLS"), NULL;
-    }
+}
+
+static struct MHD_Daemon *start_daemon(HttpApi *api, bool tls) {
+    const HttpApiConfig *cfg = &api->cfg;
     /* TLS options go in an array: MHD_start_daemon's variadic list cannot hold them conditionally. */
     struct MHD_OptionItem tls_options[] = {
         {tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, (void *)cfg->tls_key_pem},
         {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)cfg->tls_cert_pem},
         {MHD_OPTION_END, 0, NULL},
     };
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | (tls ? MHD_USE_TLS : 0);
-    api->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, api, MHD_OPTION_ARRAY, tls_options,
-                                   MHD_OPTION_SOCK_ADDR, &addr,
-                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, api, MHD_OPTION_CONNECTION_TIMEOUT,
-                                   (unsigned)600, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
-                                   /* Room for headers past HTTP_MAX_HEADER_BYTES, so that route() rather than
-                                    * libmicrohttpd's HTML page answers most oversized ones (with JSON). */
-                                   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY, MHD_OPTION_END);
-    if (!api->daemon) {
+    /* No listening socket of its own: the front door accepts and hands connections over. */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_NO_LISTEN_SOCKET |
+                     MHD_USE_ITC | (tls ? MHD_USE_TLS : 0);
+    return MHD_start_daemon(flags, 0, NULL, NULL, on_request, api, MHD_OPTION_ARRAY, tls_options, MHD_OPTION_NOTIFY_COMPLETED,
+                            on_completed, api, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(cfg->timeout_s * 3),
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(cfg->max_connections * 2), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            (unsigned)(cfg->max_connections_per_client * 4),
+                            /* Room for headers past HTTP_MAX_HEADER_BYTES, so that route() rather than
+                             * libmicrohttpd's HTML page answers most oversized ones (with JSON). */
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY, MHD_OPTION_END);
+}
+
+HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err) {
+    HttpApi *api = calloc(1, sizeof *api);
+    if (!api) return braid_error_set(err, "http: out of memory"), NULL;
+    api->cfg = *cfg;
+    fill_limits(&api->cfg);
+    api->generate = (HttpGenerateContext){.coord = cfg->coord, .metrics = cfg->metrics, .model = cfg->model,
+                                          .served_model = cfg->served_model, .seed_counter = &api->seed_counter,
+                                          .segment_reuse = cfg->segment_reuse};
+    pthread_mutex_init(&api->mu, NULL);
+    bool tls = cfg->tls_cert_pem && cfg->tls_key_pem;
+    if (tls && !MHD_is_feature_supported(MHD_FEATURE_TLS)) {
         free(api);
-        return braid_error_set(err, "http: cannot listen on %s:%d (in use, or not permitted%s)", cfg->host, cfg->port,
-                               tls ? "; or the --tls-cert / --tls-key PEM was refused, or they do not match" : ""),
+        return braid_error_set(err, "http: --tls-cert/--tls-key given, but this libmicrohttpd was built without TLS"), NULL;
+    }
+    raise_fd_limit();
+    if (!(api->daemon = start_daemon(api, tls))) {
+        free(api);
+        return braid_error_set(err, "http: cannot start the HTTP server%s",
+                               tls ? " (the --tls-cert / --tls-key PEM was refused, or they do not match)" : ""),
                NULL;
+    }
+    FrontDoorConfig fc = {.host = cfg->host, .port = cfg->port, .inspect_request_line = !tls,
+                          .max_pending_per_client = api->cfg.max_connections_per_client, .max_pending = api->cfg.max_connections,
+                          .line_timeout_s = api->cfg.timeout_s, .hand_over = add_connection, .hand_over_ctx = api};
+    if (!(api->front_door = front_door_start(&fc, err))) {
+        MHD_stop_daemon(api->daemon);
+        free(api);
+        return NULL;
     }
     return api;
 }
@@ -290,6 +333,7 @@ int http_api_quiesce(HttpApi *api, double timeout_s) {
 
 void http_api_stop(HttpApi *api) {
     if (!api) return;
+    front_door_stop(api->front_door); /* no new connections; then the daemon ends the open ones */
     MHD_stop_daemon(api->daemon);
     pthread_mutex_destroy(&api->mu);
     free(api);

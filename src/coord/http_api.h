@@ -18,10 +18,12 @@
  * reach the port may use the API and name any tenant.
  * Protocol rules enforced here, each answered with a JSON error: request headers over
  * HTTP_MAX_HEADER_BYTES in total → 431; a completion body whose Content-Type is not application/json
- * → 415 (no Content-Type at all is read as JSON); every 503 and 429 carries Retry-After. What
- * libmicrohttpd answers itself, before any of this code runs, stays its own (HTML) answer: a request
- * line it cannot parse (400, or a closed connection for a line with no blank in it), an HTTP
- * version it does not speak (505), and headers too large for its per-connection memory
+ * → 415 (no Content-Type at all is read as JSON); every 503 and 429 carries Retry-After.
+ * Connections: the listening socket is the front door's (http_front_door.h), which bounds and times
+ * out connections that have not sent their request line, answers a malformed one with a JSON
+ * 400/505/414, and hands the rest to libmicrohttpd (MHD_add_connection), whose own per-client and
+ * total connection limits and idle timeout apply from then on (HttpApiConfig). What libmicrohttpd
+ * still answers itself stays its own (HTML) answer: headers too large for its per-connection memory
  * (HTTP_CONNECTION_MEMORY bytes, a few times HTTP_MAX_HEADER_BYTES) → 431.
  * TLS: with a certificate and key the port speaks HTTPS only (libmicrohttpd over GnuTLS).
  * Owns the daemon; borrows the coordinator, metrics, model, keys and PEM text, which must outlive it.
@@ -48,6 +50,15 @@ typedef struct {
     const AuthKeys *keys;     /* NULL: no API keys (anyone may call, tenants are self-declared) */
     const char *tls_cert_pem, *tls_key_pem; /* both set: HTTPS only (PEM text, borrowed); both NULL: plain HTTP */
     int segment_reuse;        /* --segment-reuse: the most a request may ask for (SegmentReuseMode; 0 = off) */
+    /* Connection bounds (0 = the default in brackets). A client is an IP address. Connections still
+     * before their request line are the front door's (http_front_door.h): at most
+     * max_connections_per_client [64] per client and max_connections [1024] in all, oldest closed
+     * first, each given timeout_s [10] to send its request line. Past it, libmicrohttpd holds at most
+     * max_connections_per_client x 4 [256] per client and max_connections x 2 [2048] in all, and
+     * closes one that stays idle for timeout_s x 3 [30] while sending headers or body, or between
+     * requests (never while its answer is being generated). */
+    int max_connections, max_connections_per_client;
+    int timeout_s;
 } HttpApiConfig;
 
 #define HTTP_MAX_HEADER_BYTES (32 * 1024)     /* request line and headers, total; more gets 431 */

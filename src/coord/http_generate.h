@@ -5,9 +5,12 @@
  * Dependencies run one way: http_api.c includes this header and calls http_generate(); this half
  * knows nothing of the daemon or of http_api.h. What it needs of the server is the context below,
  * which http_api.c fills from its configuration; replies go through http_internal.h.
- * Per request: parse and validate (4xx), template + tokenize, compute the prompt's chained block
- * hashes for the router (content_hash_namespace(tenant, adapter)), submit to the coordinator, then
- * answer whole or as SSE. Runs on the connection's thread; never calls MPI. The context's objects
+ * Per request: parse and validate (4xx), template + tokenize each prompt once (token-id prompts are
+ * checked against the vocabulary), build one coordinator request per choice (prompts x n) with the
+ * prompt's chained block hashes for the router (content_hash_namespace(tenant, adapter)), submit
+ * them — a prompt's first choice alone, its siblings pinned to the same instance once its prefill
+ * is done, so they reuse its cached prompt blocks — then answer whole or as SSE (choice after
+ * choice), with OpenAI logprobs objects when asked (api_logprobs.h). Runs on the connection's thread; never calls MPI. The context's objects
  * are borrowed and must outlive every connection.
  * With an API key (auth.h) the request runs in the key's tenant: a body or header tenant is allowed
  * only when it is that tenant or one the key shares (403 otherwise), and an adapter only when the

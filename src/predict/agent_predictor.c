@@ -516,6 +516,11 @@ static int predict_graph(const AgentPredictor *p, Scratch *s, const char *const 
     float *cond = s->graph_buf + graph_model_scratch_floats(p->graph);
     if (graph_model_predict(p->graph, s->hist + first, n_history - first, text, cond, s->graph_buf))
         return braid_error_set(err, "agent predictor: graph forecast failed");
+    /* Every weight loaded is finite, but extreme ones (a corrupt file whose checksum still matches)
+     * can overflow the forward pass: such a forecast is an error, never NaN probabilities. */
+    for (size_t i = 0; i < (size_t)g->k * P; i++)
+        if (!(cond[i] >= 0.0f && cond[i] <= 1.001f))
+            return braid_error_set(err, "agent predictor: the graph model's forecast is not a probability (%g): its weights overflow", cond[i]);
     double alive = 1.0, ended = 0.0;
     for (int step = 0; step < k; step++) {
         const float *c = cond + (size_t)(step < g->k ? step : g->k - 1) * P;

@@ -29,6 +29,8 @@ void msg_submit_encode(WireBuf *b, const MsgSubmit *m) {
     wire_put_u8(b, m->ignore_eos);
     wire_put_u8(b, m->want_hidden);
     wire_put_u8(b, m->segment_mode);
+    wire_put_u8(b, m->want_logprobs);
+    wire_put_i32(b, m->logprobs_top);
     wire_put_str(b, m->tenant);
     wire_put_str(b, m->adapter);
     wire_put_str(b, m->workflow);
@@ -47,12 +49,14 @@ int msg_submit_decode(WireReader *r, MsgSubmit *m) {
     m->ignore_eos = wire_get_u8(r);
     m->want_hidden = wire_get_u8(r);
     m->segment_mode = wire_get_u8(r);
+    m->want_logprobs = wire_get_u8(r);
+    m->logprobs_top = wire_get_i32(r);
     m->tenant = wire_get_str(r);
     m->adapter = wire_get_str(r);
     m->workflow = wire_get_str(r);
     m->agent = wire_get_str(r);
     m->tokens = wire_get_i32s(r, &m->n_tokens);
-    if (reader_ok(r) || m->n_tokens == 0) {
+    if (reader_ok(r) || m->n_tokens == 0 || m->logprobs_top < 0 || m->logprobs_top > TOKEN_LOGPROB_MAX_TOP) {
         msg_submit_free(m);
         return -1;
     }
@@ -72,27 +76,61 @@ void msg_tokens_encode(WireBuf *b, const MsgTokens *m) {
     wire_put_i32(b, m->n);
     wire_put(b, m->req_ids, (size_t)m->n * sizeof *m->req_ids);
     wire_put(b, m->tokens, (size_t)m->n * sizeof *m->tokens);
+    for (int i = 0; i < m->n; i++) {
+        bool has = m->has_logprob && m->has_logprob[i];
+        wire_put_u8(b, has);
+        if (!has) continue;
+        const TokenLogprob *lp = &m->logprobs[i];
+        int n_top = lp->n_top < 0 ? 0 : lp->n_top > TOKEN_LOGPROB_MAX_TOP ? TOKEN_LOGPROB_MAX_TOP : lp->n_top;
+        wire_put_f32(b, lp->logprob);
+        wire_put_i32(b, n_top);
+        for (int k = 0; k < n_top; k++) wire_put_i32(b, lp->top_ids[k]);
+        for (int k = 0; k < n_top; k++) wire_put_f32(b, lp->top_logprobs[k]);
+    }
+}
+
+static int decode_logprob(WireReader *r, TokenLogprob *lp) {
+    lp->logprob = wire_get_f32(r);
+    lp->n_top = wire_get_i32(r);
+    if (r->failed || lp->n_top < 0 || lp->n_top > TOKEN_LOGPROB_MAX_TOP) return -1;
+    for (int k = 0; k < lp->n_top; k++) lp->top_ids[k] = wire_get_i32(r);
+    for (int k = 0; k < lp->n_top; k++) lp->top_logprobs[k] = wire_get_f32(r);
+    return r->failed ? -1 : 0;
 }
 
 int msg_tokens_decode(WireReader *r, MsgTokens *m) {
     memset(m, 0, sizeof *m);
     int32_t n = wire_get_i32(r);
-    if (r->failed || n < 0 || (size_t)n * 12 != r->len - r->off) return -1;
+    /* 13 bytes per token at least: id, token, logprob flag. */
+    if (r->failed || n < 0 || (size_t)n * 13 > r->len - r->off) return -1;
     m->req_ids = malloc((size_t)n * sizeof *m->req_ids + 1);
     m->tokens = malloc((size_t)n * sizeof *m->tokens + 1);
-    if (!m->req_ids || !m->tokens) {
+    m->has_logprob = calloc((size_t)n + 1, 1);
+    m->logprobs = NULL;
+    if (!m->req_ids || !m->tokens || !m->has_logprob) {
         msg_tokens_free(m);
         return -1;
     }
     m->n = n;
     wire_get(r, m->req_ids, (size_t)n * sizeof *m->req_ids);
     wire_get(r, m->tokens, (size_t)n * sizeof *m->tokens);
-    return reader_ok(r);
+    for (int i = 0; i < n; i++) {
+        uint8_t has = wire_get_u8(r);
+        if (r->failed || has > 1) return msg_tokens_free(m), -1;
+        if (!has) continue;
+        if (!m->logprobs && !(m->logprobs = calloc((size_t)n, sizeof *m->logprobs))) return msg_tokens_free(m), -1;
+        m->has_logprob[i] = 1;
+        if (decode_logprob(r, &m->logprobs[i])) return msg_tokens_free(m), -1;
+    }
+    if (reader_ok(r)) return msg_tokens_free(m), -1;
+    return 0;
 }
 
 void msg_tokens_free(MsgTokens *m) {
     free(m->req_ids);
     free(m->tokens);
+    free(m->has_logprob);
+    free(m->logprobs);
     memset(m, 0, sizeof *m);
 }
 

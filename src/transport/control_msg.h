@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/token_logprob.h"
 #include "transport/wire.h"
 
 typedef enum {
@@ -52,16 +53,22 @@ typedef struct {
     uint8_t ignore_eos;
     uint8_t want_hidden;      /* send HIDDEN after the prefill (the coordinator's predictor reads it) */
     uint8_t segment_mode;     /* segment reuse (kv_cache.h SegmentReuseMode: 0 off, 1 exact, 2 approx) */
+    uint8_t want_logprobs;    /* TOKENS carry each token's logprob and logprobs_top alternatives */
+    int32_t logprobs_top;     /* 0..TOKEN_LOGPROB_MAX_TOP (decoding refuses others) */
     char *tenant, *adapter;   /* cache namespace; may be empty (= none) */
     char *workflow, *agent;   /* may be empty */
     int32_t *tokens;
     int n_tokens;
 } MsgSubmit;
 
+/* Wire form: i32 n, n x u64 request ids, n x i32 tokens, then per token a u8 flag and, when it is
+ * 1, f32 logprob, i32 n_top, n_top x i32 ids, n_top x f32 logprobs (for requests that asked). */
 typedef struct {
     int n;
     uint64_t *req_ids;
     int32_t *tokens;
+    uint8_t *has_logprob;   /* (n) or NULL when encoding none */
+    TokenLogprob *logprobs; /* (n); entry i meaningful where has_logprob[i] */
 } MsgTokens;
 
 typedef enum { FINISH_STOP = 0, FINISH_LENGTH, FINISH_CANCELLED, FINISH_ERROR } FinishReason;

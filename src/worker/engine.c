@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
+
 CpuMatmulMath engine_cpu_matmul(const EngineConfig *cfg) { return cfg->cpu_matmul_fp32 ? CPU_MATMUL_FP32 : CPU_MATMUL_INT8; }
 
 int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, BraidError *err) {
@@ -121,7 +123,8 @@ static int build_batch(Engine *e, ForwardBatch *b) {
         if (pe->sample) {
             /* Greedy requests need only the device's argmax; others need their logits on the host. */
             bool first = pe->req->n_tokens == pe->req->n_prompt;
-            e->want_logits[n_logits] = pe->req->sampling.temperature > 0.0f || (pe->req->want_first_logits && first);
+            e->want_logits[n_logits] = pe->req->sampling.temperature > 0.0f || pe->req->want_logprobs ||
+                                       (pe->req->want_first_logits && first);
             /* The prompt's last token: its hidden state, when the request wants it. */
             e->want_hidden[n_logits] = pe->req->want_hidden && !pe->req->hidden && pe->req->n_tokens == pe->req->n_prompt;
             e->logit_rows[n_logits++] = t - 1;
@@ -150,6 +153,17 @@ static void keep_first_logits(Engine *e, SchedRequest *r, int row) {
     size_t vocab = (size_t)e->model->weights.cfg.vocab_size;
     if ((r->first_logits = malloc(vocab * sizeof *r->first_logits)))
         memcpy(r->first_logits, e->logits + (size_t)row * vocab, vocab * sizeof *r->first_logits);
+}
+
+/* Records the logprobs of the token about to be appended (index = tokens generated so far), for a
+ * request that wants them. Out of memory fails the request: a client asked for logprobs, and an
+ * answer silently without some of them would be wrong. */
+static int record_logprobs(SchedRequest *r, const float *logits, int vocab, int32_t token) {
+    if (!r->want_logprobs) return 0;
+    int at = r->n_tokens - r->n_prompt;
+    if (braid_grow((void **)&r->logprobs, &r->cap_logprobs, at + 1, sizeof *r->logprobs)) return -1;
+    sampler_logprobs(logits, vocab, token, r->logprobs_top, &r->logprobs[at]);
+    return 0;
 }
 
 static void after_sample(Engine *e, SchedRequest *r, int32_t token) {
@@ -192,6 +206,12 @@ int engine_step(Engine *e, BraidError *err) {
                                             : e->argmax[row];
         keep_hidden(e, r, row);
         keep_first_logits(e, r, row);
+        if (record_logprobs(r, e->logits + (size_t)row * vocab, (int)vocab, token)) {
+            snprintf(r->error, sizeof r->error, "out of memory recording logprobs");
+            sched_finish(&e->sched, r, "error");
+            row++;
+            continue;
+        }
         row++;
         after_sample(e, r, token);
     }

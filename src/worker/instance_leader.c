@@ -222,6 +222,8 @@ static int accept_submit(Leader *L, MsgSubmit *m) {
     r->ignore_eos = m->ignore_eos;
     r->want_hidden = m->want_hidden;
     r->segment_mode = m->segment_mode;
+    r->want_logprobs = m->want_logprobs;
+    r->logprobs_top = m->logprobs_top;
     r->sampling = (SamplingParams){.temperature = m->temperature, .top_p = m->top_p, .top_k = m->top_k, .seed = m->seed};
     L->active[L->n_active++] = lr;
     /* A request the engine refuses is already marked finished with its error; report_progress sends it. */
@@ -283,6 +285,24 @@ static int send_hidden_states(Leader *L) {
 
 /* Sends this step's new tokens in one message, the new hidden states, then a FINISH for each
  * request that ended. */
+/* Room for one more token in this step's TOKENS message. */
+static int reserve_token_slot(Leader *L) {
+    MsgTokens *t = &L->tokens;
+    if (t->n < L->cap_tokens) return 0;
+    int cap = L->cap_tokens ? 2 * L->cap_tokens : 256;
+    uint64_t *ids = realloc(t->req_ids, (size_t)cap * sizeof *ids);
+    if (ids) t->req_ids = ids;
+    int32_t *toks = ids ? realloc(t->tokens, (size_t)cap * sizeof *toks) : NULL;
+    if (toks) t->tokens = toks;
+    uint8_t *has = toks ? realloc(t->has_logprob, (size_t)cap) : NULL;
+    if (has) t->has_logprob = has;
+    TokenLogprob *lps = has ? realloc(t->logprobs, (size_t)cap * sizeof *lps) : NULL;
+    if (lps) t->logprobs = lps;
+    if (!lps) return braid_error_set(&L->err, "leader: out of memory reporting tokens");
+    L->cap_tokens = cap;
+    return 0;
+}
+
 static int report_progress(Leader *L) {
     MsgTokens *t = &L->tokens;
     t->n = 0;
@@ -290,17 +310,12 @@ static int report_progress(Leader *L) {
         LeaderRequest *lr = L->active[i];
         int generated = lr->req.n_tokens - lr->req.n_prompt;
         for (; lr->reported < generated; lr->reported++) {
-            if (t->n == L->cap_tokens) {
-                int cap = L->cap_tokens ? 2 * L->cap_tokens : 256;
-                uint64_t *ids = realloc(t->req_ids, (size_t)cap * sizeof *ids);
-                if (ids) t->req_ids = ids;
-                int32_t *toks = ids ? realloc(t->tokens, (size_t)cap * sizeof *toks) : NULL;
-                if (toks) t->tokens = toks;
-                if (!ids || !toks) return braid_error_set(&L->err, "leader: out of memory reporting tokens");
-                L->cap_tokens = cap;
-            }
+            if (reserve_token_slot(L)) return -1;
             t->req_ids[t->n] = lr->req_id;
-            t->tokens[t->n++] = lr->req.tokens[lr->req.n_prompt + lr->reported];
+            t->tokens[t->n] = lr->req.tokens[lr->req.n_prompt + lr->reported];
+            t->has_logprob[t->n] = lr->req.want_logprobs && lr->reported < lr->req.cap_logprobs;
+            if (t->has_logprob[t->n]) t->logprobs[t->n] = lr->req.logprobs[lr->reported];
+            t->n++;
         }
     }
     if (t->n) {

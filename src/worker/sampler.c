@@ -95,6 +95,21 @@ static int keep_top_k(const float *scaled, int n, int k, int32_t *ids, float *va
     return kept;
 }
 
+void sampler_logprobs(const float *logits, int n, int32_t token, int n_top, TokenLogprob *out) {
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++) max = logits[i] > max ? logits[i] : max;
+    /* log-sum-exp in double: the sum runs over the whole vocabulary. */
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - max);
+    float log_z = max + (float)log(sum);
+    out->logprob = logits[token] - log_z;
+    int k = n_top < 0 ? 0 : n_top > TOKEN_LOGPROB_MAX_TOP ? TOKEN_LOGPROB_MAX_TOP : n_top;
+    k = k > n ? n : k;
+    float vals[TOKEN_LOGPROB_MAX_TOP];
+    out->n_top = k > 0 ? keep_top_k(logits, n, k, out->top_ids, vals) : 0;
+    for (int i = 0; i < out->n_top; i++) out->top_logprobs[i] = vals[i] - log_z;
+}
+
 int32_t sampler_sample(Sampler *s, const float *logits, const SamplingParams *p) {
     int n = s->vocab_size;
     if (p->temperature <= 0.0f) return sampler_argmax(logits, n);

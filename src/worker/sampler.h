@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include "common/token_logprob.h"
+
 typedef struct {
     float temperature; /* <= 0: greedy */
     float top_p;       /* (0, 1]; 1 disables */
@@ -30,5 +32,10 @@ int sampler_init(Sampler *s, int vocab_size, uint64_t seed);
 void sampler_free(Sampler *s);
 int32_t sampler_sample(Sampler *s, const float *logits, const SamplingParams *params);
 int32_t sampler_argmax(const float *logits, int n);
+/* The sampled token's log-probability under the raw model distribution (log-softmax of the logits
+ * over the whole vocabulary, before temperature / top-k / top-p: what the model predicts, not what
+ * the sampler's filters made of it) and the n_top (clamped to [0, TOKEN_LOGPROB_MAX_TOP]) most
+ * likely tokens with theirs, most likely first, lowest id first on ties. */
+void sampler_logprobs(const float *logits, int n, int32_t token, int n_top, TokenLogprob *out);
 
 #endif

@@ -83,6 +83,7 @@ void sched_request_free(SchedRequest *r) {
     free(r->agent);
     free(r->hidden);
     free(r->first_logits);
+    free(r->logprobs);
     free(r->tokens);
     free(r->blocks);
     kv_cache_segment_plan_free(&r->segments);

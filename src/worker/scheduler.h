@@ -52,6 +52,12 @@ typedef struct SchedRequest {
     SamplingParams sampling;
     bool ignore_eos;     /* keep generating past end-of-turn tokens (benchmarks) */
     Sampler sampler;
+    /* want_logprobs: the engine records each generated token's log-probability and logprobs_top
+     * alternatives in logprobs[generated index] (owned, grown as tokens come). */
+    bool want_logprobs;
+    int logprobs_top;
+    TokenLogprob *logprobs;
+    int cap_logprobs;
     RequestState state;
     RadixNode *locked;   /* matched prefix node, locked while running */
     int32_t *blocks;     /* the sequence's block table */

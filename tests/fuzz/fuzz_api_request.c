@@ -39,8 +39,16 @@ static void check_label(const char *s) {
 /* What api_request.h promises about an accepted request. */
 static void check_request(const ApiRequest *r, ApiKind kind) {
     if (r->kind != kind) abort();
-    if (kind == API_CHAT && (r->n_messages < 1 || r->n_messages > API_MAX_MESSAGES || r->prompt)) abort();
-    if (kind == API_COMPLETION && (!r->prompt || r->messages)) abort();
+    if (kind == API_CHAT && (r->n_messages < 1 || r->n_messages > API_MAX_MESSAGES || r->prompts)) abort();
+    if (kind == API_COMPLETION && (r->n_prompts < 1 || r->n_prompts > API_MAX_PROMPTS || r->messages)) abort();
+    for (int i = 0; i < r->n_prompts; i++) {
+        const ApiPrompt *p = &r->prompts[i];
+        if (!p->text == !p->ids || (p->ids && p->n_ids < 1)) abort(); /* exactly one form, ids never empty */
+        for (int k = 0; k < p->n_ids; k++)
+            if (p->ids[k] < 0) abort();
+    }
+    if (r->n < 1 || r->n > API_MAX_N || r->n * (r->n_prompts ? r->n_prompts : 1) > API_MAX_CHOICES) abort();
+    if (r->logprobs < -1 || r->logprobs > API_MAX_TOP_LOGPROBS) abort();
     for (int i = 0; i < r->n_messages; i++)
         if (!r->messages[i].role || !r->messages[i].content) abort();
     if (r->max_tokens != -1 && (r->max_tokens < 1 || r->max_tokens > API_MAX_TOKENS_LIMIT)) abort();
@@ -71,7 +79,7 @@ static void run_kind(const uint8_t *data, size_t size, ApiKind kind) {
     ApiError e;
     if (api_request_parse((const char *)data, size, kind, SERVED_MODEL, &r, &e) != 0) {
         check_error(&e);
-        if (r.messages || r.prompt || r.stop || r.model) abort(); /* a refused parse leaves nothing behind */
+        if (r.messages || r.prompts || r.stop || r.model) abort(); /* a refused parse leaves nothing behind */
         return;
     }
     check_request(&r, kind);

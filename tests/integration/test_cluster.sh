@@ -144,7 +144,7 @@ bad_case 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "hi
 bad_case 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000000}' "max_tokens beyond the context"
 bad_case 400 /v1/chat/completions '{"messages": [{"role": "wizard", "content": "hi"}]}' "unknown role"
 bad_case 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}], "temperature": 9}' "temperature out of range"
-bad_case 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}], "n": 3}' "n > 1"
+bad_case 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}], "n": 17}' "n above 16"
 bad_case 404 /v1/chat/completions '{"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}' "unknown model"
 bad_case 400 /v1/completions '{"prompt": 42}' "prompt of the wrong type"
 long_prompt=$(python3 -c 'print("word " * 9000)')
@@ -166,24 +166,32 @@ check "Content-Type application/json with a charset is JSON (got $code)" [ "$cod
 python3 -c 'print("X-Big: " + "a" * 200000)' > "$work/big_header"
 code=$(curl -s -o "$work/body" -w '%{http_code}' "$url/health" -H @"$work/big_header")
 check "200 KB of headers -> 431 with a JSON error (got $code)" bash -c "[ $code = 431 ] && python3 -c 'import json, sys; json.load(open(sys.argv[1]))[\"error\"]' '$work/body'"
-# A garbage request line never reaches Braid's code: libmicrohttpd answers it (400 in HTML when the
-# line has a blank in it, else it closes the connection); the server must stay up either way.
-raw_http() {  # raw_http BYTES -> the first line the server sent back ("" when it just closed)
+# A garbage request line (issue 22, point 8) gets a JSON 400 from the front door (http_front_door.h),
+# an unknown HTTP version a JSON 505; the server stays up.
+raw_http() {  # raw_http BYTES -> "STATUS-LINE | error message" ("" when the server just closed)
   python3 -c '
-import socket, sys
+import json, socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
 s.sendall(sys.argv[2].encode())
 data = b""
 try:
-    while not data.endswith(b"</html>") and len(data) < 4096:
+    while len(data) < 8192:
         chunk = s.recv(4096)
         if not chunk: break
         data += chunk
 except OSError: pass
-print(data.split(b"\r\n")[0].decode("latin1"))' "$port" "$1"
+head, _, body = data.partition(b"\r\n\r\n")
+try: message = json.loads(body)["error"]["message"]
+except Exception: message = "NOT JSON: " + body[:80].decode("latin1")
+print(head.split(b"\r\n")[0].decode("latin1") + " | " + message)' "$port" "$1"
 }
-check "a garbage request line with a blank -> 400 (libmicrohttpd's)" [ "$(raw_http $'GARBAGE LINE\r\n\r\n')" = "HTTP/1.1 400 Bad Request" ]
-raw_http $'garbage\r\n\r\n' > /dev/null
+starts_with() { [ "${1#"$2"}" != "$1" ]; }
+answer=$(raw_http $'GARBAGE LINE\r\n\r\n')
+check "a garbage request line with a blank -> JSON 400 ($answer)" starts_with "$answer" "HTTP/1.1 400 Bad Request | malformed request line"
+answer=$(raw_http $'garbage\r\n\r\n')
+check "a garbage request line without a blank -> JSON 400 ($answer)" starts_with "$answer" "HTTP/1.1 400 Bad Request | malformed request line"
+answer=$(raw_http $'GET /health HTTP/9.9\r\n\r\n')
+check "an unknown HTTP version -> JSON 505 ($answer)" starts_with "$answer" "HTTP/1.1 505 HTTP Version Not Supported | only HTTP/1.0"
 check "the server answers after garbage request lines" [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ]
 head -c 9000000 /dev/zero | tr '\0' 'a' > "$work/huge"
 code=$(curl -s -o "$work/body" -w '%{http_code}' "$url/v1/completions" --data-binary @"$work/huge")

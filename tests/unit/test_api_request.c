@@ -48,7 +48,7 @@ static void reject_at(const char *file, int line, ApiKind kind, const char *body
     if (status != 404 && status < 500) assert_string_equal(e.type, "invalid_request_error");
     /* On failure the request holds nothing: all fields zero, and freeing it again is harmless. */
     assert_null(r.messages);
-    assert_null(r.prompt);
+    assert_null(r.prompts);
     assert_null(r.model);
     assert_null(r.stop);
     assert_int_equal(r.n_messages + r.n_stop, 0);
@@ -103,11 +103,11 @@ static void test_body_json(void **state) {
     ApiRequest r;
     ApiError e;
     assert_int_equal(api_request_parse(body, strlen(COMPLETION_PREFIX "}"), API_COMPLETION, SERVED, &r, &e), 0);
-    assert_string_equal(r.prompt, "Once upon a time");
+    assert_string_equal(r.prompts[0].text, "Once upon a time");
     api_request_free(&r);
     /* Valid multi-byte UTF-8 passes through untouched. */
     ACCEPT(API_COMPLETION, "{\"prompt\":\"caf\xc3\xa9 \xe4\xb8\xad \\u00e9\"}", &r);
-    assert_string_equal(r.prompt, "caf\xc3\xa9 \xe4\xb8\xad \xc3\xa9");
+    assert_string_equal(r.prompts[0].text, "caf\xc3\xa9 \xe4\xb8\xad \xc3\xa9");
     api_request_free(&r);
 }
 
@@ -199,20 +199,41 @@ static void test_completion_prompt(void **state) {
     (void)state;
     ApiRequest r;
     ACCEPT(API_COMPLETION, "{\"prompt\":\"\"}", &r);
-    assert_string_equal(r.prompt, "");
+    assert_int_equal(r.n_prompts, 1);
+    assert_string_equal(r.prompts[0].text, "");
     assert_null(r.messages);
     api_request_free(&r);
-    ACCEPT(API_COMPLETION, "{\"prompt\":[\"one string\"],\"messages\":7}", &r); /* messages is not read here */
-    assert_string_equal(r.prompt, "one string");
+    ACCEPT(API_COMPLETION, "{\"prompt\":[\"one string\"]}", &r);
+    assert_int_equal(r.n_prompts, 1);
+    assert_string_equal(r.prompts[0].text, "one string");
+    api_request_free(&r);
+    /* OpenAI's four shapes: a list of strings, token ids, a list of token-id lists, mixed. */
+    ACCEPT(API_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", &r);
+    assert_int_equal(r.n_prompts, 2);
+    assert_string_equal(r.prompts[1].text, "b");
+    api_request_free(&r);
+    ACCEPT(API_COMPLETION, "{\"prompt\":[1,2,3]}", &r);
+    assert_int_equal(r.n_prompts, 1);
+    assert_null(r.prompts[0].text);
+    assert_int_equal(r.prompts[0].n_ids, 3);
+    assert_int_equal(r.prompts[0].ids[2], 3);
+    api_request_free(&r);
+    ACCEPT(API_COMPLETION, "{\"prompt\":[[1,2],[7],\"text\"]}", &r);
+    assert_int_equal(r.n_prompts, 3);
+    assert_int_equal(r.prompts[0].n_ids, 2);
+    assert_int_equal(r.prompts[1].ids[0], 7);
+    assert_string_equal(r.prompts[2].text, "text");
     api_request_free(&r);
 
     REJECT(API_COMPLETION, "{}", 400, "prompt", "prompt is required");
     REJECT(API_COMPLETION, CHAT_PREFIX "}", 400, "prompt", "prompt is required");
-    REJECT(API_COMPLETION, "{\"prompt\":42}", 400, "prompt", "only a single string prompt is supported");
-    REJECT(API_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", 400, "prompt", "only a single string prompt is supported");
-    REJECT(API_COMPLETION, "{\"prompt\":[1,2,3]}", 400, "prompt", "only a single string prompt is supported");
-    REJECT(API_COMPLETION, "{\"prompt\":[[1,2]]}", 400, "prompt", "only a single string prompt is supported");
-    REJECT(API_COMPLETION, "{\"prompt\":[]}", 400, "prompt", "only a single string prompt is supported");
+    REJECT(API_COMPLETION, "{\"prompt\":[\"one\"],\"messages\":7}", 400, "messages", "unknown field 'messages'");
+    REJECT(API_COMPLETION, "{\"prompt\":42}", 400, "prompt", "prompt must be a string or a list of token ids, got 42");
+    REJECT(API_COMPLETION, "{\"prompt\":[1,-2]}", 400, "prompt", "prompt[1] must be a token id");
+    REJECT(API_COMPLETION, "{\"prompt\":[1,2.5]}", 400, "prompt", "prompt[1] must be a token id");
+    REJECT(API_COMPLETION, "{\"prompt\":[[1],[]]}", 400, "prompt", "prompt[1] is an empty list of token ids");
+    REJECT(API_COMPLETION, "{\"prompt\":[\"a\",{}]}", 400, "prompt", "prompt[1] must be a string or a list of token ids");
+    REJECT(API_COMPLETION, "{\"prompt\":[]}", 400, "prompt", "prompt is an empty list");
 }
 
 static void test_model(void **state) {
@@ -328,9 +349,14 @@ static void test_n(void **state) {
     ACCEPT(API_CHAT, CHAT_PREFIX ",\"n\":null}", &r);
     api_request_free(&r);
 
-    REJECT(API_CHAT, CHAT_PREFIX ",\"n\":2}", 400, "n", "only n = 1 is supported, got n = 2");
-    REJECT(API_CHAT, CHAT_PREFIX ",\"n\":0}", 400, "n", "only n = 1 is supported");
-    REJECT(API_COMPLETION, COMPLETION_PREFIX ",\"n\":\"1\"}", 400, "n", "only n = 1 is supported, got n = a string");
+    ACCEPT(API_CHAT, CHAT_PREFIX ",\"n\":3}", &r);
+    assert_int_equal(r.n, 3);
+    api_request_free(&r);
+    REJECT(API_CHAT, CHAT_PREFIX ",\"n\":0}", 400, "n", "n must be an integer in [1, 16], got 0");
+    REJECT(API_CHAT, CHAT_PREFIX ",\"n\":17}", 400, "n", "n must be an integer in [1, 16], got 17");
+    REJECT(API_COMPLETION, COMPLETION_PREFIX ",\"n\":\"1\"}", 400, "n", "got a string");
+    /* n x prompts is bounded too. */
+    REJECT(API_COMPLETION, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\"],\"n\":16}", 400, "n", "asks for 80 choices");
 }
 
 static void test_stream(void **state) {
@@ -439,16 +465,72 @@ static void test_message_fields_refused(void **state) {
            "messages[0].contents", "messages[0].contents is not supported");
 }
 
-static void test_unknown_fields_ignored(void **state) {
+/* Every field is honoured, accepted at its no-op value, or a 400 naming it (issue 22's rule). */
+static void test_unhonoured_fields_refused(void **state) {
     (void)state;
     ApiRequest r;
     ACCEPT(API_CHAT,
-           CHAT_PREFIX ",\"frequency_penalty\":0.5,\"presence_penalty\":\"x\",\"logprobs\":true,\"top_logprobs\":3,\"user\":\"u\","
-                       "\"tools\":[{\"type\":\"function\"}],\"tool_choice\":\"auto\",\"response_format\":{\"type\":\"json_object\"},"
-                       "\"logit_bias\":{\"1\":2},\"metadata\":{\"a\":[1,{\"b\":null}]}}",
+           CHAT_PREFIX ",\"frequency_penalty\":0,\"presence_penalty\":0.0,\"user\":\"u\",\"tool_choice\":\"none\","
+                       "\"response_format\":{\"type\":\"text\"},\"logit_bias\":{},\"tools\":null,\"parallel_tool_calls\":false}",
            &r);
     assert_int_equal(r.n_messages, 1);
     api_request_free(&r);
+    ACCEPT(API_COMPLETION, COMPLETION_PREFIX ",\"echo\":false,\"suffix\":\"\",\"best_of\":2,\"n\":2}", &r);
+    api_request_free(&r);
+
+    /* Each refused body: the field named in param and what the message says. */
+    static const struct {
+        ApiKind kind;
+        const char *body, *param, *mention;
+    } refused[] = {
+        {API_CHAT, CHAT_PREFIX ",\"tools\":[{\"type\":\"function\"}]}", "tools", "chat template has no tool support"},
+        {API_CHAT, CHAT_PREFIX ",\"tool_choice\":\"auto\"}", "tool_choice", "tool_choice must be \"none\""},
+        {API_CHAT, CHAT_PREFIX ",\"response_format\":{\"type\":\"json_object\"}}", "response_format", "constrained"},
+        {API_CHAT, CHAT_PREFIX ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}", "response_format",
+         "response_format is not supported"},
+        {API_CHAT, CHAT_PREFIX ",\"frequency_penalty\":0.5}", "frequency_penalty", "only 0 is accepted"},
+        {API_CHAT, CHAT_PREFIX ",\"presence_penalty\":\"x\"}", "presence_penalty", "only 0 is accepted"},
+        {API_CHAT, CHAT_PREFIX ",\"logit_bias\":{\"1\":2}}", "logit_bias", "only an empty object"},
+        {API_CHAT, CHAT_PREFIX ",\"metadata\":{\"a\":1}}", "metadata", "unknown field 'metadata'"},
+        {API_CHAT, CHAT_PREFIX ",\"functions\":[]}", "functions", "no tool support"},
+        {API_CHAT, CHAT_PREFIX ",\"echo\":false}", "echo", "unknown field 'echo' for a chat completion"},
+        {API_COMPLETION, COMPLETION_PREFIX ",\"echo\":true}", "echo", "only false is accepted"},
+        {API_COMPLETION, COMPLETION_PREFIX ",\"suffix\":\"end\"}", "suffix", "suffix is not supported"},
+        {API_COMPLETION, COMPLETION_PREFIX ",\"best_of\":3}", "best_of", "best_of equal to n"},
+        {API_COMPLETION, COMPLETION_PREFIX ",\"top_logprobs\":2}", "top_logprobs", "unknown field"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        REJECT(refused[i].kind, refused[i].body, 400, refused[i].param, refused[i].mention);
+}
+
+/* logprobs: chat takes a boolean and top_logprobs, completions a count; both up to 20. */
+static void test_logprobs_fields(void **state) {
+    (void)state;
+    ApiRequest r;
+    ACCEPT(API_CHAT, CHAT_PREFIX "}", &r);
+    assert_int_equal(r.logprobs, -1);
+    api_request_free(&r);
+    ACCEPT(API_CHAT, CHAT_PREFIX ",\"logprobs\":true}", &r);
+    assert_int_equal(r.logprobs, 0);
+    api_request_free(&r);
+    ACCEPT(API_CHAT, CHAT_PREFIX ",\"logprobs\":true,\"top_logprobs\":5}", &r);
+    assert_int_equal(r.logprobs, 5);
+    api_request_free(&r);
+    ACCEPT(API_CHAT, CHAT_PREFIX ",\"logprobs\":false}", &r);
+    assert_int_equal(r.logprobs, -1);
+    api_request_free(&r);
+    ACCEPT(API_COMPLETION, COMPLETION_PREFIX ",\"logprobs\":3}", &r);
+    assert_int_equal(r.logprobs, 3);
+    api_request_free(&r);
+    ACCEPT(API_COMPLETION, COMPLETION_PREFIX ",\"logprobs\":0}", &r);
+    assert_int_equal(r.logprobs, 0);
+    api_request_free(&r);
+
+    REJECT(API_CHAT, CHAT_PREFIX ",\"top_logprobs\":2}", 400, "top_logprobs", "needs logprobs set to true");
+    REJECT(API_CHAT, CHAT_PREFIX ",\"logprobs\":true,\"top_logprobs\":21}", 400, "top_logprobs", "in [0, 20], got 21");
+    REJECT(API_CHAT, CHAT_PREFIX ",\"logprobs\":3}", 400, "logprobs", "a boolean");
+    REJECT(API_COMPLETION, COMPLETION_PREFIX ",\"logprobs\":true}", 400, "logprobs", "in [0, 20], got true");
+    REJECT(API_COMPLETION, COMPLETION_PREFIX ",\"logprobs\":-1}", 400, "logprobs", "in [0, 20]");
 }
 
 /* A failure after strings were copied (a bad field late in the body) frees them; ASan checks it. */
@@ -589,7 +671,8 @@ static void test_usage_per_tier(void **state) {
     (void)state;
     ApiResponseHead head = {.kind = API_COMPLETION, .id = "cmpl-1", .model = "m", .created = 1};
     ApiUsage u = {.prompt_tokens = 100, .completion_tokens = 5, .cached_tokens = 64, .cached_tokens_host = 16};
-    char *bodies[2] = {api_response_full(&head, "hi", 2, "stop", &u), api_response_usage_chunk(&head, &u)};
+    ApiChoice choice = {.text = "hi", .len = 2, .finish_reason = "stop"};
+    char *bodies[2] = {api_response_full(&head, &choice, 1, &u), api_response_usage_chunk(&head, &u)};
     for (int i = 0; i < 2; i++) {
         assert_non_null(bodies[i]);
         json_t *o = json_loads(bodies[i], 0, NULL);
@@ -643,7 +726,8 @@ int main(void) {
         cmocka_unit_test(test_stream),
         cmocka_unit_test(test_stop),
         cmocka_unit_test(test_labels_and_ignore_eos),
-        cmocka_unit_test(test_unknown_fields_ignored),
+        cmocka_unit_test(test_unhonoured_fields_refused),
+        cmocka_unit_test(test_logprobs_fields),
         cmocka_unit_test(test_late_failure_frees),
         cmocka_unit_test(test_error_set_and_json),
         cmocka_unit_test(test_headers),

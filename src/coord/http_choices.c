@@ -1,0 +1,311 @@
+/* The choices of one completion request; the contract is in http_choices.h. */
+#include "cache/kv_cache.h"
+#include "coord/http_choices.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/content_hash.h"
+#include "common/timeutil.h"
+#include "transport/control_msg.h"
+
+/* ---- building the requests ---- */
+
+/* A token-id prompt goes to the model as it is; ids outside the vocabulary are the client's error. */
+static int copy_prompt_ids(const BraidModel *m, const ApiPrompt *p, const char *param, TokenList *ids, ApiError *e) {
+    int vocab = m->weights.cfg.vocab_size;
+    for (int i = 0; i < p->n_ids; i++)
+        if (p->ids[i] >= vocab)
+            return api_error_set(e, 400, "prompt", NULL, "%s[%d] is token id %d, outside the vocabulary [0, %d)", param, i, p->ids[i],
+                                 vocab);
+    if (!(ids->ids = malloc((size_t)p->n_ids * sizeof *ids->ids))) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
+    memcpy(ids->ids, p->ids, (size_t)p->n_ids * sizeof *ids->ids);
+    ids->n = ids->cap = p->n_ids;
+    return 0;
+}
+
+/* The token ids of prompt `which` (completions) or of the rendered chat. */
+static int tokenize_prompt(const BraidModel *m, const ApiRequest *a, int which, TokenList *ids, ApiError *e) {
+    BraidError err;
+    if (a->kind == API_COMPLETION) {
+        const ApiPrompt *p = &a->prompts[which];
+        char param[32];
+        if (a->n_prompts > 1) snprintf(param, sizeof param, "prompt[%d]", which);
+        else snprintf(param, sizeof param, "prompt");
+        if (!p->text) return copy_prompt_ids(m, p, param, ids, e);
+        if (tokenizer_encode(&m->tokenizer, p->text, strlen(p->text), false, m->tokenizer.add_bos, ids, &err))
+            return api_error_set(e, 400, "prompt", NULL, "cannot tokenize %s: %s", param, err.msg);
+        return 0;
+    }
+    ChatMessage *msgs = calloc((size_t)a->n_messages, sizeof *msgs);
+    if (!msgs) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
+    for (int i = 0; i < a->n_messages; i++) msgs[i] = (ChatMessage){.role = a->messages[i].role, .content = a->messages[i].content};
+    char *text = chat_template_render(&m->chat, msgs, a->n_messages, &err);
+    free(msgs);
+    if (!text) return api_error_set(e, 400, "messages", NULL, "cannot apply the chat template: %s", err.msg);
+    int rc = tokenizer_encode(&m->tokenizer, text, strlen(text), true, m->tokenizer.add_bos, ids, &err);
+    free(text);
+    if (rc) return api_error_set(e, 400, "messages", NULL, "cannot tokenize the messages: %s", err.msg);
+    return 0;
+}
+
+
+/* Fits max_tokens to the context and the KV pool, or says why the request cannot run. */
+static int resolve_max_tokens(const HttpGenerateContext *ctx, const ApiRequest *a, int n_prompt, int *max_tokens, ApiError *e) {
+    int context = ctx->model->weights.cfg.context_length, limit = http_generate_max_model_len(ctx);
+    const char *what = limit < context ? "the KV pool" : "the model's context";
+    if (n_prompt >= limit)
+        return api_error_set(e, 400, a->kind == API_CHAT ? "messages" : "prompt", "context_length_exceeded",
+                             "the prompt is %d tokens; %s holds %d, leaving no room to generate", n_prompt, what, limit);
+    if (a->max_tokens < 0) {
+        *max_tokens = limit - n_prompt;
+        return 0;
+    }
+    if (n_prompt + a->max_tokens > limit)
+        return api_error_set(e, 400, "max_tokens", "context_length_exceeded",
+                             "max_tokens = %d plus the prompt's %d tokens exceeds %s (%d tokens); lower max_tokens",
+                             a->max_tokens, n_prompt, what, limit);
+    *max_tokens = a->max_tokens;
+    return 0;
+}
+
+/* The request's segment reuse: what it asked for, if the server allows that much; else exact (or
+ * off when the server has it off). Approximate reuse is never on unless both ask for it. */
+static int resolve_segment_reuse(const HttpGenerateContext *ctx, const ApiRequest *a, int *mode, ApiError *e) {
+    int server = ctx->segment_reuse;
+    if (a->segment_reuse < 0) {
+        *mode = server < SEGMENT_REUSE_EXACT ? server : SEGMENT_REUSE_EXACT;
+        return 0;
+    }
+    if (a->segment_reuse > server)
+        return api_error_set(e, 400, "segment_reuse", NULL, "segment_reuse \"%s\" is not enabled on this server (it allows \"%s\"; "
+                             "start it with --segment-reuse approx to allow approximate reuse)",
+                             segment_reuse_name((SegmentReuseMode)a->segment_reuse), segment_reuse_name((SegmentReuseMode)server));
+    *mode = a->segment_reuse;
+    return 0;
+}
+
+/* The request for choice `index`, owning a copy of the prompt's ids. */
+static CoordRequest *build_request(const HttpGenerateContext *ctx, const ApiRequest *a, const TokenList *ids, int max_tokens,
+                                   int segment_mode, int index, ApiError *e) {
+    CoordRequest *r = coord_request_create();
+    int pool, block;
+    coordinator_pool(ctx->coord, &pool, &block);
+    int n_blocks = block > 0 ? ids->n / block : 0;
+    uint64_t *chunk = malloc(((size_t)n_blocks + 1) * sizeof *chunk);
+    if (r) r->block_hashes = malloc(((size_t)n_blocks + 1) * sizeof *r->block_hashes);
+    if (r) r->prompt = malloc((size_t)ids->n * sizeof *r->prompt);
+    if (r && chunk && r->block_hashes && r->prompt && (!a->workflow_id || (r->workflow = strdup(a->workflow_id))) &&
+        (!a->agent || (r->agent = strdup(a->agent))) && (!a->tenant || (r->tenant = strdup(a->tenant))) &&
+        (!a->adapter || (r->adapter = strdup(a->adapter)))) {
+        memcpy(r->prompt, ids->ids, (size_t)ids->n * sizeof *r->prompt);
+        r->n_prompt = ids->n;
+        r->max_tokens = max_tokens;
+        r->temperature = (float)a->temperature;
+        r->top_p = (float)a->top_p;
+        r->top_k = a->top_k;
+        /* A seeded request's choice i samples with seed + i: reproducible, and the choices differ. */
+        r->seed = a->has_seed ? a->seed + (uint64_t)index : api_request_sampling_seed(a, atomic_fetch_add(ctx->seed_counter, 1));
+        r->ignore_eos = a->ignore_eos;
+        r->want_logprobs = a->logprobs >= 0;
+        r->logprobs_top = a->logprobs >= 0 ? a->logprobs : 0;
+        r->segment_mode = (uint8_t)segment_mode;
+        /* The same seed the instance's cache uses, so the router's index and the prompt agree. */
+        content_hash_blocks(content_hash_namespace(a->tenant, a->adapter), r->prompt, n_blocks, block, r->block_hashes, chunk);
+        r->n_hashes = n_blocks;
+        free(chunk);
+        return r;
+    }
+    free(chunk);
+    coord_request_release(r);
+    api_error_set(e, 503, NULL, NULL, "the server is out of memory");
+    return NULL;
+}
+
+/* ---- the choices of one HTTP request ---- */
+
+void choices_free(const HttpGenerateContext *ctx, ChoiceSet *set, bool cancel) {
+    for (int i = 0; i < set->n; i++) {
+        Choice *c = &set->c[i];
+        if (cancel && c->submitted) coordinator_cancel(ctx->coord, c->r->id);
+        coord_request_release(c->r);
+        text_stream_free(&c->ts);
+        free(c->tokens);
+        free(c->logprobs);
+    }
+    free(set->c);
+    memset(set, 0, sizeof *set);
+}
+
+/* Tokenizes every prompt once and builds n requests for each. */
+int choices_build(const HttpGenerateContext *ctx, const ApiRequest *a, ChoiceSet *set, ApiError *e) {
+    int prompts = a->kind == API_CHAT ? 1 : a->n_prompts, segment_mode = 0;
+    if (resolve_segment_reuse(ctx, a, &segment_mode, e)) return -1;
+    set->per_prompt = a->n;
+    if (!(set->c = calloc((size_t)prompts * (size_t)a->n, sizeof *set->c))) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
+    for (int p = 0; p < prompts; p++) {
+        TokenList ids = {0};
+        int max_tokens = 0, rc = tokenize_prompt(ctx->model, a, p, &ids, e);
+        if (rc == 0 && ids.n == 0) rc = api_error_set(e, 400, a->kind == API_CHAT ? "messages" : "prompt", NULL, "the prompt is empty");
+        if (rc == 0) rc = resolve_max_tokens(ctx, a, ids.n, &max_tokens, e);
+        for (int j = 0; rc == 0 && j < a->n; j++) {
+            Choice *c = &set->c[set->n];
+            c->index = p * a->n + j;
+            if (!(c->r = build_request(ctx, a, &ids, max_tokens, segment_mode, c->index, e))) rc = -1;
+            else set->n++;
+        }
+        free(ids.ids);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+static int submit_one(const HttpGenerateContext *ctx, Choice *c, ApiError *e) {
+    SubmitResult sr = coordinator_submit(ctx->coord, c->r);
+    if (sr == SUBMIT_OK) return c->submitted = true, 0;
+    if (sr == SUBMIT_BUSY) return api_error_set(e, 429, NULL, "rate_limit_exceeded", "the server's queue is full; retry shortly");
+    return api_error_set(e, 503, NULL, NULL, "the server is %s and takes no new requests", coordinator_state(ctx->coord));
+}
+
+/* Waits until the request's prefill is done (a first token or its finish), so its prompt blocks
+ * are in the instance's prefix cache. */
+static void wait_prefilled(CoordRequest *r) {
+    pthread_mutex_lock(&r->mu);
+    while (!r->finished && r->n_tokens == 0) pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* n > 1 shares each prompt's KV: the prompt's first choice is submitted alone; once its prefill is
+ * done its full prompt blocks sit in the instance's prefix cache, and the prompt's other choices go
+ * to that same instance, where admission matches them against the cache and computes only the
+ * partial last block. (The alternative, a fork of the sequence inside the scheduler, would save
+ * that block too, at the cost of a new scheduler operation.) */
+int choices_submit(const HttpGenerateContext *ctx, ChoiceSet *set, ApiError *e) {
+    for (int i = 0; i < set->n; i += set->per_prompt)
+        if (submit_one(ctx, &set->c[i], e)) return -1;
+    for (int i = 0; i < set->n; i += set->per_prompt) {
+        if (set->per_prompt == 1) continue;
+        Choice *first = &set->c[i];
+        wait_prefilled(first->r);
+        pthread_mutex_lock(&first->r->mu);
+        int instance = first->r->instance;
+        pthread_mutex_unlock(&first->r->mu);
+        for (int j = 1; j < set->per_prompt; j++) {
+            set->c[i + j].r->pin_instance = instance;
+            if (submit_one(ctx, &set->c[i + j], e)) return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- following a choice ---- */
+
+/* Waits until the choice's request has more tokens than seen, has finished, or a second has passed
+ * (so the caller can check on its client); copies its tokens (and logprobs) into the choice. */
+static void wait_progress(Choice *c) {
+    CoordRequest *r = c->r;
+    int seen = c->progress.n_tokens;
+    pthread_mutex_lock(&r->mu);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 1;
+    while (!r->finished && r->n_tokens == seen)
+        if (pthread_cond_timedwait(&r->cv, &r->mu, &deadline) == ETIMEDOUT) break;
+    Progress p = {.n_tokens = r->n_tokens, .finished = r->finished};
+    if (p.n_tokens > c->cap) {
+        int cap = p.n_tokens * 2;
+        int32_t *tokens = realloc(c->tokens, (size_t)cap * sizeof *tokens);
+        if (tokens) c->tokens = tokens;
+        TokenLogprob *lps = tokens && r->want_logprobs ? realloc(c->logprobs, (size_t)cap * sizeof *lps) : NULL;
+        if (lps) c->logprobs = lps;
+        if (tokens && (lps || !r->want_logprobs)) c->cap = cap;
+        else p.n_tokens = c->cap, p.finished = false; /* keep what fits; the next wait picks up the rest */
+    }
+    memcpy(c->tokens, r->tokens, (size_t)p.n_tokens * sizeof *c->tokens);
+    if (r->want_logprobs) memcpy(c->logprobs, r->logprobs, (size_t)p.n_tokens * sizeof *c->logprobs);
+    pthread_mutex_unlock(&r->mu);
+    c->progress = p;
+}
+
+const char *choice_finish_reason(const Choice *c) {
+    if (c->ts.stopped) return "stop";
+    return c->r->finish_reason == FINISH_LENGTH ? "length" : "stop";
+}
+
+/* Usage over all choices: each prompt's tokens (and cache hits) once, as its first choice saw them
+ * (the other choices reuse that prefill), and every choice's completion tokens. */
+ApiUsage choices_usage(const ChoiceSet *set) {
+    ApiUsage u = {0};
+    for (int i = 0; i < set->n; i++) {
+        const Choice *c = &set->c[i];
+        u.completion_tokens += c->progress.n_tokens;
+        if (i % set->per_prompt) continue;
+        u.prompt_tokens += c->r->n_prompt;
+        u.cached_tokens += c->r->cached_tokens;
+        u.cached_tokens_host += c->r->cached_tokens_host;
+        u.segment_reused_tokens += c->r->reused_tokens;
+    }
+    return u;
+}
+
+/* Seconds from submission to the first token. A request that finished sets its first token's time at
+ * the latest with the finish (coord_request_finish), so `otherwise` is only a backstop for an
+ * answered request without one, counted rather than dropped from the TTFT histogram. */
+static double first_token_seconds(CoordRequest *r, double otherwise) {
+    pthread_mutex_lock(&r->mu);
+    double t = r->t_first_token;
+    pthread_mutex_unlock(&r->mu);
+    return t > 0 ? t - r->t_submit : otherwise;
+}
+
+void choices_record_metrics(const HttpGenerateContext *ctx, const char *endpoint, const ChoiceSet *set, int status, bool answered) {
+    CoordRequest *first = set->c[0].r;
+    double latency = braid_now_seconds() - first->t_submit, ttft = first_token_seconds(first, answered ? latency : -1);
+    ApiUsage u = choices_usage(set);
+    metrics_record_request(ctx->metrics, endpoint, status, latency, ttft, u.prompt_tokens, u.cached_tokens, u.completion_tokens);
+}
+
+/* After a stop-string cancel: the instance's FINISH (with the usage numbers) follows shortly. */
+static void wait_finished(CoordRequest *r) {
+    pthread_mutex_lock(&r->mu);
+    while (!r->finished) pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Takes the choice's newest tokens into its text; a stop string cancels the rest of it. */
+void choice_advance(const HttpGenerateContext *ctx, const ApiRequest *a, Choice *c, bool always_decode) {
+    wait_progress(c);
+    if (always_decode || a->n_stop > 0 || c->progress.finished)
+        text_stream_update(&c->ts, &ctx->model->tokenizer, c->tokens, c->progress.n_tokens, a->stop, a->n_stop, c->progress.finished);
+    if (c->ts.stopped) {
+        coordinator_cancel(ctx->coord, c->r->id);
+        wait_finished(c->r);
+    }
+}
+
+bool choice_done(const Choice *c) { return c->ts.stopped || c->progress.finished; }
+
+/* The choice's logprobs for the tokens whose text starts before text_limit (NULL: none asked). */
+json_t *choice_logprobs(const HttpGenerateContext *ctx, const ApiRequest *a, Choice *c, size_t text_limit) {
+    if (a->logprobs < 0) return NULL;
+    return api_logprobs_render(a->kind, &ctx->model->tokenizer, c->tokens, c->logprobs, c->progress.n_tokens, text_limit, &c->lp);
+}
+
+/* Whether the choice failed, with its error copied into error. */
+bool choice_failed(const Choice *c, char *error, size_t cap, int *status) {
+    pthread_mutex_lock(&c->r->mu);
+    bool failed = c->r->finished && c->r->finish_reason == FINISH_ERROR && !c->ts.stopped;
+    if (failed) snprintf(error, cap, "%s", c->r->error);
+    if (failed) *status = c->r->error_status ? c->r->error_status : 500;
+    pthread_mutex_unlock(&c->r->mu);
+    return failed;
+}
+
+void choices_cancel_all(const HttpGenerateContext *ctx, ChoiceSet *set) {
+    for (int i = 0; i < set->n; i++) coordinator_cancel(ctx->coord, set->c[i].r->id);
+    for (int i = 0; i < set->n; i++) wait_finished(set->c[i].r);
+}
