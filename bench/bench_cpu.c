@@ -5,6 +5,7 @@
  *   tg@N: the same decode after an N-token prompt (attention over a longer context)
  * Prints one JSON line per repeat to stdout (bench/run_cpu_bench.sh collects them).
  *   bench_cpu --model PATH [--prompt-tokens 512] [--decode-tokens 128] [--threads 2] [--repeats 3]
+ *             [--cpu-matmul fp32|int8]   (default: the engine's default arithmetic)
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -19,18 +20,22 @@
 int main(int argc, char **argv) {
     const char *model_path = NULL;
     long prompt_tokens = 512, decode_tokens = 128, threads = 2, repeats = 3;
+    CpuMatmulMath math = CPU_MATMUL_DEFAULT;
     static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"prompt-tokens", required_argument, 0, 'p'},
                                          {"decode-tokens", required_argument, 0, 'n'}, {"threads", required_argument, 0, 't'},
-                                         {"repeats", required_argument, 0, 'r'}, {0, 0, 0, 0}};
+                                         {"repeats", required_argument, 0, 'r'}, {"cpu-matmul", required_argument, 0, 'a'},
+                                         {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:p:n:t:r:", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:n:t:r:a:", opts, NULL)) != -1) {
         if (c == 'm') model_path = optarg;
         else if (c == 'p' && cli_parse_int("--prompt-tokens", optarg, 1, 1 << 16, &prompt_tokens) == 0) continue;
         else if (c == 'n' && cli_parse_int("--decode-tokens", optarg, 1, 1 << 16, &decode_tokens) == 0) continue;
         else if (c == 't' && cli_parse_int("--threads", optarg, 1, 1024, &threads) == 0) continue;
         else if (c == 'r' && cli_parse_int("--repeats", optarg, 1, 100, &repeats) == 0) continue;
+        else if (c == 'a' && cpu_matmul_math_parse(optarg, &math) == 0) continue;
         else {
-            fprintf(stderr, "usage: bench_cpu --model PATH [--prompt-tokens N] [--decode-tokens N] [--threads N] [--repeats N]\n");
+            fprintf(stderr, "usage: bench_cpu --model PATH [--prompt-tokens N] [--decode-tokens N] [--threads N] [--repeats N] "
+                            "[--cpu-matmul fp32|int8]\n");
             return 2;
         }
     }
@@ -45,7 +50,7 @@ int main(int argc, char **argv) {
     int32_t *tokens = malloc((size_t)prompt_tokens * sizeof *tokens);
     float *logits = malloc((size_t)cfg->vocab_size * sizeof *logits);
     SequenceRunner runner;
-    if (!tokens || !logits || sequence_runner_init(&runner, &model.weights, (int)(prompt_tokens + decode_tokens), BACKEND_CPU, &err)) {
+    if (!tokens || !logits || sequence_runner_init_math(&runner, &model.weights, (int)(prompt_tokens + decode_tokens), BACKEND_CPU, math, &err)) {
         fprintf(stderr, "bench_cpu: %s\n", tokens && logits ? err.msg : "out of memory");
         return 1;
     }
@@ -79,9 +84,9 @@ int main(int argc, char **argv) {
             next = sampler_argmax(logits, cfg->vocab_size);
         }
         tg = decode_tokens / (braid_now_seconds() - t0);
-        printf("{\"engine\":\"braid\",\"threads\":%ld,\"pp_tokens\":%ld,\"pp_tok_s\":%.2f,\"tg_tokens\":%ld,\"tg_tok_s\":%.2f,"
+        printf("{\"engine\":\"braid\",\"math\":\"%s\",\"threads\":%ld,\"pp_tokens\":%ld,\"pp_tok_s\":%.2f,\"tg_tokens\":%ld,\"tg_tok_s\":%.2f,"
                "\"tg_after_pp_tok_s\":%.2f}\n",
-               threads, prompt_tokens, pp, decode_tokens, tg, tg_ctx);
+               math == CPU_MATMUL_INT8 ? "int8" : "fp32", threads, prompt_tokens, pp, decode_tokens, tg, tg_ctx);
         fflush(stdout);
     }
     sequence_runner_free(&runner);

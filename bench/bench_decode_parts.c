@@ -1,10 +1,10 @@
 /*
  * bench_decode_parts — where a batched CPU decode step's time goes, on a real GGUF model: the
- * int8 matmuls of every layer (QKV, output, MLP), the vocabulary head, and paged attention of
+ * matmuls (--cpu-matmul, default the engine's arithmetic) of every layer (QKV, output, MLP), the vocabulary head, and paged attention of
  * `batch` sequences over `ctx` cached tokens each, timed separately. Each part is the best of
  * --repeats passes over all the layers, since on a shared machine noise only ever adds time.
  * Prints one JSON line per batch size to stdout.
- *   bench_decode_parts --model PATH [--batch 1,16] [--ctx 150] [--threads 2] [--repeats 10]
+ *   bench_decode_parts --model PATH [--batch 1,16] [--ctx 150] [--threads 2] [--repeats 10] [--cpu-matmul fp32|int8]
  * The attention K/V hold fixed fp16 values, not a real prompt's: its cost depends on sizes only.
  */
 #include <getopt.h>
@@ -26,19 +26,20 @@ typedef struct {
 } PartTimes;
 
 /* One pass of every layer's matmuls over x (n_tokens, up to ff_dim wide), then the head. */
-static int time_matmuls(const ModelWeights *w, const float *x, int n, float *y[3], CpuScratch *scratch, PartTimes *t) {
+static int time_matmuls(const ModelWeights *w, const float *x, int n, float *y[3], CpuMatmulMath math, CpuScratch *scratch,
+                        PartTimes *t) {
     double t0 = braid_now_seconds();
     for (int l = 0; l < w->cfg.n_layers; l++) {
         const LayerWeights *L = &w->layers[l];
         const WeightMatrix *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gate_up[2] = {&L->w_gate, &L->w_up};
-        if (cpu_matmul_shared_input(qkv, y, 3, x, n, CPU_MATMUL_INT8, scratch) ||
-            cpu_matmul(&L->wo, x, n, y[0], CPU_MATMUL_INT8, scratch) ||
-            cpu_matmul_shared_input(gate_up, y, 2, x, n, CPU_MATMUL_INT8, scratch) ||
-            cpu_matmul(&L->w_down, x, n, y[0], CPU_MATMUL_INT8, scratch))
+        if (cpu_matmul_shared_input(qkv, y, 3, x, n, math, scratch) ||
+            cpu_matmul(&L->wo, x, n, y[0], math, scratch) ||
+            cpu_matmul_shared_input(gate_up, y, 2, x, n, math, scratch) ||
+            cpu_matmul(&L->w_down, x, n, y[0], math, scratch))
             return -1;
     }
     double t1 = braid_now_seconds();
-    if (cpu_matmul(&w->output, x, n, y[0], CPU_MATMUL_INT8, scratch)) return -1;
+    if (cpu_matmul(&w->output, x, n, y[0], math, scratch)) return -1;
     t->layers_s = t1 - t0;
     t->head_s = braid_now_seconds() - t1;
     return 0;
@@ -95,23 +96,26 @@ static int parse_batches(const char *text, int *batches, int *count) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: bench_decode_parts --model PATH [--batch N[,N...]] [--ctx N] [--threads N] [--repeats N]\n");
+    fprintf(stderr, "usage: bench_decode_parts --model PATH [--batch N[,N...]] [--ctx N] [--threads N] [--repeats N] [--cpu-matmul fp32|int8]\n");
 }
 
 int main(int argc, char **argv) {
     const char *model_path = NULL;
     long ctx = 150, threads = 2, repeats = 10;
+    CpuMatmulMath math = CPU_MATMUL_DEFAULT;
     int batches[MAX_BATCHES] = {1, 16}, n_batches = 2;
     static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"batch", required_argument, 0, 'b'},
                                          {"ctx", required_argument, 0, 'c'},   {"threads", required_argument, 0, 't'},
-                                         {"repeats", required_argument, 0, 'r'}, {0, 0, 0, 0}};
+                                         {"repeats", required_argument, 0, 'r'}, {"cpu-matmul", required_argument, 0, 'a'},
+                                         {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:b:c:t:r:", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:b:c:t:r:a:", opts, NULL)) != -1) {
         if (c == 'm') model_path = optarg;
         else if (c == 'b' && parse_batches(optarg, batches, &n_batches) == 0) continue;
         else if (c == 'c' && cli_parse_int("--ctx", optarg, 1, 1 << 15, &ctx) == 0) continue;
         else if (c == 't' && cli_parse_int("--threads", optarg, 1, 1024, &threads) == 0) continue;
         else if (c == 'r' && cli_parse_int("--repeats", optarg, 1, 1000, &repeats) == 0) continue;
+        else if (c == 'a' && cpu_matmul_math_parse(optarg, &math) == 0) continue;
         else {
             usage();
             return 2;
@@ -150,7 +154,7 @@ int main(int argc, char **argv) {
         int n = batches[bi];
         PartTimes best = {1e9, 1e9, 1e9}, t = {0, 0, 0};
         for (long r = 0; r < repeats && rc == 0; r++) {
-            rc = time_matmuls(&model.weights, x, n, y, &scratch, &t) || time_attention(cfg, &pool, n, (int)ctx, q, att, &t);
+            rc = time_matmuls(&model.weights, x, n, y, math, &scratch, &t) || time_attention(cfg, &pool, n, (int)ctx, q, att, &t);
             if (t.layers_s < best.layers_s) best.layers_s = t.layers_s;
             if (t.head_s < best.head_s) best.head_s = t.head_s;
             if (t.attention_s < best.attention_s) best.attention_s = t.attention_s;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Engine throughput on the CPU: C concurrent sequences, each a distinct ~120-token prompt decoding
-# 64 tokens (ignore_eos), through `braid batch`; then a shared-prefix workload with the radix cache
-# off and on.
+# Engine throughput on the CPU: C concurrent sequences, each a distinct ~130-token prompt decoding
+# 64 tokens (ignore_eos; bench/batch_workload.py), through `braid batch`; then a shared-prefix
+# workload with the radix cache off and on.
 #   [CPU_MATMUL=int8|fp32] [ROUNDS=N] bench/run_batch_bench.sh [MODEL] [CONCURRENCY...]
+# Without CPU_MATMUL, braid batch runs its default arithmetic.
 # The concurrency levels run interleaved, ROUNDS times (default 5), so a slow spell on a shared
 # machine hits every level alike; the table gives medians, the decode-phase range, and the ratio of
 # medians to one sequence. Per-run numbers go to $OUT/runs.tsv.
@@ -11,46 +12,22 @@ cd "$(dirname "$0")/.."
 model=${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 shift || true
 levels=${*:-1 4 16 64}
-math=${CPU_MATMUL:-int8}   # the CPU decode arithmetic measured (braid batch --cpu-matmul)
+math_flag=${CPU_MATMUL:+--cpu-matmul $CPU_MATMUL}   # the CPU decode arithmetic measured (default: braid's)
 rounds=${ROUNDS:-5}
 out=${OUT:-/tmp/braid-batch-bench}
 mkdir -p "$out"
 echo "[bench] $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-echo "[bench] --cpu-matmul $math, $rounds rounds over concurrency $levels" >&2
+echo "[bench] arithmetic ${CPU_MATMUL:-default}, $rounds rounds over concurrency $levels" >&2
 
-# Decode phase: tokens generated after every request has its first token, over that span.
-decode_rate() {
-  python3 - "$1" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-start = max(r["ttft_ms"] for r in rows)
-toks = 0.0
-for r in rows:  # tokens of each request decoded after `start`, assuming an even pace
-    span = r["latency_ms"] - r["ttft_ms"]
-    done_after = max(0.0, r["latency_ms"] - max(start, r["ttft_ms"]))
-    toks += (r["completion_tokens"] - 1) * (done_after / span if span > 0 else 0)
-end = max(r["latency_ms"] for r in rows)
-print(f"{toks / ((end - start) / 1e3):.1f}")
-PY
-}
-
-for c in $levels; do
-  python3 - "$c" > "$out/req_$c.jsonl" <<'PY'
-import sys
-c = int(sys.argv[1])
-for i in range(c):
-    words = " ".join(f"item{(i * 31 + k) % 997}" for k in range(40))
-    print('{"id":"s%d","prompt":"Inventory %d: %s. Continue the list:","max_tokens":64,"ignore_eos":true}' % (i, i, words))
-PY
-done
+for c in $levels; do bench/batch_workload.py requests "$c" > "$out/req_$c.jsonl"; done
 
 printf 'round\tconcurrency\tend_to_end_tok_s\tdecode_tok_s\n' > "$out/runs.tsv"
 for round in $(seq 1 "$rounds"); do
   for c in $levels; do
     build/braid batch --model "$model" --input "$out/req_$c.jsonl" --output "$out/res_$c.jsonl" --max-running "$c" \
-      --cpu-matmul "$math" --max-batch-tokens 2048 --kv-blocks 1024 --cache off 2> "$out/log_$c.txt" > /dev/null
+      $math_flag --max-batch-tokens 2048 --kv-blocks 1024 --cache off 2> "$out/log_$c.txt" > /dev/null
     tps=$(grep -oE '[0-9.]+ generated tok/s' "$out/log_$c.txt" | cut -d' ' -f1)
-    dec=$(decode_rate "$out/res_$c.jsonl")
+    dec=$(bench/batch_workload.py decode-rate "$out/res_$c.jsonl")
     printf '%s\t%s\t%s\t%s\n' "$round" "$c" "$tps" "$dec" >> "$out/runs.tsv"
     echo "[bench] round $round/$rounds, $c sequences: decode $dec tok/s" >&2
   done

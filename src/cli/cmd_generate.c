@@ -25,29 +25,34 @@ static const char generate_usage[] =
     "  --ignore-eos        keep generating past end-of-turn tokens (for benchmarks)\n"
     "  --threads N         CPU threads (default: all cores)\n"
     "  --device D          cpu, cuda or auto = cuda when this build has it and a GPU is visible (default auto)\n"
+    "  --cpu-matmul M      CPU arithmetic: int8 (default; activations rounded to 8 bits per 32 values, as\n"
+    "                      llama.cpp does) or fp32 (slower; the closest to the transformers reference)\n"
     "The completion alone goes to stdout; timings go to stderr.\n";
 
 typedef struct {
     const char *model, *prompt, *system;
     BackendKind device;
+    CpuMatmulMath cpu_matmul;
     int chat, ignore_eos, threads;
     long max_tokens;
     SamplingParams sampling;
 } GenerateArgs;
 
 static int parse_args(int argc, char **argv, GenerateArgs *a) {
-    enum { OPT_SYSTEM = 256, OPT_MAX, OPT_TEMP, OPT_TOPP, OPT_TOPK, OPT_SEED, OPT_IGNORE_EOS, OPT_THREADS, OPT_DEVICE };
+    enum { OPT_SYSTEM = 256, OPT_MAX, OPT_TEMP, OPT_TOPP, OPT_TOPK, OPT_SEED, OPT_IGNORE_EOS, OPT_THREADS, OPT_DEVICE, OPT_CPU_MATMUL };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"chat", no_argument, 0, 'c'},
         {"system", required_argument, 0, OPT_SYSTEM}, {"max-tokens", required_argument, 0, OPT_MAX},
         {"temperature", required_argument, 0, OPT_TEMP}, {"top-p", required_argument, 0, OPT_TOPP},
         {"top-k", required_argument, 0, OPT_TOPK}, {"seed", required_argument, 0, OPT_SEED},
         {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS}, {"threads", required_argument, 0, OPT_THREADS},
-        {"device", required_argument, 0, OPT_DEVICE}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"device", required_argument, 0, OPT_DEVICE}, {"cpu-matmul", required_argument, 0, OPT_CPU_MATMUL},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     memset(a, 0, sizeof *a);
     a->max_tokens = 128;
     a->sampling = sampling_params_default();
     a->device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU;
+    a->cpu_matmul = CPU_MATMUL_DEFAULT;
     int c;
     BraidError err;
     long v;
@@ -69,6 +74,12 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
         case OPT_DEVICE:
             if (backend_parse_kind(optarg, &a->device, &err)) {
                 fprintf(stderr, "braid generate: --device: %s\n", err.msg);
+                return 2;
+            }
+            break;
+        case OPT_CPU_MATMUL:
+            if (cpu_matmul_math_parse(optarg, &a->cpu_matmul)) {
+                fprintf(stderr, "braid generate: --cpu-matmul expects int8 or fp32, got '%s'\n", optarg);
                 return 2;
             }
             break;
@@ -119,7 +130,7 @@ static int run_generation(const BraidModel *m, const GenerateArgs *a, const Toke
         free(logits);
         return braid_error_set(err, "out of memory");
     }
-    if (sequence_runner_init(&runner, &m->weights, prompt->n + budget, a->device, err)) {
+    if (sequence_runner_init_math(&runner, &m->weights, prompt->n + budget, a->device, a->cpu_matmul, err)) {
         free(logits);
         sampler_free(&sampler);
         return -1;

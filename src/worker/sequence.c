@@ -8,6 +8,11 @@
 
 int sequence_runner_init(SequenceRunner *r, const ModelWeights *weights, int max_context, BackendKind device,
                          BraidError *err) {
+    return sequence_runner_init_math(r, weights, max_context, device, CPU_MATMUL_DEFAULT, err);
+}
+
+int sequence_runner_init_math(SequenceRunner *r, const ModelWeights *weights, int max_context, BackendKind device,
+                              CpuMatmulMath math, BraidError *err) {
     memset(r, 0, sizeof *r);
     r->weights = weights;
     r->max_context = max_context;
@@ -16,6 +21,7 @@ int sequence_runner_init(SequenceRunner *r, const ModelWeights *weights, int max
     BackendConfig bc = backend_config_default(device, &weights->cfg, n_blocks + 1, SEQUENCE_BLOCK_SIZE, r->prefill_chunk);
     bc.max_seqs = 1;
     bc.max_context = max_context;
+    bc.cpu_matmul = math;
     if (backend_create(&r->backend, weights, &bc, err)) return -1;
     r->block_table = malloc((size_t)n_blocks * sizeof *r->block_table);
     r->argmax = malloc((size_t)r->prefill_chunk * sizeof *r->argmax);

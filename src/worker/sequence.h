@@ -29,6 +29,10 @@ typedef struct {
 
 int sequence_runner_init(SequenceRunner *r, const ModelWeights *weights, int max_context, BackendKind device,
                          BraidError *err);
+/* The same with the CPU matmul arithmetic chosen (sequence_runner_init takes CPU_MATMUL_DEFAULT);
+ * ignored on CUDA. */
+int sequence_runner_init_math(SequenceRunner *r, const ModelWeights *weights, int max_context, BackendKind device,
+                              CpuMatmulMath math, BraidError *err);
 void sequence_runner_free(SequenceRunner *r);
 void sequence_runner_reset(SequenceRunner *r);
 

@@ -53,7 +53,7 @@ static int teardown(void **state) {
 static float *prompt_logits(const Fixture *fx, BackendKind kind, const int32_t *ids, int n) {
     SequenceRunner r;
     BraidError err;
-    if (sequence_runner_init(&r, &fx->golden.model.weights, n + 1, kind, &err)) fail_msg("%s", err.msg);
+    if (sequence_runner_init_math(&r, &fx->golden.model.weights, n + 1, kind, CPU_MATMUL_FP32, &err)) fail_msg("%s", err.msg);
     float *logits = malloc((size_t)n * fx->golden.model.weights.cfg.vocab_size * sizeof *logits);
     assert_non_null(logits);
     if (sequence_runner_eval(&r, ids, n, true, logits, &err)) fail_msg("%s", err.msg);
@@ -106,7 +106,7 @@ static void greedy(const Fixture *fx, BackendKind kind, const int32_t *ids, int 
     const ModelConfig *c = &fx->golden.model.weights.cfg;
     SequenceRunner r;
     BraidError err;
-    if (sequence_runner_init(&r, &fx->golden.model.weights, n + GREEDY_STEPS + 1, kind, &err)) fail_msg("%s", err.msg);
+    if (sequence_runner_init_math(&r, &fx->golden.model.weights, n + GREEDY_STEPS + 1, kind, CPU_MATMUL_FP32, &err)) fail_msg("%s", err.msg);
     float *logits = malloc((size_t)c->vocab_size * sizeof *logits);
     assert_non_null(logits);
     if (sequence_runner_eval(&r, ids, n, false, logits, &err)) fail_msg("%s", err.msg);

@@ -60,7 +60,9 @@ long_a="The history of the printing press begins in China, where woodblock print
 long_b="In a quiet village by the sea, an old lighthouse keeper kept a careful journal of every ship that passed his light, its name, its flag and the weather. One stormy night in November, with the lamp flickering and the wind howling at the windows, he wrote the following entry:"
 
 # ---------------------------------------------------------------- 1 + 2x1
-start_cluster two-instances --instances 2 --kv-blocks 256 --trace-out "$work/trace.jsonl" --events "$work/events.jsonl" \
+# These two clusters run the fp32 arithmetic: their greedy outputs are compared across --tp, which
+# the default int8 arithmetic rounds differently (see braid serve --help).
+start_cluster two-instances --cpu-matmul fp32 --instances 2 --kv-blocks 256 --trace-out "$work/trace.jsonl" --events "$work/events.jsonl" \
   --policy pbkv || exit 1
 served=$(curl -s "$url/v1/models" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])')
 
@@ -340,7 +342,7 @@ check "braid train-predictor --kind graph learns from the server's trace with it
 
 # ---------------------------------------------------------------- 1 + 1x2 (tensor parallel)
 # 5 usable device blocks (80 tokens) and a 32-block host tier: the cache demotes and loads back.
-start_cluster tensor-parallel --instances 1 --tp 2 --kv-blocks 6 --host-kv-blocks 32 --max-pending 2 \
+start_cluster tensor-parallel --cpu-matmul fp32 --instances 1 --tp 2 --kv-blocks 6 --host-kv-blocks 32 --max-pending 2 \
   --events "$work/tp_events.jsonl" --policy pbkv --predictor "$work/graph.bin" || exit 1
 # The graph predictor live: a workflow call is forecast at arrival and again once the instance
 # returns its prefill hidden state (two forecasts for one call).

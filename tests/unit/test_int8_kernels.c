@@ -1,7 +1,8 @@
 /*
  * The int8 matmul path (kernels/cpu/act_quant.h, quant_int8.h, matmul_int8.h):
  *   - activations quantize to the documented values and layouts;
- *   - every kernel (8 / 16 tokens in lanes, one token at a time, the portable reference) equals,
+ *   - every kernel (8 / 16 tokens in lanes, one token at a time, one token against 8 rows in lanes,
+ *     the portable reference) equals,
  *     bit for bit, the canonical sequence computed here from integer block sums taken straight from
  *     the GGUF formats, including extreme weights and activations;
  *   - the result stays within the activation-rounding bound of the fp32 dot product;
@@ -213,6 +214,39 @@ static void test_kernels_match_canonical_sequence(void **state) {
     }
 }
 
+/* One token against eight rows (rows in the lanes) equals the canonical sequence of each row. */
+static void test_rows8_match_canonical_sequence(void **state) {
+    (void)state;
+    const int64_t cols = 192;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = TYPES[ti];
+        size_t row_bytes = tensor_row_bytes(type, cols);
+        uint8_t *rows = malloc(8 * row_bytes);
+        float *x = malloc(5 * cols * sizeof *x);
+        assert_non_null(rows);
+        assert_non_null(x);
+        Int8Activations a = {0};
+        for (int trial = 0; trial < 9; trial++) {
+            bool extreme = trial % 3 == 2;
+            for (int r = 0; r < 8; r++) random_row(type, rows + r * row_bytes, cols, extreme && r % 2 == 0);
+            random_activations(x, 5, cols, extreme);
+            assert_int_equal(act_quant_fill(&a, x, 5, (int)cols), 0);
+            for (int t = 0; t < 5; t++) {
+                float out[8];
+                quant_int8_dot_rows8(type, rows, row_bytes, &a, t, out);
+                for (int r = 0; r < 8; r++) {
+                    float want = expected_value(type, rows + r * row_bytes, &a, t);
+                    if (!same_bits(out[r], want))
+                        fail_msg("%s rows8 token %d row %d: %.9g, expected %.9g", tensor_type_name(type), t, r, out[r], want);
+                }
+            }
+        }
+        act_quant_free(&a);
+        free(rows);
+        free(x);
+    }
+}
+
 /* |int8 − fp32| is bounded by the activation rounding: each x moves by at most d_x/2, so the dot
  * moves by at most Σ_b d_x[b]/2 · Σ_j |w_j| (plus fp32 rounding in both). */
 static void test_close_to_fp32(void **state) {
@@ -297,6 +331,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_activation_quantization),
         cmocka_unit_test(test_kernels_match_canonical_sequence),
+        cmocka_unit_test(test_rows8_match_canonical_sequence),
         cmocka_unit_test(test_close_to_fp32),
         cmocka_unit_test(test_matmul_batch_invariant),
     };

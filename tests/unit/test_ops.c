@@ -137,7 +137,8 @@ static void test_rope_properties(void **state) {
 
 /* Naive causal attention in double: query (pos qp) over keys with positions kpos. */
 static void attention_reference(const float *q, int qp, const float *k, const float *v, const int *kpos, int n, int hd, double *out) {
-    double w[64], max = -1e300, sum = 0;
+    double *w = malloc((size_t)n * sizeof *w), max = -1e300, sum = 0;
+    assert_non_null(w);
     for (int j = 0; j < n; j++) {
         if (kpos[j] > qp) { w[j] = -INFINITY; continue; }
         double s = 0;
@@ -150,6 +151,7 @@ static void attention_reference(const float *q, int qp, const float *k, const fl
         out[d] = 0;
         for (int j = 0; j < n; j++) out[d] += w[j] / sum * v[j * hd + d];
     }
+    free(w);
 }
 
 /* x rounded through an IEEE half (the conversions in tensor_types.c, independent of the kernels). */
@@ -216,6 +218,50 @@ static void test_paged_attention(void **state) {
         }
     free(kpool);
     free(vpool);
+}
+
+/* A context of several attention chunks (cpu_attention splits it every 256 slots and merges):
+ * each query within 1e-5 of the double reference, with causal limits inside, at and across chunk
+ * edges, and a token computed alone (the split path) gives the same bits as in a batch of five. */
+static void test_attention_long_context(void **state) {
+    (void)state;
+    enum { BS = 16, NKV = 3, NH = 9, HD = 64, CTX = 700, NBT = (CTX + BS - 1) / BS, NB = NBT + 3, NQ = 5 };
+    uint16_t *kpool = calloc((size_t)NB * NKV * BS * HD, sizeof *kpool), *vpool = calloc((size_t)NB * NKV * BS * HD, sizeof *vpool);
+    float *knew = malloc((size_t)CTX * NKV * HD * sizeof *knew), *vnew = malloc((size_t)CTX * NKV * HD * sizeof *vnew);
+    int32_t *slot_pos = malloc(NB * BS * sizeof *slot_pos), *slots = malloc(CTX * sizeof *slots);
+    int *pos = malloc(CTX * sizeof *pos);
+    float *kk = malloc((size_t)CTX * HD * sizeof *kk), *vv = malloc((size_t)CTX * HD * sizeof *vv);
+    assert_true(kpool && vpool && knew && vnew && slot_pos && slots && pos && kk && vv);
+    int32_t table[NBT];
+    for (int b = 0; b < NBT; b++) table[b] = 1 + (b * 17) % (NB - 1); /* scattered: 17 is coprime with NB − 1 */
+    for (int i = 0; i < NB * BS; i++) slot_pos[i] = -1;
+    KvLayerView kv = {.k = kpool, .v = vpool, .slot_pos = slot_pos, .block_size = BS, .n_kv_heads = NKV, .head_dim = HD};
+    for (int i = 0; i < CTX * NKV * HD; i++) knew[i] = through_half(rnd()), vnew[i] = through_half(rnd());
+    for (int j = 0; j < CTX; j++) {
+        pos[j] = j;
+        slots[j] = table[j / BS] * BS + j % BS;
+        slot_pos[slots[j]] = j;
+    }
+    cpu_kv_store(&kv, slots, knew, vnew, CTX);
+    float q[NQ * NH * HD], out[NQ * NH * HD], alone[NH * HD];
+    int32_t qpos[NQ] = {699, 400, 255, 256, 10};
+    for (int i = 0; i < NQ * NH * HD; i++) q[i] = 3.0f * rnd(); /* peaked softmax: chunk maxima differ */
+    assert_int_equal(cpu_attention(&kv, table, CTX, q, qpos, NQ, NH, out), 0);
+    for (int t = 0; t < NQ; t++) {
+        assert_int_equal(cpu_attention(&kv, table, CTX, q + t * NH * HD, &qpos[t], 1, NH, alone), 0);
+        assert_memory_equal(alone, out + t * NH * HD, sizeof alone);
+        for (int h = 0; h < NH; h++) {
+            int g = h / (NH / NKV);
+            for (int j = 0; j < CTX; j++) {
+                memcpy(kk + j * HD, knew + ((size_t)j * NKV + g) * HD, HD * sizeof(float));
+                memcpy(vv + j * HD, vnew + ((size_t)j * NKV + g) * HD, HD * sizeof(float));
+            }
+            double ref[HD];
+            attention_reference(q + (t * NH + h) * HD, qpos[t], kk, vv, pos, CTX, HD, ref);
+            for (int d = 0; d < HD; d++) assert_float_equal(out[(t * NH + h) * HD + d], ref[d], 1e-5);
+        }
+    }
+    free(kpool); free(vpool); free(knew); free(vnew); free(slot_pos); free(slots); free(pos); free(kk); free(vv);
 }
 
 /* Two sequences in one batched call give exactly what two separate calls give. */
@@ -349,6 +395,7 @@ int main(void) {
         cmocka_unit_test(test_rope_properties),
         cmocka_unit_test(test_paged_attention),
         cmocka_unit_test(test_attention_batch_matches_per_sequence),
+        cmocka_unit_test(test_attention_long_context),
         cmocka_unit_test(test_kv_store_fp16),
         cmocka_unit_test(test_half_conversion),
     };

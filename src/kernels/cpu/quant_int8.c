@@ -285,6 +285,72 @@ INLINE void q8_tokens(const BlockQ8_0 *row, const Int8Activations *a, int t0, in
     for (int i = 0; i < nt; i++) out[i] = acc[i];
 }
 
+/* ---- AVX2, one token × eight rows (lanes = rows) -------------------------------------------------- */
+
+/* lane r = Σ of the eight int32 lanes of v[r]: exact integer sums, three levels of pairwise adds. */
+INLINE __m256i sum_lanes8_epi32(const __m256i v[8]) {
+    __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
+    /* each 128-bit half now holds partial sums of rows 0-3 (h0123) and 4-7 (h4567) */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20), _mm256_permute2x128_si256(h0123, h4567, 0x31));
+}
+
+/* The fp16 at byte offset `at` of each of eight rows `stride` bytes apart, as eight floats. */
+INLINE __m256 gather_half8(const uint8_t *p, size_t stride) {
+    uint16_t h[8];
+    for (int r = 0; r < 8; r++) memcpy(&h[r], p + (size_t)r * stride, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+/* Q4_0 / Q4_1: per block, each row's 32 nibbles against the token's 32 int8 (lanes = elements),
+ * the eight rows' integer sums gathered into one vector, then the canonical fmaf steps with all
+ * eight rows in the lanes. */
+INLINE void q4_rows8(const uint8_t *row0, size_t row_bytes, size_t block_bytes, bool has_min, int bias_shift,
+                     const Int8Activations *a, int token, float *out) {
+    __m256 acc = _mm256_setzero_ps(), off = _mm256_setzero_ps();
+    const int qs = has_min ? 4 : 2;
+    for (int b = 0; b < a->nb; b++) {
+        const uint8_t *blk = row0 + (size_t)b * block_bytes;
+        const __m256i x = _mm256_load_si256((const __m256i *)(a->rows + (size_t)token * a->cols + (size_t)b * ACT_QUANT_BLOCK));
+        size_t m = act_quant_meta_index(a, token, b);
+        __m256i part[8];
+        for (int r = 0; r < 8; r++) part[r] = dot_u4_s8(_mm256_setzero_si256(), q4_block_bytes(blk + (size_t)r * row_bytes + qs), x);
+        __m256i isum = sum_lanes8_epi32(part);
+        if (bias_shift) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(a->sum[m] * (1 << bias_shift)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(gather_half8(blk, row_bytes), _mm256_set1_ps(a->d[m])), acc);
+        if (has_min) off = _mm256_fmadd_ps(gather_half8(blk + 2, row_bytes), _mm256_set1_ps(a->dsum[m]), off);
+    }
+    _mm256_storeu_ps(out, has_min ? _mm256_add_ps(acc, off) : acc);
+}
+
+INLINE void q8_rows8(const uint8_t *row0, size_t row_bytes, const Int8Activations *a, int token, float *out) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < a->nb; b++) {
+        const uint8_t *blk = row0 + (size_t)b * sizeof(BlockQ8_0);
+        const __m256i x = _mm256_load_si256((const __m256i *)(a->rows + (size_t)token * a->cols + (size_t)b * ACT_QUANT_BLOCK));
+        size_t m = act_quant_meta_index(a, token, b);
+        __m256i part[8];
+        for (int r = 0; r < 8; r++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + (size_t)r * row_bytes + 2));
+            part[r] = dot_q8_s8(_mm256_setzero_si256(), q8_prepare(raw), raw, x);
+        }
+        __m256i isum = sum_lanes8_epi32(part);
+        if (Q8_BIAS_SHIFT) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(a->sum[m] * Q8_BIAS));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(gather_half8(blk, row_bytes), _mm256_set1_ps(a->d[m])), acc);
+    }
+    _mm256_storeu_ps(out, acc);
+}
+
+void quant_int8_dot_rows8(uint32_t type, const void *row0, size_t row_bytes, const Int8Activations *a, int token, float *out) {
+    switch (type) {
+    case TENSOR_Q4_0: q4_rows8(row0, row_bytes, sizeof(BlockQ4_0), false, 3, a, token, out); return;
+    case TENSOR_Q4_1: q4_rows8(row0, row_bytes, sizeof(BlockQ4_1), true, 0, a, token, out); return;
+    case TENSOR_Q8_0: q8_rows8(row0, row_bytes, a, token, out); return;
+    default: assert(!"quant_int8_dot_rows8: unsupported type"); return;
+    }
+}
+
 void quant_int8_dot_groups(uint32_t type, const void *row, const Int8Activations *a, int first_group, int n_groups,
                            float *out) {
     /* The two-row kernel with the row twice: the models' row groups are even, so only an odd
@@ -343,5 +409,9 @@ void quant_int8_dot_groups_rows2(uint32_t type, const void *row0, const void *ro
 void quant_int8_dot_tokens(uint32_t type, const void *row, const Int8Activations *a, int first_token, int n_tokens,
                            float *out) {
     for (int i = 0; i < n_tokens; i++) out[i] = quant_int8_dot_reference(type, row, a, first_token + i);
+}
+
+void quant_int8_dot_rows8(uint32_t type, const void *row0, size_t row_bytes, const Int8Activations *a, int token, float *out) {
+    for (int r = 0; r < 8; r++) out[r] = quant_int8_dot_reference(type, (const uint8_t *)row0 + (size_t)r * row_bytes, a, token);
 }
 #endif

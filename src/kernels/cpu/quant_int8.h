@@ -22,6 +22,7 @@
 #define BRAID_KERNELS_CPU_QUANT_INT8_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/cpu/act_quant.h"
@@ -45,6 +46,12 @@ void quant_int8_dot_groups_rows2(uint32_t type, const void *row0, const void *ro
 /* out[i] = value of token first_token + i, for n_tokens (1..4) tokens taken one at a time. */
 void quant_int8_dot_tokens(uint32_t type, const void *row, const Int8Activations *a, int first_token, int n_tokens,
                            float *out);
+
+/* out[r] = value of token `token` for the 8 consecutive rows row0 + r·row_bytes (r < 8): one
+ * token against eight rows, the rows in the SIMD lanes, so the per-block float steps are one
+ * vector operation for all eight rows instead of a horizontal sum and scalar steps per row (the
+ * decode of a single sequence). */
+void quant_int8_dot_rows8(uint32_t type, const void *row0, size_t row_bytes, const Int8Activations *a, int token, float *out);
 
 /* The canonical sequence in portable C for token `token` of a (the tests' reference; the portable
  * build's kernels). */
