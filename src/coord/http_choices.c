@@ -114,6 +114,9 @@ static CoordRequest *build_request(const HttpGenerateContext *ctx, const ApiRequ
         r->want_logprobs = a->logprobs >= 0;
         r->logprobs_top = a->logprobs >= 0 ? a->logprobs : 0;
         r->segment_mode = (uint8_t)segment_mode;
+        /* A whole answer without stop strings reads its tokens only at the finish, so if its instance
+         * dies it can start over on another one (coordinator.c: the failure domain). */
+        r->restartable = !a->stream && a->n_stop == 0;
         /* The same seed the instance's cache uses, so the router's index and the prompt agree. */
         content_hash_blocks(content_hash_namespace(a->tenant, a->adapter), r->prompt, n_blocks, block, r->block_hashes, chunk);
         r->n_hashes = n_blocks;
