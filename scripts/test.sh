@@ -9,11 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
-# The cluster test drives the server with the official openai client, from a venv of its own.
-if ! .venv-test/bin/python -c 'import openai' 2> /dev/null; then
-  echo "[test] installing the openai client into .venv-test"
-  python3 -m venv .venv-test
-  .venv-test/bin/pip install -q "openai==3.54.0"
+# The cluster test drives the server with the official openai client, from a venv of its own; the
+# KV events test subscribes with pyzmq and msgpack from the same venv.
+if ! .venv-test/bin/python -c 'import openai, zmq, msgpack' 2> /dev/null; then
+  echo "[test] installing the openai client, pyzmq and msgpack into .venv-test"
+  [ -x .venv-test/bin/python ] || python3 -m venv .venv-test
+  .venv-test/bin/pip install -q "openai==3.54.0" "pyzmq==26.2.0" "msgpack==1.1.0"
 fi
 echo "[test] release build"
 ctest --test-dir build --output-on-failure -j2
@@ -23,7 +24,7 @@ cmake -S . -B build-asan -DBRAID_SANITIZE=ON -DBRAID_CUDA=OFF -DCMAKE_BUILD_TYPE
   || { cat build-asan.cmake.log; exit 1; }
 cmake --build build-asan -j"$(nproc)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j2 -E 'test_golden_logits|test_engine|test_int8_engine|cluster_integration|segment_reuse_integration|bench_driver_integration|rank_binding_integration|slurm_integration'
+  ctest --test-dir build-asan --output-on-failure -j2 -E 'test_golden_logits|test_engine|test_int8_engine|cluster_integration|kv_events_integration|segment_reuse_integration|bench_driver_integration|rank_binding_integration|slurm_integration'
 
 echo "[test] libFuzzer, ${BRAID_FUZZ_SECONDS:-30} s per target"
 status=0

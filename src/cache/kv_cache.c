@@ -633,7 +633,7 @@ static void walk_commit_step(void *ctx, RadixNode *n) {
             block_pool_set_in_tree(dev, n->blocks[i], true);
         }
         n->meta.tiers |= CACHE_ON_DEVICE;
-        emit(c, CACHE_EVENT_STORED, CACHE_TIER_DEVICE, "insert", n, NULL);
+        emit(c, CACHE_EVENT_STORED, CACHE_TIER_DEVICE, "insert", n, n->tokens);
         membership_changed(c, n);
     }
     w->pos += n->n_blocks;

@@ -61,6 +61,12 @@ static const char serve_usage[] =
     "  --route-slack N          router: skip an instance with N more requests than the least loaded (default 8)\n"
     "  --events PATH            JSONL log of routing decisions and of every instance's KV events (vLLM's\n"
     "                           BlockStored / BlockRemoved / AllBlocksCleared, per tier, with the instance)\n"
+    "  --kv-events-endpoint EP  also publish every instance's KV events in vLLM's format (msgpack KVEventBatch,\n"
+    "                           instance = data_parallel_rank) on a ZeroMQ PUB socket bound to EP, e.g.\n"
+    "                           tcp://*:5557 (default off)\n"
+    "  --kv-events-replay-endpoint EP  ROUTER socket that re-sends kept batches from a requested sequence\n"
+    "                           number (the last 10000 batches), e.g. tcp://*:5558\n"
+    "  --kv-events-topic T      first frame of every published message (default empty)\n"
     "  --trace-out PATH         replayable trace of served requests and workflow ends, for braid sim; workflow\n"
     "                           calls carry their prefill hidden state (training data for --kind graph)\n"
     "  --predictor FILE         next-agent predictor trained by braid train-predictor; rank 0 forecasts each\n"
@@ -99,6 +105,7 @@ static const char serve_usage[] =
 typedef struct {
     const char *model, *host, *served_name, *events_path, *pid_file, *trace_path, *predictor_path, *api_keys_path, *tls_cert, *tls_key;
     const char *exit_status_file;
+    const char *kv_events_endpoint, *kv_events_replay_endpoint, *kv_events_topic;
     long tp, port, kv_blocks, block_size, max_batch_tokens, max_running, max_pending, max_body, threads, route_slack;
     long max_connections, max_connections_per_client, http_timeout;
     long markov, horizon, max_workflows; /* markov 0: not given */
@@ -118,7 +125,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     enum { O_MODEL = 256, O_TP, O_HOST, O_PORT, O_NAME, O_BLOCKS, O_BS, O_MBT, O_RUN, O_PENDING, O_BODY, O_CACHE, O_POLICY,
            O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB,
            O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS, O_PREFETCH, O_BIND, O_API_KEYS, O_TLS_CERT,
-           O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_INSTANCE_TIMEOUT, O_EXIT_STATUS, O_MAX_CONN, O_MAX_CONN_CLIENT, O_HTTP_TIMEOUT };
+           O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_INSTANCE_TIMEOUT, O_EXIT_STATUS, O_MAX_CONN, O_MAX_CONN_CLIENT, O_HTTP_TIMEOUT,
+           O_KV_EVENTS_EP, O_KV_EVENTS_REPLAY, O_KV_EVENTS_TOPIC };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -141,6 +149,9 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"instance-timeout", required_argument, 0, O_INSTANCE_TIMEOUT}, {"exit-status-file", required_argument, 0, O_EXIT_STATUS},
         {"max-connections", required_argument, 0, O_MAX_CONN}, {"max-connections-per-client", required_argument, 0, O_MAX_CONN_CLIENT},
         {"http-timeout", required_argument, 0, O_HTTP_TIMEOUT},
+        {"kv-events-endpoint", required_argument, 0, O_KV_EVENTS_EP},
+        {"kv-events-replay-endpoint", required_argument, 0, O_KV_EVENTS_REPLAY},
+        {"kv-events-topic", required_argument, 0, O_KV_EVENTS_TOPIC},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
                      .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
@@ -164,6 +175,9 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_TRACE: a->trace_path = optarg; break;
         case O_PID: a->pid_file = optarg; break;
         case O_EXIT_STATUS: a->exit_status_file = optarg; break;
+        case O_KV_EVENTS_EP: a->kv_events_endpoint = optarg; break;
+        case O_KV_EVENTS_REPLAY: a->kv_events_replay_endpoint = optarg; break;
+        case O_KV_EVENTS_TOPIC: a->kv_events_topic = optarg; break;
         case O_TP: target = &a->tp, flag = "--tp", hi = 64; break;
         case O_PORT: target = &a->port, flag = "--port", hi = 65535; break;
         case O_BLOCKS: target = &a->kv_blocks, flag = "--kv-blocks", lo = 2; break;
@@ -254,6 +268,12 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     if (!a->tls_cert != !a->tls_key) {
         if (verbose)
             fprintf(stderr, "braid serve: --tls-cert and --tls-key go together (got only %s)\n", a->tls_cert ? "--tls-cert" : "--tls-key");
+        return 2;
+    }
+    if (!a->kv_events_endpoint && (a->kv_events_replay_endpoint || a->kv_events_topic)) {
+        if (verbose)
+            fprintf(stderr, "braid serve: %s needs --kv-events-endpoint (the PUB socket it belongs to)\n",
+                    a->kv_events_replay_endpoint ? "--kv-events-replay-endpoint" : "--kv-events-topic");
         return 2;
     }
     if (verbose && a->predictor_path && a->markov)
@@ -397,6 +417,19 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_in
         fprintf(stderr, "braid serve: out of memory; /metrics goes without braid_rank_binding_info\n");
     Coordinator coord;
     BraidError err;
+    KvEventPublisher *kv_publisher = NULL;
+    if (a->kv_events_endpoint) {
+        KvEventPublisherConfig pc = {.endpoint = a->kv_events_endpoint, .replay_endpoint = a->kv_events_replay_endpoint,
+                                     .topic = a->kv_events_topic};
+        if (!(kv_publisher = kv_event_publisher_new(&pc, &err))) {
+            fprintf(stderr, "braid serve: %s\n", err.msg);
+            MPI_Abort(MPI_COMM_WORLD, 1); /* the workers wait for a coordinator that will not come */
+            return 1;
+        }
+        printf("braid: publishing KV events on %s%s%s\n", a->kv_events_endpoint,
+               a->kv_events_replay_endpoint ? ", replay on " : "", a->kv_events_replay_endpoint ? a->kv_events_replay_endpoint : "");
+        fflush(stdout);
+    }
     describe_forecasts(a, *predictor);
     CoordinatorConfig cc = {.n_instances = n_instances, .tp = (int)a->tp, .max_pending = (int)a->max_pending,
                             .load_slack = (int)a->route_slack, .events = events, .trace = trace, .ready_line = ready_line,
@@ -404,7 +437,7 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_in
                                          .learn = a->predictor_learn, .horizon = (int)a->horizon,
                                          .max_workflows = (int)a->max_workflows, .idle_timeout_s = a->idle_timeout},
                             .send_forecasts = a->policy->on_prediction != NULL, .ranks = ranks,
-                            .instance_timeout_s = a->instance_timeout};
+                            .instance_timeout_s = a->instance_timeout, .kv_publisher = kv_publisher};
     int rc = 1;
     *predictor = NULL; /* cc.forecast holds it; coordinator_init takes it over, even when it fails */
     if (!metrics) agent_predictor_free(cc.forecast.predictor);
@@ -433,6 +466,7 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_in
     if (unsent) fprintf(stderr, "braid serve: closing with %d responses still being sent\n", unsent);
     http_api_stop(http);
     coordinator_free(&coord);
+    kv_event_publisher_free(kv_publisher);
     metrics_destroy(metrics);
     if (events) fclose(events);
     if (trace && fclose(trace)) fprintf(stderr, "braid serve: writing %s failed\n", a->trace_path);

@@ -562,6 +562,10 @@ static void on_kv_events(Coordinator *c, int instance, WireReader *rd) {
         if (c->cfg.events) log_kv_event(c, instance, e, now);
     }
     if (c->cfg.events && m.n) fflush(c->cfg.events);
+    if (c->cfg.kv_publisher) kv_event_publisher_publish(c->cfg.kv_publisher, instance, m.events, m.n);
+    RegistryMetrics reg;
+    router_registry_size(&c->router, &reg.blocks, &reg.bytes, &reg.evicted);
+    metrics_set_registry(c->metrics, &reg);
     msg_kv_events_free(&m);
 }
 

@@ -33,6 +33,7 @@
 
 #include "coord/coord_request.h"
 #include "coord/instance_health.h"
+#include "coord/kv_event_publisher.h"
 #include "coord/metrics.h"
 #include "coord/router.h"
 #include "predict/workflow_forecast.h"
@@ -60,6 +61,7 @@ typedef struct {
     bool send_forecasts;    /* the instances' eviction policy takes predictions: send PREDICT */
     const RankDirectory *ranks; /* every rank's process (borrowed); NULL: failures seen by heartbeat only */
     double instance_timeout_s;  /* an up instance silent this long is dead; 0: never */
+    KvEventPublisher *kv_publisher; /* every KV events message also goes out in vLLM's format (borrowed), or NULL */
 } CoordinatorConfig;
 
 /* One instance as /health reports it. */

@@ -57,6 +57,7 @@ typedef struct {
     int inflight, queued;
     WorkflowMetrics workflows;
     unsigned long long instance_failures;
+    RegistryMetrics registry;
 } MetricsTotals;
 
 struct Metrics {
@@ -182,6 +183,13 @@ void metrics_set_inflight(Metrics *m, int inflight) {
     if (!m) return;
     pthread_mutex_lock(&m->lock);
     m->totals.inflight = inflight;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_set_registry(Metrics *m, const RegistryMetrics *r) {
+    if (!m) return;
+    pthread_mutex_lock(&m->lock);
+    m->totals.registry = *r;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -563,6 +571,13 @@ static void render_all(TextOut *o, const MetricsTotals *t, const InstanceStats *
     render_scalar(o, "braid_requests_queued", "gauge", "Requests waiting in the coordinator's queue.", t->queued);
     render_counter(o, "braid_requests_rejected_total", "Requests rejected with 429 because the queue was full.",
                    t->rejected);
+    render_scalar(o, "braid_registry_blocks", "gauge", "Block hashes the coordinator's registry holds (all instances).",
+                  (long long)t->registry.blocks);
+    render_scalar(o, "braid_registry_bytes", "gauge", "Bytes the coordinator's registry has allocated.",
+                  (long long)t->registry.bytes);
+    render_counter(o, "braid_registry_evicted_blocks_total",
+                   "Block hashes the registry dropped (least recently stored first) to stay within its bound.",
+                   t->registry.evicted);
     render_scalar(o, "braid_workflows_active", "gauge", "Workflows the coordinator's tracker holds as active.",
                   t->workflows.workflows_active);
     render_counter(o, "braid_workflow_forecasts_total", "Next-agent forecasts sent to the instances (one per call).",

@@ -84,6 +84,13 @@ void metrics_instance_down(Metrics *m, int instance);
 void metrics_set_inflight(Metrics *m, int inflight);
 void metrics_set_queued(Metrics *m, int queued);
 
+/* The coordinator's content-hash registry (the router's per-instance block indexes, summed):
+ * hashes held, bytes allocated, and hashes evicted to stay within the bound (block_index.h). */
+typedef struct {
+    unsigned long long blocks, bytes, evicted;
+} RegistryMetrics;
+void metrics_set_registry(Metrics *m, const RegistryMetrics *r);
+
 /* The coordinator's workflow forecasts (src/predict/workflow_forecast.h), absolute values:
  * workflows active now in the tracker, forecasts sent to the instances (one per call, whatever the
  * number of instances), and the online top-1 accuracy of each forecast's first step as counts

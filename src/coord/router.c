@@ -15,7 +15,7 @@ int router_init(Router *r, int n, int load_slack) {
         router_free(r);
         return -1;
     }
-    for (int i = 0; i < n; i++) block_index_init(&r->index[i]);
+    for (int i = 0; i < n; i++) block_index_init(&r->index[i], BLOCK_INDEX_DEFAULT_MAX_BLOCKS);
     return 0;
 }
 
@@ -88,9 +88,15 @@ void router_evicted(Router *r, int instance, const uint64_t *hashes, int n) {
     for (int i = 0; i < n; i++) block_index_remove(&r->index[instance], hashes[i]);
 }
 
-void router_cleared(Router *r, int instance) {
-    block_index_free(&r->index[instance]);
-    block_index_init(&r->index[instance]);
+void router_cleared(Router *r, int instance) { block_index_clear(&r->index[instance]); }
+
+void router_registry_size(const Router *r, unsigned long long *blocks, unsigned long long *bytes, unsigned long long *evicted) {
+    *blocks = *bytes = *evicted = 0;
+    for (int i = 0; i < r->n_instances; i++) {
+        *blocks += r->index[i].count;
+        *bytes += block_index_bytes(&r->index[i]);
+        *evicted += r->index[i].evicted;
+    }
 }
 
 void router_instance_down(Router *r, int instance) {

@@ -49,6 +49,8 @@ void router_stored(Router *r, int instance, const uint64_t *hashes, int n);
 void router_evicted(Router *r, int instance, const uint64_t *hashes, int n);
 /* The instance's cache was cleared (AllBlocksCleared): its index empties. */
 void router_cleared(Router *r, int instance);
+/* The registry's size over every instance's index (blocks held, bytes allocated, blocks evicted). */
+void router_registry_size(const Router *r, unsigned long long *blocks, unsigned long long *bytes, unsigned long long *evicted);
 /* The instance died: it leaves routing for good, with its index and load. */
 void router_instance_down(Router *r, int instance);
 

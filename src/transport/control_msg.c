@@ -246,8 +246,9 @@ const char *kv_event_type_name(int kind) {
     }
 }
 
-/* The smallest encoded event: four u8, the parent hash, two empty strings and an empty hash list. */
-enum { KV_EVENT_MIN_BYTES = 4 + 8 + 4 + 4 + 4 };
+/* The smallest encoded event: four u8, the parent hash, two empty strings, an empty hash list, the
+ * block size and an empty token list. */
+enum { KV_EVENT_MIN_BYTES = 4 + 8 + 4 + 4 + 4 + 4 + 4 };
 
 void msg_kv_events_begin(WireBuf *b) { wire_put_i32(b, 0); }
 
@@ -262,6 +263,8 @@ void msg_kv_event_append(WireBuf *b, const MsgKvEvent *e) {
     int n = e->n_blocks > 0 ? e->n_blocks : 0;
     wire_put_i32(b, n);
     wire_put(b, e->hashes, (size_t)n * sizeof *e->hashes);
+    wire_put_i32(b, e->block_size);
+    wire_put_i32s(b, e->tokens, e->tokens ? e->n_tokens : 0);
 }
 
 void msg_kv_events_finish(WireBuf *b, int n) {
@@ -293,7 +296,9 @@ static int kv_event_decode(WireReader *r, MsgKvEvent *e) {
     if (!e->hashes) return -1;
     e->n_blocks = n;
     wire_get(r, e->hashes, (size_t)n * sizeof *e->hashes);
-    return r->failed ? -1 : 0;
+    e->block_size = wire_get_i32(r);
+    e->tokens = wire_get_i32s(r, &e->n_tokens);
+    return r->failed || e->block_size < 0 ? -1 : 0;
 }
 
 int msg_kv_events_decode(WireReader *r, MsgKvEvents *m) {
@@ -321,6 +326,7 @@ void msg_kv_events_free(MsgKvEvents *m) {
         free(m->events[i].tenant);
         free(m->events[i].adapter);
         free(m->events[i].hashes);
+        free(m->events[i].tokens);
     }
     free(m->events);
     memset(m, 0, sizeof *m);

@@ -132,6 +132,9 @@ typedef struct {
     char *tenant, *adapter; /* names, "" = none (never NULL once decoded) */
     int n_blocks;
     uint64_t *hashes;     /* (n_blocks) chained content hashes, in sequence order */
+    int block_size;       /* tokens per block on the instance */
+    int n_tokens;         /* n_blocks * block_size on an insert (vLLM's BlockStored.token_ids), else 0 */
+    int32_t *tokens;      /* (n_tokens) the blocks' token ids, or NULL */
 } MsgKvEvent;
 
 typedef struct {
@@ -159,9 +162,10 @@ void msg_stats_encode(WireBuf *b, const MsgStats *m);
 int msg_stats_decode(WireReader *r, MsgStats *m);
 
 /* Wire form: i32 count, then per event u8 kind, u8 tier, u8 reason, u8 tiers_after, u64 parent
- * hash, str tenant, str adapter, i32 n_blocks, n_blocks x u64 hashes. A sender that batches events
- * as they happen writes the count with msg_kv_events_begin, appends each event, then patches the
- * count with msg_kv_events_finish; msg_kv_events_encode does all three for an array. */
+ * hash, str tenant, str adapter, i32 n_blocks, n_blocks x u64 hashes, i32 block_size, i32 n_tokens,
+ * n_tokens x i32 tokens. A sender that batches events as they happen writes the count with
+ * msg_kv_events_begin, appends each event, then patches the count with msg_kv_events_finish;
+ * msg_kv_events_encode does all three for an array. */
 void msg_kv_events_begin(WireBuf *b);
 void msg_kv_event_append(WireBuf *b, const MsgKvEvent *e);
 void msg_kv_events_finish(WireBuf *b, int n);

@@ -181,7 +181,8 @@ static void on_cache_event(void *ctx, const CacheEvent *ev) {
                     .tiers_after = ev->tiers_after, .parent_hash = ev->parent_hash,
                     .tenant = (char *)kv_cache_name(c, CACHE_NAME_TENANT, ev->tenant),
                     .adapter = (char *)kv_cache_name(c, CACHE_NAME_ADAPTER, ev->adapter), .n_blocks = ev->n_blocks,
-                    .hashes = (uint64_t *)ev->hashes};
+                    .hashes = (uint64_t *)ev->hashes, .block_size = c->block_size,
+                    .n_tokens = ev->tokens ? ev->n_blocks * ev->token_block : 0, .tokens = (int32_t *)ev->tokens};
     msg_kv_event_append(&L->kv_events, &e);
     L->n_kv_events++;
 }

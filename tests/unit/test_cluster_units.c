@@ -112,15 +112,18 @@ static void test_tokens_finish_stats(void **state) {
 
 }
 
-/* KV_EVENTS: a batch of full events (kind, tier, reason, hashes, parent, names, tiers after)
+/* KV_EVENTS: a batch of full events (kind, tier, reason, hashes, parent, names, tiers after, block
+ * size and an insert's token ids)
  * survives the trip, empty names included; every cut, a trailing byte, a count the bytes cannot
  * hold and an unknown kind or tier are refused; an unknown reason reads as "other". */
 static void test_kv_events_round_trip(void **state) {
     (void)state;
     uint64_t h0[] = {0x1111222233334444ull, 0x5555, 0xffffffffffffffffull}, h1[] = {0x77};
+    int32_t tokens0[] = {1, 2, 3, 4, 5, -6}; /* 3 blocks of 2 tokens */
     MsgKvEvent in[] = {
         {.kind = KV_EVENT_STORED, .tier = KV_TIER_DEVICE, .reason = KV_REASON_INSERT, .tiers_after = KV_ON_DEVICE,
-         .parent_hash = 0, .tenant = "acme \"q\" \xC3\xA9", .adapter = "lora-a", .n_blocks = 3, .hashes = h0},
+         .parent_hash = 0, .tenant = "acme \"q\" \xC3\xA9", .adapter = "lora-a", .n_blocks = 3, .hashes = h0,
+         .block_size = 2, .n_tokens = 6, .tokens = tokens0},
         {.kind = KV_EVENT_STORED, .tier = KV_TIER_HOST, .reason = KV_REASON_DEMOTE, .tiers_after = KV_ON_DEVICE | KV_ON_HOST,
          .parent_hash = 0x5555, .tenant = "acme", .adapter = NULL, .n_blocks = 1, .hashes = h1},
         {.kind = KV_EVENT_REMOVED, .tier = KV_TIER_HOST, .reason = KV_REASON_HOST_EVICT, .tiers_after = 0,
@@ -143,6 +146,9 @@ static void test_kv_events_round_trip(void **state) {
         assert_string_equal(got->adapter, want->adapter ? want->adapter : "");
         assert_int_equal(got->n_blocks, want->n_blocks);
         if (want->n_blocks) assert_memory_equal(got->hashes, want->hashes, (size_t)want->n_blocks * sizeof *want->hashes);
+        assert_int_equal(got->block_size, want->block_size);
+        assert_int_equal(got->n_tokens, want->n_tokens);
+        if (want->n_tokens) assert_memory_equal(got->tokens, want->tokens, (size_t)want->n_tokens * sizeof *want->tokens);
     }
     msg_kv_events_free(&m);
     assert_null(m.events);
@@ -398,7 +404,7 @@ static void test_step_cache_ops(void **state) {
 static void test_block_index(void **state) {
     (void)state;
     BlockIndex ix;
-    block_index_init(&ix);
+    block_index_init(&ix, 0);
     for (uint64_t h = 0; h < 5000; h++) assert_int_equal(block_index_add(&ix, h * 0x9E3779B97F4A7C15ull), 0);
     assert_int_equal(ix.count, 5000);
     for (uint64_t h = 0; h < 5000; h += 2) block_index_remove(&ix, h * 0x9E3779B97F4A7C15ull);
