@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Segment reuse live (issue 17): TTFT through the server with approximate segment reuse on vs off,
-# at client concurrency 1 and 16, side by side on one server (the same instance serves both
-# rounds: the requests of a round carry "segment_reuse": "approx" or "off"; the cache is warmed
-# by a first pass of the same workload with other workflow seeds so both rounds start alike).
+# at client concurrency 1 and 16. Every round runs on a fresh server (--segment-reuse approx): a
+# warm-up pass of the same workload with other workflow seeds (reuse off, so the cache and segment
+# index are alike for both rounds), then the measured requests carrying "segment_reuse": "off" or
+# "approx".
 # Usage: bench/segment_reuse_live.sh [OUT_DIR]  (env: WORKFLOWS=8 SCALE=0.5 WINDOW=16 MAX_TOKENS=8
 #        CONCURRENCY="1 16" WORKLOAD=templates APPEND=1)
 set -euo pipefail
@@ -38,31 +39,46 @@ python3 - "$out/gen2.jsonl" "$out/warm.jsonl" <<'PY'
 import json, sys
 with open(sys.argv[2], "w") as f:
     for line in open(sys.argv[1]):
-        r = json.loads(line); r["max_tokens"] = 1; r["id"] = "warm-" + r["id"]; r["segment_reuse"] = "approx"
+        r = json.loads(line); r["max_tokens"] = 1; r["id"] = "warm-" + r["id"]; r["segment_reuse"] = "off"
         f.write(json.dumps(r) + "\n")
 PY
 
-BRAID_BIN=$braid setsid "$root/launch/braid-local" --model "$model" --port "$port" --segment-reuse approx --approx-window "$window" \
-  > "$out/server.out" 2> "$out/server.err" &
-server=$!
-trap 'kill -TERM $server 2> /dev/null; wait $server 2> /dev/null' EXIT
-for _ in $(seq 1 240); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && break; sleep 0.5; done
+start_server() {
+  BRAID_BIN=$braid setsid "$root/launch/braid-local" --model "$model" --port "$port" --segment-reuse approx --approx-window "$window" \
+    > "$out/server.out" 2> "$out/server.err" &
+  server=$!
+  local ready=0
+  for _ in $(seq 1 240); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && { ready=1; break; }
+    kill -0 "$server" 2> /dev/null || break
+    sleep 0.5
+  done
+  [ "$ready" = 1 ] || { echo "segment_reuse_live: the server did not come up:" >&2; tail -20 "$out/server.err" >&2; exit 1; }
+}
+stop_server() { kill -TERM "$server" 2> /dev/null; wait "$server" 2> /dev/null || true; server=""; }
+server=""
+trap '[ -n "$server" ] && stop_server' EXIT
 
 table="$out/table.md"
-echo "| concurrency | segment reuse | requests | TTFT mean ms | TTFT p50 ms | TTFT p90 ms | reused prompt tokens | prompt tokens |" > "$table"
-echo "|---:|---|---:|---:|---:|---:|---:|---:|" >> "$table"
+echo "| concurrency | segment reuse | requests | TTFT mean ms | TTFT p50 ms | TTFT p90 ms | reused prompt tokens | prefix-cached tokens | prompt tokens |" > "$table"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|" >> "$table"
+# Each round on a fresh server: the warm-up pass (other workflows of the same workload, reuse off, so
+# both rounds start from the same cache and index), then the measured requests with reuse off or approx.
 for c in $concurrency; do
   for mode in off approx; do
+    start_server
     "$bench" replay --url "$url" --input "$out/warm.jsonl" --out "$out/warm.out" --concurrency "$c" 2> /dev/null
     "$bench" replay --url "$url" --input "$out/$mode.jsonl" --out "$out/$mode.c$c.out" --concurrency "$c" 2> "$out/$mode.c$c.err"
+    stop_server
     python3 - "$out/$mode.c$c.out" "$c" "$mode" >> "$table" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 ok = [r for r in rows if "error" not in r]
+if not ok: sys.exit(f"segment_reuse_live: every request of {sys.argv[1]} failed: {rows[0].get('error') if rows else 'none sent'}")
 t = sorted(r["ttft_ms"] - r["sent_ms"] for r in ok)  # each request's own TTFT
 pct = lambda q: t[min(len(t) - 1, int(q * len(t)))]
 print(f"| {sys.argv[2]} | {sys.argv[3]} | {len(ok)} | {sum(t) / len(t):.0f} | {pct(0.5):.0f} | {pct(0.9):.0f} | "
-      f"{sum(r.get('segment_reused_tokens', 0) for r in ok)} | {sum(r['prompt_tokens'] for r in ok)} |")
+      f"{sum(r.get('segment_reused_tokens', 0) for r in ok)} | {sum(r['cached_tokens'] for r in ok)} | {sum(r['prompt_tokens'] for r in ok)} |")
 PY
   done
 done

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli_common.h"
+#include "cli/cli_lora.h"
 #include "cli/commands.h"
 #include "common/timeutil.h"
 #include "model/model.h"
@@ -38,6 +39,7 @@ static const char batch_usage[] =
     "                           (base64 float32; docs/TRACE_FORMAT.md) for braid train-predictor / braid sim --hidden\n"
     "  --logits-out PATH        write each request's first-token logits (the full vocabulary, base64 float32) as\n"
     "                           JSONL {\"id\", \"logits\"}: drift studies compare runs with and without segment reuse\n"
+    CLI_LORA_FLAGS_USAGE
     "  --threads N              CPU threads (default: all cores)\n"
     "  --device D               cpu, cuda or auto = cuda when built with it and a GPU is visible (default auto)\n"
     "  --no-cuda-graphs         CUDA: launch decode steps directly instead of replaying captured graphs\n"
@@ -46,7 +48,7 @@ static const char batch_usage[] =
     "                           throughput of fp32, top-1 agreement with transformers at llama.cpp's level) or\n"
     "                           fp32 (the closest to the transformers reference; the golden tests hold it to 5e-2)\n"
     "Input lines: {\"id\", \"prompt\" | \"messages\", \"max_tokens\", \"temperature\", \"top_p\", \"top_k\", \"seed\",\n"
-    "              \"tenant\", \"adapter\", \"workflow_id\", \"agent\", \"segment_reuse\"}. Output lines, in input order:\n"
+    "              \"tenant\", \"adapter\" (a --lora NAME), \"workflow_id\", \"agent\", \"segment_reuse\"}. Output lines, in input order:\n"
     "{\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", \"cached_tokens\" (device + host), \"cached_tokens_host\",\n"
     " \"segment_reused_tokens\" (prompt tokens whose K/V came from reused segments), \"ttft_ms\", \"latency_ms\", \"preemptions\", \"finish_reason\"} (+ \"error\" for a rejected request).\n"
     "Summary on stderr: prompt tokens served from the device tier, from the host tier, computed; demotions,\n"
@@ -60,6 +62,7 @@ typedef struct {
     BackendKind device;
     const EvictPolicy *policy;
     CliHostTier host;
+    CliLora lora;
     int prefetch; /* -1: on when the policy has prefetch_value; 0 off; 1 on */
     SegmentReuseMode segment_reuse;
     long approx_window;
@@ -67,7 +70,7 @@ typedef struct {
 
 static int parse_args(int argc, char **argv, BatchArgs *a) {
     enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE, O_DEVICE, O_NO_GRAPHS,
-           O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_LOGITS, O_TRACE_TOKENS };
+           O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_LOGITS, O_TRACE_TOKENS, O_LORA, O_LORA_CACHE };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
         {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
@@ -81,6 +84,7 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         {"hidden-out", required_argument, 0, O_HIDDEN}, {"segment-reuse", required_argument, 0, O_SEGMENTS},
         {"approx-window", required_argument, 0, O_WINDOW}, {"logits-out", required_argument, 0, O_LOGITS},
         {"trace-tokens", no_argument, 0, O_TRACE_TOKENS},
+        {"lora", required_argument, 0, O_LORA}, {"lora-cache", required_argument, 0, O_LORA_CACHE},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (BatchArgs){.prefetch = -1, .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
@@ -138,6 +142,8 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
             }
             a->prefetch = strcmp(optarg, "on") == 0;
             break;
+        case O_LORA: if (cli_parse_lora("batch", optarg, &a->lora, true)) return 2; break;
+        case O_LORA_CACHE: if (cli_parse_lora_cache("batch", optarg, true)) return 2; break;
         case 'h': fputs(batch_usage, stdout); return 1;
         default: fputs(batch_usage, stderr); return 2;
         }
@@ -370,7 +376,7 @@ typedef struct {
 } BatchFiles;
 
 /* Reads the requests, serves them all, writes results (and the trace). Returns the exit status. */
-static int serve_batch(const BraidModel *model, const BatchArgs *a, BatchFiles *files) {
+static int serve_batch(const BraidModel *model, const BatchArgs *a, const LoraSet *lora, BatchFiles *files) {
     SchedRequest *reqs = NULL;
     int n = 0, rc = 0;
     long host_blocks = 0;
@@ -392,7 +398,7 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, BatchFiles *
                         .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
                         .policy = a->policy, .prefetch = prefetch, .device = a->device, .cuda_graphs_off = a->no_graphs,
                         .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
-                        .approx_window = (int)a->approx_window};
+                        .approx_window = (int)a->approx_window, .lora = lora};
     if (engine_init(&engine, model, &cfg, &err)) {
         fprintf(stderr, "braid batch: %s\n", err.msg);
         rc = 1;
@@ -455,7 +461,9 @@ int cmd_batch(int argc, char **argv) {
         fprintf(stderr, "braid batch: %s\n", err.msg);
         rc = 1;
     } else {
-        rc = serve_batch(&model, &a, &files);
+        LoraSet lora;
+        rc = cli_load_lora("batch", &a.lora, &model.weights.cfg, &lora, true) ? 1 : serve_batch(&model, &a, &lora, &files);
+        lora_set_free(&lora);
         braid_model_free(&model);
     }
     rc |= close_file(files.out, a.output) | close_file(files.events, a.events_path) | close_file(files.trace, a.trace_path) |

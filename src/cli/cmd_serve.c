@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/cli_common.h"
+#include "cli/cli_lora.h"
 #include "cli/commands.h"
 #include "common/log.h"
 #include "coord/auth.h"
@@ -88,6 +89,9 @@ static const char serve_usage[] =
     "                           a rank's process exiting, seen on rank 0's host, counts). Each instance is a failure\n"
     "                           domain: the others keep serving, /health says \"degraded\". Needs mpirun\n"
     "                           --enable-recovery (launch/braid-local passes it); without it mpirun ends the job\n"
+    CLI_LORA_FLAGS_USAGE
+    "                           serve: /v1/models lists each adapter; a request names one with \"adapter\",\n"
+    "                           X-Braid-Adapter or \"model\": NAME (an unknown one gets a 404)\n"
     "  --threads N              CPU threads per worker rank (default: the hardware threads of its --bind slice; all\n"
     "                           of the machine's when not bound)\n"
     "  --bind auto|none         auto (default): hwloc binds each worker rank to its own slice of its machine's cores\n"
@@ -119,6 +123,7 @@ typedef struct {
     RankBindMode bind;
     SegmentReuseMode segment_reuse;
     long approx_window;
+    CliLora lora;
 } ServeArgs;
 
 static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
@@ -126,7 +131,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
            O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB,
            O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS, O_PREFETCH, O_BIND, O_API_KEYS, O_TLS_CERT,
            O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_INSTANCE_TIMEOUT, O_EXIT_STATUS, O_MAX_CONN, O_MAX_CONN_CLIENT, O_HTTP_TIMEOUT,
-           O_KV_EVENTS_EP, O_KV_EVENTS_REPLAY, O_KV_EVENTS_TOPIC };
+           O_KV_EVENTS_EP, O_KV_EVENTS_REPLAY, O_KV_EVENTS_TOPIC, O_LORA, O_LORA_CACHE };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -152,6 +157,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"kv-events-endpoint", required_argument, 0, O_KV_EVENTS_EP},
         {"kv-events-replay-endpoint", required_argument, 0, O_KV_EVENTS_REPLAY},
         {"kv-events-topic", required_argument, 0, O_KV_EVENTS_TOPIC},
+        {"lora", required_argument, 0, O_LORA}, {"lora-cache", required_argument, 0, O_LORA_CACHE},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
                      .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
@@ -249,6 +255,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
                 return 2;
             }
             break;
+        case O_LORA: if (cli_parse_lora("serve", optarg, &a->lora, verbose)) return 2; break;
+        case O_LORA_CACHE: if (cli_parse_lora_cache("serve", optarg, verbose)) return 2; break;
         case 'h': if (verbose) fputs(serve_usage, stdout); return 1;
         default: if (verbose) fputs(serve_usage, stderr); return 2;
         }
@@ -265,6 +273,10 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         return 2;
     }
     if (a->prefetch < 0) a->prefetch = a->policy->prefetch_value != NULL;
+    if (a->lora.n > 0 && a->tp > 1) {
+        if (verbose) fprintf(stderr, "braid serve: --lora needs --tp 1: LoRA adapters are not sharded for tensor parallelism yet\n");
+        return 2;
+    }
     if (!a->tls_cert != !a->tls_key) {
         if (verbose)
             fprintf(stderr, "braid serve: --tls-cert and --tls-key go together (got only %s)\n", a->tls_cert ? "--tls-cert" : "--tls-key");
@@ -398,8 +410,9 @@ static void default_served_name(const char *path, char *out, size_t cap) {
 }
 
 /* Takes *predictor over (NULL afterwards); borrows the access configuration. */
-static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_instances, const sigset_t *stop, AgentPredictor **predictor,
-                           const char *binding_metrics, const AccessConfig *access, const RankDirectory *ranks, bool *lost_ranks) {
+static int run_coordinator(const ServeArgs *a, const BraidModel *model, const LoraSet *lora, int n_instances, const sigset_t *stop,
+                           AgentPredictor **predictor, const char *binding_metrics, const AccessConfig *access, const RankDirectory *ranks,
+                           bool *lost_ranks) {
     char name[256], ready_line[512];
     if (a->served_name) snprintf(name, sizeof name, "%s", a->served_name);
     else default_served_name(cli_model_path(a->model), name, sizeof name);
@@ -447,7 +460,7 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, int n_in
         MPI_Abort(MPI_COMM_WORLD, 1);
         return 1;
     }
-    HttpApiConfig hc = {.coord = &coord, .metrics = metrics, .model = model, .served_model = name, .host = a->host,
+    HttpApiConfig hc = {.coord = &coord, .metrics = metrics, .model = model, .served_model = name, .lora = lora, .host = a->host,
                         .port = (int)a->port, .max_body_bytes = (size_t)a->max_body, .keys = access->keys,
                         .max_connections = (int)a->max_connections, .max_connections_per_client = (int)a->max_connections_per_client,
                         .timeout_s = (int)a->http_timeout,
@@ -508,8 +521,8 @@ static long decide_host_blocks(const ServeArgs *a, const BraidModel *model, int 
     return host_blocks;
 }
 
-static int run_worker(const ServeArgs *a, const BraidModel *model, int rank, int tp, MPI_Comm tp_comm, long host_blocks,
-                      const RankBinding *binding, bool *lost_ranks) {
+static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet *lora, int rank, int tp, MPI_Comm tp_comm,
+                      long host_blocks, const RankBinding *binding, bool *lost_ranks) {
     /* A bound rank's threads stay inside its slice, one per hardware thread of it, unless --threads says otherwise. */
     cli_set_threads(a->threads ? (int)a->threads : binding->pus);
     WorkerRoleConfig cfg = {
@@ -518,7 +531,7 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, int rank, int
                    .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
                    .policy = a->policy, .prefetch = a->prefetch != 0, .device = a->device,
                    .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
-                   .approx_window = (int)a->approx_window}};
+                   .approx_window = (int)a->approx_window, .lora = lora}};
     int tp_rank = (rank - 1) % tp;
     BraidError err;
     int rc = tp_rank == 0 ? instance_leader_run(&cfg, lost_ranks, &err) : tp_peer_run(&cfg, lost_ranks, &err);
@@ -601,11 +614,15 @@ int cmd_serve(int argc, char **argv) {
         if (load_predictor(&a, rank, &predictor) || load_access(&a, rank, &access) || load_model_everywhere(&a, rank, &model)) {
             rc = 1;
         } else {
-            long host_blocks = decide_host_blocks(&a, &model, rank);
+            /* Every rank loads the adapters (workers compute with them, rank 0 checks requests' names);
+             * the same files on every rank fail alike, and rank 0 says why. */
+            LoraSet lora;
+            long host_blocks = cli_load_lora("serve", &a.lora, &model.weights.cfg, &lora, rank == 0) ? -1 : decide_host_blocks(&a, &model, rank);
             if (host_blocks < 0) rc = 1;
-            else rc = rank == 0 ? run_coordinator(&a, &model, (world - 1) / (int)a.tp, &stop, &predictor, binding_metrics, &access, &ranks,
-                                                  &lost_ranks)
-                                : run_worker(&a, &model, rank, (int)a.tp, tp_comm, host_blocks, &binding, &lost_ranks);
+            else rc = rank == 0 ? run_coordinator(&a, &model, &lora, (world - 1) / (int)a.tp, &stop, &predictor, binding_metrics, &access,
+                                                  &ranks, &lost_ranks)
+                                : run_worker(&a, &model, &lora, rank, (int)a.tp, tp_comm, host_blocks, &binding, &lost_ranks);
+            lora_set_free(&lora);
             braid_model_free(&model);
         }
         agent_predictor_free(predictor); /* still here only when the coordinator never took it */

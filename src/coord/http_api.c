@@ -76,10 +76,25 @@ static enum MHD_Result handle_health(HttpApi *api, struct MHD_Connection *conn) 
 
 /* max_model_len is what one request (prompt + max_tokens) may reach: the context, or the KV pool
  * when that holds less, the same limit the completion endpoints enforce. */
+static json_t *model_entry(HttpApi *api, const char *id, const char *parent) {
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", id, "object", "model", "created", (json_int_t)time(NULL), "owned_by",
+                          "braid", "max_model_len", http_generate_max_model_len(&api->generate));
+    /* vLLM lists a LoRA adapter as a model whose parent is the base model. */
+    if (m && parent && json_object_set_new(m, "parent", json_string(parent))) {
+        json_decref(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* The base model, then every loaded LoRA adapter. */
 static enum MHD_Result handle_models(HttpApi *api, struct MHD_Connection *conn) {
-    json_t *model = json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", api->cfg.served_model, "object", "model", "created",
-                              (json_int_t)time(NULL), "owned_by", "braid", "max_model_len", http_generate_max_model_len(&api->generate));
-    return http_send_json(conn, 200, dump(json_pack("{s:s, s:[o]}", "object", "list", "data", model)));
+    json_t *data = json_array();
+    if (data && json_array_append_new(data, model_entry(api, api->cfg.served_model, NULL))) json_decref(data), data = NULL;
+    for (int i = 0; data && api->cfg.lora && i < api->cfg.lora->n; i++)
+        if (json_array_append_new(data, model_entry(api, api->cfg.lora->adapters[i].name, api->cfg.served_model)))
+            json_decref(data), data = NULL;
+    return http_send_json(conn, 200, dump(data ? json_pack("{s:s, s:o}", "object", "list", "data", data) : NULL));
 }
 
 static enum MHD_Result handle_metrics(HttpApi *api, struct MHD_Connection *conn) {
@@ -291,7 +306,7 @@ HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err) {
     api->cfg = *cfg;
     fill_limits(&api->cfg);
     api->generate = (HttpGenerateContext){.coord = cfg->coord, .metrics = cfg->metrics, .model = cfg->model,
-                                          .served_model = cfg->served_model, .seed_counter = &api->seed_counter,
+                                          .served_model = cfg->served_model, .lora = cfg->lora, .seed_counter = &api->seed_counter,
                                           .segment_reuse = cfg->segment_reuse};
     pthread_mutex_init(&api->mu, NULL);
     bool tls = cfg->tls_cert_pem && cfg->tls_key_pem;

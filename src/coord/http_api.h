@@ -37,13 +37,15 @@
 #include "coord/auth.h"
 #include "coord/coordinator.h"
 #include "coord/metrics.h"
+#include "model/lora_adapter.h"
 #include "model/model.h"
 
 typedef struct {
     Coordinator *coord;
     Metrics *metrics;
     const BraidModel *model;
-    const char *served_model; /* the name /v1/models lists and requests must use */
+    const char *served_model; /* the base model's name: /v1/models lists it, then each adapter */
+    const LoraSet *lora;      /* the LoRA adapters the instances loaded (borrowed); NULL = none */
     const char *host;         /* bind address, e.g. "127.0.0.1" or "0.0.0.0" */
     int port;
     size_t max_body_bytes;

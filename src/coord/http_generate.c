@@ -255,12 +255,14 @@ enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connect
     const char *endpoint = kind == API_CHAT ? "chat" : "completions";
     ApiRequest a;
     ApiError e;
-    if (api_request_parse(body, len, kind, ctx->served_model, &a, &e)) return http_send_error(ctx->metrics, conn, endpoint, &e);
+    /* Any model name parses; adapter_select decides whether it is the base model, an adapter or a 404. */
+    if (api_request_parse(body, len, kind, NULL, &a, &e)) return http_send_error(ctx->metrics, conn, endpoint, &e);
     const char *hdr[4];
     static const char *const names[4] = {"X-Braid-Workflow", "X-Braid-Agent", "X-Braid-Tenant", "X-Braid-Adapter"};
     for (int i = 0; i < 4; i++) hdr[i] = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, names[i]);
     ChoiceSet set = {0};
     int rc = api_request_apply_headers(&a, hdr[0], hdr[1], hdr[2], hdr[3], &e);
+    if (rc == 0) rc = adapter_select(&a, ctx->served_model, ctx->lora, &e);
     if (rc == 0) rc = apply_key(ctx, key, &a, &e);
     if (rc == 0) rc = choices_build(ctx, &a, &set, &e);
     if (rc == 0) rc = choices_submit(ctx, &set, &e);
@@ -271,7 +273,8 @@ enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connect
     }
     char id[40];
     snprintf(id, sizeof id, "%s-%llu", kind == API_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)set.c[0].r->id);
-    ApiResponseHead head = {.kind = kind, .id = id, .model = ctx->served_model, .created = time(NULL)};
+    /* Answers name what ran: the adapter when the client picked one by its model name (vLLM's way). */
+    ApiResponseHead head = {.kind = kind, .id = id, .model = a.model && a.adapter ? a.adapter : ctx->served_model, .created = time(NULL)};
     enum MHD_Result result =
         a.stream ? answer_stream(ctx, conn, &a, &set, &head, endpoint) : answer_whole(ctx, conn, &a, &set, &head, endpoint);
     choices_free(ctx, &set, false);

@@ -14,7 +14,8 @@
  * are borrowed and must outlive every connection.
  * With an API key (auth.h) the request runs in the key's tenant: a body or header tenant is allowed
  * only when it is that tenant or one the key shares (403 otherwise), and an adapter only when the
- * key lists it (403). Without a seed, a request samples with a fresh seed of its own.
+ * key lists it (403). The request runs the base model or a loaded LoRA adapter (adapter_select.h:
+ * an unknown adapter or model is a 404). Without a seed, a request samples with a fresh seed of its own.
  */
 #ifndef BRAID_COORD_HTTP_GENERATE_H
 #define BRAID_COORD_HTTP_GENERATE_H
@@ -24,6 +25,7 @@
 
 #include <microhttpd.h>
 
+#include "coord/adapter_select.h"
 #include "coord/api_request.h"
 #include "coord/auth.h"
 #include "coord/coordinator.h"
@@ -34,7 +36,8 @@ typedef struct {
     Coordinator *coord;
     Metrics *metrics;
     const BraidModel *model;
-    const char *served_model; /* the model id requests must name */
+    const char *served_model; /* the base model's id */
+    const LoraSet *lora;      /* adapters a request may name (coord/adapter_select.h); NULL = none */
     _Atomic uint64_t *seed_counter; /* per server: salts each unseeded request's seed */
     int segment_reuse;        /* the most segment reuse a request may ask for (SegmentReuseMode) */
 } HttpGenerateContext;

@@ -38,6 +38,7 @@
 #include "cache/cache_ops.h"
 #include "common/error.h"
 #include "kernels/cpu/matmul.h"
+#include "model/lora_adapter.h"
 #include "model/model_weights.h"
 #include "worker/forward_batch.h"
 
@@ -54,6 +55,10 @@ typedef struct {
     bool cuda_graphs;     /* capture decode steps as CUDA graphs (CUDA only) */
     CpuMatmulMath cpu_matmul; /* CPU only: fp32 (the zero value; the golden-tested path) or int8 activations */
     struct TpCollective *tp; /* tensor parallelism: the weights are this rank's shard; NULL = whole model */
+    /* LoRA adapters a batch's seq_adapter ids name (borrowed; must outlive the backend); NULL = none.
+     * CPU only so far: the CUDA backend refuses a non-empty set, and so does --tp > 1 (adapters are
+     * not sharded). */
+    const LoraSet *lora;
 } BackendConfig;
 
 typedef struct {

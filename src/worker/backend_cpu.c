@@ -138,6 +138,8 @@ int backend_cpu_create(Backend *b, BraidError *err) {
     if (c->head_dim > CPU_ROPE_MAX_HEAD_DIM)
         return braid_error_set(err, "cpu backend: head_dim %d exceeds the %d the KV rotation supports", c->head_dim,
                                CPU_ROPE_MAX_HEAD_DIM);
+    if (b->cfg.lora && b->cfg.lora->n > 0 && b->cfg.tp && b->cfg.tp->size > 1)
+        return braid_error_set(err, "cpu backend: LoRA adapters (--lora) are not sharded for tensor parallelism yet; use --tp 1");
     CpuBackend *cb = calloc(1, sizeof *cb);
     if (!cb) return braid_error_set(err, "cpu backend: out of memory");
     b->impl = cb; /* from here on, cpu_destroy undoes whatever part was made */
@@ -153,6 +155,7 @@ int backend_cpu_create(Backend *b, BraidError *err) {
     forward_init(&cb->fwd, b->weights, &cb->kv);
     cb->fwd.tp = b->cfg.tp;
     cb->fwd.math = b->cfg.cpu_matmul;
+    cb->fwd.lora = b->cfg.lora;
     b->ops = &CPU_OPS;
     b->kv_bytes = cb->kv.bytes;
     b->host_kv_bytes = cb->host.bytes;

@@ -619,6 +619,8 @@ int backend_cuda_create(Backend *b, BraidError *err) {
     if (check_shape(b, err)) return -1;
     if (b->cfg.tp && b->cfg.tp->size > 1)
         return braid_error_set(err, "cuda backend: tensor parallelism (--tp > 1) runs on the CPU backend only so far; use --device cpu");
+    if (b->cfg.lora && b->cfg.lora->n > 0)
+        return braid_error_set(err, "cuda backend: LoRA adapters (--lora) run on the CPU backend only so far; use --device cpu");
     CudaBackend *cb = calloc(1, sizeof *cb);
     if (!cb) return braid_error_set(err, "cuda backend: out of memory");
     b->impl = cb;

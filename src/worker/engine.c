@@ -25,6 +25,7 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
     bc.cuda_graphs = !cfg->cuda_graphs_off;
     bc.cpu_matmul = engine_cpu_matmul(cfg);
     bc.tp = cfg->tp;
+    bc.lora = cfg->lora;
     /* The host tier holds evicted cache; with caching off there is nothing to put there. */
     bc.host_blocks = cfg->cache_enabled ? cfg->host_blocks : 0;
     if (backend_create(&e->backend, cfg->shard ? cfg->shard : &model->weights, &bc, err)) {
@@ -39,7 +40,7 @@ void engine_free(Engine *e) {
     sched_free(&e->sched);
     plan_free(&e->plan);
     free(e->tokens); free(e->positions); free(e->slots); free(e->seq_start); free(e->seq_ctx); free(e->logit_rows);
-    free(e->tables); free(e->logits); free(e->argmax); free(e->want_logits); free(e->want_hidden); free(e->hidden);
+    free(e->seq_adapter); free(e->tables); free(e->logits); free(e->argmax); free(e->want_logits); free(e->want_hidden); free(e->hidden);
     memset(e, 0, sizeof *e);
 }
 
@@ -58,22 +59,28 @@ uint64_t engine_model_seed(const ModelConfig *c) {
     return h;
 }
 
+/* Finishes a request that cannot run with `why` as its error; returns -1. */
+static int refuse(SchedRequest *r, const char *why) {
+    snprintf(r->error, sizeof r->error, "%s", why);
+    r->state = REQ_FINISHED;
+    r->finish_reason = "error";
+    return -1;
+}
+
 int engine_submit(Engine *e, SchedRequest *r) {
     if (r->segment_mode > e->cfg.segment_reuse) r->segment_mode = (uint8_t)e->cfg.segment_reuse;
     int context = e->model->weights.cfg.context_length;
+    char why[sizeof r->error];
     if (r->n_prompt + r->max_tokens > context) r->max_tokens = context - r->n_prompt;
     if (r->max_tokens < 1) {
-        snprintf(r->error, sizeof r->error, "prompt of %d tokens leaves no room in the model's context of %d", r->n_prompt, context);
-        r->state = REQ_FINISHED;
-        r->finish_reason = "error";
-        return -1;
+        snprintf(why, sizeof why, "prompt of %d tokens leaves no room in the model's context of %d", r->n_prompt, context);
+        return refuse(r, why);
     }
-    if (sampler_init(&r->sampler, e->model->weights.cfg.vocab_size, r->sampling.seed)) {
-        snprintf(r->error, sizeof r->error, "out of memory");
-        r->state = REQ_FINISHED;
-        r->finish_reason = "error";
-        return -1;
+    if ((r->lora_id = lora_set_find(e->cfg.lora, r->adapter)) < 0) {
+        snprintf(why, sizeof why, "unknown LoRA adapter '%.200s' (load it with --lora NAME=PATH)", r->adapter);
+        return refuse(r, why);
     }
+    if (sampler_init(&r->sampler, e->model->weights.cfg.vocab_size, r->sampling.seed)) return refuse(r, "out of memory");
     return sched_add(&e->sched, r);
 }
 
@@ -86,11 +93,12 @@ static int reserve(Engine *e, int n_tokens, int n_seqs, BraidError *err) {
         e->cap_tokens = n_tokens;
     }
     if (n_seqs > e->cap_seqs) {
-        free(e->seq_start); free(e->seq_ctx); free(e->logit_rows); free(e->tables); free(e->logits);
+        free(e->seq_start); free(e->seq_ctx); free(e->logit_rows); free(e->seq_adapter); free(e->tables); free(e->logits);
         free(e->argmax); free(e->want_logits); free(e->want_hidden); free(e->hidden);
         e->seq_start = malloc((size_t)(n_seqs + 1) * sizeof *e->seq_start);
         e->seq_ctx = malloc((size_t)n_seqs * sizeof *e->seq_ctx);
         e->logit_rows = malloc((size_t)n_seqs * sizeof *e->logit_rows);
+        e->seq_adapter = malloc((size_t)n_seqs * sizeof *e->seq_adapter);
         e->tables = malloc((size_t)n_seqs * sizeof *e->tables);
         e->logits = malloc((size_t)n_seqs * e->model->weights.cfg.vocab_size * sizeof *e->logits);
         e->argmax = malloc((size_t)n_seqs * sizeof *e->argmax);
@@ -99,7 +107,7 @@ static int reserve(Engine *e, int n_tokens, int n_seqs, BraidError *err) {
         e->hidden = malloc((size_t)n_seqs * e->model->weights.cfg.dim * sizeof *e->hidden);
         e->cap_seqs = n_seqs;
     }
-    if (!e->tokens || !e->positions || !e->slots || !e->seq_start || !e->seq_ctx || !e->logit_rows || !e->tables || !e->logits ||
+    if (!e->tokens || !e->positions || !e->slots || !e->seq_start || !e->seq_ctx || !e->logit_rows || !e->seq_adapter || !e->tables || !e->logits ||
         !e->argmax || !e->want_logits || !e->want_hidden || !e->hidden)
         return braid_error_set(err, "engine: out of memory for a step of %d tokens", n_tokens);
     return 0;
@@ -120,6 +128,7 @@ static int build_batch(Engine *e, ForwardBatch *b) {
         }
         e->tables[i] = pe->req->blocks;
         e->seq_ctx[i] = pe->start + pe->count;
+        e->seq_adapter[i] = pe->req->lora_id;
         if (pe->sample) {
             /* Greedy requests need only the device's argmax; others need their logits on the host. */
             bool first = pe->req->n_tokens == pe->req->n_prompt;
@@ -135,6 +144,7 @@ static int build_batch(Engine *e, ForwardBatch *b) {
         .n_tokens = t, .tokens = e->tokens, .positions = e->positions, .slot_mapping = e->slots,
         .n_seqs = p->n, .seq_start = e->seq_start, .block_tables = e->tables, .seq_n_ctx = e->seq_ctx,
         .n_logits = n_logits, .logit_rows = e->logit_rows,
+        .seq_adapter = e->cfg.lora && e->cfg.lora->n > 0 ? e->seq_adapter : NULL,
     };
     return n_logits;
 }

@@ -40,6 +40,10 @@ typedef struct {
      * APPROX permits requests to ask for it) and approximate mode's left-context window. */
     SegmentReuseMode segment_reuse;
     int approx_window;
+    /* LoRA adapters (borrowed, outlive the engine; NULL = none): a request's adapter name picks
+     * one; a name not in the set is refused. The adapter also namespaces the prefix cache, so
+     * requests of different adapters never share KV blocks. */
+    const LoraSet *lora;
 } EngineConfig;
 
 typedef struct {
@@ -48,7 +52,7 @@ typedef struct {
     Scheduler sched;
     Backend backend;
     StepPlan plan;
-    int32_t *tokens, *positions, *slots, *seq_start, *seq_ctx, *logit_rows;
+    int32_t *tokens, *positions, *slots, *seq_start, *seq_ctx, *logit_rows, *seq_adapter;
     const int32_t **tables;
     int cap_tokens, cap_seqs;
     float *logits;       /* (cap_seqs, vocab) rows of sampled (non-greedy) requests */
@@ -68,8 +72,9 @@ void engine_free(Engine *e);
 double engine_prefill_flops_per_token(const ModelConfig *cfg);
 /* A seed naming what makes K/V comparable (dimensions, vocabulary, RoPE): chunk hashes include it. */
 uint64_t engine_model_seed(const ModelConfig *cfg);
-/* Prepares and queues a request (prompt already tokenized into req->tokens / n_prompt). A segment
- * mode above the engine's is lowered to it. */
+/* Prepares and queues a request (prompt already tokenized into req->tokens / n_prompt). A request
+ * that cannot run (no room in the context, an adapter not loaded) is finished with an error and -1;
+ * a segment mode above the engine's is lowered to it. */
 int engine_submit(Engine *e, SchedRequest *req);
 /* Runs one step; returns the number of sequences in it (0 when idle), -1 on error. */
 int engine_step(Engine *e, BraidError *err);

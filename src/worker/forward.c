@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/ops.h"
+#include "worker/lora_forward.h"
 
 void forward_init(ForwardContext *ctx, const ModelWeights *weights, KvPool *kv) {
     memset(ctx, 0, sizeof *ctx);
@@ -74,7 +75,7 @@ static int validate_batch(const ForwardContext *ctx, const ForwardBatch *b, Brai
     for (int i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
             return braid_error_set(err, "forward: logit row %d outside the batch", b->logit_rows[i]);
-    return 0;
+    return lora_forward_check_batch(ctx->lora, b, err);
 }
 
 /* out (n, dim) = RMSNorm of each token's row of x. Tokens are independent, so a decode step's
@@ -105,6 +106,7 @@ static int attention_block(ForwardContext *ctx, const ForwardBatch *b, int layer
     float *qkv_out[3] = {ctx->q, ctx->k, ctx->v};
     if (cpu_matmul_shared_input(qkv, qkv_out, 3, ctx->xb, n, ctx->math, &ctx->scratch))
         return braid_error_set(err, "forward: out of memory in layer %d QKV", layer);
+    for (int p = LORA_PROJ_Q; p <= LORA_PROJ_V; p++) lora_forward_add(ctx->lora, b, c, layer, (LoraProj)p, ctx->xb, qkv_out[p]);
 #pragma omp parallel for schedule(static) if (n >= 8)
     for (int t = 0; t < n; t++) {
         const float *cs = ctx->rope_cos + (size_t)t * half, *sn = ctx->rope_sin + (size_t)t * half;
@@ -118,6 +120,7 @@ static int attention_block(ForwardContext *ctx, const ForwardBatch *b, int layer
         return braid_error_set(err, "forward: out of memory in attention");
     if (matmul(ctx, &L->wo, ctx->att, n, ctx->xb))
         return braid_error_set(err, "forward: out of memory in layer %d output projection", layer);
+    lora_forward_add(ctx->lora, b, c, layer, LORA_PROJ_O, ctx->att, ctx->xb);
     if (tp_reduce(ctx, ctx->xb, n, err)) return -1;
     cpu_add_inplace(ctx->x, ctx->xb, n * c->dim);
     return 0;

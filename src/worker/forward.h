@@ -3,6 +3,8 @@
  *
  * forward_run() takes a ForwardBatch (worker/forward_batch.h), embeds, runs every layer (RMSNorm,
  * Q/K/V, RoPE, KV store, paged causal attention, output projection, SwiGLU MLP), and writes fp32 logits for the requested rows.
+ * With a LoraSet, each sequence's adapter (batch seq_adapter) adds its delta to Q/K/V and O
+ * (worker/lora_forward.h).
  * Owns: scratch activations sized for the largest batch seen. Borrows the weights and the KV pool.
  * Thread-safety: one ForwardContext per thread of control; parallel inside (OpenMP/OpenBLAS).
  */
@@ -13,6 +15,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/matmul.h"
+#include "model/lora_adapter.h"
 #include "model/model_weights.h"
 #include "worker/forward_batch.h"
 #include "worker/kv_pool.h"
@@ -23,6 +26,7 @@ typedef struct {
     KvPool *kv;
     TpCollective *tp;  /* tensor parallelism: weights are this rank's shard; NULL = the whole model */
     CpuMatmulMath math; /* arithmetic of every weight matmul (kernels/cpu/matmul.h); fp32 after forward_init */
+    const LoraSet *lora; /* adapters the batch's seq_adapter ids name (worker/lora_forward.h); NULL = none */
     CpuScratch scratch;
     int capacity; /* tokens the activation buffers hold */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2; /* (capacity, ·) activations */

@@ -23,6 +23,9 @@ typedef struct {
     const int32_t *seq_n_ctx;    /* (n_seqs) slots in each sequence's context including this batch's */
     int n_logits;
     const int32_t *logit_rows;   /* (n_logits) token indices whose logits are wanted */
+    /* (n_seqs) LoRA adapter id of each sequence (model/lora_adapter.h: 0 = the base model, k = the
+     * backend's adapter k); NULL = every sequence runs the base model. */
+    const int32_t *seq_adapter;
 } ForwardBatch;
 
 #endif

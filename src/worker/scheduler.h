@@ -49,6 +49,7 @@ typedef struct SchedRequest {
      * and agent reach the eviction policy. Interned into `identity` by sched_add. */
     char *tenant, *adapter, *workflow, *agent;
     CacheIdentity identity;
+    int lora_id;         /* LoRA adapter the request runs (model/lora_adapter.h; 0 = base), from adapter by engine_submit */
     SamplingParams sampling;
     bool ignore_eos;     /* keep generating past end-of-turn tokens (benchmarks) */
     Sampler sampler;

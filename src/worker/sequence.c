@@ -6,14 +6,29 @@
 #define SEQUENCE_BLOCK_SIZE 16
 #define SEQUENCE_PREFILL_CHUNK 512
 
+static int sequence_runner_init_full(SequenceRunner *r, const ModelWeights *weights, const LoraSet *lora, int adapter,
+                                     int max_context, BackendKind device, CpuMatmulMath math, BraidError *err);
+
 int sequence_runner_init(SequenceRunner *r, const ModelWeights *weights, int max_context, BackendKind device,
                          BraidError *err) {
-    return sequence_runner_init_math(r, weights, max_context, device, CPU_MATMUL_DEFAULT, err);
+    return sequence_runner_init_full(r, weights, NULL, 0, max_context, device, CPU_MATMUL_DEFAULT, err);
 }
 
 int sequence_runner_init_math(SequenceRunner *r, const ModelWeights *weights, int max_context, BackendKind device,
                               CpuMatmulMath math, BraidError *err) {
+    return sequence_runner_init_full(r, weights, NULL, 0, max_context, device, math, err);
+}
+
+int sequence_runner_init_adapter(SequenceRunner *r, const ModelWeights *weights, const LoraSet *lora, int adapter, int max_context,
+                                 BackendKind device, BraidError *err) {
+    return sequence_runner_init_full(r, weights, lora, adapter, max_context, device, CPU_MATMUL_DEFAULT, err);
+}
+
+static int sequence_runner_init_full(SequenceRunner *r, const ModelWeights *weights, const LoraSet *lora, int adapter,
+                                     int max_context, BackendKind device, CpuMatmulMath math, BraidError *err) {
     memset(r, 0, sizeof *r);
+    if (adapter && !lora_set_get(lora, adapter)) return braid_error_set(err, "sequence: no LoRA adapter of id %d", adapter);
+    r->adapter = adapter;
     r->weights = weights;
     r->max_context = max_context;
     r->prefill_chunk = SEQUENCE_PREFILL_CHUNK;
@@ -22,6 +37,7 @@ int sequence_runner_init_math(SequenceRunner *r, const ModelWeights *weights, in
     bc.max_seqs = 1;
     bc.max_context = max_context;
     bc.cpu_matmul = math;
+    bc.lora = lora;
     if (backend_create(&r->backend, weights, &bc, err)) return -1;
     r->block_table = malloc((size_t)n_blocks * sizeof *r->block_table);
     r->argmax = malloc((size_t)r->prefill_chunk * sizeof *r->argmax);
@@ -61,6 +77,7 @@ static int eval_chunk(SequenceRunner *r, const int32_t *tokens, int n, bool all_
         .n_tokens = n, .tokens = tokens, .positions = positions, .slot_mapping = slots,
         .n_seqs = 1, .seq_start = seq_start, .block_tables = tables, .seq_n_ctx = &n_ctx,
         .n_logits = all_logits ? n : 1, .logit_rows = all_logits ? rows : &rows[n - 1],
+        .seq_adapter = r->adapter ? &r->adapter : NULL,
     };
     ForwardOutput out = {.argmax = r->argmax, .logits = logits, .want_logits = NULL};
     int rc = backend_forward(&r->backend, &b, &out, err);

@@ -20,7 +20,8 @@ def check(cond, what):
 
 
 models = client.models.list()
-check([m.id for m in models.data] == [model], f"models.list() names {model}")
+# The base model first; the cluster also loads one LoRA adapter (lora-a), listed after it.
+check([m.id for m in models.data][:1] == [model], f"models.list() names {model} first")
 
 chat = client.chat.completions.create(
     model=model, messages=[{"role": "user", "content": "Name a color."}], max_tokens=8, temperature=0)

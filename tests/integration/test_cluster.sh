@@ -60,10 +60,10 @@ long_a="The history of the printing press begins in China, where woodblock print
 long_b="In a quiet village by the sea, an old lighthouse keeper kept a careful journal of every ship that passed his light, its name, its flag and the weather. One stormy night in November, with the lamp flickering and the wind howling at the windows, he wrote the following entry:"
 
 # ---------------------------------------------------------------- 1 + 2x1
-# These two clusters run the fp32 arithmetic: their greedy outputs are compared across --tp, which
-# the default int8 arithmetic rounds differently (see braid serve --help).
+# These two clusters run the fp32 arithmetic explicitly: their greedy outputs are compared across
+# --tp, which the int8 arithmetic rounds differently (see braid serve --help).
 start_cluster two-instances --cpu-matmul fp32 --instances 2 --kv-blocks 256 --trace-out "$work/trace.jsonl" --events "$work/events.jsonl" \
-  --policy pbkv || exit 1
+  --policy pbkv --lora lora-a="$root/adapters/coder.gguf" || exit 1
 served=$(curl -s "$url/v1/models" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])')
 
 if [ -x "$python" ] && "$python" -c 'import openai' 2> /dev/null; then

@@ -1,0 +1,38 @@
+#include "coord/adapter_select.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes of a name quoted in a message: enough to recognise it, bounded so the message fits. */
+static int quoted(const char *s) { return (int)(strlen(s) < 64 ? strlen(s) : 64); }
+
+/* "'coder', 'tester'" (the adapters' names) into out, cut to fit. */
+static void list_adapters(const LoraSet *lora, char *out, size_t cap) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; lora && i < lora->n && used + 1 < cap; i++) {
+        int n = snprintf(out + used, cap - used, "%s'%.32s'", i ? ", " : "", lora->adapters[i].name);
+        if (n < 0) break;
+        used += (size_t)n;
+    }
+}
+
+int adapter_select(ApiRequest *a, const char *served_model, const LoraSet *lora, ApiError *err) {
+    char names[160];
+    list_adapters(lora, names, sizeof names);
+    if (a->model && strcmp(a->model, served_model) != 0) {
+        if (lora_set_find(lora, a->model) <= 0)
+            return api_error_set(err, 404, "model", "model_not_found", "The model '%.*s' does not exist; this server serves '%s'%s%s",
+                                 quoted(a->model), a->model, served_model, names[0] ? " and the adapters " : "", names);
+        if (a->adapter && strcmp(a->adapter, a->model) != 0)
+            return api_error_set(err, 400, "adapter", NULL, "model names adapter '%.*s' but adapter names '%.*s'; send one of them",
+                                 quoted(a->model), a->model, quoted(a->adapter), a->adapter);
+        if (!a->adapter && !(a->adapter = strdup(a->model))) return api_error_set(err, 503, NULL, NULL, "the server is out of memory");
+    }
+    if (a->adapter && lora_set_find(lora, a->adapter) <= 0)
+        return api_error_set(err, 404, "adapter", "adapter_not_found", "The adapter '%.*s' is not loaded on this server (%s%s)",
+                             quoted(a->adapter), a->adapter, names[0] ? "loaded: " : "none loaded; start it with --lora NAME=PATH",
+                             names);
+    return 0;
+}

@@ -1,0 +1,73 @@
+/*
+ * lora_adapter.h — LoRA adapters in the GGUF adapter layout llama.cpp uses, checked against a base model.
+ *
+ * File layout (what tools/train_lora.py writes and llama.cpp's convert_lora_to_gguf.py writes):
+ *   general.type = "adapter", adapter.type = "lora", adapter.lora.alpha (float);
+ *   per adapted projection of layer N, a pair of F32 / F16 / BF16 tensors
+ *     blk.N.attn_{q,k,v,output}.weight.lora_a   ne = [in, rank]   (row-major (rank, in))
+ *     blk.N.attn_{q,k,v,output}.weight.lora_b   ne = [rank, out]  (row-major (out, rank))
+ *   where in/out are the base matrix's input/output widths. lora_b's rows follow the base matrix's
+ *   row order, so for Q/K of a llama GGUF they carry the same RoPE permutation as the base weights.
+ * The delta of a projection is  y += scale · (x · Aᵀ) · Bᵀ  with scale = alpha / rank.
+ * Projections without a pair are not adapted; the MLP and any other tensor in the file are refused
+ * (Braid would silently ignore them otherwise).
+ *
+ * Loading checks general.type, adapter.type, alpha (finite, > 0), every tensor's name, type, and
+ * shape against the base model's dims, and one rank shared by all pairs; a file that fails is
+ * refused with a message naming the file and, where it applies, the tensor.
+ * Owns: fp32 copies of A and B (the GGUF mapping is closed after load) and the adapter's name.
+ * Thread-safety: read-only after load.
+ */
+#ifndef BRAID_MODEL_LORA_ADAPTER_H
+#define BRAID_MODEL_LORA_ADAPTER_H
+
+#include "common/error.h"
+#include "model/model_config.h"
+
+/* Largest rank accepted: far above any real adapter; bounds what a hostile file can ask for and
+ * the forward's per-token scratch. */
+#define LORA_MAX_RANK 1024
+
+/* The projections an adapter may adapt, in the order of the attention block. */
+typedef enum { LORA_PROJ_Q = 0, LORA_PROJ_K, LORA_PROJ_V, LORA_PROJ_O, LORA_PROJ_COUNT } LoraProj;
+
+typedef struct {
+    float *a; /* (rank, in)  NULL when this projection is not adapted */
+    float *b; /* (out, rank) */
+} LoraPair;
+
+typedef struct {
+    char *name;    /* owned; what requests name the adapter by */
+    int rank;
+    float alpha;
+    float scale;   /* alpha / rank */
+    int n_layers;
+    LoraPair *pairs; /* (n_layers, LORA_PROJ_COUNT) */
+    size_t bytes;  /* fp32 memory the pairs take */
+} LoraAdapter;
+
+/* The adapters one server loaded (--lora, in order). Adapter id k (1-based) is adapters[k - 1];
+ * id 0 is the base model. Every rank loads the same list in the same order, so ids agree. */
+typedef struct {
+    int n;
+    LoraAdapter *adapters;
+} LoraSet;
+
+/* Loads `path` as adapter `name` for a base model of config `base`. */
+int lora_adapter_load(const char *path, const char *name, const ModelConfig *base, LoraAdapter *out, BraidError *err);
+void lora_adapter_free(LoraAdapter *a);
+
+/* Parses one --lora value "NAME=PATH" and loads it into the set (names must be unique). */
+int lora_set_add_spec(LoraSet *set, const char *spec, const ModelConfig *base, BraidError *err);
+/* The adapter id (1-based) named `name`, 0 for NULL or "" (the base model), -1 when unknown. */
+int lora_set_find(const LoraSet *set, const char *name);
+/* The adapter of id k (1..n), or NULL for the base model / an id out of range. */
+const LoraAdapter *lora_set_get(const LoraSet *set, int id);
+void lora_set_free(LoraSet *set);
+
+/* The in/out widths of a projection of the base model. */
+void lora_proj_dims(const ModelConfig *base, LoraProj proj, int *in, int *out);
+/* "attn_q", "attn_k", "attn_v", "attn_output": the GGUF tensor stem of a projection. */
+const char *lora_proj_stem(LoraProj proj);
+
+#endif
