@@ -65,26 +65,6 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* Compares the reference's top-k logits at each prompt position; returns the max abs difference. */
-static double compare_prompt_logits(const json_t *p, const float *logits, int n, int vocab, double *mean_out) {
-    json_t *top_ids = json_object_get(p, "top_ids"), *top_logits = json_object_get(p, "top_logits");
-    assert_int_equal(json_array_size(top_ids), n);
-    double max_diff = 0.0, sum = 0.0;
-    long count = 0;
-    for (int pos = 0; pos < n; pos++) {
-        json_t *ids = json_array_get(top_ids, (size_t)pos), *vals = json_array_get(top_logits, (size_t)pos);
-        for (size_t k = 0; k < json_array_size(ids); k++) {
-            int id = (int)json_integer_value(json_array_get(ids, k));
-            double diff = fabs(logits[(size_t)pos * vocab + id] - json_number_value(json_array_get(vals, k)));
-            sum += diff;
-            count++;
-            if (diff > max_diff) max_diff = diff;
-        }
-    }
-    *mean_out = count ? sum / (double)count : 0.0;
-    return max_diff;
-}
-
 /* Positions p < n − 1 whose argmax is the reference's top-1 there. */
 static int prompt_top1_agreement(const json_t *p, const float *logits, int n, int vocab) {
     json_t *top_ids = json_object_get(p, "top_ids");
@@ -124,7 +104,7 @@ static void check_arithmetic(Fixture *fx, const ArithmeticBounds *bounds) {
         float *logits = malloc((size_t)n * cfg->vocab_size * sizeof *logits);
         assert_non_null(logits);
         assert_int_equal(sequence_runner_eval(&runner, ids, n, true, logits, &err), 0);
-        double mean, max_diff = compare_prompt_logits(p, logits, n, cfg->vocab_size, &mean);
+        double mean, max_diff = golden_compare_top_logits(p, logits, n, cfg->vocab_size, &mean); /* infinite on a size mismatch */
         if (max_diff > worst) worst = max_diff;
         if (mean > worst_mean) worst_mean = mean;
         top1 += prompt_top1_agreement(p, logits, n, cfg->vocab_size);
