@@ -354,15 +354,22 @@ static int plan_decodes(Scheduler *s, StepPlan *p, int *budget) {
     return 0;
 }
 
-static int plan_prefill_chunk(StepPlan *p, SchedRequest *r, int *budget) {
-    int remaining = r->n_tokens - r->n_computed, chunk = remaining < *budget ? remaining : *budget;
-    if (r->next_span < r->segments.n) { /* stop at the next reused span: its K/V are already there */
-        int gap = r->segments.spans[r->next_span].dst_start - r->n_computed;
-        if (gap < chunk) chunk = gap;
+/* The next prefill of r under the budget: from n_computed up to the next reused span, then past it
+ * to the next, and so on — one plan entry per gap, all in this step. The forward writes every
+ * entry's K/V before any attends (layer by layer), so a later gap sees the earlier ones; only the
+ * entry that reaches the end of the sequence samples. A step holds at most max_running entries
+ * (the backend's sequence limit); gaps that do not fit wait for the next step. */
+static int plan_prefill_chunk(const Scheduler *s, StepPlan *p, SchedRequest *r, int *budget) {
+    const KvSegmentPlan *seg = &r->segments;
+    int at = r->n_computed, span = r->next_span;
+    while (*budget > 0 && at < r->n_tokens && p->n < s->max_running) {
+        int end = span < seg->n ? seg->spans[span].dst_start : r->n_tokens;
+        int chunk = end - at < *budget ? end - at : *budget;
+        if (chunk > 0 && plan_add(p, r, at, chunk, at + chunk == r->n_tokens)) return -1;
+        *budget -= chunk;
+        if (at + chunk < end || end == r->n_tokens) break;
+        for (at = end; span < seg->n && seg->spans[span].dst_start == at; span++) at += seg->spans[span].n_tokens;
     }
-    if (chunk <= 0) return 0;
-    if (plan_add(p, r, r->n_computed, chunk, chunk == remaining)) return -1;
-    *budget -= chunk;
     return 0;
 }
 
@@ -402,7 +409,7 @@ int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
     int n_decodes = p->n;
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         SchedRequest *r = s->running[i];
-        if (r->n_computed < r->n_tokens - 1 && !in_plan(p, r) && plan_prefill_chunk(p, r, &budget))
+        if (r->n_computed < r->n_tokens - 1 && !in_plan(p, r) && plan_prefill_chunk(s, p, r, &budget))
             return braid_error_set(err, "sched: out of memory");
     }
     while (s->n_waiting > 0 && budget > 0 && s->n_running < s->max_running) {
@@ -420,7 +427,7 @@ int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
         s->n_waiting--;
         s->running[s->n_running++] = r;
         r->state = REQ_RUNNING;
-        if (plan_prefill_chunk(p, r, &budget)) return braid_error_set(err, "sched: out of memory");
+        if (plan_prefill_chunk(s, p, r, &budget)) return braid_error_set(err, "sched: out of memory");
     }
     if (p->n == 0 && s->n_waiting > 0 && s->n_running == 0) {
         /* Nothing runs and the head cannot be admitted: only possible if the tree holds locked

@@ -14,7 +14,7 @@
  * Segment reuse (when the request's mode is not OFF): after the prefix match, admission asks the
  * cache for chunks of the rest of the prompt held elsewhere (kv_cache_find_segments), reserves the
  * blocks, and lands them with COPY_SLOTS operations in the step's list; prefill then computes the
- * gaps between them (one contiguous chunk per step), jumping over each reused span. A request's
+ * gaps between them — one plan entry per gap, as many gaps in a step as its token budget holds. A request's
  * blocks from its first approximate token on enter the tree marked approximate: requests in
  * approx mode match through them, no other request is ever served them.
  * Prefetch (PBKV §4.3, when configured and the policy has prefetch_value): on a pure-decode step

@@ -366,6 +366,43 @@ static void check_copy_slots(const ModelWeights *w, int32_t p, int32_t delta) {
     backend_destroy(&b);
 }
 
+/* Segment reuse prefills a sequence's gaps as several entries of one step (scheduler.c): the
+ * forward stores every entry's K/V before any attends, so the second entry sees the first. The
+ * prompt as two entries of one batch (same block table) gives the logits of one entry. */
+static double max_abs_diff(const float *a, const float *b, int n);
+
+static void test_two_entries_one_sequence(void **state) {
+    (void)state;
+    Backend one, two;
+    make_backend(&one, &model.weights);
+    make_backend(&two, &model.weights);
+    const int32_t table[] = {1, 2, 3};
+    int32_t pos[N_TOK], slots[N_TOK], next_one, next_two;
+    for (int t = 0; t < N_TOK; t++) pos[t] = t, slots[t] = table[t / BS] * BS + t % BS;
+    const int32_t *tables[] = {table, table};
+    int vocab = model.weights.cfg.vocab_size;
+    float *a = malloc((size_t)vocab * sizeof *a), *b = malloc((size_t)vocab * sizeof *b);
+    assert_non_null(a);
+    assert_non_null(b);
+    int32_t start1[] = {0, N_TOK}, ctx1[] = {N_TOK}, row1[] = {N_TOK - 1};
+    ForwardBatch whole = {.n_tokens = N_TOK, .tokens = tokens, .positions = pos, .slot_mapping = slots, .n_seqs = 1,
+                          .seq_start = start1, .block_tables = tables, .seq_n_ctx = ctx1, .n_logits = 1, .logit_rows = row1};
+    int32_t start2[] = {0, 20, N_TOK}, ctx2[] = {20, N_TOK}, row2[] = {N_TOK - 1};
+    ForwardBatch split = {.n_tokens = N_TOK, .tokens = tokens, .positions = pos, .slot_mapping = slots, .n_seqs = 2,
+                          .seq_start = start2, .block_tables = tables, .seq_n_ctx = ctx2, .n_logits = 1, .logit_rows = row2};
+    ForwardOutput out_one = {.argmax = &next_one, .logits = a}, out_two = {.argmax = &next_two, .logits = b};
+    BraidError err;
+    if (backend_forward(&one, &whole, &out_one, &err) || backend_forward(&two, &split, &out_two, &err)) fail_msg("%s", err.msg);
+    double diff = max_abs_diff(a, b, vocab);
+    fprintf(stderr, "two entries of one sequence vs one: max |logit diff| %.3g\n", diff);
+    assert_true(diff < 1e-3);
+    assert_int_equal(next_one, next_two);
+    free(a);
+    free(b);
+    backend_destroy(&one);
+    backend_destroy(&two);
+}
+
 static void test_copy_slots(void **state) {
     (void)state;
     check_copy_slots(&model.weights, 0, 37);
@@ -622,6 +659,7 @@ int main(void) {
         cmocka_unit_test(test_keys_match_recomputed),
         cmocka_unit_test(test_keys_match_recomputed_neox),
         cmocka_unit_test(test_copy_slots),
+        cmocka_unit_test(test_two_entries_one_sequence),
         cmocka_unit_test(test_decode_after_rotate),
         cmocka_unit_test(test_tp_shard_rotates_its_heads),
     };

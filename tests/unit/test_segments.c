@@ -292,12 +292,25 @@ static void test_scheduler(void **state) {
     sched_commit(&s, &plan);
     sched_finish(&s, &ra, "stop");
     assert_int_equal(sched_add(&s, &rb), 0);
-    assert_int_equal(sched_plan(&s, &plan, &err), 1);
+    int n_entries = sched_plan(&s, &plan, &err);
     assert_true(rb.reused_tokens > 0);
     const KvSegmentSpan *first = &rb.segments.spans[0];
     assert_int_equal(plan.entries[0].start, 0);
     assert_int_equal(plan.entries[0].count, first->dst_start); /* stops where the reused span starts */
-    assert_false(plan.entries[0].sample);
+    /* One entry per gap, all in this step (the budget holds the prompt): together they are exactly
+     * the tokens no span covers, in order, and only the last samples. */
+    int covered = 0, at = 0, span = 0;
+    for (int i = 0; i < n_entries; i++) {
+        const PlanEntry *pe = &plan.entries[i];
+        assert_ptr_equal(pe->req, &rb);
+        while (span < rb.segments.n && rb.segments.spans[span].dst_start == at) at += rb.segments.spans[span++].n_tokens;
+        assert_int_equal(pe->start, at);
+        at += pe->count;
+        covered += pe->count;
+        assert_int_equal(pe->sample, i == n_entries - 1);
+    }
+    assert_int_equal(at, rb.n_tokens);
+    assert_int_equal(covered + rb.reused_tokens, rb.n_tokens);
     int copy_ops = 0;
     for (int i = 0; i < plan.ops.n; i++) copy_ops += plan.ops.ops[i].kind == CACHE_OP_COPY_SLOTS;
     assert_true(copy_ops > 0);
@@ -307,8 +320,8 @@ static void test_scheduler(void **state) {
         sched_commit(&s, &plan);
         if (rb.n_computed >= rb.n_tokens - 1) break;
         assert_true(sched_plan(&s, &plan, &err) > 0);
-        assert_true(plan.entries[0].start >= first->dst_start + first->n_tokens || plan.entries[0].start < first->dst_start);
     }
+    assert_true(steps <= 1); /* the whole prompt in one step */
     assert_int_equal(s.counters.segment_reused_prompt_tokens, (uint64_t)rb.reused_tokens);
     assert_true(s.counters.segment_flops_saved == 10.0 * rb.reused_tokens);
     sched_finish(&s, &rb, "stop");
