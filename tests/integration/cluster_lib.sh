@@ -1,8 +1,9 @@
 # cluster_lib.sh — helpers the cluster integration tests share; sourced, not run.
 # The sourcing script sets braid (the binary), model, root (the repository) and work (a scratch
 # directory) first. Provides: ok / fail / check (counting $failures), free_port, start_cluster,
-# stop_cluster, cluster_gone and cleanup (installed as the EXIT trap: kills what a failed test left
-# and removes $work). start_cluster sets port, url and launcher_pid.
+# stop_cluster, cluster_gone, wait_ready and cleanup (installed as the EXIT trap: kills what a failed
+# test left and removes $work). start_cluster sets port, url and launcher_pid; a test that launches
+# its own cluster sets them itself and waits with wait_ready.
 failures=0
 launcher_pid=""
 port=0
@@ -33,6 +34,16 @@ start_cluster() {
     sleep 0.5
   done
   fail "$name: never became ready"; cat "$work/$name.err"; return 1
+}
+
+# wait_ready [CURL ARGS...]: 0 once $url/health answers 200, 1 when the launcher exits or 120 s pass.
+wait_ready() {
+  for _ in $(seq 1 240); do
+    [ "$(curl -s "$@" -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && return 0
+    kill -0 "$launcher_pid" 2> /dev/null || return 1
+    sleep 0.5
+  done
+  return 1
 }
 
 # cluster_gone: no process of this cluster (mpirun or a rank) is left.

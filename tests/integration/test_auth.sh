@@ -18,8 +18,8 @@ model=$(realpath "$2")
 root=$(cd "$(dirname "$0")/../.." && pwd)
 python=${BRAID_TEST_PYTHON:-$root/.venv-test/bin/python}
 work=$(mktemp -d)
-source "$root/tests/integration/cluster_common.sh"
-trap 'cleanup' EXIT
+# shellcheck source=cluster_lib.sh
+source "$root/tests/integration/cluster_lib.sh"
 
 key_acme=sk-acme-test-4f1c9a27d3b86e05
 key_globex=sk-globex-test-7e2d0b94c15fa863

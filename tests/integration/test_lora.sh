@@ -18,8 +18,8 @@ model=$(realpath "$2")
 root=$(cd "$(dirname "$0")/../.." && pwd)
 adapters=$root/adapters
 work=$(mktemp -d)
-source "$root/tests/integration/cluster_common.sh"
-trap 'cleanup' EXIT
+# shellcheck source=cluster_lib.sh
+source "$root/tests/integration/cluster_lib.sh"
 json_get() {  # json_get FILE EXPR: evaluates EXPR with d = the file's JSON
   python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2" 2> /dev/null
 }

@@ -12,22 +12,12 @@
 #    candidates, admissions by mode and prefill FLOPs saved.
 # Usage: test_segment_reuse.sh BRAID_BINARY MODEL_PATH
 set -u
-braid=$1
-model=$2
+braid=$(realpath "$1")
+model=$(realpath "$2")
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
-failures=0
-launcher_pid=""
-port=0
-cleanup() {
-  [ -n "$launcher_pid" ] && kill -KILL "$launcher_pid" 2> /dev/null
-  pkill -KILL -f "braid serve .*--port $port" 2> /dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-ok() { echo "ok   $*"; }
-fail() { echo "FAIL $*"; failures=$((failures + 1)); }
-check() { local what=$1; shift; if "$@"; then ok "$what"; else fail "$what"; fi; }
+# shellcheck source=cluster_lib.sh
+source "$root/tests/integration/cluster_lib.sh"
 
 # Two suites of chat requests: "tail" shares system + tool schema and asks different questions;
 # "shifted" puts the same schema after system prompts of different lengths.
@@ -95,20 +85,6 @@ check "sim: approx reuses the shifted templates ($sim_approx tokens), far more t
 check "sim: a trace without token ids is refused with a hint" grep -q -- "--trace-tokens" "$work/sim.err"
 
 # ---- served ----
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-start_cluster() {
-  port=$(free_port)
-  url=http://127.0.0.1:$port
-  BRAID_BIN=$braid setsid "$root/launch/braid-local" --model "$model" --port "$port" --threads 2 "$@" > "$work/serve.out" 2> "$work/serve.err" &
-  launcher_pid=$!
-  for _ in $(seq 1 240); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && return 0
-    kill -0 "$launcher_pid" 2> /dev/null || break
-    sleep 0.5
-  done
-  fail "server never became ready"; cat "$work/serve.err"; return 1
-}
-stop_cluster() { kill -TERM "$launcher_pid"; wait "$launcher_pid"; launcher_pid=""; }
 chat_body() {  # chat_body LINE_NUMBER EXTRA_JSON -> a chat request from the shifted suite
   python3 -c 'import json,sys; r=json.loads(open(sys.argv[1]).readlines()[int(sys.argv[2])]); r.pop("id"); r.update(json.loads(sys.argv[3])); print(json.dumps(r))' \
     "$work/shifted.jsonl" "$1" "$2"
@@ -116,14 +92,14 @@ chat_body() {  # chat_body LINE_NUMBER EXTRA_JSON -> a chat request from the shi
 post() { curl -s -o "$work/body" -w '%{http_code}' "$url/v1/chat/completions" -H 'Content-Type: application/json' --data-binary "$1"; }
 usage_reused() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["prompt_tokens_details"]["segment_reused_tokens"])' "$work/body"; }
 
-if start_cluster; then
+if start_cluster exact --threads 2; then
   check "served (exact server): approx refused with 400" [ "$(post "$(chat_body 0 '{"segment_reuse": "approx"}')")" = 400 ]
   check "served: the 400 names segment_reuse" grep -q segment_reuse "$work/body"
   check "served: an unknown mode is a 400" [ "$(post "$(chat_body 0 '{"segment_reuse": 3}')")" = 400 ]
   check "served: usage carries segment_reused_tokens" [ "$(post "$(chat_body 0 '{}')")" = 200 ] && usage_reused > /dev/null
-  stop_cluster
+  stop_cluster exact
 fi
-if start_cluster --segment-reuse approx --approx-window 0; then
+if start_cluster approx --threads 2 --segment-reuse approx --approx-window 0; then
   post "$(chat_body 0 '{"segment_reuse": "approx"}')" > /dev/null
   status=$(post "$(chat_body 1 '{"segment_reuse": "approx"}')")
   got=$(usage_reused 2> /dev/null || echo 0)
@@ -136,7 +112,7 @@ if start_cluster --segment-reuse approx --approx-window 0; then
   check "metrics: approx admissions counted" grep -qE '^braid_segment_admissions_total\{mode="approx"\} [1-9]' "$work/metrics"
   check "metrics: reused prompt tokens" grep -qE '^braid_prompt_tokens_segment_reused_total [1-9]' "$work/metrics"
   check "metrics: FLOPs saved" grep -qE '^braid_segment_prefill_flops_saved_total [1-9]' "$work/metrics"
-  stop_cluster
+  stop_cluster approx
 fi
 
 echo "$failures failure(s)"
