@@ -44,8 +44,10 @@ typedef struct {
     uint64_t last_access;  /* cache tick of the last match/insert touching the node */
     uint64_t hit_count;    /* matches that reused the node */
     uint32_t tenant, adapter; /* interned ids (0 = none); names via kv_cache_name */
-    bool pinned;           /* never evicted while set (Leyline PIN) */
-    double expires_at;     /* TTL deadline in seconds, 0 = none */
+    bool pinned;           /* never evicted while set (Leyline PIN; kv_hints.c keeps it) */
+    double expires_at;     /* the pin's deadline in seconds (cache clock) */
+    bool decayed;          /* Leyline DECAY: evicted before every node that is not (whatever the policy says) */
+    uint32_t share_scope;  /* Leyline SHARE: 0 private, else 1 + the cache's scope index (kv_hints.c) */
     uint8_t tiers;         /* CACHE_ON_DEVICE | CACHE_ON_HOST */
     uint64_t content_hash; /* chained hash of the node's last block */
     int n_uses;            /* the most recent workflows first */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cache/content_hash.h"
+#include "cache/kv_hints.h"
 #include "cache/kv_segments.h"
 #include "common/grow.h"
 #include "common/timeutil.h"
@@ -79,6 +80,13 @@ static bool host_evictable(const RadixNode *n) {
     return on_tier(n, CACHE_ON_DEVICE) || (n->lock_ref == 0 && n->n_children == 0);
 }
 
+/* The heap key: the policy's score, below every other node's when the node is decayed (a
+ * client's DECAY outranks whatever the policy thinks the node is worth). */
+static double node_key(const KvCacheTier *tier, const RadixNode *n) {
+    double score = tier->policy->score(tier->state, n);
+    return n->meta.decayed ? score - 1e15 : score;
+}
+
 /* Puts n in, takes it out of, or re-keys it in each tier's heap, as its state now says. */
 static void heap_refresh(KvCache *c, RadixNode *n) {
     for (int t = 0; t < CACHE_N_TIERS; t++) {
@@ -88,7 +96,7 @@ static void heap_refresh(KvCache *c, RadixNode *n) {
             heap_remove(&tier->heap, t, n);
             continue;
         }
-        n->heap_key[t] = tier->policy->score(tier->state, n);
+        n->heap_key[t] = node_key(tier, n);
         if (n->heap_pos[t] >= 0) {
             heap_sift_up(&tier->heap, t, n->heap_pos[t]);
             heap_sift_down(&tier->heap, t, n->heap_pos[t]);
@@ -109,7 +117,7 @@ static void membership_changed(KvCache *c, RadixNode *n) {
 
 static void heap_rebuild(KvCache *c, int t) {
     KvCacheTier *tier = &c->tiers[t];
-    for (int i = 0; i < tier->heap.n; i++) tier->heap.nodes[i]->heap_key[t] = tier->policy->score(tier->state, tier->heap.nodes[i]);
+    for (int i = 0; i < tier->heap.n; i++) tier->heap.nodes[i]->heap_key[t] = node_key(tier, tier->heap.nodes[i]);
     for (int i = tier->heap.n / 2 - 1; i >= 0; i--) heap_sift_down(&tier->heap, t, i);
 }
 
@@ -282,6 +290,7 @@ static void on_split(void *ctx, RadixNode *upper, RadixNode *lower) {
         memmove(m->uses + i, m->uses + i + 1, (size_t)(m->n_uses - i - 1) * sizeof *m->uses);
         m->n_uses--;
     }
+    kv_hints_on_split(c, upper);
     heap_refresh(c, upper);
     heap_refresh(c, lower);
 }
@@ -310,6 +319,7 @@ static void free_tier_blocks(KvCache *c, RadixNode *n, int t) {
 }
 
 static void forget_node(KvCache *c, RadixNode *n) {
+    kv_hints_forget_node(c, n);
     for (int t = 0; t < CACHE_N_TIERS; t++) heap_remove(&c->tiers[t].heap, t, n);
 }
 
@@ -786,6 +796,7 @@ int kv_cache_predict(KvCache *c, const char *workflow, const char *current_agent
 }
 
 void kv_cache_step(KvCache *c, double now) {
+    kv_hints_expire(c, now);
     for (int t = 0; t < CACHE_N_TIERS; t++)
         if (c->tiers[t].policy->on_step && c->tiers[t].policy->on_step(c->tiers[t].state, now)) heap_rebuild(c, t);
 }
@@ -873,6 +884,7 @@ void kv_cache_free(KvCache *c) {
     free(c->by_workflow);
     free(c->cands);
     kv_segments_free(c);
+    kv_hints_free(c);
     memset(c, 0, sizeof *c);
 }
 
@@ -978,3 +990,9 @@ int kv_cache_check(const KvCache *c, BraidError *err) {
     for (int t = 0; t < CACHE_N_TIERS; t++) free(st.seen[t]);
     return rc;
 }
+
+/* ---- internal entry points for kv_hints.c / kv_segments.c (kv_cache_internal.h) ---- */
+
+void kv_internal_refresh(KvCache *c, RadixNode *n) { heap_refresh(c, n); }
+void kv_internal_drop_subtree(KvCache *c, RadixNode *n, const char *reason) { drop_subtree(c, n, reason); }
+int kv_internal_grow_nodes(KvCache *c, int more) { return node_count_grow(c, more); }

@@ -46,6 +46,7 @@
 #include <stdint.h>
 
 #include "cache/block_pool.h"
+#include "cache/cache_directive.h"
 #include "cache/cache_names.h"
 #include "cache/cache_ops.h"
 #include "cache/chunker.h"
@@ -114,6 +115,11 @@ typedef struct {
     uint64_t segments_indexed, segments_refused_full;
     uint64_t segment_candidates, segments_exact, segments_approx, segments_rejected_context, segments_rejected_window;
     uint64_t segment_reused_tokens;
+    /* Directives (kv_hints.c): tokens copied from another tenant's shared prefix, and from a
+     * spliced context (amortize); pins taken, blocks whose pin expired, blocks unpinned early to
+     * admit a request (the engine keeps ownership of memory); blocks decayed and evicted on request. */
+    uint64_t shared_hit_tokens, spliced_tokens;
+    uint64_t pins, pin_expired_blocks, pin_revoked_blocks, decayed_blocks, directive_evicted_blocks;
 } KvCacheCounters;
 
 /* Segment reuse (paper 003): how a request may take chunks of other sequences at other offsets.
@@ -165,6 +171,24 @@ typedef struct {
     uint64_t model_seed;
 } KvCacheConfig;
 
+/* A SHARE's audience: the owner tenant's nodes marked with it are visible to these tenants. */
+typedef struct {
+    uint32_t owner;
+    bool all;
+    uint32_t *tenants; /* sorted */
+    int n;
+} KvShareScope;
+
+/* What a hint did (kv_hints.c). */
+typedef enum { KV_HINT_ACCEPTED = 0, KV_HINT_CLIPPED, KV_HINT_DEFERRED, KV_HINT_REJECTED } KvHintStatus;
+typedef struct {
+    KvHintStatus status;
+    int blocks;        /* blocks it took effect on */
+    int blocks_asked;  /* blocks it named that the cache holds */
+    const char *reason; /* static text; for clipped, deferred and rejected */
+} KvHintOutcome;
+const char *kv_hint_status_name(KvHintStatus s);
+
 typedef struct KvCacheHeap {
     RadixNode **nodes;
     int n, cap;
@@ -213,6 +237,17 @@ typedef struct KvCache {
     int cap_chunks;
     int32_t *seq_blocks;       /* (cap_seq_blocks) a committed sequence's tree blocks */
     int cap_seq_blocks;
+    /* Directives (kv_hints.c): pinned nodes (RadixNode.pin_pos), pinned device blocks per interned
+     * tenant id and in all, share scopes, namespaces holding shared nodes. */
+    RadixNode **pinned;
+    int n_pinned, cap_pinned;
+    int *pinned_by_tenant;
+    int cap_pinned_tenants;
+    int pinned_total;
+    KvShareScope *scopes;
+    int n_scopes, cap_scopes;
+    uint64_t *shared_ns;
+    int n_shared_ns, cap_shared_ns;
 } KvCache;
 
 int kv_cache_init(KvCache *c, const KvCacheConfig *cfg, BraidError *err);
@@ -267,6 +302,9 @@ int kv_cache_prefetch(KvCache *c, int budget_blocks, int *loaded_out);
  * index off or mode OFF it finds nothing. */
 int kv_cache_find_segments(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens, int from,
                            SegmentReuseMode mode, KvSegmentPlan *plan, BraidError *err);
+/* The same, appending to plan (spans already in it end at or before `from`). */
+int kv_cache_find_more_segments(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens, int from,
+                                SegmentReuseMode mode, KvSegmentPlan *plan, BraidError *err);
 /* Appends the COPY_SLOTS operations that land the plan's spans in the sequence's blocks (table
  * covers every span) to the pending list, then releases the holds. -1 when out of memory (then
  * nothing was appended and the holds are released). */
@@ -277,6 +315,38 @@ void kv_cache_segment_plan_free(KvSegmentPlan *plan);
 /* The parsed name ("off", "exact", "approx") of a mode; -1 when unknown. */
 int segment_reuse_parse(const char *name);
 const char *segment_reuse_name(SegmentReuseMode mode);
+
+/* ---- directives (kv_hints.c; cache_directive.h says what each does) ----
+ * Spans are positions of `tokens`, the sequence as the request runs it, in id's namespace; only
+ * what is cached on the device on that path (and, for approx_ok identities, through approximate
+ * nodes) is acted on. Each fills out and returns 0, or -1 with err when out of memory. */
+/* Pins the prefix through `end` until now + ttl_s, within budget_blocks pinned blocks for the
+ * tenant (clipped to what fits; the blocks already pinned on the path are not counted twice). */
+int kv_cache_pin(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int end, double ttl_s, int budget_blocks,
+                 KvHintOutcome *out, BraidError *err);
+int kv_cache_decay(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int start, int end, KvHintOutcome *out, BraidError *err);
+/* Drops the path's blocks from the one holding `start` on, with everything below them; nodes in
+ * use or pinned stay (decayed, so they go first once free): then clipped, or deferred if all stay. */
+int kv_cache_evict_from(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens, int start, KvHintOutcome *out,
+                        BraidError *err);
+/* Makes the prefix through `end` visible to the named tenants (all: to every tenant). */
+int kv_cache_share(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int end, bool all, const char *const *tenants,
+                   int n_tenants, KvHintOutcome *out, BraidError *err);
+/* Unpins until at least n_blocks pinned device blocks are released, earliest deadline first (a
+ * request that cannot otherwise be admitted); returns the blocks unpinned. */
+int kv_cache_unpin_for(KvCache *c, int n_blocks);
+int kv_cache_pinned(const KvCache *c);              /* pinned device blocks */
+int kv_cache_pinned_by(const KvCache *c, uint32_t tenant);
+/* Amortized splice: appends to plan the spans of d's runs whose source K/V the context's cached
+ * device path holds (clipped to [from, n_tokens - 1)), holding their blocks; reused[i] (n_runs
+ * entries, may be NULL) gets each run's reused tokens. 0 or -1 (out of memory; plan dropped). */
+int kv_cache_plan_splice(KvCache *c, const CacheIdentity *id, const CacheDirectives *d, int n_tokens, int from, KvSegmentPlan *plan,
+                         int *reused, BraidError *err);
+/* Tenant sharing: the longest prefix of tokens another tenant shared with id's tenant (same adapter,
+ * exact K/V, on the device) beyond `from`, appended to plan as one exact span. Returns the position
+ * the plan now covers to (from when nothing), -1 when out of memory. */
+int kv_cache_plan_shared(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens, int from, KvSegmentPlan *plan,
+                         BraidError *err);
 
 /* Once per scheduler step, with the step's time. */
 void kv_cache_step(KvCache *c, double now);

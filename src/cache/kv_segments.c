@@ -140,17 +140,16 @@ static void plan_reset(KvSegmentPlan *plan) {
     plan->first_inexact = 0;
 }
 
-/* Adds tokens [lo, hi) of chunk ch, found in entry, to the plan, holding the source blocks. */
-static int add_span(KvCache *c, KvSegmentPlan *plan, const Chunk *ch, int lo, int hi, const SegmentEntry *entry, bool exact) {
+int kv_segments_add_span(KvCache *c, KvSegmentPlan *plan, int lo, int hi, int32_t src_lo, const int32_t *blocks, int base, bool exact) {
     int bs = c->block_size;
-    int32_t src_lo = entry->key.pos + (lo - ch->start), src_hi = src_lo + (hi - lo);
-    int base = entry->key.pos / bs, first = src_lo / bs - base, n_blocks = (src_hi - 1) / bs - base - first + 1;
+    int32_t src_hi = src_lo + (hi - lo);
+    int first = src_lo / bs - base, n_blocks = (src_hi - 1) / bs - base - first + 1;
     if (braid_grow((void **)&plan->spans, &plan->cap, plan->n + 1, sizeof *plan->spans) ||
         braid_grow((void **)&plan->src_blocks, &plan->cap_src_blocks, plan->n_src_blocks + n_blocks, sizeof *plan->src_blocks))
         return -1;
     BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
     for (int i = 0; i < n_blocks; i++) {
-        int32_t b = entry->blocks[first + i];
+        int32_t b = blocks[first + i];
         block_pool_hold(dev, b);
         plan->src_blocks[plan->n_src_blocks + i] = b;
     }
@@ -166,9 +165,19 @@ static int add_span(KvCache *c, KvSegmentPlan *plan, const Chunk *ch, int lo, in
     return 0;
 }
 
+/* Adds tokens [lo, hi) of chunk ch, found in entry, to the plan. */
+static int add_span(KvCache *c, KvSegmentPlan *plan, const Chunk *ch, int lo, int hi, const SegmentEntry *entry, bool exact) {
+    return kv_segments_add_span(c, plan, lo, hi, entry->key.pos + (lo - ch->start), entry->blocks, entry->key.pos / c->block_size, exact);
+}
+
 int kv_cache_find_segments(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens, int from,
                            SegmentReuseMode mode, KvSegmentPlan *plan, BraidError *err) {
     kv_cache_drop_segments(c, plan);
+    return kv_cache_find_more_segments(c, id, tokens, n_tokens, from, mode, plan, err);
+}
+
+int kv_cache_find_more_segments(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens, int from,
+                                SegmentReuseMode mode, KvSegmentPlan *plan, BraidError *err) {
     if (!c->segments_on || mode == SEGMENT_REUSE_OFF || n_tokens < 2) return 0;
     uint64_t seed = chunk_seed(c, id), left = seed;
     int limit = n_tokens - 1;

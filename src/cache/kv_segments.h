@@ -16,4 +16,8 @@ void kv_segments_register(KvCache *c, const CacheIdentity *id, const int32_t *to
 /* A node's device blocks leave the device tier. */
 void kv_segments_forget_blocks(KvCache *c, const int32_t *blocks, int n);
 
+/* Adds a span to the plan: tokens [lo, hi) of the new sequence, from src_lo on in a source whose
+ * blocks from block `base` on are `blocks`; holds the source blocks. -1 when out of memory. */
+int kv_segments_add_span(KvCache *c, KvSegmentPlan *plan, int lo, int hi, int32_t src_lo, const int32_t *blocks, int base, bool exact);
+
 #endif

@@ -15,6 +15,7 @@ static RadixNode *node_new(uint64_t ns, int n_blocks, int block_size) {
     if (!n) return NULL;
     n->ns = ns;
     for (int t = 0; t < CACHE_N_TIERS; t++) n->heap_pos[t] = -1;
+    n->pin_pos = -1;
     n->n_blocks = n_blocks;
     if (n_blocks > 0) {
         n->tokens = malloc((size_t)n_blocks * block_size * sizeof *n->tokens);

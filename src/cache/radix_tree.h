@@ -31,6 +31,7 @@ typedef struct RadixNode {
     int lock_ref;         /* active locks on this node or a descendant */
     int heap_pos[CACHE_N_TIERS]; /* index in each tier's eviction heap, -1 when not in it */
     double heap_key[CACHE_N_TIERS];
+    int pin_pos;          /* index in the cache's pinned-node list, -1 when not pinned (kv_hints.c) */
     uint64_t ns;          /* namespace: (tenant id << 32) | adapter id */
     CacheNodeMeta meta;
 } RadixNode;

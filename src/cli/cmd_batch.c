@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coord/api_directives.h"
+#include "coord/directive_plan.h"
 #include "cli/cli_common.h"
 #include "cli/cli_lora.h"
 #include "cli/commands.h"
@@ -179,6 +181,19 @@ static int json_field_number(json_t *obj, const char *key, double lo, double hi,
 }
 
 /* Reads one input object into a request; on a bad line fills r->error and returns -1. */
+/* A line's "directives", as the server reads them (api_directives.h, directive_plan.h): checked as a
+ * whole, resolved against the prompt (ids becomes the prompt the request runs). */
+static int load_directives(const BraidModel *m, const json_t *value, bool chat, TokenList *ids, SchedRequest *r) {
+    ApiDirective *d = NULL;
+    int n = 0;
+    ApiError e;
+    int rc = api_directives_parse(value, &d, &n, &e);
+    if (rc == 0 && n > 0) rc = directive_plan(&m->tokenizer, chat, ids, d, n, NULL, 0, &r->directives, &e);
+    api_directives_free(d, n);
+    if (rc) snprintf(r->error, sizeof r->error, "%s", e.message);
+    return rc;
+}
+
 static int load_request(const BraidModel *m, json_t *obj, int line, SegmentReuseMode default_segment_mode, SchedRequest *r) {
     json_t *id = json_object_get(obj, "id"), *prompt = json_object_get(obj, "prompt"), *messages = json_object_get(obj, "messages");
     char idbuf[64];
@@ -238,6 +253,8 @@ static int load_request(const BraidModel *m, json_t *obj, int line, SegmentReuse
     }
     if (rc) return snprintf(r->error, sizeof r->error, "%s", err.msg), -1;
     if (ids.n == 0) return free(ids.ids), snprintf(r->error, sizeof r->error, "the prompt is empty"), -1;
+    if (load_directives(m, json_object_get(obj, "directives"), json_is_array(messages) && !json_is_string(prompt), &ids, r))
+        return free(ids.ids), -1;
     r->tokens = ids.ids;
     r->n_tokens = r->n_prompt = ids.n;
     r->cap_tokens = ids.cap;
@@ -277,11 +294,13 @@ static void write_result(FILE *out, const BraidModel *m, const SchedRequest *r, 
     json_object_set_new(o, "cached_tokens", json_integer(r->cached_tokens > 0 ? r->cached_tokens : 0));
     json_object_set_new(o, "cached_tokens_host", json_integer(r->cached_tokens > 0 && r->cached_tokens_host > 0 ? r->cached_tokens_host : 0));
     json_object_set_new(o, "segment_reused_tokens", json_integer(r->reused_tokens > 0 ? r->reused_tokens : 0));
+    json_object_set_new(o, "shared_prefix_tokens", json_integer(r->shared_tokens > 0 ? r->shared_tokens : 0));
     json_object_set_new(o, "ttft_ms", json_real(r->t_first_token > 0 ? (r->t_first_token - t0) * 1e3 : 0));
     json_object_set_new(o, "latency_ms", json_real(r->t_finish > 0 ? (r->t_finish - t0) * 1e3 : 0));
     json_object_set_new(o, "preemptions", json_integer(r->preemptions));
     json_object_set_new(o, "finish_reason", json_string(r->finish_reason ? r->finish_reason : "error"));
     if (r->error[0]) json_object_set_new(o, "error", json_string(r->error));
+    if (r->directive_outcomes) json_object_set_new(o, "directive_outcomes", json_loads(r->directive_outcomes, 0, NULL));
     char *line = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
     fprintf(out, "%s\n", line);
     free(line);

@@ -53,6 +53,10 @@ static const char serve_usage[] =
     CLI_SEGMENT_FLAGS_USAGE
     "                           (served: approx is only what a request may ask for with \"segment_reuse\": \"approx\";\n"
     "                           requests without the field get exact)\n"
+    "  --pin-budget TOKENS      cache directives: the most prompt tokens one tenant may keep pinned on each\n"
+    "                           instance (\"pin\" directives and cache_control); default a quarter of the KV pool;\n"
+    "                           pins never take more than half of the pool, and give way when a request could\n"
+    "                           not be admitted otherwise\n"
     "  --prefetch on|off        load host-tier blocks the policy expects the next calls to use into free device\n"
     "                           blocks on pure-decode steps (PBKV's conservative prefetch; never evicts for it;\n"
     "                           default on when the policy can value them: pbkv)\n"
@@ -123,6 +127,7 @@ typedef struct {
     RankBindMode bind;
     SegmentReuseMode segment_reuse;
     long approx_window;
+    long pin_budget; /* tokens per tenant per instance; 0 = a quarter of the pool */
     CliLora lora;
 } ServeArgs;
 
@@ -130,7 +135,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     enum { O_MODEL = 256, O_TP, O_HOST, O_PORT, O_NAME, O_BLOCKS, O_BS, O_MBT, O_RUN, O_PENDING, O_BODY, O_CACHE, O_POLICY,
            O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB,
            O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS, O_PREFETCH, O_BIND, O_API_KEYS, O_TLS_CERT,
-           O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_INSTANCE_TIMEOUT, O_EXIT_STATUS, O_MAX_CONN, O_MAX_CONN_CLIENT, O_HTTP_TIMEOUT,
+           O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_PIN_BUDGET, O_INSTANCE_TIMEOUT, O_EXIT_STATUS, O_MAX_CONN, O_MAX_CONN_CLIENT, O_HTTP_TIMEOUT,
            O_KV_EVENTS_EP, O_KV_EVENTS_REPLAY, O_KV_EVENTS_TOPIC, O_LORA, O_LORA_CACHE };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
@@ -151,6 +156,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"bind", required_argument, 0, O_BIND}, {"api-keys", required_argument, 0, O_API_KEYS},
         {"tls-cert", required_argument, 0, O_TLS_CERT}, {"tls-key", required_argument, 0, O_TLS_KEY},
         {"segment-reuse", required_argument, 0, O_SEGMENTS}, {"approx-window", required_argument, 0, O_WINDOW},
+        {"pin-budget", required_argument, 0, O_PIN_BUDGET},
         {"instance-timeout", required_argument, 0, O_INSTANCE_TIMEOUT}, {"exit-status-file", required_argument, 0, O_EXIT_STATUS},
         {"max-connections", required_argument, 0, O_MAX_CONN}, {"max-connections-per-client", required_argument, 0, O_MAX_CONN_CLIENT},
         {"http-timeout", required_argument, 0, O_HTTP_TIMEOUT},
@@ -240,6 +246,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_LIST_POLICIES: if (verbose) cli_list_policies(stdout); return 1;
         case O_SEGMENTS: if (cli_parse_segment_reuse("serve", optarg, &a->segment_reuse, verbose)) return 2; break;
         case O_WINDOW: target = &a->approx_window, flag = "--approx-window", lo = 0, hi = 1 << 20; break;
+        case O_PIN_BUDGET: target = &a->pin_budget, flag = "--pin-budget", lo = 0, hi = 1 << 30; break;
         case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("serve", optarg, &a->host_tier, verbose)) return 2; break;
         case O_HOST_GIB: if (cli_parse_host_kv_gib("serve", optarg, &a->host_tier, verbose)) return 2; break;
         case O_PREFETCH:
@@ -531,7 +538,8 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet
                    .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
                    .policy = a->policy, .prefetch = a->prefetch != 0, .device = a->device,
                    .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
-                   .approx_window = (int)a->approx_window, .lora = lora}};
+                   .approx_window = (int)a->approx_window, .lora = lora,
+                   .pin_budget_blocks = (int)((a->pin_budget + a->block_size - 1) / a->block_size)}};
     int tp_rank = (rank - 1) % tp;
     BraidError err;
     int rc = tp_rank == 0 ? instance_leader_run(&cfg, lost_ranks, &err) : tp_peer_run(&cfg, lost_ranks, &err);

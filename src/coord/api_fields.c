@@ -70,6 +70,7 @@ static const FieldRule rules[] = {
     {"tenant", BOTH, FIELD_READ, NULL, NULL},
     {"adapter", BOTH, FIELD_READ, NULL, NULL},
     {"segment_reuse", BOTH, FIELD_READ, NULL, NULL},
+    {"directives", BOTH, FIELD_READ, NULL, NULL},
     {"user", BOTH, FIELD_NEUTRAL, is_string, "user must be a string"},
     {"frequency_penalty", BOTH, FIELD_NEUTRAL, is_zero, "frequency_penalty is not supported; only 0 is accepted"},
     {"presence_penalty", BOTH, FIELD_NEUTRAL, is_zero, "presence_penalty is not supported; only 0 is accepted"},

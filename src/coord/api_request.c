@@ -7,6 +7,7 @@
  * client sees at once which part of its body to fix.
  */
 #include "coord/api_request.h"
+#include "coord/api_directives.h"
 
 #include "cache/kv_cache.h"
 #include "coord/api_fields.h"
@@ -286,6 +287,20 @@ static int join_text_parts(const json_t *parts, const char *path, char **out, Ap
     return 0;
 }
 
+/* cache_control on any of a message's parts applies to the message (the pin ends after it). */
+static int read_parts_cache_control(const json_t *parts, const char *path, double *ttl_s, ApiError *err) {
+    for (size_t p = 0; p < json_array_size(parts); p++) {
+        const json_t *cc = json_object_get(json_array_get(parts, p), "cache_control");
+        if (!cc || json_is_null(cc)) continue;
+        char param[160];
+        double ttl;
+        snprintf(param, sizeof param, "%s[%zu].cache_control", path, p);
+        if (api_cache_control_parse(cc, param, &ttl, err)) return -1;
+        if (ttl > *ttl_s) *ttl_s = ttl;
+    }
+    return 0;
+}
+
 static int read_content(const json_t *msg, const char *path, const char *role, char **out, ApiError *err) {
     char param[48];
     snprintf(param, sizeof param, "%s.content", path);
@@ -309,7 +324,7 @@ static int check_message_fields(const json_t *msg, const char *path, ApiError *e
     const char *key;
     json_t *value;
     json_object_foreach((json_t *)msg, key, value) {
-        if (json_is_null(value) || strcmp(key, "role") == 0 || strcmp(key, "content") == 0) continue;
+        if (json_is_null(value) || strcmp(key, "role") == 0 || strcmp(key, "content") == 0 || strcmp(key, "cache_control") == 0) continue;
         char param[96];
         snprintf(param, sizeof param, "%s.%.*s", path, quote_len(key), key);
         return api_error_set(err, 400, param, NULL, "%s is not supported: a message holds only role and content", param);
@@ -323,6 +338,12 @@ static int read_message(const json_t *msg, size_t index, ApiMessage *out, ApiErr
     if (!json_is_object(msg)) return type_error(err, path, "an object with role and content", msg);
     if (read_role(msg, path, &out->role, err)) return -1;
     if (read_content(msg, path, out->role, &out->content, err)) return -1;
+    const json_t *cc = present(msg, "cache_control"), *content = present(msg, "content");
+    char param[64];
+    snprintf(param, sizeof param, "%s.cache_control", path);
+    if (cc && api_cache_control_parse(cc, param, &out->cache_ttl_s, err)) return -1;
+    snprintf(param, sizeof param, "%s.content", path);
+    if (json_is_array(content) && read_parts_cache_control(content, param, &out->cache_ttl_s, err)) return -1;
     return check_message_fields(msg, path, err);
 }
 
@@ -607,6 +628,7 @@ static int read_fields(const json_t *body, ApiKind kind, const char *served, Api
     if (read_stream(body, r, err) || read_stop(body, r, err)) return -1;
     if (read_bool(body, "ignore_eos", "ignore_eos", &r->ignore_eos, err) || read_logprobs(body, r, err)) return -1;
     if (read_segment_reuse(body, r, err) || read_labels(body, r, err)) return -1;
+    if (api_directives_parse(present(body, "directives"), &r->directives, &r->n_directives, err)) return -1;
     return api_fields_check(body, kind, err);
 }
 
@@ -629,6 +651,7 @@ int api_request_parse(const char *body, size_t len, ApiKind kind, const char *se
 
 void api_request_free(ApiRequest *r) {
     if (!r) return;
+    api_directives_free(r->directives, r->n_directives);
     for (int i = 0; i < r->n_messages; i++) {
         free(r->messages[i].role);
         free(r->messages[i].content);

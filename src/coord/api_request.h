@@ -44,6 +44,7 @@ typedef enum { API_CHAT = 0, API_COMPLETION = 1 } ApiKind;
 typedef struct {
     char *role;    /* one of system, developer, user, assistant, tool */
     char *content; /* never NULL: a null assistant content reads as "" */
+    double cache_ttl_s; /* cache_control on the message or one of its parts: pin through it for this long; 0 = none */
 } ApiMessage;
 
 /* One completion prompt: text, or token ids (then text is NULL). Ids are only checked to be
@@ -53,6 +54,8 @@ typedef struct {
     int32_t *ids;
     int n_ids;
 } ApiPrompt;
+
+struct ApiDirective; /* api_directives.h */
 
 typedef struct {
     ApiKind kind;
@@ -74,6 +77,8 @@ typedef struct {
     bool ignore_eos;             /* extension, default false */
     int segment_reuse;           /* extension: -1 absent, else 0 off, 1 exact, 2 approx (kv_cache.h SegmentReuseMode) */
     char *workflow_id, *agent, *tenant, *adapter; /* Braid extensions, NULL when absent */
+    struct ApiDirective *directives; /* cache directives (api_directives.h), n_directives of them */
+    int n_directives;
 } ApiRequest;
 
 typedef struct {

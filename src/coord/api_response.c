@@ -11,6 +11,27 @@ static json_t *usage_json(const ApiUsage *u) {
                      "segment_reused_tokens", u->segment_reused_tokens);
 }
 
+/* The instance's outcome list under "directive_outcomes"; a cache_control pin (index -(k + 1))
+ * names its message instead of a directive. */
+static void attach_outcomes(json_t *o, const ApiUsage *u) {
+    if (!u->directive_outcomes || !u->directive_outcomes[0]) return;
+    json_t *list = json_loads(u->directive_outcomes, 0, NULL);
+    if (!json_is_array(list)) {
+        json_decref(list);
+        return;
+    }
+    size_t i;
+    json_t *item;
+    json_array_foreach(list, i, item) {
+        json_int_t index = json_integer_value(json_object_get(item, "index"));
+        if (index >= 0) continue;
+        json_object_del(item, "index");
+        json_object_set_new(item, "source", json_string("cache_control"));
+        json_object_set_new(item, "message", json_integer(-index - 1));
+    }
+    json_object_set_new(o, "directive_outcomes", list);
+}
+
 static json_t *head_json(const ApiResponseHead *h, bool chunk) {
     const char *object = h->kind == API_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
     return json_pack("{s:s, s:s, s:I, s:s}", "id", h->id, "object", object, "created", (json_int_t)h->created, "model", h->model);
@@ -41,6 +62,7 @@ char *api_response_full(const ApiResponseHead *h, const ApiChoice *choices, int 
     }
     json_object_set_new(o, "choices", list);
     json_object_set_new(o, "usage", usage_json(u));
+    attach_outcomes(o, u);
     return dump(o);
 }
 
@@ -65,5 +87,6 @@ char *api_response_usage_chunk(const ApiResponseHead *h, const ApiUsage *u) {
     json_t *o = head_json(h, true);
     json_object_set_new(o, "choices", json_array());
     json_object_set_new(o, "usage", usage_json(u));
+    attach_outcomes(o, u);
     return dump(o);
 }

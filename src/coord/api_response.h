@@ -32,6 +32,8 @@ typedef struct {
     int cached_tokens;      /* device + host */
     int cached_tokens_host; /* of those, loaded back from the host tier */
     int segment_reused_tokens; /* not in cached_tokens: prompt tokens whose K/V came from reused segments */
+    const char *directive_outcomes; /* the instance's JSON array, or NULL: becomes the top-level
+                                       "directive_outcomes" of the answer / usage chunk */
 } ApiUsage;
 
 /* One choice of an answer or chunk. logprobs is a reference the call takes over (NULL: null). */

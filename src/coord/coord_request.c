@@ -42,6 +42,8 @@ void coord_request_release(CoordRequest *r) {
     free(r->adapter);
     free(r->tokens);
     free(r->logprobs);
+    free(r->directive_outcomes);
+    cache_directives_free(&r->directives);
     free(r);
 }
 
@@ -83,6 +85,8 @@ void coord_request_finish(CoordRequest *r, int reason, const CoordUsage *u, cons
     r->reused_tokens = u->reused_tokens;
     r->completion_tokens = u->completion_tokens;
     r->preemptions = u->preemptions;
+    free(r->directive_outcomes);
+    r->directive_outcomes = u->directive_outcomes && u->directive_outcomes[0] ? strdup(u->directive_outcomes) : NULL;
     snprintf(r->error, sizeof r->error, "%s", error ? error : "");
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);

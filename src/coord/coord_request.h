@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cache/cache_directive.h"
 #include "common/token_logprob.h"
 
 typedef struct CoordRequest {
@@ -33,6 +34,7 @@ typedef struct CoordRequest {
                                content_hash_namespace(tenant, adapter)), for routing */
     int n_hashes;
     char *workflow, *agent, *tenant, *adapter; /* NULL when not given; sent to the instance as they are */
+    CacheDirectives directives; /* resolved cache directives (directive_plan.h), sent with the SUBMIT */
     bool restartable;       /* no partial answer ever reaches the client (not streamed, no stop strings read
                                as tokens arrive): generation may start over if its instance dies */
     double t_submit;
@@ -54,6 +56,7 @@ typedef struct CoordRequest {
     int cached_tokens;      /* prompt tokens served from the cache, both tiers */
     int cached_tokens_host; /* of those, loaded back from the host tier */
     int reused_tokens;      /* prompt tokens whose K/V came from reused segments */
+    char *directive_outcomes; /* the instance's JSON array of directive outcomes (set with the finish), or NULL */
     char error[256];
     int error_status;       /* an error finish: the HTTP status to answer (0: 500); set before the finish */
     int instance;
@@ -74,6 +77,7 @@ void coord_request_restart(CoordRequest *r);
 /* The instance's usage numbers for a finished request. */
 typedef struct {
     int prompt_tokens, cached_tokens, cached_tokens_host, reused_tokens, completion_tokens, preemptions;
+    const char *directive_outcomes; /* JSON array text, or NULL / "" when the request had none (copied) */
 } CoordUsage;
 /* A request that finished without error and without a token (its first sampled token was EOS)
  * gets its first token's time from the finish, so every answered request has a TTFT. */

@@ -356,7 +356,7 @@ static int send_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
                    .top_k = r->top_k, .seed = r->seed, .ignore_eos = r->ignore_eos, .tenant = r->tenant, .adapter = r->adapter,
                    .workflow = r->workflow, .agent = r->agent, .tokens = r->prompt, .n_tokens = r->n_prompt,
                    .want_hidden = wants_hidden(c, r), .segment_mode = r->segment_mode,
-                   .want_logprobs = r->want_logprobs, .logprobs_top = r->logprobs_top};
+                   .want_logprobs = r->want_logprobs, .logprobs_top = r->logprobs_top, .directives = r->directives};
     WireBuf b = {0};
     msg_submit_encode(&b, &m);
     return ctrl_send(&c->ctrl, leader_rank(c, r->instance), MSG_SUBMIT, &b, err);
@@ -495,7 +495,8 @@ static void on_finish(Coordinator *c, int instance, WireReader *rd) {
     if (at >= 0) {
         trace_finished(c, c->table[at], &m);
         CoordUsage u = {.prompt_tokens = m.prompt_tokens, .cached_tokens = m.cached_tokens, .cached_tokens_host = m.cached_tokens_host,
-                        .reused_tokens = m.reused_tokens, .completion_tokens = m.completion_tokens, .preemptions = m.preemptions};
+                        .reused_tokens = m.reused_tokens, .completion_tokens = m.completion_tokens, .preemptions = m.preemptions,
+                        .directive_outcomes = m.directive_outcomes};
         router_finished(&c->router, instance);
         /* Its last request gone, the instance runs nothing: publish that now, not at its next STATS,
          * and before the answer goes out, so a client scraping right after its answer sees it. */
@@ -521,7 +522,11 @@ static void on_stats(Coordinator *c, int instance, WireReader *rd) {
                        .prefetch_wasted_blocks = m.prefetch_wasted_blocks, .segment_reused_tokens = m.segment_reused_tokens,
                        .segment_candidates = m.segment_candidates, .segments_exact = m.segments_exact,
                        .segments_approx = m.segments_approx, .segments_rejected_context = m.segments_rejected_context,
-                       .segments_rejected_window = m.segments_rejected_window, .segment_flops_saved = m.segment_flops_saved};
+                       .segments_rejected_window = m.segments_rejected_window, .segment_flops_saved = m.segment_flops_saved,
+                       .directive_requests = m.directive_requests, .pins = m.pins, .pin_expired_blocks = m.pin_expired_blocks,
+                       .pin_revoked_blocks = m.pin_revoked_blocks, .spliced_tokens = m.spliced_tokens,
+                       .shared_hit_tokens = m.shared_hit_tokens, .directive_evicted_blocks = m.directive_evicted_blocks,
+                       .pinned_blocks = m.pinned_blocks};
     metrics_set_instance(c->metrics, instance, &s);
 }
 

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cache/content_hash.h"
+#include "coord/http_directives.h"
 #include "common/timeutil.h"
 #include "transport/control_msg.h"
 
@@ -91,8 +92,12 @@ static int resolve_segment_reuse(const HttpGenerateContext *ctx, const ApiReques
 
 /* The request for choice `index`, owning a copy of the prompt's ids. */
 static CoordRequest *build_request(const HttpGenerateContext *ctx, const ApiRequest *a, const TokenList *ids, int max_tokens,
-                                   int segment_mode, int index, ApiError *e) {
+                                   int segment_mode, const CacheDirectives *directives, int index, ApiError *e) {
     CoordRequest *r = coord_request_create();
+    if (r && cache_directives_copy(&r->directives, directives)) {
+        coord_request_release(r);
+        r = NULL;
+    }
     int pool, block;
     coordinator_pool(ctx->coord, &pool, &block);
     int n_blocks = block > 0 ? ids->n / block : 0;
@@ -152,15 +157,18 @@ int choices_build(const HttpGenerateContext *ctx, const ApiRequest *a, ChoiceSet
     if (!(set->c = calloc((size_t)prompts * (size_t)a->n, sizeof *set->c))) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
     for (int p = 0; p < prompts; p++) {
         TokenList ids = {0};
+        CacheDirectives directives = {0};
         int max_tokens = 0, rc = tokenize_prompt(ctx->model, a, p, &ids, e);
         if (rc == 0 && ids.n == 0) rc = api_error_set(e, 400, a->kind == API_CHAT ? "messages" : "prompt", NULL, "the prompt is empty");
+        if (rc == 0) rc = http_plan_directives(ctx, a, &ids, &directives, e);
         if (rc == 0) rc = resolve_max_tokens(ctx, a, ids.n, &max_tokens, e);
         for (int j = 0; rc == 0 && j < a->n; j++) {
             Choice *c = &set->c[set->n];
             c->index = p * a->n + j;
-            if (!(c->r = build_request(ctx, a, &ids, max_tokens, segment_mode, c->index, e))) rc = -1;
+            if (!(c->r = build_request(ctx, a, &ids, max_tokens, segment_mode, &directives, c->index, e))) rc = -1;
             else set->n++;
         }
+        cache_directives_free(&directives);
         free(ids.ids);
         if (rc) return -1;
     }
@@ -251,6 +259,7 @@ ApiUsage choices_usage(const ChoiceSet *set) {
         u.cached_tokens += c->r->cached_tokens;
         u.cached_tokens_host += c->r->cached_tokens_host;
         u.segment_reused_tokens += c->r->reused_tokens;
+        if (i == 0) u.directive_outcomes = c->r->directive_outcomes;
     }
     return u;
 }

@@ -62,6 +62,9 @@ typedef struct {
     unsigned long long prefetched_blocks, prefetch_hit_blocks, prefetch_wasted_blocks;
     unsigned long long segment_reused_tokens, segment_candidates, segments_exact, segments_approx;
     unsigned long long segments_rejected_context, segments_rejected_window, segment_flops_saved;
+    unsigned long long directive_requests, pins, pin_expired_blocks, pin_revoked_blocks, spliced_tokens, shared_hit_tokens,
+        directive_evicted_blocks;
+    int pinned_blocks; /* gauge */
 } InstanceStats;
 
 /* Stores a copy of *s for instance `instance`. The index comes from an MPI peer, so an index out

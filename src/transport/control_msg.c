@@ -1,4 +1,5 @@
 #include "transport/control_msg.h"
+#include "transport/directive_wire.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@ void msg_submit_encode(WireBuf *b, const MsgSubmit *m) {
     wire_put_str(b, m->workflow);
     wire_put_str(b, m->agent);
     wire_put_i32s(b, m->tokens, m->n_tokens);
+    wire_put_directives(b, &m->directives);
 }
 
 int msg_submit_decode(WireReader *r, MsgSubmit *m) {
@@ -56,6 +58,7 @@ int msg_submit_decode(WireReader *r, MsgSubmit *m) {
     m->workflow = wire_get_str(r);
     m->agent = wire_get_str(r);
     m->tokens = wire_get_i32s(r, &m->n_tokens);
+    if (wire_get_directives(r, &m->directives)) r->failed = true;
     if (reader_ok(r) || m->n_tokens == 0 || m->logprobs_top < 0 || m->logprobs_top > TOKEN_LOGPROB_MAX_TOP) {
         msg_submit_free(m);
         return -1;
@@ -69,6 +72,7 @@ void msg_submit_free(MsgSubmit *m) {
     free(m->workflow);
     free(m->agent);
     free(m->tokens);
+    cache_directives_free(&m->directives);
     memset(m, 0, sizeof *m);
 }
 
@@ -144,6 +148,7 @@ void msg_finish_encode(WireBuf *b, const MsgFinish *m) {
     wire_put_i32(b, m->completion_tokens);
     wire_put_i32(b, m->preemptions);
     wire_put_str(b, m->error);
+    wire_put_str(b, m->directive_outcomes);
 }
 
 int msg_finish_decode(WireReader *r, MsgFinish *m) {
@@ -157,6 +162,7 @@ int msg_finish_decode(WireReader *r, MsgFinish *m) {
     m->completion_tokens = wire_get_i32(r);
     m->preemptions = wire_get_i32(r);
     m->error = wire_get_str(r);
+    m->directive_outcomes = wire_get_str(r);
     if (reader_ok(r)) {
         msg_finish_free(m);
         return -1;
@@ -166,6 +172,7 @@ int msg_finish_decode(WireReader *r, MsgFinish *m) {
 
 void msg_finish_free(MsgFinish *m) {
     free(m->error);
+    free(m->directive_outcomes);
     memset(m, 0, sizeof *m);
 }
 
@@ -199,13 +206,14 @@ void msg_ready_free(MsgReady *m) {
 /* Field by field (not the struct's bytes), so padding never travels and the order is explicit. */
 void msg_stats_encode(WireBuf *b, const MsgStats *m) {
     const int32_t gauges[] = {m->waiting, m->running, m->pool_used_blocks, m->pool_total_blocks, m->host_used_blocks,
-                              m->host_total_blocks};
+                              m->host_total_blocks, m->pinned_blocks};
     const uint64_t counters[] = {m->cached_prompt_tokens_device, m->cached_prompt_tokens_host, m->computed_prompt_tokens,
                                  m->demoted_blocks, m->loaded_blocks, m->host_evicted_blocks, m->device_evicted_blocks,
                                  m->preemptions, m->generated_tokens, m->prefetched_blocks, m->prefetch_hit_blocks,
                                  m->prefetch_wasted_blocks, m->segment_reused_tokens, m->segment_candidates, m->segments_exact,
                                  m->segments_approx, m->segments_rejected_context, m->segments_rejected_window,
-                                 m->segment_flops_saved};
+                                 m->segment_flops_saved, m->directive_requests, m->pins, m->pin_expired_blocks,
+                                 m->pin_revoked_blocks, m->spliced_tokens, m->shared_hit_tokens, m->directive_evicted_blocks};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) wire_put_i32(b, gauges[i]);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) wire_put_u64(b, counters[i]);
 }
@@ -213,13 +221,15 @@ void msg_stats_encode(WireBuf *b, const MsgStats *m) {
 int msg_stats_decode(WireReader *r, MsgStats *m) {
     memset(m, 0, sizeof *m);
     int32_t *gauges[] = {&m->waiting, &m->running, &m->pool_used_blocks, &m->pool_total_blocks, &m->host_used_blocks,
-                         &m->host_total_blocks};
+                         &m->host_total_blocks, &m->pinned_blocks};
     uint64_t *counters[] = {&m->cached_prompt_tokens_device, &m->cached_prompt_tokens_host, &m->computed_prompt_tokens,
                             &m->demoted_blocks, &m->loaded_blocks, &m->host_evicted_blocks, &m->device_evicted_blocks,
                             &m->preemptions, &m->generated_tokens, &m->prefetched_blocks, &m->prefetch_hit_blocks,
                             &m->prefetch_wasted_blocks, &m->segment_reused_tokens, &m->segment_candidates,
                             &m->segments_exact, &m->segments_approx, &m->segments_rejected_context,
-                            &m->segments_rejected_window, &m->segment_flops_saved};
+                            &m->segments_rejected_window, &m->segment_flops_saved, &m->directive_requests, &m->pins,
+                            &m->pin_expired_blocks, &m->pin_revoked_blocks, &m->spliced_tokens, &m->shared_hit_tokens,
+                            &m->directive_evicted_blocks};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) *gauges[i] = wire_get_i32(r);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) *counters[i] = wire_get_u64(r);
     return reader_ok(r);

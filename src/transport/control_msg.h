@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cache/cache_directive.h"
 #include "common/token_logprob.h"
 #include "transport/wire.h"
 
@@ -59,6 +60,7 @@ typedef struct {
     char *workflow, *agent;   /* may be empty */
     int32_t *tokens;
     int n_tokens;
+    CacheDirectives directives; /* splice and hints, resolved to token positions (none: zeroed) */
 } MsgSubmit;
 
 /* Wire form: i32 n, n x u64 request ids, n x i32 tokens, then per token a u8 flag and, when it is
@@ -82,6 +84,7 @@ typedef struct {
     int32_t reused_tokens;      /* prompt tokens whose K/V came from reused segments (not in cached_tokens) */
     int32_t completion_tokens, preemptions;
     char *error;              /* empty unless FINISH_ERROR */
+    char *directive_outcomes; /* JSON array, one object per directive (sched_directives.h); empty when none */
 } MsgFinish;
 
 typedef struct {
@@ -104,6 +107,11 @@ typedef struct {
      * admitted exactly / approximately, rejected for left context / window; prefill FLOPs saved. */
     uint64_t segment_reused_tokens, segment_candidates, segments_exact, segments_approx;
     uint64_t segments_rejected_context, segments_rejected_window, segment_flops_saved;
+    /* Cache directives: requests that carried any, pins taken, pinned blocks expired / released
+     * early, tokens copied by amortized splices / from other tenants' shared prefixes, blocks evicted
+     * on request; pinned device blocks now (a gauge). */
+    uint64_t directive_requests, pins, pin_expired_blocks, pin_revoked_blocks, spliced_tokens, shared_hit_tokens, directive_evicted_blocks;
+    int32_t pinned_blocks;
 } MsgStats;
 
 /* KV_EVENTS. The values mirror the cache's (kv_cache.h: CacheEventKind, CacheTier, the tier bits

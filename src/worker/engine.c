@@ -17,7 +17,8 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
                       .cache_enabled = cfg->cache_enabled, .policy = cfg->policy, .prefetch = cfg->prefetch,
                       .segments = cfg->segment_reuse != SEGMENT_REUSE_OFF, .anchor_tokens = model->tokenizer.special_ids,
                       .n_anchor_tokens = model->tokenizer.n_special, .approx_window = cfg->approx_window,
-                      .model_seed = engine_model_seed(mc), .flops_per_token = engine_prefill_flops_per_token(mc)};
+                      .model_seed = engine_model_seed(mc), .flops_per_token = engine_prefill_flops_per_token(mc),
+                      .pin_budget_blocks = cfg->pin_budget_blocks};
     if (sched_init(&e->sched, &sc, err)) return -1;
     BackendConfig bc = backend_config_default(cfg->device, &model->weights.cfg, cfg->n_blocks, cfg->block_size,
                                               cfg->max_batch_tokens);

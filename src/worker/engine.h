@@ -40,6 +40,8 @@ typedef struct {
      * APPROX permits requests to ask for it) and approximate mode's left-context window. */
     SegmentReuseMode segment_reuse;
     int approx_window;
+    /* Pinned device blocks one tenant may hold (cache directives' PIN); 0 = a quarter of the pool. */
+    int pin_budget_blocks;
     /* LoRA adapters (borrowed, outlive the engine; NULL = none): a request's adapter name picks
      * one; a name not in the set is refused. The adapter also namespaces the prefix cache, so
      * requests of different adapters never share KV blocks. */

@@ -114,7 +114,11 @@ static int send_stats(Leader *L) {
                   .segments_exact = cc->segments_exact, .segments_approx = cc->segments_approx,
                   .segments_rejected_context = cc->segments_rejected_context,
                   .segments_rejected_window = cc->segments_rejected_window,
-                  .segment_flops_saved = (uint64_t)s->counters.segment_flops_saved};
+                  .segment_flops_saved = (uint64_t)s->counters.segment_flops_saved,
+                  .directive_requests = s->counters.directive_requests, .pins = cc->pins, .pin_expired_blocks = cc->pin_expired_blocks,
+                  .pin_revoked_blocks = cc->pin_revoked_blocks, .spliced_tokens = cc->spliced_tokens,
+                  .shared_hit_tokens = cc->shared_hit_tokens, .directive_evicted_blocks = cc->directive_evicted_blocks,
+                  .pinned_blocks = kv_cache_pinned(c)};
     WireBuf b = {0};
     msg_stats_encode(&b, &m);
     L->last_stats = braid_now_seconds();
@@ -151,7 +155,8 @@ static int send_finish(Leader *L, const LeaderRequest *lr) {
                    .cached_tokens = r->cached_tokens > 0 ? r->cached_tokens : 0,
                    .cached_tokens_host = r->cached_tokens > 0 && r->cached_tokens_host > 0 ? r->cached_tokens_host : 0,
                    .reused_tokens = r->reused_tokens > 0 ? r->reused_tokens : 0,
-                   .completion_tokens = r->n_tokens - r->n_prompt, .preemptions = r->preemptions, .error = (char *)r->error};
+                   .completion_tokens = r->n_tokens - r->n_prompt, .preemptions = r->preemptions, .error = (char *)r->error,
+                   .directive_outcomes = r->directive_outcomes};
     WireBuf b = {0};
     msg_finish_encode(&b, &m);
     return ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_FINISH, &b, &L->err);
@@ -225,6 +230,8 @@ static int accept_submit(Leader *L, MsgSubmit *m) {
     r->segment_mode = m->segment_mode;
     r->want_logprobs = m->want_logprobs;
     r->logprobs_top = m->logprobs_top;
+    r->directives = m->directives; /* moves over */
+    memset(&m->directives, 0, sizeof m->directives);
     r->sampling = (SamplingParams){.temperature = m->temperature, .top_p = m->top_p, .top_k = m->top_k, .seed = m->seed};
     L->active[L->n_active++] = lr;
     /* A request the engine refuses is already marked finished with its error; report_progress sends it. */

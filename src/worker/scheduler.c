@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/grow.h"
+#include "worker/sched_directives.h"
 
 #include "common/json_text.h"
 #include "common/log.h"
@@ -53,6 +54,7 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err) {
     s->prefetch_max_blocks = cfg->prefetch_max_blocks > 0 ? cfg->prefetch_max_blocks : SCHED_PREFETCH_MAX_BLOCKS_PER_STEP;
     s->clock = braid_now_seconds;
     s->flops_per_token = cfg->flops_per_token;
+    s->pin_budget_blocks = cfg->pin_budget_blocks > 0 ? cfg->pin_budget_blocks : (cfg->device_blocks - 1) / 4;
     KvCacheConfig cc = {.block_size = cfg->block_size, .device_blocks = cfg->device_blocks,
                         .host_blocks = cfg->cache_enabled ? cfg->host_blocks : 0, .policy = cfg->policy, .clock = braid_now_seconds,
                         .segments = cfg->segments && cfg->cache_enabled, .anchor_tokens = cfg->anchor_tokens,
@@ -87,6 +89,9 @@ void sched_request_free(SchedRequest *r) {
     free(r->tokens);
     free(r->blocks);
     kv_cache_segment_plan_free(&r->segments);
+    cache_directives_free(&r->directives);
+    free(r->splice_reused);
+    free(r->directive_outcomes);
     sampler_free(&r->sampler);
     memset(r, 0, sizeof *r);
 }
@@ -133,7 +138,10 @@ int sched_add(Scheduler *s, SchedRequest *r) {
         r->finish_reason = "error";
         return -1;
     }
-    r->identity.approx_ok = r->segment_mode == SEGMENT_REUSE_APPROX;
+    /* An amortized splice asks for approximate K/V (rotated keys, values from another context), so
+     * its request may also match through nodes an earlier splice left marked approximate. */
+    r->identity.approx_ok = r->segment_mode == SEGMENT_REUSE_APPROX || r->directives.splice_mode == CACHE_SPLICE_AMORTIZE;
+    if (cache_directives_any(&r->directives)) s->counters.directive_requests++;
     s->waiting[s->n_waiting++] = r;
     return 0;
 }
@@ -196,6 +204,7 @@ static void preempt(Scheduler *s, SchedRequest *r) {
 
 void sched_finish(Scheduler *s, SchedRequest *r, const char *reason) {
     release_request(s, r);
+    if (cache_directives_any(&r->directives)) sched_directives_finish(s, r, strcmp(reason, "stop") == 0 || strcmp(reason, "length") == 0);
     r->state = REQ_FINISHED;
     r->finish_reason = reason;
     r->t_finish = s->clock();
@@ -277,15 +286,30 @@ static void skip_reused(SchedRequest *r) {
     }
 }
 
-/* Reserves blocks for r's tokens with its segments found (their sources held, so eviction cannot
- * take them); when that does not fit, tries again without the segments, whose held sources may be
- * what stands in the way. Returns 0 when reserved, 1 when it does not fit. */
+/* The K/V r can copy instead of computing, past its cached prefix and in position order: a prefix
+ * another tenant shared with r's, then its amortized splice's runs or else the segments its mode
+ * admits. Their source blocks are held. */
+static int plan_copies(Scheduler *s, SchedRequest *r, BraidError *err) {
+    kv_cache_drop_segments(&s->cache, &r->segments);
+    if (!s->cache_enabled) return 0;
+    int from = kv_cache_plan_shared(&s->cache, &r->identity, r->tokens, r->n_tokens, r->n_computed, &r->segments, err);
+    if (from < 0) return -1;
+    r->shared_planned = from - r->n_computed;
+    if (r->directives.splice_mode == CACHE_SPLICE_AMORTIZE) {
+        int *reused = r->splice_done ? NULL : r->splice_reused;
+        return kv_cache_plan_splice(&s->cache, &r->identity, &r->directives, r->n_tokens, from, &r->segments, reused, err);
+    }
+    if (r->segment_mode == SEGMENT_REUSE_OFF) return 0;
+    return kv_cache_find_more_segments(&s->cache, &r->identity, r->tokens, r->n_tokens, from, (SegmentReuseMode)r->segment_mode,
+                                       &r->segments, err);
+}
+
+/* Reserves blocks for r's tokens with its copies planned (their sources held, so eviction cannot
+ * take them); when that does not fit, tries again without them, whose held sources may be what
+ * stands in the way. Returns 0 when reserved, 1 when it does not fit. */
 static int reserve_with_segments(Scheduler *s, SchedRequest *r, BraidError *err) {
     r->next_span = 0;
-    if (s->cache_enabled && r->segment_mode != SEGMENT_REUSE_OFF &&
-        kv_cache_find_segments(&s->cache, &r->identity, r->tokens, r->n_tokens, r->n_computed, (SegmentReuseMode)r->segment_mode,
-                               &r->segments, err))
-        return -1;
+    if (plan_copies(s, r, err)) return -1;
     if (ensure_blocks(s, r, r->n_tokens) == 0) return 0;
     if (r->segments.n == 0) return 1;
     kv_cache_drop_segments(&s->cache, &r->segments);
@@ -297,6 +321,7 @@ static void count_first_admission(Scheduler *s, SchedRequest *r, int loaded) {
     r->cached_tokens = r->n_computed;
     r->cached_tokens_host = host;
     r->reused_tokens = reused;
+    r->shared_tokens = r->segments.n > 0 ? r->shared_planned : 0;
     s->counters.cached_prompt_tokens_device += (uint64_t)(r->n_computed - host);
     s->counters.cached_prompt_tokens_host += (uint64_t)host;
     s->counters.computed_prompt_tokens += (uint64_t)(r->n_prompt - r->n_computed - reused);
@@ -311,6 +336,7 @@ static int admit(Scheduler *s, SchedRequest *r, BraidError *err) {
     r->n_blocks = 0;
     r->n_computed = 0;
     r->approx_from = -1;
+    if (sched_directives_admit(s, r, err)) return -1;
     if (s->cache_enabled && (loaded = take_cached_prefix(s, r, err)) < 0) return -1;
     if (braid_grow((void **)&r->blocks, &r->cap_blocks, blocks_for(s, r->n_tokens) + 1, sizeof *r->blocks)) {
         release_request(s, r);
@@ -326,6 +352,8 @@ static int admit(Scheduler *s, SchedRequest *r, BraidError *err) {
     if (r->segments.inexact && (r->approx_from < 0 || r->segments.first_inexact < r->approx_from))
         r->approx_from = r->segments.first_inexact;
     if (r->cached_tokens < 0) count_first_admission(s, r, loaded);
+    if (!r->splice_done) sched_directives_placed(s, r);
+    r->splice_done = true;
     if (r->n_computed > 0)
         event(s, "hit", r, "\"tokens\":%d,\"prompt\":%d", r->n_computed, r->n_tokens);
     if (loaded > 0) event(s, "load", r, "\"blocks\":%d,\"tokens\":%d", loaded, loaded * s->block_size);
@@ -398,21 +426,9 @@ static void prefetch(Scheduler *s) {
     }
 }
 
-int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
-    p->n = 0;
-    p->n_tokens = 0;
-    p->pure_decode = false;
-    cache_ops_clear(&p->ops);
-    kv_cache_step(&s->cache, s->clock());
-    int budget = s->max_batch_tokens;
-    if (plan_decodes(s, p, &budget)) return braid_error_set(err, "sched: out of memory");
-    int n_decodes = p->n;
-    for (int i = 0; i < s->n_running && budget > 0; i++) {
-        SchedRequest *r = s->running[i];
-        if (r->n_computed < r->n_tokens - 1 && !in_plan(p, r) && plan_prefill_chunk(s, p, r, &budget))
-            return braid_error_set(err, "sched: out of memory");
-    }
-    while (s->n_waiting > 0 && budget > 0 && s->n_running < s->max_running) {
+/* Admits from the front of the queue while the budget and the running set allow. */
+static int admit_waiting(Scheduler *s, StepPlan *p, int *budget, BraidError *err) {
+    while (s->n_waiting > 0 && *budget > 0 && s->n_running < s->max_running) {
         SchedRequest *r = s->waiting[0];
         int rc = admit(s, r, err);
         if (rc < 0) return -1;
@@ -427,7 +443,33 @@ int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
         s->n_waiting--;
         s->running[s->n_running++] = r;
         r->state = REQ_RUNNING;
-        if (plan_prefill_chunk(s, p, r, &budget)) return braid_error_set(err, "sched: out of memory");
+        if (plan_prefill_chunk(s, p, r, budget)) return braid_error_set(err, "sched: out of memory");
+    }
+    return 0;
+}
+
+int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
+    p->n = 0;
+    p->n_tokens = 0;
+    p->pure_decode = false;
+    cache_ops_clear(&p->ops);
+    kv_cache_step(&s->cache, s->clock());
+    int budget = s->max_batch_tokens;
+    if (plan_decodes(s, p, &budget)) return braid_error_set(err, "sched: out of memory");
+    int n_decodes = p->n;
+    for (int i = 0; i < s->n_running && budget > 0; i++) {
+        SchedRequest *r = s->running[i];
+        if (r->n_computed < r->n_tokens - 1 && !in_plan(p, r) && plan_prefill_chunk(s, p, r, &budget))
+            return braid_error_set(err, "sched: out of memory");
+    }
+    if (admit_waiting(s, p, &budget, err)) return -1;
+    if (p->n == 0 && s->n_waiting > 0 && s->n_running == 0 && kv_cache_pinned(&s->cache) > 0) {
+        /* Pins are hints: when they alone keep the head of the queue out, they go (earliest
+         * deadline first), so pinned memory never stalls the scheduler. */
+        int freed = kv_cache_unpin_for(&s->cache, kv_cache_pinned(&s->cache));
+        s->counters.pin_revocations++;
+        event(s, "unpin", s->waiting[0], "\"blocks\":%d,\"pinned_left\":%d", freed, kv_cache_pinned(&s->cache));
+        if (admit_waiting(s, p, &budget, err)) return -1;
     }
     if (p->n == 0 && s->n_waiting > 0 && s->n_running == 0) {
         /* Nothing runs and the head cannot be admitted: only possible if the tree holds locked

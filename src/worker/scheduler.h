@@ -34,6 +34,7 @@
 #include <stdio.h>
 
 #include "cache/cache_ops.h"
+#include "cache/cache_directive.h"
 #include "cache/kv_cache.h"
 #include "common/error.h"
 #include "worker/sampler.h"
@@ -76,6 +77,18 @@ typedef struct SchedRequest {
     /* The first token whose K/V are approximate (a matched node marked approximate, or the first
      * approximate span), -1 when none: its blocks from there on enter the tree marked so. */
     int approx_from;
+    /* Cache directives (cache_directive.h; owned): a splice runs at admission (amortize: its runs
+     * join the reused spans; forget: the context's cache from the first edit on is dropped first),
+     * hints act when the request finishes. directive_outcomes: after the finish, a JSON array of
+     * what each did (sched_directives.c), NULL when the request had none. splice_reused: per run,
+     * the tokens copied at first admission. */
+    CacheDirectives directives;
+    int *splice_reused;
+    int splice_forgot_blocks;
+    int shared_tokens;      /* of reused_tokens, those copied from another tenant's shared prefix (at first admission) */
+    int shared_planned;     /* the same at the last admission (scheduler scratch) */
+    bool splice_done;
+    char *directive_outcomes;
     int preemptions;
     double t_first_token, t_finish;
     /* The post-norm hidden state of the last prompt token (model dim floats), kept when the
@@ -116,6 +129,8 @@ typedef struct {
      * and the prefill FLOPs that saved (SchedConfig.flops_per_token per reused token). */
     uint64_t segment_reused_prompt_tokens;
     double segment_flops_saved;
+    /* Directives: requests that carried any; admissions that had to unpin to go ahead. */
+    uint64_t directive_requests, pin_revocations;
     uint64_t preemptions, steps;
     /* Pure-decode steps, and those of them that prefetched blocks (the blocks: cache counters
      * prefetched_blocks / prefetch_hit_blocks / prefetch_wasted_blocks). */
@@ -148,6 +163,8 @@ typedef struct {
     int approx_window;
     uint64_t model_seed;
     double flops_per_token;
+    /* Pinned device blocks a tenant may hold (Leyline PIN budget); 0 = a quarter of the pool. */
+    int pin_budget_blocks;
 } SchedConfig;
 
 /* PBKV's S_bw (§4.3): the most blocks a pure-decode step prefetches, the copy volume one decode
@@ -169,6 +186,7 @@ typedef struct {
     int n_running, cap_running;
     SchedCounters counters;
     double flops_per_token;
+    int pin_budget_blocks;
     FILE *events;           /* JSONL cache decisions, or NULL */
     SchedObserver observer;
     double (*clock)(void);

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/cache_directive.h"
+#include "coord/api_directives.h"
 #include "coord/api_request.h"
 #include "coord/api_response.h"
 
@@ -465,6 +467,42 @@ static void test_message_fields_refused(void **state) {
            "messages[0].contents", "messages[0].contents is not supported");
 }
 
+/* Cache directives (issue 18): shapes accepted and refused, each by its path. */
+static void test_directives(void **state) {
+    (void)state;
+    ApiRequest r;
+    ACCEPT(API_COMPLETION,
+           "{\"prompt\":\"p\",\"directives\":[{\"op\":\"splice\",\"span\":[1,3],\"replacement\":\"x\",\"mode\":\"forget\"},"
+           "{\"op\":\"pin\",\"ttl\":\"1h\"},{\"op\":\"share\",\"span\":{\"match\":\"ab\",\"occurrence\":2},\"with\":[\"t1\"]},"
+           "{\"op\":\"evict\",\"span\":{\"match\":\"z\"}},{\"op\":\"decay\"}]}",
+           &r);
+    assert_int_equal(r.n_directives, 5);
+    assert_true(r.directives[0].op == API_DIRECTIVE_SPLICE && r.directives[0].has_span && r.directives[0].start == 1 &&
+                r.directives[0].end == 3 && r.directives[0].mode == CACHE_SPLICE_FORGET);
+    assert_true(r.directives[1].op == CACHE_HINT_PIN && r.directives[1].ttl_s == 3600 && !r.directives[1].has_span);
+    assert_true(r.directives[2].op == CACHE_HINT_SHARE && r.directives[2].occurrence == 2 && r.directives[2].n_with == 1);
+    api_request_free(&r);
+    ACCEPT(API_CHAT, "{\"messages\":[{\"role\":\"system\",\"content\":\"s\",\"cache_control\":{\"type\":\"ephemeral\"}},"
+                     "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"q\",\"cache_control\":{\"type\":\"ephemeral\",\"ttl\":\"1h\"}}]}]}",
+           &r);
+    assert_true(r.messages[0].cache_ttl_s == 300 && r.messages[1].cache_ttl_s == 3600);
+    api_request_free(&r);
+    REJECT(API_COMPLETION, "{\"prompt\":\"p\",\"directives\":{}}", 400, "directives", "array");
+    REJECT(API_COMPLETION, "{\"prompt\":\"p\",\"directives\":[{\"op\":\"fold\"}]}", 400, "directives[0].op", "one of");
+    REJECT(API_COMPLETION, "{\"prompt\":\"p\",\"directives\":[{\"op\":\"pin\"},{\"op\":\"splice\",\"replacement\":\"x\"}]}", 400,
+           "directives[1].span", "required");
+    REJECT(API_COMPLETION, "{\"prompt\":\"p\",\"directives\":[{\"op\":\"splice\",\"span\":[3,1],\"replacement\":\"x\"}]}", 400,
+           "directives[0].span", "start <= end");
+    REJECT(API_COMPLETION, "{\"prompt\":\"p\",\"directives\":[{\"op\":\"splice\",\"span\":[0,1],\"replacement\":\"x\",\"mode\":\"fast\"}]}",
+           400, "directives[0].mode", "amortize");
+    REJECT(API_COMPLETION, "{\"prompt\":\"p\",\"directives\":[{\"op\":\"pin\",\"ttl\":\"2d\"}]}", 400, "directives[0].ttl", "duration");
+    REJECT(API_COMPLETION, "{\"prompt\":\"p\",\"directives\":[{\"op\":\"pin\",\"with\":\"all\"}]}", 400, "directives[0].with",
+           "not a field of a pin directive");
+    REJECT(API_COMPLETION, "{\"prompt\":\"p\",\"directives\":[{\"op\":\"share\"}]}", 400, "directives[0].with", "tenant names");
+    REJECT(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\",\"cache_control\":{\"type\":\"forever\"}}]}", 400,
+           "messages[0].cache_control", "ephemeral");
+}
+
 /* Every field is honoured, accepted at its no-op value, or a 400 naming it (issue 22's rule). */
 static void test_unhonoured_fields_refused(void **state) {
     (void)state;
@@ -728,6 +766,7 @@ int main(void) {
         cmocka_unit_test(test_labels_and_ignore_eos),
         cmocka_unit_test(test_unhonoured_fields_refused),
         cmocka_unit_test(test_logprobs_fields),
+        cmocka_unit_test(test_directives),
         cmocka_unit_test(test_late_failure_frees),
         cmocka_unit_test(test_error_set_and_json),
         cmocka_unit_test(test_headers),

@@ -24,9 +24,17 @@
 
 static void test_submit_round_trip(void **state) {
     (void)state;
-    int32_t toks[] = {5, 6, 7, 8};
+    int32_t toks[] = {5, 6, 7, 8}, context[] = {5, 9, 9, 8};
+    /* With cache directives: a splice's context and runs, a pin and a share naming tenants. */
+    CacheSpliceRun runs[] = {{.dst = 0, .src = 0, .len = 1, .index = -1}, {.dst = 3, .src = 3, .len = 1, .index = 0}};
+    char *with[] = {"t1", "t2"};
+    CacheHint hints[] = {{.op = CACHE_HINT_PIN, .index = 1, .start = 0, .end = 4, .ttl_s = 300},
+                         {.op = CACHE_HINT_SHARE, .index = 2, .start = 0, .end = 2, .n_with = 2, .with = with}};
+    CacheDirectives d = {.splice_mode = CACHE_SPLICE_AMORTIZE, .first_edit = 1, .context = context, .n_context = 4, .runs = runs,
+                         .n_runs = 2, .hints = hints, .n_hints = 2};
     MsgSubmit in = {.req_id = 42, .max_tokens = 9, .temperature = 0.5f, .top_p = 0.9f, .top_k = 3, .seed = 77, .ignore_eos = 1,
-                    .tenant = "acme \xC3\xA9", .adapter = "lora-7", .workflow = "wf", .agent = "coder", .tokens = toks, .n_tokens = 4};
+                    .tenant = "acme \xC3\xA9", .adapter = "lora-7", .workflow = "wf", .agent = "coder", .tokens = toks, .n_tokens = 4,
+                    .directives = d};
     WireBuf b = {0};
     msg_submit_encode(&b, &in);
     MsgSubmit out;
@@ -40,6 +48,14 @@ static void test_submit_round_trip(void **state) {
     assert_string_equal(out.agent, "coder");
     assert_int_equal(out.n_tokens, 4);
     assert_memory_equal(out.tokens, toks, sizeof toks);
+    assert_int_equal(out.directives.splice_mode, CACHE_SPLICE_AMORTIZE);
+    assert_int_equal(out.directives.n_context, 4);
+    assert_memory_equal(out.directives.context, context, sizeof context);
+    assert_int_equal(out.directives.n_runs, 2);
+    assert_memory_equal(out.directives.runs, runs, sizeof runs);
+    assert_int_equal(out.directives.n_hints, 2);
+    assert_true(out.directives.hints[0].op == CACHE_HINT_PIN && out.directives.hints[0].ttl_s == 300 && out.directives.hints[0].end == 4);
+    assert_true(out.directives.hints[1].n_with == 2 && strcmp(out.directives.hints[1].with[1], "t2") == 0);
     msg_submit_free(&out);
     /* Absent names travel as empty strings. */
     WireBuf nb = {0};

@@ -1,0 +1,68 @@
+/* Planning a request's directives on the HTTP thread; the contract is in http_directives.h. */
+#include "coord/http_directives.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord/directive_plan.h"
+#include "model/chat_template.h"
+
+/* Bytes the rendering of messages[0..k] shares with the whole prompt's: where message k ends. */
+static int message_end(const BraidModel *m, const ApiRequest *a, int k, const char *full, size_t *end, ApiError *e) {
+    ChatMessage *msgs = calloc((size_t)k + 1, sizeof *msgs);
+    if (!msgs) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
+    for (int i = 0; i <= k; i++) msgs[i] = (ChatMessage){.role = a->messages[i].role, .content = a->messages[i].content};
+    BraidError err;
+    char *text = chat_template_render(&m->chat, msgs, k + 1, &err);
+    free(msgs);
+    if (!text) return api_error_set(e, 400, "messages", NULL, "cannot apply the chat template: %s", err.msg);
+    size_t n = 0;
+    while (text[n] && text[n] == full[n]) n++;
+    free(text);
+    *end = n;
+    return 0;
+}
+
+static int cache_control_pins(const BraidModel *m, const ApiRequest *a, DirectivePin *pins, int *n_pins, ApiError *e) {
+    *n_pins = 0;
+    if (a->kind != API_CHAT) return 0;
+    char *full = NULL;
+    for (int k = 0; k < a->n_messages; k++) {
+        if (a->messages[k].cache_ttl_s <= 0) continue;
+        if (*n_pins == API_MAX_CACHE_CONTROL) {
+            free(full);
+            return api_error_set(e, 400, "messages", NULL, "at most %d messages may carry cache_control", API_MAX_CACHE_CONTROL);
+        }
+        if (!full) {
+            ChatMessage *msgs = calloc((size_t)a->n_messages, sizeof *msgs);
+            if (!msgs) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
+            for (int i = 0; i < a->n_messages; i++) msgs[i] = (ChatMessage){.role = a->messages[i].role, .content = a->messages[i].content};
+            BraidError err;
+            full = chat_template_render(&m->chat, msgs, a->n_messages, &err);
+            free(msgs);
+            if (!full) return api_error_set(e, 400, "messages", NULL, "cannot apply the chat template: %s", err.msg);
+        }
+        DirectivePin *p = &pins[(*n_pins)++];
+        p->ttl_s = a->messages[k].cache_ttl_s;
+        p->message = k;
+        if (message_end(m, a, k, full, &p->end_byte, e)) {
+            free(full);
+            return -1;
+        }
+    }
+    free(full);
+    return 0;
+}
+
+int http_plan_directives(const HttpGenerateContext *ctx, const ApiRequest *a, TokenList *ids, CacheDirectives *out, ApiError *e) {
+    memset(out, 0, sizeof *out);
+    DirectivePin pins[API_MAX_CACHE_CONTROL];
+    int n_pins;
+    if (cache_control_pins(ctx->model, a, pins, &n_pins, e)) return -1;
+    if (a->n_directives == 0 && n_pins == 0) return 0;
+    if (a->kind == API_COMPLETION && a->n_prompts > 1)
+        return api_error_set(e, 400, "directives", NULL, "directives apply to one prompt; send a single prompt with them");
+    /* Replacements are tokenized as the prompt was: chat text with control tokens, completion text without. */
+    bool parse_special = a->kind == API_CHAT;
+    return directive_plan(&ctx->model->tokenizer, parse_special, ids, a->directives, a->n_directives, pins, n_pins, out, e);
+}

@@ -1,0 +1,258 @@
+/*
+ * Cache directives in the cache (Leyline, issue 18), on token ids (no model):
+ * - PIN: a pinned prefix survives eviction pressure until its deadline, then goes like any other;
+ *   a tenant's budget clips a pin to the blocks that fit; half the pool is never pinned;
+ *   kv_cache_unpin_for releases pins (earliest deadline first);
+ * - DECAY: a decayed node is the next victim whatever the policy says;
+ * - EVICT: the path from the span's block on leaves the cache, a locked node is deferred;
+ * - SHARE: another tenant's request finds nothing of tenant A's cache unless A shared it with
+ *   that tenant (or all), and then copies it exactly at the same positions;
+ * - an amortized splice plans its downstream runs from the context's cached blocks (approximate,
+ *   delta = dst - src), the run before the edit exactly, and clips to what is cached.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/kv_cache.h"
+
+#define BS 4
+
+static double fake_now;
+static double fake_clock(void) { return fake_now; }
+
+static void make_cache(KvCache *c, int device_blocks) {
+    BraidError err;
+    KvCacheConfig cfg = {.block_size = BS, .device_blocks = device_blocks, .clock = fake_clock};
+    fake_now = 100.0;
+    if (kv_cache_init(c, &cfg, &err)) fail_msg("%s", err.msg);
+}
+
+static CacheIdentity identity(KvCache *c, const char *tenant) {
+    CacheIdentity id;
+    BraidError err;
+    if (kv_cache_identity(c, tenant, NULL, NULL, NULL, &id, &err)) fail_msg("%s", err.msg);
+    return id;
+}
+
+static void fill(int32_t *t, int n, int seed) {
+    for (int i = 0; i < n; i++) t[i] = seed * 1000 + i;
+}
+
+/* Commits n tokens (whole blocks) as a finished request would, then releases them. */
+static void commit(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n) {
+    BraidError err;
+    KvCacheMatch m;
+    assert_int_equal(kv_cache_match(c, id, tokens, n + 1, &m, &err), 0);
+    int32_t table[64];
+    int got = kv_cache_acquire(c, &m, table, &err);
+    int blocks = n / BS;
+    assert_int_equal(kv_cache_reserve(c, blocks - got, table + got), 0);
+    RadixNode *lock = m.node;
+    assert_int_equal(kv_cache_commit(c, id, tokens, blocks, table, &lock, true, &err), 0);
+    kv_cache_release(c, lock, table, blocks);
+    assert_int_equal(kv_cache_check(c, &err), 0);
+}
+
+/* Cached device tokens of a prefix (matched, then released). */
+static int cached(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n) {
+    BraidError err;
+    KvCacheMatch m;
+    assert_int_equal(kv_cache_match(c, id, tokens, n, &m, &err), 0);
+    kv_cache_release(c, m.node, NULL, 0);
+    return m.device_blocks * BS;
+}
+
+static void test_pin_survives_until_deadline(void **state) {
+    (void)state;
+    KvCache c;
+    make_cache(&c, 1 + 16);
+    CacheIdentity a = identity(&c, "a");
+    int32_t t[40], u[64];
+    fill(t, 40, 1);
+    commit(&c, &a, t, 16); /* 4 blocks */
+    KvHintOutcome out;
+    BraidError err;
+    assert_int_equal(kv_cache_pin(&c, &a, t, 16, 30.0, 100, &out, &err), 0);
+    assert_int_equal(out.status, KV_HINT_ACCEPTED);
+    assert_int_equal(out.blocks, 4);
+    assert_int_equal(kv_cache_pinned(&c), 4);
+    /* Pressure: the other 12 blocks are all anyone gets. */
+    int32_t table[16];
+    assert_int_equal(kv_cache_reserve(&c, 13, table), 1);
+    assert_int_equal(kv_cache_reserve(&c, 12, table), 0);
+    for (int i = 0; i < 12; i++) kv_cache_release(&c, NULL, &table[i], 1);
+    assert_int_equal(cached(&c, &a, t, 17), 16);
+    /* Past the deadline the pin expires and pressure takes the blocks. */
+    fake_now += 31.0;
+    kv_cache_step(&c, fake_now);
+    assert_int_equal(kv_cache_pinned(&c), 0);
+    assert_int_equal(kv_cache_reserve(&c, 16, table), 0);
+    assert_int_equal(cached(&c, &a, t, 17), 0);
+    for (int i = 0; i < 16; i++) kv_cache_release(&c, NULL, &table[i], 1);
+    fill(u, 64, 2);
+    assert_int_equal(kv_cache_check(&c, &err), 0);
+    kv_cache_free(&c);
+}
+
+static void test_pin_budget_clips_and_unpin(void **state) {
+    (void)state;
+    KvCache c;
+    make_cache(&c, 1 + 20);
+    CacheIdentity a = identity(&c, "a"), b = identity(&c, "b");
+    int32_t t[40], u[40];
+    fill(t, 40, 1);
+    fill(u, 40, 2);
+    commit(&c, &a, t, 24); /* 6 blocks */
+    commit(&c, &b, u, 40); /* 10 blocks */
+    KvHintOutcome out;
+    BraidError err;
+    assert_int_equal(kv_cache_pin(&c, &a, t, 24, 60.0, 2, &out, &err), 0);
+    assert_int_equal(out.status, KV_HINT_CLIPPED);
+    assert_int_equal(out.blocks, 2);
+    assert_int_equal(out.blocks_asked, 6);
+    assert_int_equal(kv_cache_pinned_by(&c, a.tenant), 2);
+    /* Re-pinning the same prefix costs nothing more: still clipped at 2. */
+    assert_int_equal(kv_cache_pin(&c, &a, t, 8, 60.0, 2, &out, &err), 0);
+    assert_int_equal(out.status, KV_HINT_ACCEPTED);
+    assert_int_equal(kv_cache_pinned_by(&c, a.tenant), 2);
+    /* Half the pool (10 blocks) at most, whatever the budget. */
+    assert_int_equal(kv_cache_pin(&c, &b, u, 40, 10.0, 1000, &out, &err), 0);
+    assert_int_equal(out.status, KV_HINT_CLIPPED);
+    assert_int_equal(out.blocks, 8);
+    assert_int_equal(kv_cache_pinned(&c), 10);
+    /* Releasing for an admission goes earliest deadline first: b's (10 s) before a's (60 s). */
+    assert_true(kv_cache_unpin_for(&c, 5) >= 5);
+    assert_int_equal(kv_cache_pinned_by(&c, a.tenant), 2);
+    assert_int_equal(kv_cache_pinned_by(&c, b.tenant), 0);
+    assert_int_equal(kv_cache_check(&c, &err), 0);
+    kv_cache_free(&c);
+}
+
+static void test_decay_and_evict(void **state) {
+    (void)state;
+    KvCache c;
+    make_cache(&c, 1 + 32);
+    CacheIdentity a = identity(&c, "a");
+    int32_t t[40], u[40], v[40];
+    fill(t, 40, 1);
+    fill(u, 40, 2);
+    fill(v, 40, 3);
+    commit(&c, &a, t, 16);
+    commit(&c, &a, u, 16);
+    commit(&c, &a, v, 16);
+    /* LRU would take t first; decaying v's last two blocks makes them the first victims. */
+    KvHintOutcome out;
+    BraidError err;
+    assert_int_equal(kv_cache_decay(&c, &a, v, 8, 16, &out, &err), 0);
+    assert_int_equal(out.status, KV_HINT_ACCEPTED);
+    assert_int_equal(out.blocks, 2);
+    assert_int_equal(kv_cache_evict(&c, CACHE_TIER_DEVICE, 2), 2);
+    assert_int_equal(cached(&c, &a, v, 17), 8);
+    assert_int_equal(cached(&c, &a, t, 17), 16);
+    /* EVICT from token 5 (block 1) on: blocks 1..3 of u go, block 0 stays. */
+    assert_int_equal(kv_cache_evict_from(&c, &a, u, 16, 5, &out, &err), 0);
+    assert_int_equal(out.status, KV_HINT_ACCEPTED);
+    assert_int_equal(out.blocks, 3);
+    assert_int_equal(cached(&c, &a, u, 17), 4);
+    /* A path in use is deferred (decayed), not dropped. */
+    KvCacheMatch m;
+    assert_int_equal(kv_cache_match(&c, &a, t, 17, &m, &err), 0);
+    assert_int_equal(kv_cache_evict_from(&c, &a, t, 16, 0, &out, &err), 0);
+    assert_int_equal(out.status, KV_HINT_DEFERRED);
+    kv_cache_release(&c, m.node, NULL, 0);
+    assert_int_equal(cached(&c, &a, t, 17), 16);
+    assert_int_equal(kv_cache_check(&c, &err), 0);
+    kv_cache_free(&c);
+}
+
+static void test_share_is_opt_in(void **state) {
+    (void)state;
+    KvCache c;
+    make_cache(&c, 1 + 32);
+    CacheIdentity a = identity(&c, "a"), b = identity(&c, "b"), x = identity(&c, "x");
+    int32_t t[40];
+    fill(t, 40, 1);
+    commit(&c, &a, t, 24);
+    KvSegmentPlan plan = {0};
+    BraidError err;
+    /* Not shared: b finds nothing of a's. */
+    assert_int_equal(kv_cache_plan_shared(&c, &b, t, 30, 0, &plan, &err), 0);
+    assert_int_equal(plan.n, 0);
+    KvHintOutcome out;
+    const char *with[] = {"b"};
+    assert_int_equal(kv_cache_share(&c, &a, t, 16, false, with, 1, &out, &err), 0);
+    assert_int_equal(out.status, KV_HINT_ACCEPTED);
+    assert_int_equal(out.blocks, 4);
+    /* b copies the 16 shared tokens exactly, at the same positions; x still sees nothing. */
+    assert_int_equal(kv_cache_plan_shared(&c, &b, t, 30, 0, &plan, &err), 16);
+    assert_int_equal(plan.n, 1);
+    assert_int_equal(plan.spans[0].dst_start, 0);
+    assert_int_equal(plan.spans[0].src_pos, 0);
+    assert_int_equal(plan.spans[0].n_tokens, 16);
+    assert_true(plan.spans[0].exact);
+    kv_cache_drop_segments(&c, &plan);
+    assert_int_equal(kv_cache_plan_shared(&c, &x, t, 30, 0, &plan, &err), 0);
+    assert_int_equal(plan.n, 0);
+    /* Shared with all: x sees it too. */
+    assert_int_equal(kv_cache_share(&c, &a, t, 24, true, NULL, 0, &out, &err), 0);
+    assert_int_equal(kv_cache_plan_shared(&c, &x, t, 30, 0, &plan, &err), 24);
+    kv_cache_drop_segments(&c, &plan);
+    assert_int_equal(c.counters.shared_hit_tokens, 16 + 24);
+    kv_cache_segment_plan_free(&plan);
+    assert_int_equal(kv_cache_check(&c, &err), 0);
+    kv_cache_free(&c);
+}
+
+static void test_splice_plan(void **state) {
+    (void)state;
+    KvCache c;
+    make_cache(&c, 1 + 32);
+    CacheIdentity a = identity(&c, "a");
+    a.approx_ok = true;
+    /* Context: 40 tokens, 36 cached (9 blocks); the splice replaces [10, 12) by 5 tokens. */
+    int32_t ctx[40], p[44];
+    fill(ctx, 40, 1);
+    commit(&c, &a, ctx, 36);
+    memcpy(p, ctx, 10 * sizeof *p);
+    for (int i = 0; i < 5; i++) p[10 + i] = 7000 + i;
+    memcpy(p + 15, ctx + 12, 28 * sizeof *p);
+    CacheSpliceRun runs[] = {{.dst = 0, .src = 0, .len = 10, .index = -1}, {.dst = 15, .src = 12, .len = 28, .index = 0}};
+    CacheDirectives d = {.splice_mode = CACHE_SPLICE_AMORTIZE, .first_edit = 10, .context = ctx, .n_context = 40, .runs = runs, .n_runs = 2};
+    KvSegmentPlan plan = {0};
+    int reused[2];
+    BraidError err;
+    /* From 8 (the prefix match's two whole blocks): tokens 8..9 exactly, then the shifted run up to
+     * what is cached (context 12..35 -> 15..38). */
+    assert_int_equal(kv_cache_plan_splice(&c, &a, &d, 43, 8, &plan, reused, &err), 0);
+    assert_int_equal(plan.n, 2);
+    assert_int_equal(plan.spans[0].dst_start, 8);
+    assert_int_equal(plan.spans[0].n_tokens, 2);
+    assert_true(plan.spans[0].exact);
+    assert_int_equal(plan.spans[1].dst_start, 15);
+    assert_int_equal(plan.spans[1].src_pos, 12);
+    assert_int_equal(plan.spans[1].n_tokens, 24);
+    assert_false(plan.spans[1].exact);
+    assert_true(plan.inexact);
+    assert_int_equal(plan.first_inexact, 15);
+    assert_int_equal(reused[0], 2);
+    assert_int_equal(reused[1], 24);
+    kv_cache_drop_segments(&c, &plan);
+    kv_cache_segment_plan_free(&plan);
+    assert_int_equal(kv_cache_check(&c, &err), 0);
+    kv_cache_free(&c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pin_survives_until_deadline), cmocka_unit_test(test_pin_budget_clips_and_unpin),
+        cmocka_unit_test(test_decay_and_evict),             cmocka_unit_test(test_share_is_opt_in),
+        cmocka_unit_test(test_splice_plan),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
