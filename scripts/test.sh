@@ -24,7 +24,7 @@ cmake -S . -B build-asan -DBRAID_SANITIZE=ON -DBRAID_CUDA=OFF -DCMAKE_BUILD_TYPE
   || { cat build-asan.cmake.log; exit 1; }
 cmake --build build-asan -j"$(nproc)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j2 -E 'test_golden_logits|test_golden_lora|test_engine|test_int8_engine|cluster_integration|kv_events_integration|segment_reuse_integration|bench_driver_integration|rank_binding_integration|slurm_integration'
+  ctest --test-dir build-asan --output-on-failure -j2 -E 'test_golden_logits|test_golden_lora|test_engine|test_int8_engine|cluster_integration|kv_events_integration|segment_reuse_integration|directives_integration|bench_driver_integration|rank_binding_integration|slurm_integration'
 
 echo "[test] libFuzzer, ${BRAID_FUZZ_SECONDS:-30} s per target"
 status=0
