@@ -19,6 +19,7 @@ static const char usage[] =
     "  serve       the cluster under mpirun: OpenAI-compatible HTTP API on rank 0, model instances on the rest\n"
     "  sim         replay a request trace through the cache code (LRU or the Belady bound), no model\n"
     "  train-predictor  learn the Markov next-agent predictor from request traces and report its accuracy\n"
+    "  manifest    export a cache manifest of hot chunks (from a server or from traces) for serve --warm-start\n"
     "\n"
     "Run 'braid <command> --help' for the options of one command.\n"
     "The model defaults to $BRAID_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf.\n";
@@ -30,7 +31,7 @@ int main(int argc, char **argv) {
     }
     static const struct { const char *name; int (*run)(int, char **); } commands[] = {
         {"info", cmd_info}, {"generate", cmd_generate}, {"tokenize", cmd_tokenize}, {"detokenize", cmd_detokenize}, {"batch", cmd_batch}, {"sim", cmd_sim},
-        {"serve", cmd_serve}, {"train-predictor", cmd_train_predictor},
+        {"serve", cmd_serve}, {"train-predictor", cmd_train_predictor}, {"manifest", cmd_manifest},
     };
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);

@@ -7,24 +7,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "plot_data.h"
+#include "plot_gnuplot.h"
+#include "plot_occupancy.h"
 #include "strbuf.h"
 
 static const char plot_usage[] =
     "usage: braid-bench plot [LABEL=]INPUT... --out chart.png [--latency workflow|request] [--title TEXT]\n"
+    "       braid-bench plot --occupancy [LABEL=]LOG... --out occupancy.png [--title TEXT]\n"
     "  Draws the inputs side by side on one PNG, one line per input, labelled LABEL or the input's name.\n"
     "  An input is a `braid-bench run` directory or a `braid sim --timeline` file. Left: the token-level\n"
     "  cache hit rate over time (cumulative; a run's requests.jsonl by completion time, a timeline's rows\n"
     "  by arrival time in the trace). Right: the CDF of end-to-end latency, per workflow (a run's\n"
     "  workflows.jsonl, the default) or per request (a timeline: the modeled request latencies).\n"
+    "  --occupancy: the inputs are --occupancy-log files (braid serve / braid batch); one panel per tier\n"
+    "  (device, host) with the blocks used (in use + cached) and in use by running requests over time, per\n"
+    "  input and instance, and the pool size dashed.\n"
     "  Needs gnuplot (apt-get install gnuplot-nox).\n";
 
 typedef struct {
     const char *out, *title;
-    bool per_request;
+    bool per_request, occupancy;
     char **dirs;   /* the inputs' paths (LABEL= removed) */
     char **labels; /* their legend labels */
     int n_dirs;
@@ -77,8 +82,9 @@ static bool is_regular_file(const char *path) {
 
 /* Returns 0 to run, 1 after --help, 2 on a usage error. */
 static int parse_args(int argc, char **argv, PlotArgs *a) {
-    enum { O_OUT = 256, O_LATENCY, O_TITLE };
+    enum { O_OUT = 256, O_LATENCY, O_TITLE, O_OCCUPANCY };
     static const struct option opts[] = {{"out", required_argument, 0, O_OUT}, {"latency", required_argument, 0, O_LATENCY},
+                                         {"occupancy", no_argument, 0, O_OCCUPANCY},
                                          {"title", required_argument, 0, O_TITLE}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (PlotArgs){.title = "braid-bench runs"};
     int c;
@@ -87,6 +93,7 @@ static int parse_args(int argc, char **argv, PlotArgs *a) {
         switch (c) {
         case O_OUT: a->out = optarg; break;
         case O_TITLE: a->title = optarg; break;
+        case O_OCCUPANCY: a->occupancy = true; break;
         case O_LATENCY:
             if (strcmp(optarg, "workflow") && strcmp(optarg, "request")) {
                 fprintf(stderr, "braid-bench plot: --latency expects workflow or request, got '%s'\n", optarg);
@@ -112,44 +119,7 @@ static int parse_args(int argc, char **argv, PlotArgs *a) {
     return 0;
 }
 
-/* ---- gnuplot ---- */
-
-static bool on_path(const char *program) {
-    const char *path = getenv("PATH");
-    if (!path) return false;
-    char *copy = strdup(path), *save = NULL;
-    bool found = false;
-    for (char *dir = copy ? strtok_r(copy, ":", &save) : NULL; dir && !found; dir = strtok_r(NULL, ":", &save)) {
-        char full[4096];
-        snprintf(full, sizeof full, "%s/%s", *dir ? dir : ".", program);
-        found = access(full, X_OK) == 0;
-    }
-    free(copy);
-    return found;
-}
-
-/* Runs a gnuplot script; true when gnuplot exited 0. quiet discards its messages. */
-static bool run_gnuplot(const char *script, bool quiet) {
-    FILE *p = popen(quiet ? "gnuplot > /dev/null 2>&1" : "gnuplot", "w");
-    if (!p) return false;
-    fputs(script, p);
-    int status = pclose(p);
-    return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
-
-static const char *png_terminal(void) { return run_gnuplot("set terminal pngcairo\n", true) ? "pngcairo" : "png"; }
-
 /* ---- the script ---- */
-
-/* text as a gnuplot single-quoted string body: a quote is written twice. */
-static void script_add_quoted(StrBuf *s, const char *text) {
-    strbuf_append_char(s, '\'');
-    for (const char *p = text; *p; p++) {
-        if (*p == '\'') strbuf_append(s, "''");
-        else strbuf_append_char(s, *p);
-    }
-    strbuf_append_char(s, '\'');
-}
 
 /* One panel: plot each non-empty data file tmp/prefix_k.dat. */
 static void script_panel(StrBuf *s, const PlotArgs *a, const char *tmp, const char *prefix, const bool *has_data, const char *style,
@@ -163,9 +133,9 @@ static void script_panel(StrBuf *s, const PlotArgs *a, const char *tmp, const ch
         snprintf(title, sizeof title, "%s%s", a->labels[k],
                  per_request && per_request[k] && !all_per_request ? " (per request)" : "");
         strbuf_appendf(s, "%s", first ? "" : ", \\\n     ");
-        script_add_quoted(s, path);
+        plot_gnuplot_quote(s, path);
         strbuf_appendf(s, " using 1:2 with %s lw 2 title ", style);
-        script_add_quoted(s, title);
+        plot_gnuplot_quote(s, title);
         first = false;
     }
     strbuf_append(s, "\n");
@@ -179,9 +149,9 @@ static char *build_script(const PlotArgs *a, const char *tmp, const char *termin
         if (has_cdf[k] && !per_request[k]) all_per_request = false;
     StrBuf s = {0};
     strbuf_appendf(&s, "set terminal %s size 1400,560 noenhanced\nset output ", terminal);
-    script_add_quoted(&s, a->out);
+    plot_gnuplot_quote(&s, a->out);
     strbuf_appendf(&s, "\nset multiplot layout 1,2 title ");
-    script_add_quoted(&s, a->title);
+    plot_gnuplot_quote(&s, a->title);
     strbuf_appendf(&s, "\nset grid\nset key bottom right\n");
     strbuf_appendf(&s, "set title 'Token-level prefix-cache hit rate (cumulative)'\n"
                    "set xlabel 'time since start of run (s; a sim timeline: arrival time in the trace)'\nset ylabel 'hit rate (%% of prompt tokens)'\nset yrange [0:100]\n");
@@ -254,9 +224,9 @@ static int draw(const PlotArgs *a, const char *tmp, BraidError *err) {
     for (int k = 0; rc == 0 && k < a->n_dirs; k++) rc = prepare_dir(a, k, tmp, &has_hit[k], &has_cdf[k], &per_request[k], err);
     if (rc == 0 && (!any(has_hit, a->n_dirs) || !any(has_cdf, a->n_dirs)))
         rc = braid_error_set(err, "nothing to plot: no directory has successful requests");
-    char *script = rc == 0 ? build_script(a, tmp, png_terminal(), has_hit, has_cdf, per_request) : NULL;
+    char *script = rc == 0 ? build_script(a, tmp, plot_gnuplot_png_terminal(), has_hit, has_cdf, per_request) : NULL;
     if (rc == 0 && !script) rc = braid_error_set(err, "out of memory building the gnuplot script");
-    if (rc == 0 && !run_gnuplot(script, false)) rc = braid_error_set(err, "gnuplot failed (its messages are above)");
+    if (rc == 0 && !plot_gnuplot_run(script, false)) rc = braid_error_set(err, "gnuplot failed (its messages are above)");
     struct stat st;
     if (rc == 0 && (stat(a->out, &st) != 0 || st.st_size == 0)) rc = braid_error_set(err, "gnuplot wrote no %s", a->out);
     free(script);
@@ -268,7 +238,7 @@ int plot_main(int argc, char **argv) {
     PlotArgs a;
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc == 1 ? 0 : rc;
-    if (!on_path("gnuplot")) {
+    if (!plot_gnuplot_installed()) {
         fprintf(stderr, "braid-bench plot: gnuplot is not installed or not on PATH (apt-get install gnuplot-nox)\n");
         free_inputs(&a);
         return 1;
@@ -280,7 +250,8 @@ int plot_main(int argc, char **argv) {
         return 1;
     }
     BraidError err;
-    rc = draw(&a, tmp, &err);
+    if (a.occupancy && strcmp(a.title, "braid-bench runs") == 0) a.title = "KV pool occupancy";
+    rc = a.occupancy ? plot_occupancy_draw(a.dirs, a.labels, a.n_dirs, a.out, a.title, tmp, &err) : draw(&a, tmp, &err);
     remove_tmp(tmp, a.n_dirs);
     free_inputs(&a);
     if (rc) {

@@ -10,8 +10,7 @@ typedef struct {
     double t_done, prompt, cached;
 } Completion;
 
-/* Calls on_line for each JSON object line of path; returns 0, or -1 with err set. */
-static int for_each_line(const char *path, int (*on_line)(const json_t *o, void *ctx), void *ctx, BraidError *err) {
+int plot_for_each_json_line(const char *path, int (*on_line)(const json_t *o, void *ctx), void *ctx, BraidError *err) {
     FILE *f = fopen(path, "r");
     if (!f) return braid_error_set(err, "cannot open %s", path);
     char *line = NULL;
@@ -79,7 +78,7 @@ int plot_read_hit_rate(const char *dir, PlotSeries *out, BraidError *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/requests.jsonl", dir);
     Vec v = {.size = sizeof(Completion)};
-    int rc = for_each_line(path, add_completion, &v, err);
+    int rc = plot_for_each_json_line(path, add_completion, &v, err);
     if (rc == 0) rc = series_alloc(out, v.n, err);
     if (rc == 0) {
         Completion *c = v.items;
@@ -122,7 +121,7 @@ int plot_read_latency_cdf(const char *dir, bool want_per_request, PlotSeries *ou
     *per_request = want_per_request || access(path, R_OK) != 0;
     if (*per_request) snprintf(path, sizeof path, "%s/requests.jsonl", dir);
     Vec v = {.size = sizeof(double)};
-    int rc = for_each_line(path, *per_request ? add_request_latency : add_workflow_latency, &v, err);
+    int rc = plot_for_each_json_line(path, *per_request ? add_request_latency : add_workflow_latency, &v, err);
     /* One point more than latencies: the curve starts at 0 at the shortest latency. */
     if (rc == 0 && v.n > 0) rc = series_alloc(out, v.n + 1, err);
     if (rc == 0 && v.n > 0) {
@@ -157,7 +156,7 @@ static int add_timeline_row(const json_t *o, void *ctx) {
 int plot_read_timeline(const char *path, PlotSeries *hit, PlotSeries *cdf, BraidError *err) {
     Vec v = {.size = sizeof(TimelineRow)};
     *hit = *cdf = (PlotSeries){0};
-    int rc = for_each_line(path, add_timeline_row, &v, err);
+    int rc = plot_for_each_json_line(path, add_timeline_row, &v, err);
     if (rc == 0 && v.n > 0) rc = series_alloc(hit, v.n, err);
     if (rc == 0 && v.n > 0) rc = series_alloc(cdf, v.n + 1, err);
     if (rc == 0 && v.n > 0) {

@@ -18,6 +18,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "common/error.h"
 
 typedef struct {
@@ -30,6 +32,9 @@ int plot_read_hit_rate(const char *dir, PlotSeries *out, BraidError *err);
 int plot_read_latency_cdf(const char *dir, bool want_per_request, PlotSeries *out, bool *per_request, BraidError *err);
 /* Both series from a braid sim --timeline file. Returns 0, or -1 with err set. */
 int plot_read_timeline(const char *path, PlotSeries *hit, PlotSeries *cdf, BraidError *err);
+/* Calls on_line for each JSON object line of path (blank lines skipped); on_line returns nonzero
+ * when out of memory. Returns 0, or -1 with err set (unreadable file, a line that is no object). */
+int plot_for_each_json_line(const char *path, int (*on_line)(const json_t *o, void *ctx), void *ctx, BraidError *err);
 /* "x y" lines. Returns 0 or -1. */
 int plot_series_write(const PlotSeries *s, FILE *f);
 void plot_series_free(PlotSeries *s);

@@ -46,6 +46,11 @@ char *cli_read_stdin(size_t *len);
 
 #define CLI_DEFAULT_APPROX_WINDOW 64
 
+#define CLI_OCCUPANCY_FLAGS_USAGE                                                                                    \
+    "  --occupancy-log FILE     JSONL pool-occupancy samples per tier ({\"t\", \"instance\", \"tier\", \"total\",\n"        \
+    "                           \"free\", \"cached\", \"in_use\"}) when the counts change, at most every\n"                \
+    "                           --occupancy-interval seconds (default 1.0); braid-bench plot --occupancy draws it\n"
+
 /* --segment-reuse's value into *mode; -1 after an error message (when verbose) when unknown. */
 int cli_parse_segment_reuse(const char *cmd, const char *text, SegmentReuseMode *mode, bool verbose);
 

@@ -17,6 +17,7 @@
 #include "common/float_b64.h"
 #include "worker/engine.h"
 #include "worker/kv_pool.h"
+#include "worker/occupancy_log.h"
 
 static const char batch_usage[] =
     "usage: braid batch --input requests.jsonl --output results.jsonl [options]\n"
@@ -41,6 +42,7 @@ static const char batch_usage[] =
     "                           (base64 float32; docs/TRACE_FORMAT.md) for braid train-predictor / braid sim --hidden\n"
     "  --logits-out PATH        write each request's first-token logits (the full vocabulary, base64 float32) as\n"
     "                           JSONL {\"id\", \"logits\"}: drift studies compare runs with and without segment reuse\n"
+    CLI_OCCUPANCY_FLAGS_USAGE
     CLI_LORA_FLAGS_USAGE
     "  --threads N              CPU threads (default: all cores)\n"
     "  --device D               cpu, cuda or auto = cuda when built with it and a GPU is visible (default auto)\n"
@@ -57,7 +59,8 @@ static const char batch_usage[] =
     "load-backs and evictions per tier (counts).\n";
 
 typedef struct {
-    const char *model, *input, *output, *events_path, *trace_path, *hidden_path, *logits_path;
+    const char *model, *input, *output, *events_path, *trace_path, *hidden_path, *logits_path, *occupancy_path;
+    double occupancy_interval;
     long kv_blocks, block_size, max_batch_tokens, max_running, threads;
     bool cache, no_graphs, trace_tokens;
     CpuMatmulMath cpu_matmul;
@@ -72,7 +75,8 @@ typedef struct {
 
 static int parse_args(int argc, char **argv, BatchArgs *a) {
     enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE, O_DEVICE, O_NO_GRAPHS,
-           O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_LOGITS, O_TRACE_TOKENS, O_LORA, O_LORA_CACHE };
+           O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_LOGITS, O_TRACE_TOKENS, O_LORA, O_LORA_CACHE,
+           O_OCCUPANCY, O_OCCUPANCY_INTERVAL };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
         {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
@@ -87,10 +91,11 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         {"approx-window", required_argument, 0, O_WINDOW}, {"logits-out", required_argument, 0, O_LOGITS},
         {"trace-tokens", no_argument, 0, O_TRACE_TOKENS},
         {"lora", required_argument, 0, O_LORA}, {"lora-cache", required_argument, 0, O_LORA_CACHE},
+        {"occupancy-log", required_argument, 0, O_OCCUPANCY}, {"occupancy-interval", required_argument, 0, O_OCCUPANCY_INTERVAL},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (BatchArgs){.prefetch = -1, .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
-                     .cpu_matmul = CPU_MATMUL_DEFAULT, .host = CLI_HOST_TIER_DEFAULT};
+                     .cpu_matmul = CPU_MATMUL_DEFAULT, .host = CLI_HOST_TIER_DEFAULT, .occupancy_interval = 1.0};
     int c;
     BraidError err;
     optind = 1;
@@ -104,6 +109,8 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         case O_HIDDEN: a->hidden_path = optarg; break;
         case O_LOGITS: a->logits_path = optarg; break;
         case O_TRACE_TOKENS: a->trace_tokens = true; break;
+        case O_OCCUPANCY: a->occupancy_path = optarg; break;
+        case O_OCCUPANCY_INTERVAL: if (cli_parse_float("--occupancy-interval", optarg, 0.001, 3600, &a->occupancy_interval)) return 2; break;
         case O_BLOCKS: if (cli_parse_int("--kv-blocks", optarg, 2, 1 << 24, &a->kv_blocks)) return 2; break;
         case O_BS: if (cli_parse_int("--block-size", optarg, 1, 1024, &a->block_size)) return 2; break;
         case O_MBT: if (cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &a->max_batch_tokens)) return 2; break;
@@ -424,6 +431,13 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, const LoraSe
         goto done;
     }
     engine.sched.events = files->events;
+    OccupancyLog occupancy = {.fd = -1};
+    if (a->occupancy_path && occupancy_log_open(&occupancy, a->occupancy_path, true, 0, a->occupancy_interval, &engine.sched.cache, &err)) {
+        fprintf(stderr, "braid batch: %s\n", err.msg);
+        engine_free(&engine);
+        rc = 1;
+        goto done;
+    }
     double t0 = braid_now_seconds();
     for (int i = 0; i < n; i++) {
         reqs[i].want_hidden = files->hidden != NULL;
@@ -436,7 +450,9 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, const LoraSe
             rc = 1;
             break;
         }
+        occupancy_log_sample(&occupancy, &engine.sched.cache);
     }
+    occupancy_log_close(&occupancy, &engine.sched.cache);
     double elapsed = braid_now_seconds() - t0;
     for (int i = 0; i < n; i++) write_result(files->out, model, &reqs[i], t0);
     for (int i = 0; files->trace && i < n; i++)

@@ -15,12 +15,15 @@
 #include "coord/auth.h"
 #include "coord/coordinator.h"
 #include "coord/http_api.h"
+#include "coord/manifest_recorder.h"
 #include "coord/metrics.h"
+#include "coord/warm_start.h"
 #include "model/model.h"
 #include "predict/agent_predictor.h"
 #include "transport/rank_directory.h"
 #include "worker/instance_leader.h"
 #include "worker/kv_pool.h"
+#include "worker/occupancy_log.h"
 #include "worker/rank_binding.h"
 
 static const char serve_usage[] =
@@ -72,6 +75,16 @@ static const char serve_usage[] =
     "  --kv-events-replay-endpoint EP  ROUTER socket that re-sends kept batches from a requested sequence\n"
     "                           number (the last 10000 batches), e.g. tcp://*:5558\n"
     "  --kv-events-topic T      first frame of every published message (default empty)\n"
+    "  --manifest-capacity N    chunks the coordinator counts for GET /v1/cache/manifest (default 16384; the least\n"
+    "                           counted is forgotten when full; 0 = no recording, the endpoint answers 404)\n"
+    "  --manifest-out FILE      also append each chunk to FILE when first seen (one flushed line each: a valid\n"
+    "                           manifest even after an abrupt stop; its counts are 1)\n"
+    "  --warm-start FILE        prefill the prompt heads of a manifest (braid manifest export) once the instances\n"
+    "                           are up, before the server reports ready (/health: \"warming\", 503); bad or stale\n"
+    "                           lines are skipped with a logged reason; progress goes to the log\n"
+    "  --warm-start-pin TTL     attach the directive {\"op\": \"pin\", \"ttl\": TTL} to each warm-start request\n"
+    CLI_OCCUPANCY_FLAGS_USAGE
+    "                           serve: every instance's leader appends its samples to FILE (\"instance\" names it)\n"
     "  --trace-out PATH         replayable trace of served requests and workflow ends, for braid sim; workflow\n"
     "                           calls carry their prefill hidden state (training data for --kind graph)\n"
     "  --predictor FILE         next-agent predictor trained by braid train-predictor; rank 0 forecasts each\n"
@@ -113,6 +126,9 @@ static const char serve_usage[] =
 typedef struct {
     const char *model, *host, *served_name, *events_path, *pid_file, *trace_path, *predictor_path, *api_keys_path, *tls_cert, *tls_key;
     const char *exit_status_file;
+    const char *manifest_out, *warm_start, *warm_start_pin, *occupancy_log;
+    long manifest_capacity;
+    double occupancy_interval;
     const char *kv_events_endpoint, *kv_events_replay_endpoint, *kv_events_topic;
     long tp, port, kv_blocks, block_size, max_batch_tokens, max_running, max_pending, max_body, threads, route_slack;
     long max_connections, max_connections_per_client, http_timeout;
@@ -136,7 +152,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
            O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB,
            O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS, O_PREFETCH, O_BIND, O_API_KEYS, O_TLS_CERT,
            O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_PIN_BUDGET, O_INSTANCE_TIMEOUT, O_EXIT_STATUS, O_MAX_CONN, O_MAX_CONN_CLIENT, O_HTTP_TIMEOUT,
-           O_KV_EVENTS_EP, O_KV_EVENTS_REPLAY, O_KV_EVENTS_TOPIC, O_LORA, O_LORA_CACHE };
+           O_KV_EVENTS_EP, O_KV_EVENTS_REPLAY, O_KV_EVENTS_TOPIC, O_LORA, O_LORA_CACHE, O_MANIFEST_OUT, O_MANIFEST_CAPACITY,
+           O_WARM_START, O_WARM_START_PIN, O_OCCUPANCY, O_OCCUPANCY_INTERVAL };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -164,6 +181,9 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"kv-events-replay-endpoint", required_argument, 0, O_KV_EVENTS_REPLAY},
         {"kv-events-topic", required_argument, 0, O_KV_EVENTS_TOPIC},
         {"lora", required_argument, 0, O_LORA}, {"lora-cache", required_argument, 0, O_LORA_CACHE},
+        {"manifest-out", required_argument, 0, O_MANIFEST_OUT}, {"manifest-capacity", required_argument, 0, O_MANIFEST_CAPACITY},
+        {"warm-start", required_argument, 0, O_WARM_START}, {"warm-start-pin", required_argument, 0, O_WARM_START_PIN},
+        {"occupancy-log", required_argument, 0, O_OCCUPANCY}, {"occupancy-interval", required_argument, 0, O_OCCUPANCY_INTERVAL},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
                      .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
@@ -171,7 +191,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
                      .cpu_matmul = CPU_MATMUL_DEFAULT, .host_tier = CLI_HOST_TIER_DEFAULT, .horizon = 4, .max_workflows = 65536,
                      .idle_timeout = 600, .instance_timeout = 60, .prefetch = -1, .bind = RANK_BIND_AUTO,
                      .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW, .max_connections = 1024,
-                     .max_connections_per_client = 64, .http_timeout = 10};
+                     .max_connections_per_client = 64, .http_timeout = 10,
+                     .manifest_capacity = MANIFEST_RECORDER_DEFAULT_CAPACITY, .occupancy_interval = 1.0};
     int c;
     BraidError err;
     optind = 1;
@@ -190,6 +211,16 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_KV_EVENTS_EP: a->kv_events_endpoint = optarg; break;
         case O_KV_EVENTS_REPLAY: a->kv_events_replay_endpoint = optarg; break;
         case O_KV_EVENTS_TOPIC: a->kv_events_topic = optarg; break;
+        case O_MANIFEST_OUT: a->manifest_out = optarg; break;
+        case O_WARM_START: a->warm_start = optarg; break;
+        case O_WARM_START_PIN: a->warm_start_pin = optarg; break;
+        case O_OCCUPANCY: a->occupancy_log = optarg; break;
+        case O_MANIFEST_CAPACITY: target = &a->manifest_capacity, flag = "--manifest-capacity", lo = 0; break;
+        case O_OCCUPANCY_INTERVAL:
+            if (verbose ? cli_parse_float("--occupancy-interval", optarg, 0.001, 3600, &a->occupancy_interval)
+                        : (a->occupancy_interval = strtod(optarg, NULL), 0))
+                return 2;
+            break;
         case O_TP: target = &a->tp, flag = "--tp", hi = 64; break;
         case O_PORT: target = &a->port, flag = "--port", hi = 65535; break;
         case O_BLOCKS: target = &a->kv_blocks, flag = "--kv-blocks", lo = 2; break;
@@ -287,6 +318,14 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     if (!a->tls_cert != !a->tls_key) {
         if (verbose)
             fprintf(stderr, "braid serve: --tls-cert and --tls-key go together (got only %s)\n", a->tls_cert ? "--tls-cert" : "--tls-key");
+        return 2;
+    }
+    if (a->warm_start_pin && !a->warm_start) {
+        if (verbose) fprintf(stderr, "braid serve: --warm-start-pin needs --warm-start (the manifest whose heads it pins)\n");
+        return 2;
+    }
+    if (a->manifest_out && a->manifest_capacity == 0) {
+        if (verbose) fprintf(stderr, "braid serve: --manifest-out needs recording on (--manifest-capacity > 0)\n");
         return 2;
     }
     if (!a->kv_events_endpoint && (a->kv_events_replay_endpoint || a->kv_events_topic)) {
@@ -416,6 +455,22 @@ static void default_served_name(const char *path, char *out, size_t cap) {
     if (n > 5 && strcmp(out + n - 5, ".gguf") == 0) out[n - 5] = '\0';
 }
 
+/* --warm-start: the manifest's heads go through the request path the HTTP API uses. NULL when it
+ * cannot start (then the server is ready at once, without the warm-up). */
+static WarmStart *start_warm_start(const ServeArgs *a, Coordinator *coord, const BraidModel *model, const char *served_name,
+                                   const LoraSet *lora) {
+    WarmStartConfig wc = {.path = a->warm_start, .pin_ttl = a->warm_start_pin,
+                          .generate = {.coord = coord, .model = model, .served_model = served_name, .lora = lora,
+                                       .segment_reuse = (int)a->segment_reuse}};
+    BraidError err;
+    WarmStart *warm = warm_start_begin(&wc, &err);
+    if (!warm) {
+        fprintf(stderr, "braid serve: %s; starting without it\n", err.msg);
+        coordinator_warming_done(coord);
+    }
+    return warm;
+}
+
 /* Takes *predictor over (NULL afterwards); borrows the access configuration. */
 static int run_coordinator(const ServeArgs *a, const BraidModel *model, const LoraSet *lora, int n_instances, const sigset_t *stop,
                            AgentPredictor **predictor, const char *binding_metrics, const AccessConfig *access, const RankDirectory *ranks,
@@ -450,6 +505,18 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, const Lo
                a->kv_events_replay_endpoint ? ", replay on " : "", a->kv_events_replay_endpoint ? a->kv_events_replay_endpoint : "");
         fflush(stdout);
     }
+    ManifestRecorder *manifest = NULL;
+    if (a->manifest_capacity > 0) {
+        ManifestRecorderConfig mc = {.capacity = (int)a->manifest_capacity, .anchors = model->tokenizer.special_ids,
+                                     .n_anchors = model->tokenizer.n_special, .model_seed = engine_model_seed(&model->weights.cfg),
+                                     .out_path = a->manifest_out};
+        if (!(manifest = manifest_recorder_create(&mc, &err))) {
+            fprintf(stderr, "braid serve: %s\n", err.msg);
+            kv_event_publisher_free(kv_publisher);
+            MPI_Abort(MPI_COMM_WORLD, 1); /* the workers wait for a coordinator that will not come */
+            return 1;
+        }
+    }
     describe_forecasts(a, *predictor);
     CoordinatorConfig cc = {.n_instances = n_instances, .tp = (int)a->tp, .max_pending = (int)a->max_pending,
                             .load_slack = (int)a->route_slack, .events = events, .trace = trace, .ready_line = ready_line,
@@ -457,7 +524,8 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, const Lo
                                          .learn = a->predictor_learn, .horizon = (int)a->horizon,
                                          .max_workflows = (int)a->max_workflows, .idle_timeout_s = a->idle_timeout},
                             .send_forecasts = a->policy->on_prediction != NULL, .ranks = ranks,
-                            .instance_timeout_s = a->instance_timeout, .kv_publisher = kv_publisher};
+                            .instance_timeout_s = a->instance_timeout, .kv_publisher = kv_publisher,
+                            .warm_start = a->warm_start != NULL};
     int rc = 1;
     *predictor = NULL; /* cc.forecast holds it; coordinator_init takes it over, even when it fails */
     if (!metrics) agent_predictor_free(cc.forecast.predictor);
@@ -471,15 +539,18 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, const Lo
                         .port = (int)a->port, .max_body_bytes = (size_t)a->max_body, .keys = access->keys,
                         .max_connections = (int)a->max_connections, .max_connections_per_client = (int)a->max_connections_per_client,
                         .timeout_s = (int)a->http_timeout,
-                        .tls_cert_pem = access->tls_cert, .tls_key_pem = access->tls_key, .segment_reuse = (int)a->segment_reuse};
+                        .tls_cert_pem = access->tls_cert, .tls_key_pem = access->tls_key, .segment_reuse = (int)a->segment_reuse,
+                        .manifest = manifest};
     HttpApi *http = http_api_start(&hc, &err);
     if (!http) {
         fprintf(stderr, "braid serve: %s\n", err.msg);
         /* Let the instances load and stop cleanly: drain right away. */
         coord.draining = true;
     }
+    WarmStart *warm = a->warm_start ? start_warm_start(a, &coord, model, name, lora) : NULL;
     if (coordinator_run(&coord, stop, &err)) fprintf(stderr, "braid serve: %s\n", err.msg);
     else rc = http ? 0 : 1;
+    warm_start_end(warm);
     *lost_ranks = coordinator_lost_ranks(&coord);
     /* Every request has finished; let the last answers reach their clients before closing. */
     int unsent = http_api_quiesce(http, 30.0);
@@ -487,6 +558,7 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, const Lo
     http_api_stop(http);
     coordinator_free(&coord);
     kv_event_publisher_free(kv_publisher);
+    manifest_recorder_destroy(manifest);
     metrics_destroy(metrics);
     if (events) fclose(events);
     if (trace && fclose(trace)) fprintf(stderr, "braid serve: writing %s failed\n", a->trace_path);
@@ -539,7 +611,8 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet
                    .policy = a->policy, .prefetch = a->prefetch != 0, .device = a->device,
                    .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
                    .approx_window = (int)a->approx_window, .lora = lora,
-                   .pin_budget_blocks = (int)((a->pin_budget + a->block_size - 1) / a->block_size)}};
+                   .pin_budget_blocks = (int)((a->pin_budget + a->block_size - 1) / a->block_size)},
+        .occupancy_log = a->occupancy_log, .occupancy_interval = a->occupancy_interval};
     int tp_rank = (rank - 1) % tp;
     BraidError err;
     int rc = tp_rank == 0 ? instance_leader_run(&cfg, lost_ranks, &err) : tp_peer_run(&cfg, lost_ranks, &err);
@@ -612,6 +685,9 @@ int cmd_serve(int argc, char **argv) {
             if (f) fprintf(f, "%ld\n", (long)getpid()), fclose(f);
             else fprintf(stderr, "braid serve: cannot write --pid-file %s\n", a.pid_file);
         }
+        /* Emptied before the collectives below, so every leader (which opens it after them) appends to a fresh file. */
+        if (rank == 0 && a.occupancy_log && occupancy_log_truncate(a.occupancy_log, &err))
+            fprintf(stderr, "braid serve: %s; the leaders will report why they cannot write it\n", err.msg);
         /* Bound before anything is loaded, so the model's pages and the threads start where they stay. */
         if (rank_binding_collective(MPI_COMM_WORLD, a.bind, a.device == BACKEND_CUDA ? 0 : -1, &binding, &bindings, &err))
             fprintf(stderr, "braid serve: rank %d: %s\n", rank, err.msg);

@@ -14,5 +14,6 @@ int cmd_batch(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_train_predictor(int argc, char **argv);
+int cmd_manifest(int argc, char **argv);
 
 #endif

@@ -25,6 +25,7 @@ int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm worl
     c->world = world;
     c->metrics = metrics;
     c->next_id = 1;
+    c->warming = cfg->warm_start;
     c->t_start = c->last_expiry = braid_now_seconds();
     c->cfg.forecast.predictor = NULL; /* c->forecast owns it from here */
     if (workflow_forecast_init(&c->forecast, &cfg->forecast, err)) return braid_error_wrap(err, "coordinator: workflow forecasts");
@@ -119,6 +120,7 @@ const char *coordinator_state(Coordinator *c) {
     const char *s = c->failed || c->dead_instances == c->cfg.n_instances ? "failed"
                     : c->draining                                       ? "draining"
                     : loading_locked(c)                                 ? "loading"
+                    : c->warming                                        ? "warming"
                     : c->dead_instances > 0                             ? "degraded"
                                                                         : "ready";
     pthread_mutex_unlock(&c->mu);
@@ -131,6 +133,13 @@ int coordinator_instances(Coordinator *c, InstanceStatus *out, int cap) {
     int alive = c->cfg.n_instances - c->dead_instances;
     pthread_mutex_unlock(&c->mu);
     return alive;
+}
+
+void coordinator_warming_done(Coordinator *c) {
+    pthread_mutex_lock(&c->mu);
+    c->warming = false;
+    pthread_cond_signal(&c->wake);
+    pthread_mutex_unlock(&c->mu);
 }
 
 void coordinator_pool(Coordinator *c, int *pool_tokens, int *block_size) {
@@ -427,9 +436,14 @@ static int drain_commands(Coordinator *c, BraidError *err) {
 
 /* ---- MPI thread: messages from the leaders ---- */
 
-/* The ready line (the URL) goes out once every instance has come up or died, whichever is last. */
+/* The ready line (the URL) goes out once every instance has come up or died, whichever is last,
+ * and a warm start has finished. */
 static void announce_when_started(Coordinator *c) {
-    if (c->announced || c->ready_instances + c->dead_instances < c->cfg.n_instances || !c->cfg.ready_line) return;
+    if (c->announced || !c->cfg.ready_line) return;
+    pthread_mutex_lock(&c->mu);
+    bool started = c->ready_instances + c->dead_instances >= c->cfg.n_instances && !c->warming;
+    pthread_mutex_unlock(&c->mu);
+    if (!started) return;
     c->announced = true;
     printf("%s\n", c->cfg.ready_line);
     fflush(stdout);
@@ -777,6 +791,7 @@ int coordinator_run(Coordinator *c, const sigset_t *stop_signals, BraidError *er
         }
         int worked = drain_commands(c, err);
         int got = worked < 0 ? -1 : poll_messages(c, err);
+        announce_when_started(c); /* also after a warm start, which ends on another thread */
         if (worked < 0 || got < 0 || check_instances(c, err) || expire_workflows(c, err) || ctrl_progress(&c->ctrl, err)) {
             rc = -1;
             break;

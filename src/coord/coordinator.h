@@ -62,6 +62,8 @@ typedef struct {
     const RankDirectory *ranks; /* every rank's process (borrowed); NULL: failures seen by heartbeat only */
     double instance_timeout_s;  /* an up instance silent this long is dead; 0: never */
     KvEventPublisher *kv_publisher; /* every KV events message also goes out in vLLM's format (borrowed), or NULL */
+    bool warm_start;        /* once the instances are up, the state is "warming" (and the ready line waits)
+                               until coordinator_warming_done */
 } CoordinatorConfig;
 
 /* One instance as /health reports it. */
@@ -86,6 +88,7 @@ typedef struct {
     int dead_instances;
     InstanceStatus *status;      /* (n_instances) */
     bool draining, failed;
+    bool warming;                /* a warm start is prefilling its manifest (cfg.warm_start) */
     char failure[512];
     uint64_t next_id;
     int pool_tokens;             /* smallest instance pool, in tokens (0 until ready) */
@@ -122,12 +125,15 @@ bool coordinator_lost_ranks(const Coordinator *c);
 SubmitResult coordinator_submit(Coordinator *c, CoordRequest *req);
 void coordinator_cancel(Coordinator *c, uint64_t req_id);
 int coordinator_workflow_end(Coordinator *c, const char *workflow);
-/* Any thread: "ready", "degraded" (some instances died, the rest serve), "loading", "draining" or
- * "failed" (start-up failed, or no instance is left). */
+/* Any thread: "ready", "degraded" (some instances died, the rest serve), "loading", "warming" (up,
+ * a warm start still prefilling; requests are served meanwhile), "draining" or "failed" (start-up
+ * failed, or no instance is left). */
 const char *coordinator_state(Coordinator *c);
 /* Any thread: copies min(cap, n_instances) instances' status into out; returns how many instances
  * are alive (not dead). */
 int coordinator_instances(Coordinator *c, InstanceStatus *out, int cap);
+/* Any thread: the warm start has finished; the state becomes ready and the ready line goes out. */
+void coordinator_warming_done(Coordinator *c);
 /* Any thread: the smallest instance KV pool in tokens and the block size (0 before ready). */
 void coordinator_pool(Coordinator *c, int *pool_tokens, int *block_size);
 

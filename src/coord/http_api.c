@@ -16,6 +16,7 @@
 #include "coord/http_front_door.h"
 #include "coord/http_generate.h"
 #include "coord/http_internal.h"
+#include "coord/http_manifest.h"
 
 struct HttpApi {
     HttpApiConfig cfg;
@@ -182,11 +183,13 @@ static enum MHD_Result route(HttpApi *api, struct MHD_Connection *conn, const ch
     if (strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0 || has_prefix_suffix(url, "/v1/workflows/", "/end"))
         return route_post(api, conn, url, post, body);
     bool health = strcmp(url, "/health") == 0, models = strcmp(url, "/v1/models") == 0, metrics = strcmp(url, "/metrics") == 0;
-    if (health || models || metrics) {
+    bool manifest = strcmp(url, "/v1/cache/manifest") == 0;
+    if (health || models || metrics || manifest) {
         if (!get) return api_error_set(&e, 405, NULL, NULL, "%s expects GET", url), http_send_error(api->cfg.metrics, conn, NULL, &e);
         if (health) return handle_health(api, conn); /* open to load balancers, key or not */
-        authenticate(api, conn, &e);
+        const AuthKey *key = authenticate(api, conn, &e);
         if (e.status) return http_send_error(api->cfg.metrics, conn, NULL, &e);
+        if (manifest) return http_manifest(conn, api->cfg.manifest, key, api->cfg.metrics);
         return models ? handle_models(api, conn) : handle_metrics(api, conn);
     }
     api_error_set(&e, 404, NULL, NULL, "no endpoint %s %s (see GET /v1/models, POST /v1/chat/completions)", method, url);
@@ -307,7 +310,7 @@ HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err) {
     fill_limits(&api->cfg);
     api->generate = (HttpGenerateContext){.coord = cfg->coord, .metrics = cfg->metrics, .model = cfg->model,
                                           .served_model = cfg->served_model, .lora = cfg->lora, .seed_counter = &api->seed_counter,
-                                          .segment_reuse = cfg->segment_reuse};
+                                          .segment_reuse = cfg->segment_reuse, .manifest = cfg->manifest};
     pthread_mutex_init(&api->mu, NULL);
     bool tls = cfg->tls_cert_pem && cfg->tls_key_pem;
     if (tls && !MHD_is_feature_supported(MHD_FEATURE_TLS)) {

@@ -4,6 +4,7 @@
  *   POST /v1/chat/completions, POST /v1/completions   (stream or not; usage with cached tokens)
  *   POST /v1/workflows/{id}/end                        (a workflow finished: its cache may retire)
  *   GET  /v1/models, GET /health, GET /metrics
+ *   GET  /v1/cache/manifest                            (hot chunks as a JSONL manifest, http_manifest.h)
  * Each connection gets its own thread (libmicrohttpd thread-per-connection), which parses and
  * validates the body (api_request.h; every problem is a 4xx with an OpenAI-style error JSON),
  * applies the chat template, tokenizes, submits to the coordinator and then waits for tokens,
@@ -36,6 +37,7 @@
 #include "common/error.h"
 #include "coord/auth.h"
 #include "coord/coordinator.h"
+#include "coord/manifest_recorder.h"
 #include "coord/metrics.h"
 #include "model/lora_adapter.h"
 #include "model/model.h"
@@ -52,6 +54,7 @@ typedef struct {
     const AuthKeys *keys;     /* NULL: no API keys (anyone may call, tenants are self-declared) */
     const char *tls_cert_pem, *tls_key_pem; /* both set: HTTPS only (PEM text, borrowed); both NULL: plain HTTP */
     int segment_reuse;        /* --segment-reuse: the most a request may ask for (SegmentReuseMode; 0 = off) */
+    ManifestRecorder *manifest; /* counts every submitted prompt's chunks (borrowed); NULL = recording off */
     /* Connection bounds (0 = the default in brackets). A client is an IP address. Connections still
      * before their request line are the front door's (http_front_door.h): at most
      * max_connections_per_client [64] per client and max_connections [1024] in all, oldest closed

@@ -228,6 +228,13 @@ static enum MHD_Result answer_stream(const HttpGenerateContext *ctx, struct MHD_
 
 /* ---- the endpoint ---- */
 
+/* Each prompt once (not once per choice), in the namespace it ran in: the manifest's counts. */
+static void record_prompts(const HttpGenerateContext *ctx, const ApiRequest *a, const ChoiceSet *set) {
+    for (int i = 0; ctx->manifest && i < set->n; i += set->per_prompt)
+        if (manifest_recorder_observe(ctx->manifest, a->tenant, a->adapter, set->c[i].r->prompt, set->c[i].r->n_prompt))
+            LOG_WARN("manifest", "req %llu: out of memory recording its chunks", (unsigned long long)set->c[i].r->id);
+}
+
 /* With an API key the key decides the tenant: a request naming none runs in the key's; one naming
  * another must be a namespace the key shares. Adapters must be ones the key lists. A key's
  * segment_reuse= is its tenant's opt-in: the default of its requests (as far as the server
@@ -266,6 +273,7 @@ enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connect
     if (rc == 0) rc = apply_key(ctx, key, &a, &e);
     if (rc == 0) rc = choices_build(ctx, &a, &set, &e);
     if (rc == 0) rc = choices_submit(ctx, &set, &e);
+    if (rc == 0) record_prompts(ctx, &a, &set);
     if (rc) {
         choices_free(ctx, &set, true);
         api_request_free(&a);

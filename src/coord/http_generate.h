@@ -29,6 +29,7 @@
 #include "coord/api_request.h"
 #include "coord/auth.h"
 #include "coord/coordinator.h"
+#include "coord/manifest_recorder.h"
 #include "coord/metrics.h"
 #include "model/model.h"
 
@@ -40,6 +41,7 @@ typedef struct {
     const LoraSet *lora;      /* adapters a request may name (coord/adapter_select.h); NULL = none */
     _Atomic uint64_t *seed_counter; /* per server: salts each unseeded request's seed */
     int segment_reuse;        /* the most segment reuse a request may ask for (SegmentReuseMode) */
+    ManifestRecorder *manifest; /* counts each submitted prompt's chunks; NULL = off */
 } HttpGenerateContext;
 
 /* key: the request's API key, NULL when the server has none. */

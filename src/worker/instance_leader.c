@@ -11,6 +11,7 @@
 #include "transport/control_msg.h"
 #include "transport/ctrl_endpoint.h"
 #include "transport/mpi_error.h"
+#include "worker/occupancy_log.h"
 #include "worker/step_msg.h"
 #include "transport/tp_collective_mpi.h"
 
@@ -47,6 +48,7 @@ typedef struct {
     bool shutting_down, failed;
     bool lost_ranks;            /* SHUTDOWN said a rank of the job died */
     double last_stats;
+    OccupancyLog occupancy;     /* --occupancy-log; fd -1 when off */
     BraidError err;             /* first asynchronous failure (observer allocations) */
 } Leader;
 
@@ -370,6 +372,7 @@ static void stop_peers(const WorkerRoleConfig *cfg, int tp_size, bool lost_ranks
 static int leader_init(Leader *L, const WorkerRoleConfig *cfg, BraidError *err) {
     memset(L, 0, sizeof *L);
     L->cfg = cfg;
+    L->occupancy.fd = -1; /* off until instance_leader_run opens it */
     ctrl_init(&L->ctrl, cfg->world);
     int ok = tp_setup(cfg, &L->tp, err) == 0;
     EngineConfig ec = cfg->engine;
@@ -388,6 +391,7 @@ static int leader_init(Leader *L, const WorkerRoleConfig *cfg, BraidError *err) 
 static void leader_free(Leader *L, bool engine_up) {
     for (int i = 0; i < L->n_active; i++) request_free(L->active[i]);
     free(L->active);
+    if (engine_up) occupancy_log_close(&L->occupancy, &L->engine.sched.cache);
     if (engine_up) engine_free(&L->engine);
     tp_teardown(&L->tp);
     wire_buf_free(&L->kv_events); /* after engine_free: the cache's last (CLEARED) event lands here */
@@ -407,6 +411,8 @@ static int leader_iteration(Leader *L, double *idle_since) {
     if (got < 0 || L->failed) return -1;
     bool busy = !sched_idle(&L->engine.sched);
     if (busy && engine_step(&L->engine, &L->err) < 0) return -1;
+    /* Also when idle: a change held back by the interval (a finish, a cancel) still goes out. */
+    occupancy_log_sample(&L->occupancy, &L->engine.sched.cache);
     /* KV events before the tokens and finishes: a client that sends its next request as soon as its
      * answer ends finds the blocks of this one in the router's index already. */
     if (send_kv_events(L) || report_progress(L)) return -1;
@@ -432,6 +438,10 @@ int instance_leader_run(const WorkerRoleConfig *cfg, bool *lost_ranks, BraidErro
                  L->tp.tp_size, kv_cache_total(&L->engine.sched.cache, CACHE_TIER_DEVICE), cfg->engine.block_size,
                  kv_cache_total(&L->engine.sched.cache, CACHE_TIER_HOST));
         rc = send_ready(L, true, NULL);
+        BraidError log_err;
+        if (cfg->occupancy_log && occupancy_log_open(&L->occupancy, cfg->occupancy_log, false, cfg->instance, cfg->occupancy_interval,
+                                                     &L->engine.sched.cache, &log_err))
+            LOG_WARN("leader", "instance %d: %s; no occupancy samples", cfg->instance, log_err.msg);
     }
     double idle_since = braid_now_seconds();
     /* After SHUTDOWN the coordinator has drained its clients; finish what is still here, then stop. */

@@ -30,6 +30,8 @@ typedef struct {
     MPI_Comm tp_comm;          /* this instance's ranks; the leader is rank 0 */
     int instance;              /* index, for logs */
     int cuda_device;
+    const char *occupancy_log; /* leader: append pool-occupancy samples here (occupancy_log.h); NULL = off */
+    double occupancy_interval; /* seconds between samples at most (0 = 1.0) */
 } WorkerRoleConfig;
 
 /* Runs until the coordinator's SHUTDOWN has been honoured. Returns 0, or -1 with err filled. */
