@@ -93,6 +93,10 @@ typedef struct EvictPolicy {
      * rebuilds the tier's heap (e.g. the policy also forgot another workflow). */
     CacheRescore (*on_workflow_end)(void *state, uint32_t workflow);
     CacheRescore (*on_prediction)(void *state, const CachePrediction *prediction); /* copy what you keep */
+    /* Optional: the cache reclaims a workflow id (the workflow ended, or sat idle past the cache's
+     * bound, and no node names it any more); the id will name another workflow next. Drop
+     * everything kept for it. Called once per tier instance (twice on a shared state: idempotent). */
+    void (*on_workflow_forget)(void *state, uint32_t workflow);
     /* Return true when scores changed anywhere (the cache rebuilds the tier's heap). */
     bool (*on_step)(void *state, double now);
     /* Optional: prefetching from the host tier (kv_cache_prefetch). The expected use of a host-only

@@ -179,7 +179,7 @@ static void unlock_path(KvCache *c, RadixNode *node) {
     }
 }
 
-/* ---- the workflow -> nodes index ---- */
+/* ---- the workflow -> nodes index, and the lifetime of workflow ids ---- */
 
 static KvCacheWorkflowNodes *workflow_nodes(KvCache *c, uint32_t workflow) {
     if ((int)workflow >= c->cap_workflows) {
@@ -190,12 +190,40 @@ static KvCacheWorkflowNodes *workflow_nodes(KvCache *c, uint32_t workflow) {
     return &c->by_workflow[workflow];
 }
 
+/* Nothing names wf any more: the policies forget it, its name goes and the id is handed out again. */
+static void workflow_reclaim(KvCache *c, uint32_t wf) {
+    for (int t = 0; t < CACHE_N_TIERS; t++)
+        if (c->tiers[t].policy->on_workflow_forget) c->tiers[t].policy->on_workflow_forget(c->tiers[t].state, wf);
+    free(c->by_workflow[wf].nodes);
+    c->by_workflow[wf] = (KvCacheWorkflowNodes){0};
+    cache_names_release(&c->names, CACHE_NAME_WORKFLOW, wf);
+}
+
+/* After wf's holders, nodes or end changed. Referred to: busy. Unreferenced and ended: reclaimed
+ * now. Unreferenced, not ended: idle (its forecast kept for its next call), the least recently
+ * idle reclaimed past the bound. */
+static void workflow_settle(KvCache *c, uint32_t wf) {
+    const KvCacheWorkflowNodes *l = &c->by_workflow[wf];
+    if (l->holders > 0 || l->n > 0) {
+        cache_names_mark_busy(&c->names, CACHE_NAME_WORKFLOW, wf);
+        return;
+    }
+    if (l->ended) {
+        workflow_reclaim(c, wf);
+        return;
+    }
+    cache_names_mark_idle(&c->names, CACHE_NAME_WORKFLOW, wf);
+    while (cache_names_idle(&c->names, CACHE_NAME_WORKFLOW) > c->max_idle_workflows)
+        workflow_reclaim(c, cache_names_oldest_idle(&c->names, CACHE_NAME_WORKFLOW));
+}
+
 /* Lists n under use->workflow; false when out of memory (the caller then does not keep the use). */
 static bool index_add(KvCache *c, RadixNode *n, CacheNodeUse *use) {
     KvCacheWorkflowNodes *l = workflow_nodes(c, use->workflow);
     if (!l || braid_grow((void **)&l->nodes, &l->cap, l->n + 1, sizeof *l->nodes)) return false;
     use->index_pos = l->n;
     l->nodes[l->n++] = n;
+    if (l->n == 1) cache_names_mark_busy(&c->names, CACHE_NAME_WORKFLOW, use->workflow);
     return true;
 }
 
@@ -205,12 +233,17 @@ static CacheNodeUse *use_of(RadixNode *n, uint32_t workflow) {
     return NULL;
 }
 
+/* Takes n's use out of its workflow's list; the last node gone may free the workflow's id (the
+ * caller drops the use itself right after). */
 static void index_remove(KvCache *c, const CacheNodeUse *use) {
-    KvCacheWorkflowNodes *l = &c->by_workflow[use->workflow];
+    uint32_t wf = use->workflow;
+    KvCacheWorkflowNodes *l = &c->by_workflow[wf];
     RadixNode *last = l->nodes[--l->n];
-    if (use->index_pos == l->n) return;
-    l->nodes[use->index_pos] = last;
-    use_of(last, use->workflow)->index_pos = use->index_pos;
+    if (use->index_pos != l->n) {
+        l->nodes[use->index_pos] = last;
+        use_of(last, wf)->index_pos = use->index_pos;
+    }
+    if (l->n == 0) workflow_settle(c, wf);
 }
 
 static void index_forget_node(KvCache *c, RadixNode *n) {
@@ -764,35 +797,63 @@ static void rescore(KvCache *c, int t, uint32_t workflow, CacheRescore what) {
 
 void kv_cache_workflow_end(KvCache *c, const char *workflow) {
     uint32_t wf = cache_names_find(&c->names, CACHE_NAME_WORKFLOW, workflow);
-    if (wf == 0) return;
+    if (wf == 0 || (int)wf >= c->cap_workflows) return;
     for (int t = 0; t < CACHE_N_TIERS; t++)
         if (c->tiers[t].policy->on_workflow_end) rescore(c, t, wf, c->tiers[t].policy->on_workflow_end(c->tiers[t].state, wf));
+    c->by_workflow[wf].ended = true;
+    workflow_settle(c, wf);
+}
+
+/* An agent's id (interning it), made the most recently used; past the bound the least recently
+ * used agent name goes (its id is recycled). -1 when out of memory. */
+static int64_t intern_agent(KvCache *c, const char *agent) {
+    int64_t a = cache_names_intern(&c->names, CACHE_NAME_AGENT, agent);
+    if (a <= 0) return a;
+    cache_names_mark_idle(&c->names, CACHE_NAME_AGENT, (uint32_t)a);
+    while (cache_names_live(&c->names, CACHE_NAME_AGENT) > KV_CACHE_MAX_AGENT_NAMES)
+        cache_names_release(&c->names, CACHE_NAME_AGENT, cache_names_oldest_idle(&c->names, CACHE_NAME_AGENT));
+    return a;
+}
+
+/* A workflow's id with its entry in by_workflow (a forecast or a new call revives an ended
+ * workflow); 0 for none, -1 when out of memory. */
+static int64_t intern_workflow(KvCache *c, const char *workflow) {
+    int64_t wf = cache_names_intern(&c->names, CACHE_NAME_WORKFLOW, workflow);
+    if (wf <= 0) return wf;
+    KvCacheWorkflowNodes *l = workflow_nodes(c, (uint32_t)wf);
+    if (!l) { /* every interned id has an entry, so this name is new: it goes again */
+        cache_names_release(&c->names, CACHE_NAME_WORKFLOW, (uint32_t)wf);
+        return -1;
+    }
+    l->ended = false;
+    return wf;
+}
+
+static int predict_with_ids(KvCache *c, uint32_t wf, const char *current_agent, int k, int n_agents, const char *const *agents,
+                            const float *prob, uint32_t *ids) {
+    int64_t cur = intern_agent(c, current_agent);
+    if (cur < 0) return -1;
+    for (int i = 0; i < n_agents; i++) {
+        int64_t a = intern_agent(c, agents[i]);
+        if (a < 0) return -1;
+        ids[i] = (uint32_t)a;
+    }
+    CachePrediction p = {.workflow = wf, .current_agent = (uint32_t)cur, .k = k, .n_agents = n_agents, .agents = ids, .prob = prob};
+    for (int t = 0; t < CACHE_N_TIERS; t++)
+        if (c->tiers[t].policy->on_prediction) rescore(c, t, p.workflow, c->tiers[t].policy->on_prediction(c->tiers[t].state, &p));
+    return 0;
 }
 
 int kv_cache_predict(KvCache *c, const char *workflow, const char *current_agent, int k, int n_agents, const char *const *agents,
                      const float *prob, BraidError *err) {
-    int64_t wf = cache_names_intern(&c->names, CACHE_NAME_WORKFLOW, workflow);
-    int64_t cur = cache_names_intern(&c->names, CACHE_NAME_AGENT, current_agent);
+    int64_t wf = intern_workflow(c, workflow);
+    if (wf < 0) return braid_error_set(err, "kv cache: out of memory taking a prediction");
+    if (wf == 0) return 0;
     uint32_t *ids = malloc((size_t)(n_agents > 0 ? n_agents : 1) * sizeof *ids);
-    if (wf < 0 || cur < 0 || !ids) {
-        free(ids);
-        return braid_error_set(err, "kv cache: out of memory taking a prediction");
-    }
-    for (int i = 0; i < n_agents; i++) {
-        int64_t a = cache_names_intern(&c->names, CACHE_NAME_AGENT, agents[i]);
-        if (a < 0) {
-            free(ids);
-            return braid_error_set(err, "kv cache: out of memory taking a prediction");
-        }
-        ids[i] = (uint32_t)a;
-    }
-    if (wf > 0) {
-        CachePrediction p = {.workflow = (uint32_t)wf, .current_agent = (uint32_t)cur, .k = k, .n_agents = n_agents, .agents = ids, .prob = prob};
-        for (int t = 0; t < CACHE_N_TIERS; t++)
-            if (c->tiers[t].policy->on_prediction) rescore(c, t, p.workflow, c->tiers[t].policy->on_prediction(c->tiers[t].state, &p));
-    }
+    int rc = ids ? predict_with_ids(c, (uint32_t)wf, current_agent, k, n_agents, agents, prob, ids) : -1;
     free(ids);
-    return 0;
+    workflow_settle(c, (uint32_t)wf); /* a forecast for a workflow nothing else names: idle */
+    return rc ? braid_error_set(err, "kv cache: out of memory taking a prediction") : 0;
 }
 
 void kv_cache_step(KvCache *c, double now) {
@@ -805,17 +866,28 @@ void kv_cache_step(KvCache *c, double now) {
 
 int kv_cache_identity(KvCache *c, const char *tenant, const char *adapter, const char *workflow, const char *agent, CacheIdentity *id,
                       BraidError *err) {
-    const char *names[CACHE_NAME_KINDS] = {tenant, adapter, workflow, agent};
-    uint32_t ids[CACHE_NAME_KINDS];
-    for (int k = 0; k < CACHE_NAME_KINDS; k++) {
-        int64_t v = cache_names_intern(&c->names, (CacheNameKind)k, names[k]);
-        if (v < 0) return braid_error_set(err, "kv cache: out of memory interning a request's names");
-        ids[k] = (uint32_t)v;
+    int64_t t = cache_names_intern(&c->names, CACHE_NAME_TENANT, tenant), a = cache_names_intern(&c->names, CACHE_NAME_ADAPTER, adapter);
+    int64_t ag = intern_agent(c, agent), wf = t < 0 || a < 0 || ag < 0 ? -1 : intern_workflow(c, workflow);
+    if (wf < 0) return braid_error_set(err, "kv cache: out of memory interning a request's names");
+    if (wf > 0) {
+        c->by_workflow[wf].holders++;
+        cache_names_mark_busy(&c->names, CACHE_NAME_WORKFLOW, (uint32_t)wf);
     }
-    *id = (CacheIdentity){.tenant = ids[CACHE_NAME_TENANT], .adapter = ids[CACHE_NAME_ADAPTER], .workflow = ids[CACHE_NAME_WORKFLOW],
-                          .agent = ids[CACHE_NAME_AGENT], .hash_seed = content_hash_namespace(tenant, adapter)};
+    *id = (CacheIdentity){.tenant = (uint32_t)t, .adapter = (uint32_t)a, .workflow = (uint32_t)wf, .agent = (uint32_t)ag,
+                          .hash_seed = content_hash_namespace(tenant, adapter)};
     return 0;
 }
+
+void kv_cache_identity_release(KvCache *c, const CacheIdentity *id) {
+    if (id->workflow == 0 || (int)id->workflow >= c->cap_workflows) return;
+    KvCacheWorkflowNodes *l = &c->by_workflow[id->workflow];
+    assert(l->holders > 0);
+    if (l->holders > 0) l->holders--;
+    workflow_settle(c, id->workflow);
+}
+
+int kv_cache_workflows_live(const KvCache *c) { return cache_names_live(&c->names, CACHE_NAME_WORKFLOW); }
+int kv_cache_workflows_max_id(const KvCache *c) { return cache_names_max_id(&c->names, CACHE_NAME_WORKFLOW); }
 
 const char *kv_cache_name(const KvCache *c, CacheNameKind kind, uint32_t id) { return cache_names_get(&c->names, kind, id); }
 
@@ -824,6 +896,7 @@ const char *kv_cache_name(const KvCache *c, CacheNameKind kind, uint32_t id) { r
 int kv_cache_init(KvCache *c, const KvCacheConfig *cfg, BraidError *err) {
     memset(c, 0, sizeof *c);
     c->block_size = cfg->block_size;
+    c->max_idle_workflows = cfg->max_idle_workflows > 0 ? cfg->max_idle_workflows : KV_CACHE_MAX_IDLE_WORKFLOWS;
     c->clock = cfg->clock ? cfg->clock : braid_now_seconds;
     c->host_enabled = cfg->host_blocks > 1;
     int sizes[CACHE_N_TIERS] = {cfg->device_blocks, c->host_enabled ? cfg->host_blocks : 1};
@@ -969,6 +1042,15 @@ static int check_heap_order(const KvCache *c, int t, BraidError *err) {
     return 0;
 }
 
+/* A referenced workflow id still names its workflow; an ended one nothing refers to is gone. */
+static int check_workflow_id(const KvCache *c, uint32_t w, BraidError *err) {
+    const KvCacheWorkflowNodes *l = &c->by_workflow[w];
+    bool live = *cache_names_get(&c->names, CACHE_NAME_WORKFLOW, w) != '\0', referred = l->holders > 0 || l->n > 0;
+    if (referred && !live) return braid_error_set(err, "kv cache: workflow id %u reclaimed while %d nodes and %d requests name it", w, l->n, l->holders);
+    if (live && l->ended && !referred) return braid_error_set(err, "kv cache: workflow id %u ended and unreferenced but not reclaimed", w);
+    return 0;
+}
+
 int kv_cache_check(const KvCache *c, BraidError *err) {
     CheckState st = {0};
     int rc = 0;
@@ -984,6 +1066,7 @@ int kv_cache_check(const KvCache *c, BraidError *err) {
     }
     long indexed = 0;
     for (int w = 0; w < c->cap_workflows; w++) indexed += c->by_workflow[w].n;
+    for (int w = 1; rc == 0 && w < c->cap_workflows; w++) rc = check_workflow_id(c, (uint32_t)w, err);
     if (rc == 0 && indexed != st.uses) rc = braid_error_set(err, "kv cache: %ld workflow index entries for %ld uses", indexed, st.uses);
     if (rc == 0 && c->tiers[CACHE_TIER_HOST].pool.n_in_use != 0)
         rc = braid_error_set(err, "kv cache: %d host blocks held by requests", c->tiers[CACHE_TIER_HOST].pool.n_in_use);

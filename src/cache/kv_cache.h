@@ -34,6 +34,14 @@
  *
  * Identity: tenant, adapter, workflow and agent names are interned (exact strings, no hashing) into
  * small ids; the tree is keyed by (tenant id, adapter id), so no match crosses tenants or adapters.
+ * Workflow and agent ids are reclaimed, so a long-running instance does not keep every name it ever
+ * saw (cache_names.h): kv_cache_identity makes its caller a holder of the workflow id until
+ * kv_cache_identity_release; a workflow id is reclaimed when the workflow ended and no holder and
+ * no node names it (the policies forget it first: on_workflow_forget), and past
+ * max_idle_workflows ids that nothing refers to (workflows that never ended), the least recently
+ * idle goes. Agent ids only ever count modulo 64 (agent masks), so agent names are bounded by
+ * recency alone (KV_CACHE_MAX_AGENT_NAMES); a recycled agent id aliases like two agents sharing a
+ * bit already do. Tenant and adapter names are not reclaimed (trees are keyed by them).
  * Content hashes (content_hash.h) are computed here, once per inserted block, seeded by a hash of
  * the namespace's names, stored on the node and carried by every event.
  *
@@ -152,8 +160,14 @@ typedef struct {
     int first_inexact;
 } KvSegmentPlan;
 
+/* Defaults: workflow ids nothing refers to kept for a workflow's return (its forecast stays), and
+ * agent names kept. */
+#define KV_CACHE_MAX_IDLE_WORKFLOWS 4096
+#define KV_CACHE_MAX_AGENT_NAMES 4096
+
 typedef struct {
     int block_size;       /* tokens per block */
+    int max_idle_workflows; /* 0 = KV_CACHE_MAX_IDLE_WORKFLOWS */
     int device_blocks;    /* device pool size including the null block 0 */
     int host_blocks;      /* host pool size including its null block; <= 1 turns the host tier off */
     const EvictPolicy *policy; /* both tiers; NULL = LRU */
@@ -194,11 +208,15 @@ typedef struct KvCacheHeap {
     int n, cap;
 } KvCacheHeap;
 
-/* The nodes whose uses name a workflow (CacheNodeUse.index_pos is a node's place in its list), so
- * a forecast or an end re-keys only them. */
+/* Per interned workflow id: the nodes whose uses name it (CacheNodeUse.index_pos is a node's place
+ * in its list), so a forecast or an end re-keys only them; the identities (requests) holding the
+ * id; whether the workflow ended. An id nothing refers to (no holder, no node) is reclaimed at once
+ * when the workflow ended, else it waits on the names' idle list (see Identity above). */
 typedef struct {
     RadixNode **nodes;
     int n, cap;
+    int holders;
+    bool ended;
 } KvCacheWorkflowNodes;
 
 typedef struct {
@@ -226,6 +244,7 @@ typedef struct KvCache {
     int cap_path;
     KvCacheWorkflowNodes *by_workflow; /* (cap_workflows) indexed by interned workflow id */
     int cap_workflows;
+    int max_idle_workflows;
     struct KvCachePrefetchCand *cands; /* (cap_cands) kv_cache_prefetch's candidate heap */
     int cap_cands;
     bool segments_on;
@@ -255,9 +274,16 @@ int kv_cache_init(KvCache *c, const KvCacheConfig *cfg, BraidError *err);
 void kv_cache_free(KvCache *c);
 void kv_cache_set_observer(KvCache *c, CacheEventFn fn, void *ctx);
 
-/* Interns the names (NULL or "" = none) into ids. -1 only when out of memory. */
+/* Interns the names (NULL or "" = none) into ids; the caller holds the workflow id until
+ * kv_cache_identity_release (a new call of an ended workflow revives it). -1 only when out of
+ * memory (then nothing is held). */
 int kv_cache_identity(KvCache *c, const char *tenant, const char *adapter, const char *workflow, const char *agent,
                       CacheIdentity *id, BraidError *err);
+/* The caller is done with id (after its last commit/release): its workflow id may be reclaimed. */
+void kv_cache_identity_release(KvCache *c, const CacheIdentity *id);
+/* Workflow ids interned now, and the largest id ever handed out (tables indexed by it). */
+int kv_cache_workflows_live(const KvCache *c);
+int kv_cache_workflows_max_id(const KvCache *c);
 /* The name of an interned id of a kind, "" for 0 or unknown. */
 const char *kv_cache_name(const KvCache *c, CacheNameKind kind, uint32_t id);
 
@@ -280,7 +306,8 @@ void kv_cache_release(KvCache *c, RadixNode *lock, const int32_t *table, int n_b
 int kv_cache_evict(KvCache *c, CacheTier tier, int n);
 /* Appends the pending operations to out and clears them; -1 when out of memory (kept pending). */
 int kv_cache_take_ops(KvCache *c, CacheOpList *out);
-/* A workflow ended: its policies hear it. Unknown names are ignored. */
+/* A workflow ended: its policies hear it; its id is reclaimed once nothing names it. Unknown names
+ * are ignored. */
 void kv_cache_workflow_end(KvCache *c, const char *workflow);
 /* A workflow's predicted next calls (see CachePrediction: prob is (k, n_agents), agents by name)
  * reach the policies; names are interned. -1 only when out of memory. */

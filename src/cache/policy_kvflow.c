@@ -225,6 +225,14 @@ static CacheRescore kvflow_on_workflow_end(void *state, uint32_t workflow) {
     return changed ? CACHE_RESCORE_WORKFLOW : CACHE_RESCORE_NONE;
 }
 
+/* The id is reclaimed (no node names it, so no score moves): its steps must not reach the next
+ * workflow to get the id. */
+static void kvflow_on_workflow_forget(void *state, uint32_t workflow) {
+    KvflowState *s = state;
+    KvflowEntry *e = entry_find(s, workflow);
+    if (e) entry_remove(s, e);
+}
+
 const EvictPolicy evict_policy_kvflow = {
     .name = "kvflow",
     .description = "KVFlow baseline: farthest steps-to-execution first, in bands (needs predictions; host tier LRU)",
@@ -233,4 +241,5 @@ const EvictPolicy evict_policy_kvflow = {
     .score = kvflow_score,
     .on_workflow_end = kvflow_on_workflow_end,
     .on_prediction = kvflow_on_prediction,
+    .on_workflow_forget = kvflow_on_workflow_forget,
 };

@@ -17,7 +17,8 @@
  * counts as a use of it (kv_cache.c forgets it), so the tail of an old prompt is retired cache.
  * gamma = 0.7, the paper's setting. A new prediction or a workflow end changes the scores of that
  * workflow's nodes only, so both ask the cache to re-key those (CACHE_RESCORE_WORKFLOW); evictions pop the heap.
- * Per-tier state: a table indexed by interned workflow id (ids are dense and small).
+ * Per-tier state: a table indexed by interned workflow id (ids are dense and small: the cache
+ * recycles the ids of workflows nothing names any more, and on_workflow_forget clears the slot).
  *
  * Prefetch (§4.3): prefetch_value is the one-step Value(c) of Eq. 1, the sum over the node's active
  * workflows' uses of the step-1 predicted probability of the agents that used it (a retired or
@@ -145,6 +146,12 @@ static CacheRescore pbkv_on_prediction(void *state, const CachePrediction *p) {
     return CACHE_RESCORE_WORKFLOW;
 }
 
+/* The id is reclaimed (no node names it): the next workflow to get it starts unknown, not retired. */
+static void pbkv_on_workflow_forget(void *state, uint32_t workflow) {
+    PbkvState *s = state;
+    if ((int)workflow < s->cap) s->workflows[workflow] = (PbkvWorkflow){0};
+}
+
 const EvictPolicy evict_policy_pbkv = {
     .name = "pbkv",
     .description = "PBKV: retired workflows' cache first, then the lowest K-step lookahead reuse score (needs predictions)",
@@ -153,5 +160,6 @@ const EvictPolicy evict_policy_pbkv = {
     .score = pbkv_score,
     .on_workflow_end = pbkv_on_workflow_end,
     .on_prediction = pbkv_on_prediction,
+    .on_workflow_forget = pbkv_on_workflow_forget,
     .prefetch_value = pbkv_prefetch_value,
 };

@@ -20,7 +20,10 @@
 #include "coord/warm_start.h"
 #include "model/model.h"
 #include "predict/agent_predictor.h"
+#include "transport/control_msg.h"
+#include "transport/mpi_error.h"
 #include "transport/rank_directory.h"
+#include "transport/wire.h"
 #include "worker/instance_leader.h"
 #include "worker/kv_pool.h"
 #include "worker/occupancy_log.h"
@@ -102,6 +105,9 @@ static const char serve_usage[] =
     "  --pid-file PATH          rank 0 writes its pid here (launch/braid-local signals it to drain)\n"
     "  --exit-status-file PATH  rank 0 writes the server's exit status here as it exits (launch/braid-local exits\n"
     "                           with it: under mpirun --enable-recovery, mpirun's own status is 0 whatever ranks return)\n"
+    "  --restart-instances N    bring a dead instance back, at most N times each (default 0: never; --tp 1 only):\n"
+    "                           rank 0 spawns a new leader (MPI_Comm_spawn) after 1, 2, 4 ... s (at most 30 s);\n"
+    "                           it comes back with an empty cache (/metrics: braid_instance_restarts_total)\n"
     "  --instance-timeout S     an instance whose leader sends nothing for S seconds is dead (default 60; 0 = only\n"
     "                           a rank's process exiting, seen on rank 0's host, counts). Each instance is a failure\n"
     "                           domain: the others keep serving, /health says \"degraded\". Needs mpirun\n"
@@ -145,6 +151,9 @@ typedef struct {
     long approx_window;
     long pin_budget; /* tokens per tenant per instance; 0 = a quarter of the pool */
     CliLora lora;
+    long restart_instances;   /* --restart-instances: restarts per instance (0: none) */
+    long respawned_instance;  /* set by the coordinator on a spawned leader: its instance (-1: not one) */
+    long respawn_host_blocks; /* with it: the host tier the job's rank 0 decided */
 } ServeArgs;
 
 static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
@@ -153,7 +162,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
            O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS, O_PREFETCH, O_BIND, O_API_KEYS, O_TLS_CERT,
            O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_PIN_BUDGET, O_INSTANCE_TIMEOUT, O_EXIT_STATUS, O_MAX_CONN, O_MAX_CONN_CLIENT, O_HTTP_TIMEOUT,
            O_KV_EVENTS_EP, O_KV_EVENTS_REPLAY, O_KV_EVENTS_TOPIC, O_LORA, O_LORA_CACHE, O_MANIFEST_OUT, O_MANIFEST_CAPACITY,
-           O_WARM_START, O_WARM_START_PIN, O_OCCUPANCY, O_OCCUPANCY_INTERVAL };
+           O_WARM_START, O_WARM_START_PIN, O_OCCUPANCY, O_OCCUPANCY_INTERVAL,
+           O_RESTARTS, O_RESPAWNED, O_RESPAWN_HOST };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -184,6 +194,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"manifest-out", required_argument, 0, O_MANIFEST_OUT}, {"manifest-capacity", required_argument, 0, O_MANIFEST_CAPACITY},
         {"warm-start", required_argument, 0, O_WARM_START}, {"warm-start-pin", required_argument, 0, O_WARM_START_PIN},
         {"occupancy-log", required_argument, 0, O_OCCUPANCY}, {"occupancy-interval", required_argument, 0, O_OCCUPANCY_INTERVAL},
+        {"restart-instances", required_argument, 0, O_RESTARTS},
+        {"respawned-instance", required_argument, 0, O_RESPAWNED}, {"respawn-host-blocks", required_argument, 0, O_RESPAWN_HOST},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
                      .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
@@ -192,7 +204,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
                      .idle_timeout = 600, .instance_timeout = 60, .prefetch = -1, .bind = RANK_BIND_AUTO,
                      .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW, .max_connections = 1024,
                      .max_connections_per_client = 64, .http_timeout = 10,
-                     .manifest_capacity = MANIFEST_RECORDER_DEFAULT_CAPACITY, .occupancy_interval = 1.0};
+                     .manifest_capacity = MANIFEST_RECORDER_DEFAULT_CAPACITY, .occupancy_interval = 1.0,
+                     .respawned_instance = -1};
     int c;
     BraidError err;
     optind = 1;
@@ -234,6 +247,9 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_HTTP_TIMEOUT: target = &a->http_timeout, flag = "--http-timeout", hi = 3600; break;
         case O_SLACK: target = &a->route_slack, flag = "--route-slack", lo = 0; break;
         case O_THREADS: target = &a->threads, flag = "--threads", hi = 1024; break;
+        case O_RESTARTS: target = &a->restart_instances, flag = "--restart-instances", lo = 0, hi = 1000; break;
+        case O_RESPAWNED: target = &a->respawned_instance, flag = "--respawned-instance", lo = 0, hi = 1 << 20; break;
+        case O_RESPAWN_HOST: target = &a->respawn_host_blocks, flag = "--respawn-host-blocks", lo = 0, hi = 1L << 40; break;
         case O_PREDICTOR: a->predictor_path = optarg; break;
         case O_API_KEYS: a->api_keys_path = optarg; break;
         case O_TLS_CERT: a->tls_cert = optarg; break;
@@ -311,6 +327,13 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         return 2;
     }
     if (a->prefetch < 0) a->prefetch = a->policy->prefetch_value != NULL;
+    if (a->restart_instances > 0 && a->tp > 1) {
+        if (verbose)
+            fprintf(stderr, "braid serve: --restart-instances needs --tp 1: a restarted instance is one process spawned by rank 0 "
+                            "and joined over its own intercommunicator; its TP peers would need a communicator of their own "
+                            "(not done)\n");
+        return 2;
+    }
     if (a->lora.n > 0 && a->tp > 1) {
         if (verbose) fprintf(stderr, "braid serve: --lora needs --tp 1: LoRA adapters are not sharded for tensor parallelism yet\n");
         return 2;
@@ -474,7 +497,7 @@ static WarmStart *start_warm_start(const ServeArgs *a, Coordinator *coord, const
 /* Takes *predictor over (NULL afterwards); borrows the access configuration. */
 static int run_coordinator(const ServeArgs *a, const BraidModel *model, const LoraSet *lora, int n_instances, const sigset_t *stop,
                            AgentPredictor **predictor, const char *binding_metrics, const AccessConfig *access, const RankDirectory *ranks,
-                           bool *lost_ranks) {
+                           const char *const *respawn_args, bool *lost_ranks) {
     char name[256], ready_line[512];
     if (a->served_name) snprintf(name, sizeof name, "%s", a->served_name);
     else default_served_name(cli_model_path(a->model), name, sizeof name);
@@ -525,7 +548,8 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, const Lo
                                          .max_workflows = (int)a->max_workflows, .idle_timeout_s = a->idle_timeout},
                             .send_forecasts = a->policy->on_prediction != NULL, .ranks = ranks,
                             .instance_timeout_s = a->instance_timeout, .kv_publisher = kv_publisher,
-                            .warm_start = a->warm_start != NULL};
+                            .warm_start = a->warm_start != NULL,
+                            .max_restarts = (int)a->restart_instances, .respawn_args = respawn_args};
     int rc = 1;
     *predictor = NULL; /* cc.forecast holds it; coordinator_init takes it over, even when it fails */
     if (!metrics) agent_predictor_free(cc.forecast.predictor);
@@ -600,12 +624,13 @@ static long decide_host_blocks(const ServeArgs *a, const BraidModel *model, int 
     return host_blocks;
 }
 
-static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet *lora, int rank, int tp, MPI_Comm tp_comm,
-                      long host_blocks, const RankBinding *binding, bool *lost_ranks) {
+/* control: the communicator the coordinator is rank 0 of (the world; a spawned leader's parent). */
+static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet *lora, int rank, int tp, MPI_Comm control,
+                      MPI_Comm tp_comm, long host_blocks, const RankBinding *binding, bool *lost_ranks) {
     /* A bound rank's threads stay inside its slice, one per hardware thread of it, unless --threads says otherwise. */
     cli_set_threads(a->threads ? (int)a->threads : binding->pus);
     WorkerRoleConfig cfg = {
-        .model = model, .world = MPI_COMM_WORLD, .tp_comm = tp_comm, .instance = (rank - 1) / tp,
+        .model = model, .world = control, .tp_comm = tp_comm, .instance = (rank - 1) / tp,
         .engine = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
                    .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
                    .policy = a->policy, .prefetch = a->prefetch != 0, .device = a->device,
@@ -641,6 +666,73 @@ static void write_exit_status(const char *path, int status) {
     if (!ok) fprintf(stderr, "braid serve: cannot write --exit-status-file %s\n", path);
 }
 
+/* What a spawned leader is started with: `braid` + the serve arguments as given (getopt permutes
+ * argv, so they are copied first) + the host tier rank 0 decided. */
+typedef struct {
+    char **args; /* NULL-terminated */
+    int n;
+    char host_blocks[24];
+} RespawnArgs;
+
+static int respawn_args_copy(RespawnArgs *r, int argc, char **argv) {
+    memset(r, 0, sizeof *r);
+    if (!(r->args = calloc((size_t)argc + 3, sizeof *r->args))) return -1;
+    for (r->n = 0; r->n < argc; r->n++) r->args[r->n] = argv[r->n]; /* borrowed: main's argv outlives cmd_serve */
+    return 0;
+}
+
+static void respawn_args_add_host_blocks(RespawnArgs *r, long host_blocks) {
+    snprintf(r->host_blocks, sizeof r->host_blocks, "%ld", host_blocks);
+    r->args[r->n] = "--respawn-host-blocks";
+    r->args[r->n + 1] = r->host_blocks;
+}
+
+/* The spawned leader names its process to the coordinator before anything else (MSG_REJOIN). */
+static int send_rejoin(MPI_Comm parent, BraidError *err) {
+    pid_t pid;
+    uint64_t start_ticks;
+    char host[256] = "";
+    rank_directory_self(&pid, &start_ticks);
+    gethostname(host, sizeof host - 1);
+    WireBuf b = {0};
+    wire_put_u64(&b, (uint64_t)pid);
+    wire_put_u64(&b, start_ticks);
+    wire_put_str(&b, host);
+    int rc = b.failed ? braid_error_set(err, "out of memory")
+                      : mpi_check(MPI_Send(b.data, (int)b.len, MPI_BYTE, 0, MSG_REJOIN, parent), "rejoin", err);
+    wire_buf_free(&b);
+    return rc;
+}
+
+/* A leader spawned by rank 0 to replace dead instance I (--restart-instances). Its own
+ * MPI_COMM_WORLD holds only itself, so none of the job's start-up collectives apply: it names its
+ * process, loads the model and adapters, and leads the instance (tp 1) with the intercommunicator
+ * to rank 0 as its control plane. It ends without MPI_Finalize (the job it joined lost a rank). */
+static int run_respawned(const ServeArgs *a, MPI_Comm parent) {
+    BraidError err;
+    MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN);
+    if (send_rejoin(parent, &err)) {
+        fprintf(stderr, "braid serve: instance %ld (restarted): %s\n", a->respawned_instance, err.msg);
+        return 1;
+    }
+    BraidModel model;
+    if (braid_model_load(cli_model_path(a->model), &model, &err)) {
+        fprintf(stderr, "braid serve: instance %ld (restarted): %s\n", a->respawned_instance, err.msg);
+        return 1;
+    }
+    LoraSet lora;
+    int rc = 1;
+    if (cli_load_lora("serve", &a->lora, &model.weights.cfg, &lora, true) == 0) {
+        RankBinding unbound = {0}; /* not bound: its slice of cores may be another rank's */
+        bool lost_ranks = true;    /* unused: a spawned leader never calls MPI_Finalize */
+        rc = run_worker(a, &model, &lora, 1 + (int)a->respawned_instance, 1, parent, MPI_COMM_SELF, a->respawn_host_blocks, &unbound,
+                        &lost_ranks);
+        lora_set_free(&lora);
+    }
+    braid_model_free(&model);
+    return rc;
+}
+
 static int check_layout(int world, long tp, int rank) {
     if (world >= 2 && (world - 1) % tp == 0) return 0;
     if (rank == 0)
@@ -664,10 +756,22 @@ int cmd_serve(int argc, char **argv) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    RespawnArgs respawn;
+    if (respawn_args_copy(&respawn, argc, argv)) {
+        fprintf(stderr, "braid serve: out of memory\n");
+        return 1;
+    }
+    MPI_Comm parent = MPI_COMM_NULL;
+    MPI_Comm_get_parent(&parent);
     ServeArgs a;
     AgentPredictor *predictor = NULL; /* rank 0's --predictor until the coordinator takes it */
     AccessConfig access = {0};        /* rank 0's --api-keys and TLS files */
     int rc = parse_args(argc, argv, &a, rank == 0);
+    if (parent != MPI_COMM_NULL) { /* a restarted instance's leader: no job start-up, no MPI_Finalize */
+        rc = rc == 0 ? run_respawned(&a, parent) : rc;
+        free(respawn.args);
+        return rc;
+    }
     bool help = rc == 1;
     if (rc == 0) rc = check_layout(world, a.tp, rank);
     BraidModel model;
@@ -702,10 +806,12 @@ int cmd_serve(int argc, char **argv) {
              * the same files on every rank fail alike, and rank 0 says why. */
             LoraSet lora;
             long host_blocks = cli_load_lora("serve", &a.lora, &model.weights.cfg, &lora, rank == 0) ? -1 : decide_host_blocks(&a, &model, rank);
+            if (rank == 0 && host_blocks >= 0) respawn_args_add_host_blocks(&respawn, host_blocks);
             if (host_blocks < 0) rc = 1;
             else rc = rank == 0 ? run_coordinator(&a, &model, &lora, (world - 1) / (int)a.tp, &stop, &predictor, binding_metrics, &access,
-                                                  &ranks, &lost_ranks)
-                                : run_worker(&a, &model, &lora, rank, (int)a.tp, tp_comm, host_blocks, &binding, &lost_ranks);
+                                                  &ranks, a.restart_instances > 0 ? (const char *const *)respawn.args : NULL, &lost_ranks)
+                                : run_worker(&a, &model, &lora, rank, (int)a.tp, MPI_COMM_WORLD, tp_comm, host_blocks, &binding,
+                                             &lost_ranks);
             lora_set_free(&lora);
             braid_model_free(&model);
         }
@@ -716,6 +822,7 @@ int cmd_serve(int argc, char **argv) {
     free(bindings);
     free(binding_metrics);
     rank_directory_free(&ranks);
+    free(respawn.args);
     /* A job that lost ranks ends without MPI_Finalize (every survivor was told at SHUTDOWN): its fence
      * over the whole job may wait for the dead rank forever. mpirun --enable-recovery accepts that. */
     if (!lost_ranks) MPI_Finalize();

@@ -1,5 +1,6 @@
 #include "common/strmap.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@ struct StrMap {
     size_t count;
     char *arena;
     size_t arena_used, arena_cap;
+    size_t arena_dead; /* bytes of removed keys still in the arena */
 };
 
 static uint64_t strmap_hash(const char *key, size_t len) {
@@ -110,4 +112,50 @@ int strmap_get(const StrMap *map, const char *key, size_t key_len, int32_t *valu
     return 1;
 }
 
+/* Backward-shift deletion: later slots of the probe run move up, so lookups need no tombstones. */
+static void strmap_clear_slot(StrMap *map, size_t hole) {
+    size_t mask = map->capacity - 1;
+    map->slots[hole].hash = 0;
+    for (size_t j = (hole + 1) & mask; map->slots[j].hash; j = (j + 1) & mask) {
+        size_t home = map->slots[j].hash & mask;
+        bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+        if (stays) continue;
+        map->slots[hole] = map->slots[j];
+        map->slots[j].hash = 0;
+        hole = j;
+    }
+}
+
+/* Copies the live keys into a fresh arena of their size; on allocation failure the old one stays
+ * (correct, only larger). */
+static void strmap_compact(StrMap *map) {
+    size_t live = map->arena_used - map->arena_dead, used = 0;
+    char *arena = malloc(live * 2 + 64);
+    if (!arena) return;
+    for (size_t i = 0; i < map->capacity; i++) {
+        StrMapSlot *s = &map->slots[i];
+        if (!s->hash) continue;
+        memcpy(arena + used, map->arena + s->key_offset, s->key_len);
+        s->key_offset = (uint32_t)used;
+        used += s->key_len;
+    }
+    free(map->arena);
+    map->arena = arena;
+    map->arena_cap = live * 2 + 64;
+    map->arena_used = used;
+    map->arena_dead = 0;
+}
+
+int strmap_remove(StrMap *map, const char *key, size_t key_len) {
+    StrMapSlot *s = strmap_find_slot(map, key, key_len, strmap_hash(key, key_len));
+    if (!s->hash) return 0;
+    map->arena_dead += s->key_len;
+    map->count--;
+    strmap_clear_slot(map, (size_t)(s - map->slots));
+    if (map->arena_dead > 4096 && map->arena_dead * 2 > map->arena_used) strmap_compact(map);
+    return 1;
+}
+
 size_t strmap_count(const StrMap *map) { return map->count; }
+
+size_t strmap_arena_bytes(const StrMap *map) { return map->arena_cap; }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/grow.h"
 #include "common/json_text.h"
@@ -42,10 +43,39 @@ int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm worl
         workflow_forecast_free(&c->forecast);
         return braid_error_set(err, "coordinator: out of memory");
     }
+    c->reviving = calloc((size_t)(cfg->n_instances > 0 ? cfg->n_instances : 1), sizeof *c->reviving);
+    c->ever_ready = calloc((size_t)(cfg->n_instances > 0 ? cfg->n_instances : 1), sizeof *c->ever_ready);
+    c->restarts_on = cfg->max_restarts > 0 && cfg->respawn_args;
+    if (!c->reviving || !c->ever_ready ||
+        (c->restarts_on && instance_restarts_init(&c->restarts, cfg->n_instances, cfg->max_restarts, cfg->respawn_args, err))) {
+        free(c->reviving), free(c->ever_ready);
+        instance_health_free(&c->health);
+        router_free(&c->router);
+        free(c->status);
+        workflow_forecast_free(&c->forecast);
+        return c->restarts_on ? -1 : braid_error_set(err, "coordinator: out of memory");
+    }
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->wake, NULL);
     ctrl_init(&c->ctrl, world);
     return 0;
+}
+
+/* Where instance i's leader is reached: a spawned leader's own endpoint (rank 0 of the remote
+ * group), else the world's, at its rank. */
+static CtrlEndpoint *leader_endpoint(Coordinator *c, int instance, int *dest) {
+    if (c->restarts_on && c->restarts.joined[instance]) {
+        *dest = 0;
+        return &c->restarts.ep[instance];
+    }
+    *dest = leader_rank(c, instance);
+    return &c->ctrl;
+}
+
+static int send_to_instance(Coordinator *c, int instance, int type, WireBuf *b, BraidError *err) {
+    int dest;
+    CtrlEndpoint *ep = leader_endpoint(c, instance, &dest);
+    return ctrl_send(ep, dest, type, b, err);
 }
 
 void coordinator_free(Coordinator *c) {
@@ -58,6 +88,9 @@ void coordinator_free(Coordinator *c) {
     free(c->table);
     router_free(&c->router);
     instance_health_free(&c->health);
+    if (c->restarts_on) instance_restarts_free(&c->restarts);
+    free(c->reviving);
+    free(c->ever_ready);
     free(c->status);
     if (c->have_forecast) workflow_forecast_free(&c->forecast);
     ctrl_free(&c->ctrl);
@@ -265,7 +298,7 @@ static int send_forecast(Coordinator *c, const CoordRequest *r, const AgentPredi
                 LOG_WARN("coord", "workflow %s: out of memory sending its forecast", r->workflow);
                 break;
             }
-            rc = ctrl_send(&c->ctrl, leader_rank(c, i), MSG_PREDICT, &copy, err);
+            rc = send_to_instance(c, i, MSG_PREDICT, &copy, err);
         }
         if (rc == 0) c->forecasts_sent++;
     }
@@ -331,7 +364,7 @@ static int send_workflow_end(Coordinator *c, const char *workflow, BraidError *e
         if (instance_health_is_dead(&c->health, i)) continue;
         WireBuf b = {0};
         wire_put_str(&b, workflow);
-        if (ctrl_send(&c->ctrl, leader_rank(c, i), MSG_WORKFLOW_END, &b, err)) return -1;
+        if (send_to_instance(c, i, MSG_WORKFLOW_END, &b, err)) return -1;
     }
     return 0;
 }
@@ -368,7 +401,7 @@ static int send_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
                    .want_logprobs = r->want_logprobs, .logprobs_top = r->logprobs_top, .directives = r->directives};
     WireBuf b = {0};
     msg_submit_encode(&b, &m);
-    return ctrl_send(&c->ctrl, leader_rank(c, r->instance), MSG_SUBMIT, &b, err);
+    return send_to_instance(c, r->instance, MSG_SUBMIT, &b, err);
 }
 
 static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
@@ -399,7 +432,7 @@ static int dispatch_cancel(Coordinator *c, uint64_t id, BraidError *err) {
     c->table[at]->cancel_requested = true;
     WireBuf b = {0};
     wire_put_u64(&b, id);
-    return ctrl_send(&c->ctrl, leader_rank(c, c->table[at]->instance), MSG_CANCEL, &b, err);
+    return send_to_instance(c, c->table[at]->instance, MSG_CANCEL, &b, err);
 }
 
 static int dispatch_workflow_end(Coordinator *c, const char *workflow, BraidError *err) {
@@ -454,7 +487,10 @@ static void on_ready(Coordinator *c, int instance, WireReader *rd) {
     if (msg_ready_decode(rd, &m)) return;
     /* One branch per outcome, each reporting itself: a failure is logged only on the failure path,
      * with a reason even when the leader sent none. */
-    if (!m.ok) {
+    if (!m.ok && c->reviving[instance]) {
+        /* A spawned leader that failed to set up exits; its death is seen like any other. */
+        LOG_ERROR("coord", "instance %d: its restart failed to start: %s", instance, m.error && m.error[0] ? m.error : "no reason given");
+    } else if (!m.ok) {
         const char *why = m.error && m.error[0] ? m.error : "no reason given (see that instance's log)";
         pthread_mutex_lock(&c->mu);
         c->failed = true;
@@ -466,11 +502,20 @@ static void on_ready(Coordinator *c, int instance, WireReader *rd) {
         int tokens = m.n_blocks * m.block_size;
         if (c->pool_tokens == 0 || tokens < c->pool_tokens) c->pool_tokens = tokens;
         c->block_size = m.block_size;
-        int ready = ++c->ready_instances;
+        if (!c->ever_ready[instance]) c->ready_instances++;
+        c->ever_ready[instance] = true;
+        bool revived = c->reviving[instance];
+        if (revived) c->dead_instances--, c->reviving[instance] = false, c->status[instance].reason[0] = '\0';
+        int up = c->cfg.n_instances - c->dead_instances;
         c->status[instance].state = INSTANCE_UP;
         pthread_mutex_unlock(&c->mu);
         instance_health_started(&c->health, instance, braid_now_seconds());
-        LOG_INFO("coord", "instance %d ready (%d KV blocks); %d of %d up", instance, m.n_blocks, ready, c->cfg.n_instances);
+        if (revived) {
+            router_instance_up(&c->router, instance);
+            metrics_instance_restarted(c->metrics, instance);
+        }
+        LOG_INFO("coord", "instance %d %s (%d KV blocks%s); %d of %d up", instance, revived ? "restarted" : "ready", m.n_blocks,
+                 revived ? ", empty cache" : "", up, c->cfg.n_instances);
         announce_when_started(c);
     }
     msg_ready_free(&m);
@@ -588,12 +633,18 @@ static void on_kv_events(Coordinator *c, int instance, WireReader *rd) {
     msg_kv_events_free(&m);
 }
 
-static void handle_message(Coordinator *c, int source, int type, const uint8_t *data, size_t len) {
-    int instance = instance_of_rank(c, source);
-    if (instance < 0) {
-        LOG_WARN("coord", "%s message from rank %d, which leads no instance, ignored", msg_type_name(type), source);
-        return;
-    }
+/* A spawned leader names its process (MSG_REJOIN): watched from now on when it is on this host. */
+static void on_rejoin(Coordinator *c, int instance, WireReader *rd) {
+    uint64_t pid = wire_get_u64(rd), start_ticks = wire_get_u64(rd);
+    char *host = wire_get_str(rd), here[256] = "";
+    gethostname(here, sizeof here - 1);
+    if (!rd->failed && host && strcmp(host, here) == 0) instance_health_respawned_process(&c->health, instance, (pid_t)pid, start_ticks);
+    else LOG_WARN("coord", "instance %d: its new leader runs on %s, not here: only its silence can show its death", instance, host ? host : "?");
+    LOG_INFO("coord", "instance %d: new leader pid %llu joined", instance, (unsigned long long)pid);
+    free(host);
+}
+
+static void handle_instance_message(Coordinator *c, int instance, int type, const uint8_t *data, size_t len) {
     if (instance_health_is_dead(&c->health, instance)) {
         LOG_DEBUG("coord", "%s message from dead instance %d ignored", msg_type_name(type), instance);
         return;
@@ -607,20 +658,43 @@ static void handle_message(Coordinator *c, int source, int type, const uint8_t *
     case MSG_STATS: on_stats(c, instance, &rd); break;
     case MSG_KV_EVENTS: on_kv_events(c, instance, &rd); break;
     case MSG_HIDDEN: on_hidden(c, &rd); break;
-    default: LOG_WARN("coord", "unexpected %s message from rank %d ignored", msg_type_name(type), source);
+    case MSG_REJOIN: on_rejoin(c, instance, &rd); break;
+    default: LOG_WARN("coord", "unexpected %s message from instance %d ignored", msg_type_name(type), instance);
     }
 }
 
-static int poll_messages(Coordinator *c, BraidError *err) {
+static void handle_world_message(Coordinator *c, int source, int type, const uint8_t *data, size_t len) {
+    int instance = instance_of_rank(c, source);
+    if (instance < 0) {
+        LOG_WARN("coord", "%s message from rank %d, which leads no instance, ignored", msg_type_name(type), source);
+        return;
+    }
+    if (c->restarts_on && c->restarts.joined[instance]) return; /* from its dead first leader, still in flight */
+    handle_instance_message(c, instance, type, data, len);
+}
+
+/* Every waiting message of one endpoint; instance -1: the world's (the instance by its rank). */
+static int poll_endpoint(Coordinator *c, CtrlEndpoint *ep, int instance, BraidError *err) {
     int source, type, got, n = 0;
     uint8_t *data;
     size_t len;
-    while ((got = ctrl_poll(&c->ctrl, &source, &type, &data, &len, err)) == 1) {
-        handle_message(c, source, type, data, len);
+    while ((got = ctrl_poll(ep, &source, &type, &data, &len, err)) == 1) {
+        if (instance < 0) handle_world_message(c, source, type, data, len);
+        else handle_instance_message(c, instance, type, data, len);
         free(data);
         n++;
     }
     return got < 0 ? -1 : n;
+}
+
+static int poll_messages(Coordinator *c, BraidError *err) {
+    int n = poll_endpoint(c, &c->ctrl, -1, err);
+    for (int i = 0; n >= 0 && c->restarts_on && i < c->cfg.n_instances; i++) {
+        if (!c->restarts.joined[i] || instance_health_is_dead(&c->health, i)) continue;
+        int got = poll_endpoint(c, &c->restarts.ep[i], i, err);
+        n = got < 0 ? -1 : n + got;
+    }
+    return n;
 }
 
 /* ---- MPI thread: instances that die ---- */
@@ -674,13 +748,26 @@ static int settle_requests_of(Coordinator *c, int instance, BraidError *err) {
     return 0;
 }
 
+/* With --restart-instances, the dead instance's next spawn is scheduled (after its backoff). */
+static void schedule_restart(Coordinator *c, int instance) {
+    double delay;
+    if (!c->restarts_on) return;
+    if (instance_restarts_schedule(&c->restarts, instance, braid_now_seconds(), &delay))
+        LOG_WARN("coord", "instance %d: restarting it in %.0f s (restart %d of %d)", instance, delay, c->restarts.restarts[instance] + 1,
+                 c->restarts.max_restarts);
+    else
+        LOG_ERROR("coord", "instance %d: not restarted again: it used its %d restarts (--restart-instances)", instance, c->restarts.max_restarts);
+}
+
 /* The instance is a failure domain: it leaves routing, the block index, /health and /metrics say
  * so, and whatever is left of it on this host is killed (a TP peer of a dead rank would otherwise
  * wait in a collective forever). */
 static int instance_lost(Coordinator *c, int instance, BraidError *err) {
     const char *why = instance_health_reason(&c->health, instance);
+    c->lost_ranks = true;
     pthread_mutex_lock(&c->mu);
-    c->dead_instances++;
+    if (!c->reviving[instance]) c->dead_instances++; /* a restart that died before READY was still counted */
+    c->reviving[instance] = false;
     c->status[instance].state = INSTANCE_DEAD;
     snprintf(c->status[instance].reason, sizeof c->status[instance].reason, "%s", why);
     int alive = c->cfg.n_instances - c->dead_instances;
@@ -694,17 +781,40 @@ static int instance_lost(Coordinator *c, int instance, BraidError *err) {
     }
     int fenced = instance_health_fence(&c->health, instance);
     if (fenced) LOG_WARN("coord", "instance %d: killed its %d remaining rank%s on this host", instance, fenced, fenced == 1 ? "" : "s");
-    ctrl_forget_dest(&c->ctrl, leader_rank(c, instance)); /* only leaders get messages */
+    int dest;
+    CtrlEndpoint *ep = leader_endpoint(c, instance, &dest);
+    ctrl_forget_dest(ep, dest); /* only leaders get messages */
     router_instance_down(&c->router, instance);
     metrics_instance_down(c->metrics, instance);
     announce_when_started(c);
+    schedule_restart(c, instance);
     return settle_requests_of(c, instance, err);
+}
+
+/* A restart that is due: its new leader is spawned, and the instance is starting again (still
+ * counted dead, out of routing, until its READY). A spawn that fails leaves it dead. */
+static void restart_due_instance(Coordinator *c) {
+    int i = c->restarts_on && !c->draining ? instance_restarts_due(&c->restarts, braid_now_seconds()) : -1;
+    if (i < 0) return;
+    BraidError err = {{0}};
+    if (instance_restarts_spawn(&c->restarts, i, &err) ||
+        (instance_health_revive(&c->health, i, braid_now_seconds()) && braid_error_set(&err, "out of memory watching it"))) {
+        LOG_ERROR("coord", "instance %d: restart failed: %s; it stays dead", i, err.msg);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    c->reviving[i] = true;
+    c->status[i].state = INSTANCE_STARTING;
+    c->status[i].restarts = c->restarts.restarts[i];
+    pthread_mutex_unlock(&c->mu);
+    LOG_WARN("coord", "instance %d: new leader spawned (restart %d of %d); loading", i, c->restarts.restarts[i], c->restarts.max_restarts);
 }
 
 static int check_instances(Coordinator *c, BraidError *err) {
     int dead;
     while ((dead = instance_health_next_dead(&c->health, braid_now_seconds())) >= 0)
         if (instance_lost(c, dead, err)) return -1;
+    restart_due_instance(c);
     return 0;
 }
 
@@ -749,7 +859,7 @@ static bool drained(Coordinator *c) {
     return done;
 }
 
-bool coordinator_lost_ranks(const Coordinator *c) { return instance_health_alive_count(&c->health) < c->cfg.n_instances; }
+bool coordinator_lost_ranks(const Coordinator *c) { return c->lost_ranks || instance_health_alive_count(&c->health) < c->cfg.n_instances; }
 
 /* SHUTDOWN to every live leader, saying whether the job lost ranks. Sends to dead leaders were
  * given up when they died (instance_lost), so the flush cannot hang on them. */
@@ -759,9 +869,11 @@ static void shutdown_instances(Coordinator *c, BraidError *err) {
         if (instance_health_is_dead(&c->health, i)) continue;
         WireBuf b = {0};
         wire_put_u8(&b, lost_ranks ? 1 : 0);
-        ctrl_send(&c->ctrl, leader_rank(c, i), MSG_SHUTDOWN, &b, err);
+        send_to_instance(c, i, MSG_SHUTDOWN, &b, err);
     }
     ctrl_flush(&c->ctrl, err);
+    for (int i = 0; c->restarts_on && i < c->cfg.n_instances; i++)
+        if (c->restarts.joined[i] && !instance_health_is_dead(&c->health, i)) ctrl_flush(&c->restarts.ep[i], err);
 }
 
 /* Waits for an HTTP thread's command or the end of a nap, whichever comes first. Instances' messages

@@ -33,6 +33,7 @@
 
 #include "coord/coord_request.h"
 #include "coord/instance_health.h"
+#include "coord/instance_restart.h"
 #include "coord/kv_event_publisher.h"
 #include "coord/metrics.h"
 #include "coord/router.h"
@@ -64,12 +65,17 @@ typedef struct {
     KvEventPublisher *kv_publisher; /* every KV events message also goes out in vLLM's format (borrowed), or NULL */
     bool warm_start;        /* once the instances are up, the state is "warming" (and the ready line waits)
                                until coordinator_warming_done */
+    /* --restart-instances: a dead instance is spawned again at most this many times (0: never;
+     * tp must be 1), as `braid respawn_args... --respawned-instance I` (see instance_restart.h). */
+    int max_restarts;
+    const char *const *respawn_args;
 } CoordinatorConfig;
 
 /* One instance as /health reports it. */
 typedef struct {
     InstanceState state;
     char reason[192]; /* why it died; "" otherwise */
+    int restarts;     /* times it was brought back (--restart-instances) */
 } InstanceStatus;
 
 typedef enum { SUBMIT_OK = 0, SUBMIT_BUSY = 429, SUBMIT_UNAVAILABLE = 503 } SubmitResult;
@@ -99,6 +105,11 @@ typedef struct {
     Router router;
     InstanceHealth health;
     CtrlEndpoint ctrl;
+    bool restarts_on;
+    InstanceRestarts restarts;   /* when restarts_on: spawned leaders and their endpoints */
+    bool *reviving;              /* (n_instances) spawned again, not yet ready: still counted dead */
+    bool *ever_ready;            /* (n_instances) reported READY once (counted in ready_instances) */
+    bool lost_ranks;             /* a rank of the job died (even if its instance came back) */
     CoordRequest **table;        /* sorted by id */
     int n_table, cap_table;
     WorkflowForecast forecast;

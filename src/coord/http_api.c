@@ -56,7 +56,7 @@ static char *dump(json_t *o) {
 }
 
 /* 200 while the cluster serves ("ready", or "degraded" when some instances died), else 503; each
- * instance's state, and why a dead one died. */
+ * instance's state, why a dead one died, and how often it was restarted (--restart-instances). */
 static enum MHD_Result handle_health(HttpApi *api, struct MHD_Connection *conn) {
     const char *state = coordinator_state(api->cfg.coord);
     bool serving = strcmp(state, "ready") == 0 || strcmp(state, "degraded") == 0;
@@ -67,6 +67,7 @@ static enum MHD_Result handle_health(HttpApi *api, struct MHD_Connection *conn) 
     for (int i = 0; status && list && i < n; i++) {
         json_t *one = json_pack("{s:i, s:s}", "instance", i, "state", instance_state_name(status[i].state));
         if (one && status[i].state == INSTANCE_DEAD) json_object_set_new(one, "reason", json_string(status[i].reason));
+        if (one && status[i].restarts > 0) json_object_set_new(one, "restarts", json_integer(status[i].restarts));
         json_array_append_new(list, one);
     }
     free(status);

@@ -10,7 +10,9 @@ int instance_health_init(InstanceHealth *h, int n_instances, int tp, const RankD
     h->last_heard = calloc(n, sizeof *h->last_heard);
     h->state = calloc(n, sizeof *h->state);
     h->reason = calloc(n, sizeof *h->reason);
-    if (!h->last_heard || !h->state || !h->reason) {
+    h->respawned = calloc(n, sizeof *h->respawned);
+    h->revived = calloc(n, sizeof *h->revived);
+    if (!h->last_heard || !h->state || !h->reason || !h->respawned || !h->revived) {
         instance_health_free(h);
         return -1;
     }
@@ -27,6 +29,9 @@ void instance_health_free(InstanceHealth *h) {
     free(h->last_heard);
     free(h->state);
     free(h->reason);
+    for (int i = 0; h->respawned && i < h->n_instances; i++) rank_directory_free(&h->respawned[i]);
+    free(h->respawned);
+    free(h->revived);
     memset(h, 0, sizeof *h);
 }
 
@@ -49,12 +54,24 @@ bool instance_health_declare_dead(InstanceHealth *h, int instance, const char *r
     return true;
 }
 
-/* The first rank of the instance whose process is gone, or -1. */
-static int gone_rank(const InstanceHealth *h, int instance) {
-    if (!h->dir) return -1;
+/* Where the instance's rank t is watched: a revived instance's own process (none until it named
+ * it), else the job's directory. NULL when there is nothing to look at. */
+static const RankDirectory *watch_of(const InstanceHealth *h, int instance, int t, int *at) {
+    const RankDirectory *d = h->dir;
+    *at = 1 + instance * h->tp + t;
+    if (h->revived[instance]) d = &h->respawned[instance], *at = t;
+    return d && *at < d->n_ranks ? d : NULL;
+}
+
+/* The first rank of the instance whose process is gone, or -1; *pid gets its pid. */
+static int gone_rank(const InstanceHealth *h, int instance, long *pid) {
     for (int t = 0; t < h->tp; t++) {
-        int rank = 1 + instance * h->tp + t;
-        if (rank_directory_alive(h->dir, rank) == RANK_GONE) return rank;
+        int at;
+        const RankDirectory *d = watch_of(h, instance, t, &at);
+        if (d && rank_directory_alive(d, at) == RANK_GONE) {
+            *pid = (long)d->pid[at];
+            return 1 + instance * h->tp + t;
+        }
     }
     return -1;
 }
@@ -64,9 +81,11 @@ int instance_health_next_dead(InstanceHealth *h, double now) {
     for (int i = 0; i < h->n_instances; i++) {
         if (h->state[i] == INSTANCE_DEAD) continue;
         char why[192];
-        int rank = check_processes ? gone_rank(h, i) : -1;
+        long pid = 0;
+        int rank = check_processes ? gone_rank(h, i, &pid) : -1;
         if (rank >= 0)
-            snprintf(why, sizeof why, "rank %d (pid %ld) exited", rank, (long)h->dir->pid[rank]);
+            snprintf(why, sizeof why, "%s %d (pid %ld) exited", h->revived[i] ? "the respawned leader of instance" : "rank",
+                     h->revived[i] ? i : rank, pid);
         else if (h->state[i] == INSTANCE_UP && h->timeout_s > 0 && now - h->last_heard[i] > h->timeout_s)
             snprintf(why, sizeof why, "no message from its leader for %.1f s (--instance-timeout %g)", now - h->last_heard[i],
                      h->timeout_s);
@@ -97,12 +116,40 @@ const char *instance_state_name(InstanceState s) {
 }
 
 int instance_health_fence(const InstanceHealth *h, int instance) {
-    if (!h->dir || !valid(h, instance)) return 0;
+    if (!valid(h, instance)) return 0;
     int signalled = 0;
     for (int t = 0; t < h->tp; t++) {
-        int rank = 1 + instance * h->tp + t;
-        if (rank_directory_alive(h->dir, rank) != RANK_ALIVE) continue;
-        if (rank_directory_kill(h->dir, rank) == 0) signalled++;
+        int at;
+        const RankDirectory *d = watch_of(h, instance, t, &at);
+        if (!d || rank_directory_alive(d, at) != RANK_ALIVE) continue;
+        if (rank_directory_kill(d, at) == 0) signalled++;
     }
     return signalled;
+}
+
+int instance_health_revive(InstanceHealth *h, int instance, double now) {
+    if (!valid(h, instance) || h->tp != 1) return -1;
+    rank_directory_free(&h->respawned[instance]);
+    RankDirectory *d = &h->respawned[instance];
+    d->pid = calloc(1, sizeof *d->pid);
+    d->start_ticks = calloc(1, sizeof *d->start_ticks);
+    d->local = calloc(1, sizeof *d->local);
+    if (!d->pid || !d->start_ticks || !d->local) {
+        rank_directory_free(d);
+        return -1;
+    }
+    h->revived[instance] = true;
+    h->state[instance] = INSTANCE_STARTING;
+    h->last_heard[instance] = now;
+    h->reason[instance][0] = '\0';
+    return 0;
+}
+
+void instance_health_respawned_process(InstanceHealth *h, int instance, pid_t pid, uint64_t start_ticks) {
+    if (!valid(h, instance) || !h->revived[instance] || !h->respawned[instance].pid) return;
+    RankDirectory *d = &h->respawned[instance];
+    d->pid[0] = pid;
+    d->start_ticks[0] = start_ticks;
+    d->local[0] = true; /* the coordinator names it only when it runs on this host */
+    d->n_ranks = 1;
 }

@@ -6,8 +6,10 @@
  * rank directory, for ranks on the coordinator's host; checked at most every
  * INSTANCE_HEALTH_CHECK_PERIOD_S) or, once it has started, when its leader has sent nothing for
  * timeout_s seconds (the only sign of death from another host; leaders send STATS every 0.1 s, so
- * silence that long means a dead or hung instance). Death is final: a dead instance never comes
- * back here. instance_health_fence kills what is left of a dead instance on this host, so a TP
+ * silence that long means a dead or hung instance). A dead instance stays dead unless it is
+ * revived (--restart-instances, tp = 1 only): then its one process is a new one, outside the
+ * directory, named by the process itself (instance_health_respawned_process).
+ * instance_health_fence kills what is left of a dead instance on this host, so a TP
  * peer blocked forever in a collective with a dead rank does not outlive its instance.
  * Owns its arrays, borrows the directory. Not thread-safe (the coordinator's MPI thread).
  */
@@ -30,6 +32,8 @@ typedef struct {
     double *last_heard;       /* (n_instances) */
     InstanceState *state;     /* (n_instances) */
     char (*reason)[192];      /* (n_instances) why a dead instance died */
+    bool *revived;            /* (n_instances) revived at least once: watched through respawned[] */
+    RankDirectory *respawned; /* (n_instances) a revived instance's process (n_ranks 1 once known) */
 } InstanceHealth;
 
 /* Instance i's ranks are 1 + i*tp .. (i+1)*tp (rank 0 coordinates). Returns 0, or -1 when out of memory. */
@@ -56,5 +60,12 @@ const char *instance_state_name(InstanceState s);
 /* SIGKILL to every rank of the (dead) instance still running on this host; returns how many
  * were signalled. Ranks on other hosts are left to their launcher. */
 int instance_health_fence(const InstanceHealth *h, int instance);
+/* A dead tp = 1 instance comes back (--restart-instances): starting again, its process not yet
+ * known (until instance_health_respawned_process; a death before that is not seen). Returns -1
+ * when out of memory or for tp > 1. */
+int instance_health_revive(InstanceHealth *h, int instance, double now);
+/* The revived instance's process on this host (MSG_REJOIN): watched and fenced from now on
+ * instead of the directory's rank, which is gone for good. */
+void instance_health_respawned_process(InstanceHealth *h, int instance, pid_t pid, uint64_t start_ticks);
 
 #endif

@@ -57,6 +57,7 @@ typedef struct {
     int inflight, queued;
     WorkflowMetrics workflows;
     unsigned long long instance_failures;
+    unsigned long long instance_restarts;
     RegistryMetrics registry;
 } MetricsTotals;
 
@@ -167,6 +168,16 @@ void metrics_instance_down(Metrics *m, int instance) {
         m->totals.instance_failures++;
         InstanceStats *s = &m->instances[instance];
         s->waiting = s->running = s->pool_used_blocks = s->host_used_blocks = 0;
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_instance_restarted(Metrics *m, int instance) {
+    if (!m || !known_instance(m, instance, "a restart")) return;
+    pthread_mutex_lock(&m->lock);
+    if (m->down[instance]) {
+        m->down[instance] = false;
+        m->totals.instance_restarts++;
     }
     pthread_mutex_unlock(&m->lock);
 }
@@ -565,7 +576,7 @@ static void render_instance_sums(TextOut *o, const InstanceStats *instances, int
     }
 }
 
-/* Which instances are alive (1) or dead (0), how many are, and how many died since start-up. */
+/* Which instances are alive (1) or dead (0), how many are, how many died and came back since start-up. */
 static void render_liveness(TextOut *o, const MetricsTotals *t, const bool *down, int n_instances) {
     int alive = 0;
     for (int i = 0; i < n_instances; i++) alive += !down[i];
@@ -573,6 +584,7 @@ static void render_liveness(TextOut *o, const MetricsTotals *t, const bool *down
     out_family(o, "braid_instance_up", "gauge", "1 while the instance is alive, 0 once it has died.");
     for (int i = 0; i < n_instances; i++) out_printf(o, "braid_instance_up{instance=\"%d\"} %d\n", i, down[i] ? 0 : 1);
     render_counter(o, "braid_instance_failures_total", "Instances that died while the server ran.", t->instance_failures);
+    render_counter(o, "braid_instance_restarts_total", "Dead instances brought back (--restart-instances).", t->instance_restarts);
 }
 
 static void render_all(TextOut *o, const MetricsTotals *t, const InstanceStats *instances, const bool *down, int n_instances,

@@ -81,6 +81,9 @@ void metrics_instance_idle(Metrics *m, int instance);
  * braid_instance_failures_total grows by one (once per instance), its gauges of work in flight drop
  * to 0 and later stats for it are ignored. Counters are kept. Same index checks as above. */
 void metrics_instance_down(Metrics *m, int instance);
+/* Instance i came back (--restart-instances) and is ready: braid_instance_up{instance="i"} is 1
+ * again and braid_instance_restarts_total grows by one. Same index checks as above. */
+void metrics_instance_restarted(Metrics *m, int instance);
 
 /* Coordinator-side gauges: requests accepted but not finished (braid_requests_inflight), and
  * requests waiting in the coordinator's own queue (braid_requests_queued). */

@@ -104,3 +104,8 @@ void router_instance_down(Router *r, int instance) {
     r->load[instance] = 0;
     router_cleared(r, instance);
 }
+
+void router_instance_up(Router *r, int instance) {
+    r->load[instance] = 0;
+    r->down[instance] = false;
+}

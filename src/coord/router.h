@@ -7,8 +7,9 @@
  * compete. Ties go to the instance that served the workflow last (its history is most likely
  * cached there), then to the least loaded, then to the lowest index.
  * Load = requests the coordinator has routed to the instance and not yet seen finish.
- * An instance marked down (router_instance_down: it died) is never picked again and its index is
- * emptied; router_pick answers instance -1 when every instance is down.
+ * An instance marked down (router_instance_down: it died) is not picked until router_instance_up
+ * (it was restarted), and its index is emptied; router_pick answers instance -1 when every
+ * instance is down.
  * Owns the indexes and the workflow-affinity table. Not thread-safe (the coordinator's MPI thread).
  */
 #ifndef BRAID_COORD_ROUTER_H
@@ -51,7 +52,9 @@ void router_evicted(Router *r, int instance, const uint64_t *hashes, int n);
 void router_cleared(Router *r, int instance);
 /* The registry's size over every instance's index (blocks held, bytes allocated, blocks evicted). */
 void router_registry_size(const Router *r, unsigned long long *blocks, unsigned long long *bytes, unsigned long long *evicted);
-/* The instance died: it leaves routing for good, with its index and load. */
+/* The instance died: it leaves routing, with its index and load. */
 void router_instance_down(Router *r, int instance);
+/* The instance came back (restarted, with an empty cache): it is picked again. */
+void router_instance_up(Router *r, int instance);
 
 #endif

@@ -87,6 +87,11 @@ static int take_tensor(LoadCtx *lc, const GgufTensor *t) {
     size_t n = (size_t)t->ne[0] * t->ne[1];
     if (!(*slot = widen_tensor(t, n))) return braid_error_set(lc->err, "lora %s: out of memory for tensor '%s'", lc->path, t->name);
     lc->ad->bytes += n * sizeof(float);
+    /* A NaN or infinite weight would poison every sequence using the adapter (found by fuzz_lora_adapter). */
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite((*slot)[i]))
+            return braid_error_set(lc->err, "lora %s: tensor '%s' holds a non-finite value (%g) at element %zu", lc->path, t->name,
+                                   (double)(*slot)[i], i);
     return 0;
 }
 

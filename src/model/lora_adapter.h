@@ -13,8 +13,8 @@
  * (Braid would silently ignore them otherwise).
  *
  * Loading checks general.type, adapter.type, alpha (finite, > 0), every tensor's name, type, and
- * shape against the base model's dims, and one rank shared by all pairs; a file that fails is
- * refused with a message naming the file and, where it applies, the tensor.
+ * shape against the base model's dims, one rank shared by all pairs, and every value finite; a
+ * file that fails is refused with a message naming the file and, where it applies, the tensor.
  * Owns: fp32 copies of A and B (the GGUF mapping is closed after load) and the adapter's name.
  * Thread-safety: read-only after load.
  */

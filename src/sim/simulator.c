@@ -167,6 +167,7 @@ static int serve_one(KvCache *c, const TraceRequest *r, int bs, int tpb, const S
     RadixNode *lock = m.node;
     if (out->ok && kv_cache_commit(c, &id, tokens, n_commit, blocks, &lock, false, err)) return -1;
     kv_cache_release(c, lock, blocks, out->ok ? total : got);
+    kv_cache_identity_release(c, &id); /* as the scheduler does when a request finishes */
     out->device_cached_blocks = m.device_blocks;
     out->host_cached_blocks = m.host_blocks;
     out->copied_blocks = (int)(c->counters.stored_blocks + c->counters.loaded_blocks - copies_before);

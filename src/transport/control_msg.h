@@ -40,6 +40,8 @@ typedef enum {
     MSG_KV_EVENTS,
     MSG_PREDICT,
     MSG_HIDDEN,
+    MSG_REJOIN, /* u64 pid, u64 start ticks: a respawned leader (--restart-instances) names its process
+                   first thing, so the coordinator can watch it as the rank directory watches ranks */
     MSG_TYPE_END
 } MsgType;
 

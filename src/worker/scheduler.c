@@ -109,6 +109,13 @@ static void queue_push_front(Scheduler *s, SchedRequest *r) {
     s->n_waiting++;
 }
 
+/* The request no longer names its workflow (it finished or was refused): the cache may reclaim
+ * the workflow's id. Once only. */
+static void release_identity(Scheduler *s, SchedRequest *r) {
+    kv_cache_identity_release(&s->cache, &r->identity);
+    r->identity.workflow = 0;
+}
+
 int sched_add(Scheduler *s, SchedRequest *r) {
     r->state = REQ_WAITING;
     r->cached_tokens = -1;
@@ -123,6 +130,7 @@ int sched_add(Scheduler *s, SchedRequest *r) {
     }
     int need = blocks_for(s, r->n_prompt + r->max_tokens), total = kv_cache_total(&s->cache, CACHE_TIER_DEVICE);
     if (need > total) {
+        release_identity(s, r);
         snprintf(r->error, sizeof r->error,
                  "request needs %d KV blocks (%d prompt + %d max_tokens tokens) but the pool holds only %d; "
                  "lower max_tokens or start with more --kv-blocks",
@@ -133,6 +141,7 @@ int sched_add(Scheduler *s, SchedRequest *r) {
     }
     /* Room for every request in flight to be waiting at once (see queue_push_front). */
     if (braid_grow((void **)&s->waiting, &s->cap_waiting, s->n_waiting + s->n_running + 1, sizeof *s->waiting)) {
+        release_identity(s, r);
         snprintf(r->error, sizeof r->error, "out of memory queueing the request");
         r->state = REQ_FINISHED;
         r->finish_reason = "error";
@@ -205,6 +214,7 @@ static void preempt(Scheduler *s, SchedRequest *r) {
 void sched_finish(Scheduler *s, SchedRequest *r, const char *reason) {
     release_request(s, r);
     if (cache_directives_any(&r->directives)) sched_directives_finish(s, r, strcmp(reason, "stop") == 0 || strcmp(reason, "length") == 0);
+    release_identity(s, r);
     r->state = REQ_FINISHED;
     r->finish_reason = reason;
     r->t_finish = s->clock();

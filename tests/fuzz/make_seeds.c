@@ -1,12 +1,17 @@
 /*
  * Writes the GGUF fuzz seed corpus (small valid files that reach deep into the reader, the config
  * loader and both tokenizer models) into the directory given:  make_seeds tests/fuzz/corpus_gguf
+ * With --lora, the LoRA adapter corpus instead (adapters for fuzz_lora_base.h's model: F32, F16
+ * and BF16 pairs, one adapter with every projection, and near misses the loader refuses):
+ *   make_seeds --lora tests/fuzz/corpus_lora
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_lora_base.h"
 #include "gguf_writer.h"
+#include "model/lora_adapter.h"
 #include "model/tensor_types.h"
 
 static void save(const char *dir, const char *name, GgufWriter *w) {
@@ -35,12 +40,72 @@ static void llama_metadata(GgufWriter *w) {
     gw_kv_f32(w, "llama.rope.scaling.factor", 2.0f);
 }
 
-int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: make_seeds DIR\n");
-        return 2;
+/* One adapter pair of projection p in layer l, rank r, of tensor type (F32, F16 or BF16). */
+static void lora_pair(GgufWriter *w, int layer, LoraProj p, int rank, uint32_t type) {
+    ModelConfig base = fuzz_lora_base();
+    int in, out;
+    lora_proj_dims(&base, p, &in, &out);
+    static uint8_t values[8 * 64 * 4];
+    for (size_t i = 0; i < sizeof values / 4; i++) {
+        float v = (float)((i * 37) % 17) / 16.0f - 0.5f;
+        if (type == TENSOR_F32) memcpy(values + 4 * i, &v, 4);
+        else { /* F16 / BF16 halves of small values: an exponent that reads as a normal number either way */
+            uint16_t h = (uint16_t)(0x3800 + (i * 131) % 0x400);
+            memcpy(values + 2 * i, &h, 2);
+        }
     }
-    const char *dir = argv[1];
+    size_t elem = type == TENSOR_F32 ? 4 : 2;
+    char name[64];
+    uint64_t ne_a[2] = {(uint64_t)in, (uint64_t)rank}, ne_b[2] = {(uint64_t)rank, (uint64_t)out};
+    snprintf(name, sizeof name, "blk.%d.%s.weight.lora_a", layer, lora_proj_stem(p));
+    gw_tensor(w, name, type, 2, ne_a, values, (size_t)in * rank * elem);
+    snprintf(name, sizeof name, "blk.%d.%s.weight.lora_b", layer, lora_proj_stem(p));
+    gw_tensor(w, name, type, 2, ne_b, values, (size_t)out * rank * elem);
+}
+
+static void lora_header(GgufWriter *w) {
+    gw_init(w);
+    gw_kv_str(w, "general.architecture", "llama");
+    gw_kv_str(w, "general.type", "adapter");
+    gw_kv_str(w, "adapter.type", "lora");
+    gw_kv_f32(w, "adapter.lora.alpha", 4.0f);
+}
+
+static int write_lora_seeds(const char *dir) {
+    GgufWriter w;
+    lora_header(&w); /* one F32 pair */
+    lora_pair(&w, 0, LORA_PROJ_Q, 2, TENSOR_F32);
+    save(dir, "q_f32.gguf", &w);
+    lora_header(&w); /* every projection of both layers, F16 */
+    for (int l = 0; l < 2; l++)
+        for (int p = 0; p < LORA_PROJ_COUNT; p++) lora_pair(&w, l, (LoraProj)p, 2, TENSOR_F16);
+    save(dir, "all_f16.gguf", &w);
+    lora_header(&w); /* BF16, rank 1, K and V of the last layer */
+    lora_pair(&w, 1, LORA_PROJ_K, 1, TENSOR_BF16);
+    lora_pair(&w, 1, LORA_PROJ_V, 1, TENSOR_BF16);
+    save(dir, "kv_bf16_rank1.gguf", &w);
+    lora_header(&w); /* refused: ranks differ between pairs */
+    lora_pair(&w, 0, LORA_PROJ_Q, 2, TENSOR_F32);
+    lora_pair(&w, 0, LORA_PROJ_O, 3, TENSOR_F32);
+    save(dir, "mixed_rank.gguf", &w);
+    lora_header(&w); /* refused: an MLP tensor */
+    lora_pair(&w, 0, LORA_PROJ_V, 2, TENSOR_F32);
+    uint64_t ne[2] = {8, 2};
+    static const float zeros[16];
+    gw_tensor(&w, "blk.0.ffn_up.weight.lora_a", TENSOR_F32, 2, ne, zeros, sizeof zeros);
+    save(dir, "mlp_tensor.gguf", &w);
+    lora_header(&w); /* refused: the first fuzz finding, an infinite F16 weight (0x7C00) in B */
+    lora_pair(&w, 0, LORA_PROJ_K, 1, TENSOR_F16);
+    uint16_t a16[8] = {0}, b16[4] = {0, 0x7C00, 0, 0};
+    uint64_t ne_a[2] = {8, 1}, ne_b[2] = {1, 4};
+    gw_tensor(&w, "blk.1.attn_v.weight.lora_a", TENSOR_F16, 2, ne_a, a16, sizeof a16);
+    gw_tensor(&w, "blk.1.attn_v.weight.lora_b", TENSOR_F16, 2, ne_b, b16, sizeof b16);
+    save(dir, "regress-inf-weight.gguf", &w);
+    printf("make_seeds: wrote 6 LoRA seeds to %s\n", dir);
+    return 0;
+}
+
+static int write_gguf_seeds(const char *dir) {
     GgufWriter w;
 
     gw_init(&w); /* empty file: header only */
@@ -103,4 +168,11 @@ int main(int argc, char **argv) {
     save(dir, "v2_align64.gguf", &w);
     printf("make_seeds: wrote 6 seeds to %s\n", dir);
     return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--lora") == 0) return write_lora_seeds(argv[2]);
+    if (argc == 2) return write_gguf_seeds(argv[1]);
+    fprintf(stderr, "usage: make_seeds DIR | make_seeds --lora DIR\n");
+    return 2;
 }

@@ -14,6 +14,10 @@
 #    by its silence, killed, and instance 0 serves on.
 # 4. 1 + 1x1 ranks: the only instance dies: /health 503 "failed", a new request a JSON 503. Then
 #    kill -9 of the coordinator: braid-local stops the job and leaves no process.
+# 5. --restart-instances 1 (refused with --tp 2): kill -9 of instance 1's rank: it comes back
+#    (spawned leader, empty cache) within 60 s, /health "ready" with 2 alive, /metrics counts the
+#    restart, concurrent requests all succeed and some are computed by the new leader; killed again
+#    past its limit it stays dead; SIGTERM still drains, exits 0, leaves no process.
 set -uo pipefail
 braid=$(realpath "$1")
 model=$(realpath "$2")
@@ -22,14 +26,8 @@ work=$(mktemp -d)
 # shellcheck source=cluster_lib.sh
 source "$root/tests/integration/cluster_lib.sh"
 
-# rank_pid R: the pid of MPI rank R of this cluster (from the rank's environment).
-rank_pid() {
-  local p
-  for p in $(pgrep -f "$braid serve .*--port $port( |$)"); do
-    tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && { echo "$p"; return 0; }
-  done
-  return 1
-}
+# shellcheck source=rank_pid.sh
+source "$root/tests/integration/rank_pid.sh"
 
 health_field() {  # health_field PYTHON_EXPR_ON_h -> its value, from GET /health
   curl -s "$url/health" | python3 -c "import json, sys; h = json.load(sys.stdin); print($1)" 2> /dev/null
@@ -43,11 +41,11 @@ wait_for() {  # wait_for SECONDS COMMAND...: polls every 0.2 s until COMMAND suc
   return 1
 }
 gone() { ! kill -0 "$1" 2> /dev/null; }
-completes() {  # completes PROMPT: a new request gets 200 with its completion
-  local code
-  code=$(curl -s --max-time 120 -o "$work/new.body" -w '%{http_code}' "$url/v1/completions" -H 'Content-Type: application/json' \
+completes() {  # completes PROMPT [TAG]: a new request gets 200 with its completion (TAG: its own body file, for concurrent ones)
+  local code body="$work/new${2:-}.body"
+  code=$(curl -s --max-time 120 -o "$body" -w '%{http_code}' "$url/v1/completions" -H 'Content-Type: application/json' \
     -d "{\"prompt\": \"$1\", \"max_tokens\": 8, \"temperature\": 0, \"ignore_eos\": true}")
-  [ "$code" = 200 ] && python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["usage"]["completion_tokens"] == 8' "$work/new.body"
+  [ "$code" = 200 ] && python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["usage"]["completion_tokens"] == 8' "$body"
 }
 
 # request I STREAM: one long request in the background; its status, curl's exit code and body land in $work/req.I.*
@@ -209,6 +207,40 @@ launcher_pid=""
 check "braid-local exits non-zero after losing its coordinator (got $status)" [ "$status" != 0 ]
 sleep 0.5
 check "one: no process left" cluster_gone
+
+# ---------------------------------------------------------------- 5: --restart-instances
+# A dead instance comes back: rank 0 spawns a new leader (MPI_Comm_spawn) that rejoins routing with
+# an empty cache; /health is ready again and /metrics counts the restart. At most N restarts.
+out=$("$braid" serve --tp 2 --restart-instances 1 --model "$model" 2>&1); status=$?
+check "--restart-instances with --tp 2 is refused with status 2 and a reason ($status)" \
+  bash -c "[ $status = 2 ] && grep -q 'needs --tp 1' <<< '$out'"
+start_cluster restart --instances 2 --restart-instances 1 || exit 1
+kill -KILL "$(rank_pid 2)"
+check "/health says degraded once rank 2 died" wait_for 10 degraded
+back() { [ "$(health_field 'h["status"], h["instances_alive"], h["instance_states"][1]["state"]')" = "ready 2 up" ]; }
+check "instance 1 is back within 60 s: /health ready, 2 alive" wait_for 60 back
+check "/metrics: braid_instance_restarts_total 1" [ "$(metric braid_instance_restarts_total)" = 1 ]
+check "/metrics: braid_instance_up{instance=\"1\"} 1" [ "$(metric 'braid_instance_up{instance="1"}')" = 1 ]
+check "/metrics: braid_instance_failures_total 1" [ "$(metric braid_instance_failures_total)" = 1 ]
+restart_pids=()
+for i in 1 2 3 4; do
+  ( completes "Restart check $i:" ".$i" > /dev/null 2>&1 || touch "$work/restart.$i.failed" ) &
+  restart_pids+=($!)
+done
+wait "${restart_pids[@]}"  # not a bare wait: the launcher is a child too
+ok_all=1
+for i in 1 2 3 4; do [ -e "$work/restart.$i.failed" ] && ok_all=0; done
+check "4 concurrent requests after the restart: all 200" [ "$ok_all" = 1 ]
+served_by_new() { [ "$(metric 'braid_instance_computed_prompt_tokens_total{instance="1"}')" -gt 0 ] 2> /dev/null; }
+check "the restarted instance computed some of them (it had served nothing before)" wait_for 5 served_by_new
+check "the new leader is a spawned process (--respawned-instance 1)" pgrep -f "$braid serve .*--port $port( .*)? --respawned-instance 1" > /dev/null
+kill -KILL "$(pgrep -f "$braid serve .*--port $port( .*)? --respawned-instance 1")"
+check "killed again past its 1 restart: instance 1 stays dead" wait_for 10 degraded
+sleep 3
+check "3 s later still degraded (no restart beyond the limit)" degraded
+check "the log says it used its restarts" grep -q "instance 1: not restarted again: it used its 1 restarts" "$work/restart.err"
+check "a new request succeeds on instance 0" completes "The speed of light is"
+stop_cluster restart
 
 echo "$failures failure(s)"
 [ "$failures" = 0 ]

@@ -5,10 +5,12 @@
 #    (one mpirun context per node) and refuses a layout that does not fit, naming the allocation.
 # 2. Against a real Slurm on this machine (started with ../shared/slurm/local-slurm.sh, or
 #    $BRAID_LOCAL_SLURM, when none is running; stopped again afterwards): a job asking for more
-#    instances than its tasks hold fails with that message; sbatch launch/braid.sbatch with one
-#    small instance prints the API URL, answers a completion and a chat completion through it
-#    (200, sane JSON), exports the rank binding in /metrics, and after scancel leaves the queue with
-#    no braid process behind. Exits 77 (skipped) only when Slurm cannot be started here (not root,
+#    instances than its tasks hold fails with that message; sbatch launch/braid.sbatch with two
+#    small instances prints the API URL, answers a completion and a chat completion through it
+#    (200, sane JSON), exports the rank binding in /metrics; kill -9 of instance 1's rank ends only
+#    that instance (mpirun --enable-recovery): the job stays, /health says "degraded" naming
+#    instance 1 dead, and a completion is still served by instance 0; after scancel the job leaves
+#    the queue with no braid process behind. Exits 77 (skipped) only when Slurm cannot be started here (not root,
 #    no local-slurm.sh, daemons that do not come up); part 1 has run by then.
 set -uo pipefail
 braid=$(realpath "$1")
@@ -69,6 +71,16 @@ if ! command -v sbatch > /dev/null || ! slurm_up; then
   slurm_up || { cat "$work/slurm-start.log"; skip "the local Slurm did not come up"; }
 fi
 
+# shellcheck source=rank_pid.sh
+source "$root/tests/integration/rank_pid.sh"  # rank_pid R (the job runs $braid, on $port)
+
+# wait_until SECONDS COMMAND...: polls every 0.5 s until COMMAND succeeds.
+wait_until() {
+  local i limit=$1; shift
+  for ((i = 0; i < limit * 2; i++)); do "$@" && return 0; sleep 0.5; done
+  return 1
+}
+
 # wait_gone JOB SECONDS: the job has left the queue within SECONDS.
 wait_gone() {
   local i
@@ -87,7 +99,7 @@ sleep 1  # the output file is flushed when the step ends
 check "misfit job: says the layout does not fit" grep -q "does not fit this allocation: 2 task(s) on 1 node(s)" "$work/job-$bad.out"
 
 port=$(free_port)
-job=$(submit --ntasks=2 launch/braid.sbatch --model "$model" --kv-blocks 32 --host-kv-blocks 0 --port "$port")
+job=$(submit --ntasks=3 launch/braid.sbatch --model "$model" --kv-blocks 32 --host-kv-blocks 0 --port "$port")
 echo "submitted job $job (port $port)"
 url=""
 for _ in $(seq 1 180); do
@@ -119,7 +131,28 @@ m = d["choices"][0]["message"]
 assert d["object"] == "chat.completion" and m["role"] == "assistant" and isinstance(m["content"], str), d
 assert d["usage"]["completion_tokens"] > 0, d' "$work/chat"
   check "/metrics exports rank 1's binding" bash -c "curl -s '${url%/v1}/metrics' | grep -q '^braid_rank_binding_info{rank=\"1\"'"
-  check "job output has the binding line" grep -q 'braid serve: rank 1 (worker 1 of 1 on ' "$work/job-$job.out"
+  check "job output has the binding line" grep -q 'braid serve: rank 1 (worker 1 of 2 on ' "$work/job-$job.out"
+  # A failure domain per instance under Slurm too: instance 1's only rank (rank 2) killed.
+  victim=$(rank_pid 2)
+  if [ -z "$victim" ]; then
+    fail "no process is rank 2 of the job"
+  else
+    kill -KILL "$victim"
+    degraded() { curl -s "${url%/v1}/health" | python3 -c '
+import json, sys
+h = json.load(sys.stdin)
+assert h["status"] == "degraded" and h["instances_alive"] == 1, h
+assert any(s["instance"] == 1 and s["state"] == "dead" for s in h["instance_states"]), h' 2> /dev/null; }
+    check "kill -9 of rank 2: /health degraded, instance 1 dead" wait_until 30 degraded
+    # Without --enable-recovery mpirun would abort the whole job a few seconds after the death
+    # (measured: within 12 s); the checks below come after that.
+    sleep 12
+    check "kill -9 of rank 2: still degraded 12 s later (the coordinator answers)" degraded
+    check "kill -9 of rank 2: the job is still running" bash -c "[ -n \"\$(squeue -h -j $job 2> /dev/null)\" ]"
+    code=$(curl -s -o "$work/after" -w '%{http_code}' "$url/completions" -H 'Content-Type: application/json' \
+      -d '{"prompt": "One, two,", "max_tokens": 4, "temperature": 0}')
+    check "kill -9 of rank 2: a completion is still served (got $code)" [ "$code" = 200 ]
+  fi
 fi
 
 scancel "$job"

@@ -316,6 +316,7 @@ static bool admit(KvCache *c, World *w, Active *a) {
     }
     if (kv_cache_reserve(c, a->n_blocks - got, a->table + got) != 0) {
         kv_cache_release(c, a->lock, a->table, got);
+        kv_cache_identity_release(c, &a->id);
         apply_ops(c, w);
         return false;
     }
@@ -330,6 +331,7 @@ static bool admit(KvCache *c, World *w, Active *a) {
 
 static void finish(KvCache *c, World *w, Active *a) {
     kv_cache_release(c, a->lock, a->table, a->n_held);
+    kv_cache_identity_release(c, &a->id); /* its workflow's id may be reclaimed (kv_cache_check checks) */
     apply_ops(c, w);
     a->live = false;
 }

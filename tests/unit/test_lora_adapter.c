@@ -202,6 +202,14 @@ static void test_refuses_bad_tensor_sets(void **state) {
     uint64_t ne_q[2] = {32, RANK};
     gw_tensor(&w, "blk.0.attn_q.weight.lora_a", TENSOR_Q8_0, 2, ne_q, q, sizeof q);
     expect_refused(&w, "blk.0.attn_q.weight.lora_a", "Q8_0");
+    /* a NaN weight (an F16 half the fuzzer made): it would poison every sequence using the adapter */
+    adapter_header(&w, "adapter", "lora", 4.0f);
+    uint16_t a16[RANK * 8] = {0}, b16[8 * RANK] = {0};
+    b16[5] = 0x7E00; /* F16 NaN */
+    uint64_t ne_b[2] = {RANK, 8};
+    gw_tensor(&w, "blk.0.attn_q.weight.lora_a", TENSOR_F16, 2, ne_a, a16, sizeof a16);
+    gw_tensor(&w, "blk.0.attn_q.weight.lora_b", TENSOR_F16, 2, ne_b, b16, sizeof b16);
+    expect_refused(&w, "blk.0.attn_q.weight.lora_b", "non-finite");
 }
 
 static void test_set_specs_and_lookup(void **state) {

@@ -29,6 +29,15 @@ static void test_basic(void **state) {
     strmap_destroy(m);
 }
 
+/* The key "<prefix><i>" is in m with value i. */
+static void assert_numbered_key(const StrMap *m, const char *prefix, int i) {
+    char key[32];
+    int n = snprintf(key, sizeof key, "%s%d", prefix, i);
+    int32_t v;
+    assert_int_equal(strmap_get(m, key, (size_t)n, &v), 1);
+    assert_int_equal(v, i);
+}
+
 static void test_growth(void **state) {
     (void)state;
     StrMap *m = strmap_create(1);
@@ -38,18 +47,36 @@ static void test_growth(void **state) {
         assert_int_equal(strmap_put(m, key, (size_t)n, i), 0);
     }
     assert_int_equal(strmap_count(m), 100000);
-    for (int i = 0; i < 100000; i += 7) {
-        int n = snprintf(key, sizeof key, "key-%d", i);
-        int32_t v;
-        assert_int_equal(strmap_get(m, key, (size_t)n, &v), 1);
-        assert_int_equal(v, i);
-    }
+    for (int i = 0; i < 100000; i += 7) assert_numbered_key(m, "key-", i);
     int32_t v;
     assert_int_equal(strmap_get(m, "key-100000", 10, &v), 0);
     strmap_destroy(m);
 }
 
+/* Keys that come and go: every live key stays findable with its value, removed ones are gone, and
+ * the arena stays bounded by the live keys (it is compacted), not by all keys ever put. */
+static void test_remove_churn(void **state) {
+    (void)state;
+    StrMap *m = strmap_create(8);
+    char key[32];
+    enum { LIVE = 64, TOTAL = 200000 };
+    for (int i = 0; i < TOTAL; i++) {
+        int n = snprintf(key, sizeof key, "workflow-%d", i);
+        assert_int_equal(strmap_put(m, key, (size_t)n, i), 0);
+        if (i < LIVE) continue;
+        n = snprintf(key, sizeof key, "workflow-%d", i - LIVE);
+        assert_int_equal(strmap_remove(m, key, (size_t)n), 1);
+        assert_int_equal(strmap_remove(m, key, (size_t)n), 0); /* already gone */
+    }
+    assert_int_equal(strmap_count(m), LIVE);
+    for (int i = TOTAL - LIVE; i < TOTAL; i++) assert_numbered_key(m, "workflow-", i);
+    int32_t v;
+    assert_int_equal(strmap_get(m, "workflow-0", 10, &v), 0);
+    assert_true(strmap_arena_bytes(m) < 64 * 1024); /* TOTAL keys would be ~2.6 MB */
+    strmap_destroy(m);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_basic), cmocka_unit_test(test_growth)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_basic), cmocka_unit_test(test_growth), cmocka_unit_test(test_remove_churn)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
