@@ -172,28 +172,21 @@ int kv_cache_unpin_for(KvCache *c, int n_blocks) {
     return freed;
 }
 
-/* Blocks of the path to end that a pin would newly count, and of those the most that fit in
- * `room`: *fit_blocks is the longest prefix (in blocks) whose new blocks fit. */
-static int new_pin_blocks(const RadixNode *end, int path_blocks, int room, int *fit_blocks) {
+/* The longest prefix (in blocks) of the path to end whose not yet pinned blocks fit in `room`. */
+static int pin_fit(const RadixNode *end, int path_blocks, int room) {
     int total = 0;
     for (const RadixNode *n = end; !radix_is_root(n); n = n->parent)
         if (!n->meta.pinned) total += n->n_blocks;
-    /* From the root down: the prefix fits while its unpinned blocks fit. */
-    *fit_blocks = path_blocks;
-    if (total <= room) return total;
+    if (total <= room) return path_blocks;
     int pos = path_blocks, used_below = total;
     for (const RadixNode *n = end; !radix_is_root(n); n = n->parent) {
         int start = pos - n->n_blocks;
         int above = used_below - (n->meta.pinned ? 0 : n->n_blocks); /* new blocks in the path above n */
-        if (above <= room) {
-            *fit_blocks = n->meta.pinned ? pos : start + (room - above);
-            return total;
-        }
+        if (above <= room) return n->meta.pinned ? pos : start + (room - above);
         used_below = above;
         pos = start;
     }
-    *fit_blocks = 0;
-    return total;
+    return 0;
 }
 
 int kv_cache_pin(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int end, double ttl_s, int budget_blocks,
@@ -206,11 +199,11 @@ int kv_cache_pin(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int
     if (matched == 0) return *out = (KvHintOutcome){.status = KV_HINT_REJECTED, .reason = "nothing of the span is cached"}, 0;
     int *count = tenant_count(c, id->tenant);
     if (!count) return oom(err, "pinning");
-    int room = budget_blocks - *count, fit;
+    int room = budget_blocks - *count;
     int global_room = kv_cache_total(c, CACHE_TIER_DEVICE) / 2 - c->pinned_total; /* half the pool stays unpinned */
     if (global_room < room) room = global_room;
     if (room < 0) room = 0;
-    int fresh = new_pin_blocks(node, matched, room, &fit);
+    int fit = pin_fit(node, matched, room);
     out->blocks_asked = matched;
     if (fit < matched) {
         out->status = fit > 0 ? KV_HINT_CLIPPED : KV_HINT_REJECTED;
@@ -218,7 +211,6 @@ int kv_cache_pin(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int
         if (fit == 0) return 0;
         if (walk(c, own_ns(id), &w, tokens, fit, &node) != fit) return oom(err, "pinning");
     }
-    (void)fresh;
     double until = c->clock() + ttl_s;
     int pinned = 0;
     for (RadixNode *n = node; !radix_is_root(n); n = n->parent) {
