@@ -17,12 +17,9 @@
 # radix arm (which computes every replay from its edited text, i.e. the full-context answer): first-
 # token argmax agreement, MAX_TOKENS-token agreement, KL(radix || arm) of the first token.
 #
-# cross-tenant (Leyline § 5: four tenants reading shared articles). Arms: radix (sharing off) and
-# share (every request carries {"op": "share", "span": <through the article>, "with": "all"}: the
-# client opts its article text in). Reported: hit rate, tokens copied across tenants; the radix arm
-# must have zero (asserted).
-# Usage: bench/directives_study.sh [OUT_DIR]   (env: WORKFLOWS=6 SCALE=0.5 MAX_TOKENS=16 MAX_RUNNING=4
-#        CT_WORKFLOWS=16 THREADS=2)
+# cross-tenant sharing is measured live: bench/directives_tenants.sh.
+# Usage: bench/directives_study.sh [OUT_DIR]   (env: WORKFLOWS=6 SCALE=0.5 MAX_TOKENS=16 MAX_RUNNING=4 THREADS=2
+#        ARMS="off radix approx amortize forget")
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 braid=${BRAID_BIN:-$root/build/braid}
@@ -30,7 +27,7 @@ bench=${BRAID_BENCH_BIN:-$root/build/braid-bench}
 model=${BRAID_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 out=${1:-$root/bench/out/directives}
 workflows=${WORKFLOWS:-6}
-ct_workflows=${CT_WORKFLOWS:-16}
+arms=${ARMS:-off radix approx amortize forget}
 scale=${SCALE:-0.5}
 max_tokens=${MAX_TOKENS:-16}
 max_running=${MAX_RUNNING:-4}
@@ -54,16 +51,14 @@ gen() {  # gen WORKLOAD N
 # ---- edit-replay ----
 gen edit-replay "$workflows"
 python3 "$root/bench/directives_transform.py" edit-replay "$out/edit-replay.batch.jsonl" "$out/edit-replay" "$max_tokens"
-run_arm edit-replay off "$out/edit-replay.plain.jsonl" --cache off
-run_arm edit-replay radix "$out/edit-replay.plain.jsonl"
-run_arm edit-replay approx "$out/edit-replay.plain.jsonl" --segment-reuse approx --approx-window 0
-run_arm edit-replay amortize "$out/edit-replay.amortize.jsonl"
-run_arm edit-replay forget "$out/edit-replay.forget.jsonl"
-
-# ---- cross-tenant ----
-gen cross-tenant "$ct_workflows"
-python3 "$root/bench/directives_transform.py" cross-tenant "$out/cross-tenant.batch.jsonl" "$out/cross-tenant" "$max_tokens"
-run_arm cross-tenant radix "$out/cross-tenant.plain.jsonl"
-run_arm cross-tenant share "$out/cross-tenant.share.jsonl"
+for arm in $arms; do
+  case $arm in
+    off) run_arm edit-replay off "$out/edit-replay.in-plain.jsonl" --cache off ;;
+    radix) run_arm edit-replay radix "$out/edit-replay.in-plain.jsonl" ;;
+    approx) run_arm edit-replay approx "$out/edit-replay.in-plain.jsonl" --segment-reuse approx --approx-window 0 ;;
+    amortize | forget) run_arm edit-replay "$arm" "$out/edit-replay.in-$arm.jsonl" ;;
+    *) echo "unknown arm $arm" >&2; exit 2 ;;
+  esac
+done
 
 python3 "$root/bench/directives_transform.py" report "$out" "$max_tokens" | tee "$out/table.md"

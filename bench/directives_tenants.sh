@@ -58,10 +58,10 @@ arm() {  # arm NAME INPUT SERVE_ARGS...
   stop
 }
 
-arm off "$out/ct.plain.jsonl"
-arm share "$out/ct.share.jsonl"
-arm warm "$out/ct.plain.jsonl" --warm-start "$out/manifest.jsonl"
-arm warm+share "$out/ct.share.jsonl" --warm-start "$out/manifest.jsonl"
+arm off "$out/ct.in-plain.jsonl"
+arm share "$out/ct.in-share.jsonl"
+arm warm "$out/ct.in-plain.jsonl" --warm-start "$out/manifest.jsonl"
+arm warm+share "$out/ct.in-share.jsonl" --warm-start "$out/manifest.jsonl"
 
 python3 - "$out" <<'PY' | tee "$out/table.md"
 import json, sys

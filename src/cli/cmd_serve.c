@@ -107,7 +107,13 @@ static const char serve_usage[] =
     "                           with it: under mpirun --enable-recovery, mpirun's own status is 0 whatever ranks return)\n"
     "  --restart-instances N    bring a dead instance back, at most N times each (default 0: never; --tp 1 only):\n"
     "                           rank 0 spawns a new leader (MPI_Comm_spawn) after 1, 2, 4 ... s (at most 30 s);\n"
-    "                           it comes back with an empty cache (/metrics: braid_instance_restarts_total)\n"
+    "                           once ready it rejoins routing and is re-warmed in the background: the hot prompt\n"
+    "                           heads the coordinator recorded (chunks seen at least twice, most seen first), then\n"
+    "                           --warm-start's, are prefilled on it (/metrics: braid_instance_restarts_total,\n"
+    "                           braid_instance_rewarm_heads_total, braid_instance_rewarms_total)\n"
+    "  --rewarm-heads K         a restarted instance is re-warmed with at most K heads (default 64; 0 = it comes\n"
+    "                           back cold)\n"
+    "  --rewarm-tokens M        ... and at most M prompt tokens (default 16384)\n"
     "  --instance-timeout S     an instance whose leader sends nothing for S seconds is dead (default 60; 0 = only\n"
     "                           a rank's process exiting, seen on rank 0's host, counts). Each instance is a failure\n"
     "                           domain: the others keep serving, /health says \"degraded\". Needs mpirun\n"
@@ -152,6 +158,7 @@ typedef struct {
     long pin_budget; /* tokens per tenant per instance; 0 = a quarter of the pool */
     CliLora lora;
     long restart_instances;   /* --restart-instances: restarts per instance (0: none) */
+    long rewarm_heads, rewarm_tokens; /* bounds of a restarted instance's re-warm (warm_start.h) */
     long respawned_instance;  /* set by the coordinator on a spawned leader: its instance (-1: not one) */
     long respawn_host_blocks; /* with it: the host tier the job's rank 0 decided */
 } ServeArgs;
@@ -163,7 +170,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
            O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_PIN_BUDGET, O_INSTANCE_TIMEOUT, O_EXIT_STATUS, O_MAX_CONN, O_MAX_CONN_CLIENT, O_HTTP_TIMEOUT,
            O_KV_EVENTS_EP, O_KV_EVENTS_REPLAY, O_KV_EVENTS_TOPIC, O_LORA, O_LORA_CACHE, O_MANIFEST_OUT, O_MANIFEST_CAPACITY,
            O_WARM_START, O_WARM_START_PIN, O_OCCUPANCY, O_OCCUPANCY_INTERVAL,
-           O_RESTARTS, O_RESPAWNED, O_RESPAWN_HOST };
+           O_RESTARTS, O_RESPAWNED, O_RESPAWN_HOST, O_REWARM_HEADS, O_REWARM_TOKENS };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -195,6 +202,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"warm-start", required_argument, 0, O_WARM_START}, {"warm-start-pin", required_argument, 0, O_WARM_START_PIN},
         {"occupancy-log", required_argument, 0, O_OCCUPANCY}, {"occupancy-interval", required_argument, 0, O_OCCUPANCY_INTERVAL},
         {"restart-instances", required_argument, 0, O_RESTARTS},
+        {"rewarm-heads", required_argument, 0, O_REWARM_HEADS}, {"rewarm-tokens", required_argument, 0, O_REWARM_TOKENS},
         {"respawned-instance", required_argument, 0, O_RESPAWNED}, {"respawn-host-blocks", required_argument, 0, O_RESPAWN_HOST},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
@@ -205,7 +213,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
                      .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW, .max_connections = 1024,
                      .max_connections_per_client = 64, .http_timeout = 10,
                      .manifest_capacity = MANIFEST_RECORDER_DEFAULT_CAPACITY, .occupancy_interval = 1.0,
-                     .respawned_instance = -1};
+                     .respawned_instance = -1, .rewarm_heads = WARM_START_DEFAULT_REWARM_HEADS,
+                     .rewarm_tokens = WARM_START_DEFAULT_REWARM_TOKENS};
     int c;
     BraidError err;
     optind = 1;
@@ -248,6 +257,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_SLACK: target = &a->route_slack, flag = "--route-slack", lo = 0; break;
         case O_THREADS: target = &a->threads, flag = "--threads", hi = 1024; break;
         case O_RESTARTS: target = &a->restart_instances, flag = "--restart-instances", lo = 0, hi = 1000; break;
+        case O_REWARM_HEADS: target = &a->rewarm_heads, flag = "--rewarm-heads", lo = 0, hi = 1 << 20; break;
+        case O_REWARM_TOKENS: target = &a->rewarm_tokens, flag = "--rewarm-tokens", hi = 1L << 30; break;
         case O_RESPAWNED: target = &a->respawned_instance, flag = "--respawned-instance", lo = 0, hi = 1 << 20; break;
         case O_RESPAWN_HOST: target = &a->respawn_host_blocks, flag = "--respawn-host-blocks", lo = 0, hi = 1L << 40; break;
         case O_PREDICTOR: a->predictor_path = optarg; break;
@@ -478,13 +489,17 @@ static void default_served_name(const char *path, char *out, size_t cap) {
     if (n > 5 && strcmp(out + n - 5, ".gguf") == 0) out[n - 5] = '\0';
 }
 
-/* --warm-start: the manifest's heads go through the request path the HTTP API uses. NULL when it
- * cannot start (then the server is ready at once, without the warm-up). */
+/* --warm-start, and the re-warm of instances --restart-instances brings back: heads go through the
+ * request path the HTTP API uses. NULL when it cannot start (then the server is ready at once,
+ * without the warm-up, and restarted instances come back cold). */
 static WarmStart *start_warm_start(const ServeArgs *a, Coordinator *coord, const BraidModel *model, const char *served_name,
-                                   const LoraSet *lora) {
+                                   const LoraSet *lora, ManifestRecorder *recorder, Metrics *metrics) {
     WarmStartConfig wc = {.path = a->warm_start, .pin_ttl = a->warm_start_pin,
                           .generate = {.coord = coord, .model = model, .served_model = served_name, .lora = lora,
-                                       .segment_reuse = (int)a->segment_reuse}};
+                                       .segment_reuse = (int)a->segment_reuse},
+                          .recorder = recorder, .metrics = metrics,
+                          .rewarm_max_heads = a->restart_instances > 0 ? (int)a->rewarm_heads : 0,
+                          .rewarm_max_tokens = a->rewarm_tokens};
     BraidError err;
     WarmStart *warm = warm_start_begin(&wc, &err);
     if (!warm) {
@@ -571,7 +586,8 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, const Lo
         /* Let the instances load and stop cleanly: drain right away. */
         coord.draining = true;
     }
-    WarmStart *warm = a->warm_start ? start_warm_start(a, &coord, model, name, lora) : NULL;
+    bool rewarms = a->restart_instances > 0 && a->rewarm_heads > 0;
+    WarmStart *warm = a->warm_start || rewarms ? start_warm_start(a, &coord, model, name, lora, manifest, metrics) : NULL;
     if (coordinator_run(&coord, stop, &err)) fprintf(stderr, "braid serve: %s\n", err.msg);
     else rc = http ? 0 : 1;
     warm_start_end(warm);

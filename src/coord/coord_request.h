@@ -29,7 +29,8 @@ typedef struct CoordRequest {
     bool want_logprobs;     /* the instance reports each token's logprob and logprobs_top alternatives */
     int logprobs_top;
     int pin_instance;       /* -1: the router picks; else the instance to run on (the n > 1 choices
-                               after the first go where the first's prompt KV is cached) */
+                               after the first go where the first's prompt KV is cached; a restarted
+                               instance's re-warm heads go to it) */
     uint64_t *block_hashes; /* chained hashes of the prompt's full blocks (seeded by
                                content_hash_namespace(tenant, adapter)), for routing */
     int n_hashes;

@@ -175,6 +175,11 @@ void coordinator_warming_done(Coordinator *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
+void coordinator_on_instance_restarted(Coordinator *c, void (*fn)(void *ctx, int instance), void *ctx) {
+    c->on_restarted = fn;
+    c->on_restarted_ctx = ctx;
+}
+
 void coordinator_pool(Coordinator *c, int *pool_tokens, int *block_size) {
     pthread_mutex_lock(&c->mu);
     *pool_tokens = c->pool_tokens;
@@ -407,7 +412,7 @@ static int send_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
 static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
     RouteDecision d = router_pick(&c->router, r->block_hashes, r->n_hashes, r->workflow);
     if (r->pin_instance >= 0 && r->pin_instance < c->cfg.n_instances && !c->router.down[r->pin_instance])
-        d = (RouteDecision){.instance = r->pin_instance, .matched_blocks = r->n_hashes, .reason = "sibling"}; /* an n > 1 sibling: where its prompt's KV is */
+        d = (RouteDecision){.instance = r->pin_instance, .matched_blocks = r->n_hashes, .reason = "pinned"}; /* an n > 1 sibling (where its prompt's KV is) or a re-warm head */
     if (d.instance < 0) { /* every instance died after this request was accepted */
         fail_request_status(c, r, 503, "no instance is alive to serve it");
         coord_request_release(r);
@@ -510,12 +515,13 @@ static void on_ready(Coordinator *c, int instance, WireReader *rd) {
         c->status[instance].state = INSTANCE_UP;
         pthread_mutex_unlock(&c->mu);
         instance_health_started(&c->health, instance, braid_now_seconds());
+        LOG_INFO("coord", "instance %d %s (%d KV blocks%s); %d of %d up", instance, revived ? "restarted" : "ready", m.n_blocks,
+                 revived ? (c->on_restarted ? ", empty cache: re-warming it" : ", empty cache") : "", up, c->cfg.n_instances);
         if (revived) {
             router_instance_up(&c->router, instance);
             metrics_instance_restarted(c->metrics, instance);
+            if (c->on_restarted) c->on_restarted(c->on_restarted_ctx, instance);
         }
-        LOG_INFO("coord", "instance %d %s (%d KV blocks%s); %d of %d up", instance, revived ? "restarted" : "ready", m.n_blocks,
-                 revived ? ", empty cache" : "", up, c->cfg.n_instances);
         announce_when_started(c);
     }
     msg_ready_free(&m);

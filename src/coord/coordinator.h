@@ -18,7 +18,10 @@
  * or its leader silent past --instance-timeout). A dead instance leaves routing and the router's
  * block index; what is left of it on this host is killed; its requests that have streamed nothing
  * yet are routed again to a live instance, the others finish with an error (503). The survivors
- * keep serving ("degraded"); with none left every request gets 503 ("failed"). If the MPI loop
+ * keep serving ("degraded"); with none left every request gets 503 ("failed"). With
+ * --restart-instances a dead instance is spawned again (instance_restart.h); once it is ready it
+ * rejoins routing and its listener (coordinator_on_instance_restarted: the warm-up thread,
+ * warm_start.h) re-warms its cache in the background. If the MPI loop
  * itself fails, every request still open is answered (503) before coordinator_run returns.
  * Thread-safety: the functions marked "any thread" are safe from HTTP threads.
  */
@@ -120,6 +123,8 @@ typedef struct {
     double last_expiry;          /* when idle workflows were last looked for */
     int expiry_rc;               /* an MPI failure while sending the expired ones' WORKFLOW_END */
     BraidError *expiry_err;
+    void (*on_restarted)(void *ctx, int instance); /* a restarted instance is ready (NULL: nobody listens) */
+    void *on_restarted_ctx;
 } Coordinator;
 
 int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm world, Metrics *metrics, BraidError *err);
@@ -145,6 +150,9 @@ const char *coordinator_state(Coordinator *c);
 int coordinator_instances(Coordinator *c, InstanceStatus *out, int cap);
 /* Any thread: the warm start has finished; the state becomes ready and the ready line goes out. */
 void coordinator_warming_done(Coordinator *c);
+/* Before coordinator_run: fn(ctx, i) is called on the MPI thread each time a restarted instance i
+ * reports ready (and is back in routing). fn must return at once (queue work, never wait on it). */
+void coordinator_on_instance_restarted(Coordinator *c, void (*fn)(void *ctx, int instance), void *ctx);
 /* Any thread: the smallest instance KV pool in tokens and the block size (0 before ready). */
 void coordinator_pool(Coordinator *c, int *pool_tokens, int *block_size);
 

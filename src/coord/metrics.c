@@ -58,6 +58,7 @@ typedef struct {
     WorkflowMetrics workflows;
     unsigned long long instance_failures;
     unsigned long long instance_restarts;
+    unsigned long long rewarms, rewarm_heads, rewarm_prompt_tokens;
     RegistryMetrics registry;
 } MetricsTotals;
 
@@ -179,6 +180,15 @@ void metrics_instance_restarted(Metrics *m, int instance) {
         m->down[instance] = false;
         m->totals.instance_restarts++;
     }
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_count_rewarm(Metrics *m, int instance, int heads, long long prompt_tokens) {
+    if (!m || !known_instance(m, instance, "a re-warm")) return;
+    pthread_mutex_lock(&m->lock);
+    m->totals.rewarms++;
+    m->totals.rewarm_heads += heads > 0 ? (unsigned long long)heads : 0;
+    m->totals.rewarm_prompt_tokens += prompt_tokens > 0 ? (unsigned long long)prompt_tokens : 0;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -585,6 +595,10 @@ static void render_liveness(TextOut *o, const MetricsTotals *t, const bool *down
     for (int i = 0; i < n_instances; i++) out_printf(o, "braid_instance_up{instance=\"%d\"} %d\n", i, down[i] ? 0 : 1);
     render_counter(o, "braid_instance_failures_total", "Instances that died while the server ran.", t->instance_failures);
     render_counter(o, "braid_instance_restarts_total", "Dead instances brought back (--restart-instances).", t->instance_restarts);
+    render_counter(o, "braid_instance_rewarms_total", "Re-warms of restarted instances finished.", t->rewarms);
+    render_counter(o, "braid_instance_rewarm_heads_total", "Hot prompt heads prefilled on restarted instances.", t->rewarm_heads);
+    render_counter(o, "braid_instance_rewarm_prompt_tokens_total", "Prompt tokens of the heads prefilled on restarted instances.",
+                   t->rewarm_prompt_tokens);
 }
 
 static void render_all(TextOut *o, const MetricsTotals *t, const InstanceStats *instances, const bool *down, int n_instances,

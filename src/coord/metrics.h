@@ -84,6 +84,10 @@ void metrics_instance_down(Metrics *m, int instance);
 /* Instance i came back (--restart-instances) and is ready: braid_instance_up{instance="i"} is 1
  * again and braid_instance_restarts_total grows by one. Same index checks as above. */
 void metrics_instance_restarted(Metrics *m, int instance);
+/* A restarted instance's re-warm finished (warm_start.h): braid_instance_rewarms_total grows by
+ * one, braid_instance_rewarm_heads_total by the heads prefilled on it and
+ * braid_instance_rewarm_prompt_tokens_total by their prompt tokens. Same index checks as above. */
+void metrics_count_rewarm(Metrics *m, int instance, int heads, long long prompt_tokens);
 
 /* Coordinator-side gauges: requests accepted but not finished (braid_requests_inflight), and
  * requests waiting in the coordinator's own queue (braid_requests_queued). */

@@ -1,7 +1,6 @@
-/* The warm start's thread (contract in warm_start.h). */
+/* The warm-up thread: start-up warm start and re-warms of restarted instances (contract in warm_start.h). */
 #include "coord/warm_start.h"
 
-#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -11,9 +10,8 @@
 
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "coord/adapter_select.h"
-#include "coord/http_choices.h"
 #include "coord/manifest_heads.h"
+#include "coord/warm_heads.h"
 #include "worker/engine.h"
 
 struct WarmStart {
@@ -22,62 +20,28 @@ struct WarmStart {
     _Atomic uint64_t seed_counter;
     atomic_bool stop;
     pthread_t thread;
+    /* Re-warms queued by the MPI thread, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    bool *rewarm_due; /* (n_instances) */
+    int n_instances;
 };
 
-typedef struct {
-    int warmed, failed;
-    long long prompt_tokens, cached_tokens;
-} WarmTotals;
-
-/* The completion body of one head; malloc'd JSON text or NULL when out of memory. */
-static char *head_body(const ManifestHead *h, const char *pin_ttl) {
-    json_t *ids = json_array();
-    for (int i = 0; ids && i < h->n_tokens; i++)
-        if (json_array_append_new(ids, json_integer(h->tokens[i]))) json_decref(ids), ids = NULL;
-    json_t *o = ids ? json_pack("{s:o, s:i, s:i}", "prompt", ids, "max_tokens", 1, "temperature", 0) : NULL;
-    if (o && h->tenant && json_object_set_new(o, "tenant", json_string(h->tenant))) json_decref(o), o = NULL;
-    if (o && h->adapter && json_object_set_new(o, "adapter", json_string(h->adapter))) json_decref(o), o = NULL;
-    if (o && pin_ttl && json_object_set_new(o, "directives", json_pack("[{s:s, s:s}]", "op", "pin", "ttl", pin_ttl)))
-        json_decref(o), o = NULL;
-    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    return text;
+/* The heads of a manifest text read from f; label names the source in the log. 0 heads when it
+ * cannot be read (logged). */
+static void read_heads(WarmStart *w, FILE *f, const char *label, ManifestHeads *heads) {
+    const BraidModel *model = w->cfg.generate.model;
+    BraidError err;
+    memset(heads, 0, sizeof *heads);
+    if (!f) LOG_ERROR("warm-start", "cannot read %s; nothing from it is warmed", label);
+    else if (manifest_heads_read(f, model->weights.cfg.vocab_size, engine_model_seed(&model->weights.cfg), heads, &err))
+        LOG_ERROR("warm-start", "%s: %s; nothing from it is warmed", label, err.msg);
+    if (f) fclose(f);
 }
 
-static void wait_finished(CoordRequest *r) {
-    pthread_mutex_lock(&r->mu);
-    while (!r->finished) pthread_cond_wait(&r->cv, &r->mu);
-    pthread_mutex_unlock(&r->mu);
-}
+static void read_file_heads(WarmStart *w, ManifestHeads *heads) { read_heads(w, fopen(w->path, "r"), w->path, heads); }
 
-/* Prefills one head through the request path; 0, or -1 with why saying what refused it. */
-static int warm_head(WarmStart *w, const ManifestHead *h, WarmTotals *t, char *why, size_t cap) {
-    const HttpGenerateContext *ctx = &w->cfg.generate;
-    char *body = head_body(h, w->pin_ttl);
-    if (!body) return snprintf(why, cap, "out of memory"), -1;
-    ApiRequest a;
-    ApiError e = {0};
-    ChoiceSet set = {0};
-    int rc = api_request_parse(body, strlen(body), API_COMPLETION, NULL, &a, &e);
-    free(body);
-    if (rc) return snprintf(why, cap, "%s", e.message), -1;
-    rc = adapter_select(&a, ctx->served_model, ctx->lora, &e);
-    if (rc == 0) rc = choices_build(ctx, &a, &set, &e);
-    if (rc == 0) rc = choices_submit(ctx, &set, &e);
-    if (rc) snprintf(why, cap, "%d %s", e.status, e.message);
-    if (rc == 0) {
-        CoordRequest *r = set.c[0].r;
-        wait_finished(r);
-        pthread_mutex_lock(&r->mu);
-        if (r->error[0]) rc = -1, snprintf(why, cap, "%s", r->error);
-        t->prompt_tokens += r->prompt_tokens;
-        t->cached_tokens += r->cached_tokens;
-        pthread_mutex_unlock(&r->mu);
-    }
-    choices_free(ctx, &set, rc != 0);
-    api_request_free(&a);
-    return rc;
-}
+/* ---- start-up ---- */
 
 /* Until the instances are up (true), or the server stops or fails first (false). */
 static bool wait_for_instances(WarmStart *w) {
@@ -90,52 +54,141 @@ static bool wait_for_instances(WarmStart *w) {
     }
 }
 
-static bool progress_due(int done, int total) { return total <= 20 || done == total || done % (total / 10) == 0; }
-
-static void warm_heads(WarmStart *w, const ManifestHeads *m) {
-    WarmTotals t = {0};
-    double t0 = braid_now_seconds();
-    char why[400];
-    for (int i = 0; i < m->n_heads && !atomic_load(&w->stop); i++) {
-        const ManifestHead *h = &m->heads[i];
-        if (warm_head(w, h, &t, why, sizeof why) == 0) t.warmed++;
-        else {
-            t.failed++;
-            LOG_WARN("warm-start", "head %d (%d tokens, tenant '%s') not warmed: %s", i + 1, h->n_tokens, h->tenant ? h->tenant : "", why);
-        }
-        if (progress_due(i + 1, m->n_heads))
-            LOG_INFO("warm-start", "warm start: %d/%d heads, %d skipped, %d refused", i + 1, m->n_heads, m->skipped, t.failed);
+static void warm_at_start_up(WarmStart *w) {
+    ManifestHeads heads;
+    read_file_heads(w, &heads);
+    LOG_INFO("warm-start", "%s: %d prompt heads from %d lines (%d skipped); waiting for the instances", w->path, heads.n_heads,
+             heads.lines, heads.skipped);
+    if (heads.n_heads > 0 && wait_for_instances(w)) {
+        double t0 = braid_now_seconds();
+        WarmHeadsJob job = {.generate = &w->cfg.generate, .label = "warm start", .pin_ttl = w->pin_ttl, .pin_instance = -1,
+                            .stop = &w->stop};
+        WarmTotals t = warm_heads_send(&job, &heads);
+        LOG_INFO("warm-start",
+                 "warm start done in %.1f s: %d heads warmed (%lld prompt tokens, %lld of them already cached), %d refused; "
+                 "manifest lines: %d read, %d skipped, %d duplicate, %d unchained%s",
+                 braid_now_seconds() - t0, t.warmed, t.prompt_tokens, t.cached_tokens, t.refused, heads.lines, heads.skipped,
+                 heads.duplicates, heads.unchained, w->pin_ttl ? "; heads pinned" : "");
     }
-    LOG_INFO("warm-start",
-             "warm start done in %.1f s: %d heads warmed (%lld prompt tokens, %lld of them already cached), %d refused; "
-             "manifest lines: %d read, %d skipped, %d duplicate, %d unchained%s",
-             braid_now_seconds() - t0, t.warmed, t.prompt_tokens, t.cached_tokens, t.failed, m->lines, m->skipped, m->duplicates,
-             m->unchained, w->pin_ttl ? "; heads pinned" : "");
+    manifest_heads_free(&heads);
+    coordinator_warming_done(w->cfg.generate.coord);
 }
+
+/* ---- re-warm of a restarted instance ---- */
+
+/* The recorder's hot heads (counted at least WARM_START_REWARM_MIN_COUNT times), most counted first. */
+static void read_recorder_heads(WarmStart *w, ManifestHeads *heads) {
+    memset(heads, 0, sizeof *heads);
+    if (!w->cfg.recorder) return;
+    char *text = manifest_recorder_export(w->cfg.recorder, WARM_START_REWARM_MIN_COUNT, NULL);
+    if (!text) LOG_ERROR("warm-start", "out of memory exporting the recorded chunks; the re-warm goes without them");
+    else if (text[0]) read_heads(w, fmemopen(text, strlen(text), "r"), "the recorded chunks", heads);
+    free(text);
+}
+
+/* Moves every head of from to the end of into (from is left empty); -1 when out of memory (from kept). */
+static int append_heads(ManifestHeads *into, ManifestHeads *from) {
+    if (from->n_heads == 0) return 0;
+    ManifestHead *all = realloc(into->heads, (size_t)(into->n_heads + from->n_heads) * sizeof *all);
+    if (!all) return -1;
+    memcpy(all + into->n_heads, from->heads, (size_t)from->n_heads * sizeof *all);
+    into->heads = all;
+    into->n_heads += from->n_heads;
+    free(from->heads);
+    from->heads = NULL;
+    from->n_heads = 0;
+    return 0;
+}
+
+typedef struct {
+    WarmStart *w;
+    int instance;
+} RewarmTarget;
+
+/* The instance is still up (it may die again mid-way; its heads would then go elsewhere). */
+static bool instance_still_up(void *ctx) {
+    RewarmTarget *t = ctx;
+    InstanceStatus *status = calloc((size_t)t->w->n_instances, sizeof *status);
+    if (!status) return false;
+    coordinator_instances(t->w->cfg.generate.coord, status, t->w->n_instances);
+    bool up = status[t->instance].state == INSTANCE_UP;
+    free(status);
+    return up;
+}
+
+static void rewarm_instance(WarmStart *w, int instance) {
+    ManifestHeads heads, from_file = {0};
+    read_recorder_heads(w, &heads);
+    int recorded = heads.n_heads;
+    if (w->path) read_file_heads(w, &from_file);
+    if (append_heads(&heads, &from_file))
+        LOG_ERROR("warm-start", "instance %d re-warm: out of memory; the --warm-start heads are left out", instance);
+    char label[64];
+    snprintf(label, sizeof label, "instance %d re-warm", instance);
+    LOG_INFO("warm-start", "%s: %d hot heads recorded, %d from --warm-start; sending at most %d heads, %lld tokens", label,
+             recorded, heads.n_heads - recorded, w->cfg.rewarm_max_heads, w->cfg.rewarm_max_tokens);
+    double t0 = braid_now_seconds();
+    RewarmTarget target = {.w = w, .instance = instance};
+    WarmHeadsJob job = {.generate = &w->cfg.generate, .label = label, .pin_ttl = w->pin_ttl, .pin_instance = instance,
+                        .max_heads = w->cfg.rewarm_max_heads, .max_tokens = w->cfg.rewarm_max_tokens, .stop = &w->stop,
+                        .keep_going = instance_still_up, .keep_going_ctx = &target};
+    WarmTotals t = warm_heads_send(&job, &heads);
+    metrics_count_rewarm(w->cfg.metrics, instance, t.warmed, t.prompt_tokens);
+    LOG_INFO("warm-start", "%s done in %.1f s: %d heads warmed (%lld prompt tokens, %lld of them already cached), %d refused, %d left out",
+             label, braid_now_seconds() - t0, t.warmed, t.prompt_tokens, t.cached_tokens, t.refused, t.left);
+    manifest_heads_free(&heads);
+    manifest_heads_free(&from_file);
+}
+
+/* The next instance due a re-warm, or -1 once the thread is to stop. */
+static int next_rewarm(WarmStart *w) {
+    pthread_mutex_lock(&w->mu);
+    int due = -1;
+    while (due < 0 && !atomic_load(&w->stop)) {
+        for (int i = 0; i < w->n_instances && due < 0; i++)
+            if (w->rewarm_due[i]) due = i, w->rewarm_due[i] = false;
+        if (due < 0) pthread_cond_wait(&w->wake, &w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return due;
+}
+
+void warm_start_instance_restarted(void *warm_start, int instance) {
+    WarmStart *w = warm_start;
+    if (instance < 0 || instance >= w->n_instances || w->cfg.rewarm_max_heads <= 0) return;
+    pthread_mutex_lock(&w->mu);
+    w->rewarm_due[instance] = true;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* ---- the thread ---- */
 
 static void *warm_thread(void *arg) {
     WarmStart *w = arg;
-    const BraidModel *model = w->cfg.generate.model;
-    ManifestHeads heads = {0};
-    BraidError err;
-    FILE *f = fopen(w->path, "r");
-    if (!f) LOG_ERROR("warm-start", "cannot read the manifest %s; nothing is warmed", w->path);
-    else if (manifest_heads_read(f, model->weights.cfg.vocab_size, engine_model_seed(&model->weights.cfg), &heads, &err))
-        LOG_ERROR("warm-start", "%s: %s; nothing is warmed", w->path, err.msg);
-    else
-        LOG_INFO("warm-start", "%s: %d prompt heads from %d lines (%d skipped); waiting for the instances", w->path, heads.n_heads,
-                 heads.lines, heads.skipped);
-    if (f) fclose(f);
-    if (heads.n_heads > 0 && wait_for_instances(w)) warm_heads(w, &heads);
-    manifest_heads_free(&heads);
-    coordinator_warming_done(w->cfg.generate.coord);
+    if (w->path) warm_at_start_up(w);
+    for (int i; (i = next_rewarm(w)) >= 0;) rewarm_instance(w, i);
     return NULL;
+}
+
+static void warm_start_free(WarmStart *w) {
+    free(w->path);
+    free(w->pin_ttl);
+    free(w->rewarm_due);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->wake);
+    free(w);
 }
 
 WarmStart *warm_start_begin(const WarmStartConfig *cfg, BraidError *err) {
     WarmStart *w = calloc(1, sizeof *w);
-    if (!w || !(w->path = strdup(cfg->path)) || (cfg->pin_ttl && !(w->pin_ttl = strdup(cfg->pin_ttl)))) {
-        if (w) free(w->path), free(w);
+    if (!w) return braid_error_set(err, "warm start: out of memory"), NULL;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    w->n_instances = cfg->generate.coord->cfg.n_instances;
+    if ((cfg->path && !(w->path = strdup(cfg->path))) || (cfg->pin_ttl && !(w->pin_ttl = strdup(cfg->pin_ttl))) ||
+        !(w->rewarm_due = calloc((size_t)(w->n_instances > 0 ? w->n_instances : 1), sizeof *w->rewarm_due))) {
+        warm_start_free(w);
         return braid_error_set(err, "warm start: out of memory"), NULL;
     }
     w->cfg = *cfg;
@@ -143,19 +196,19 @@ WarmStart *warm_start_begin(const WarmStartConfig *cfg, BraidError *err) {
     w->cfg.generate.manifest = NULL; /* its own requests are not traffic */
     w->cfg.generate.metrics = NULL;
     if (pthread_create(&w->thread, NULL, warm_thread, w)) {
-        free(w->path);
-        free(w->pin_ttl);
-        free(w);
+        warm_start_free(w);
         return braid_error_set(err, "warm start: cannot start its thread"), NULL;
     }
+    coordinator_on_instance_restarted(cfg->generate.coord, warm_start_instance_restarted, w);
     return w;
 }
 
 void warm_start_end(WarmStart *w) {
     if (!w) return;
+    pthread_mutex_lock(&w->mu);
     atomic_store(&w->stop, true);
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
-    free(w->path);
-    free(w->pin_ttl);
-    free(w);
+    warm_start_free(w);
 }

@@ -1,7 +1,7 @@
 # cluster_lib.sh — helpers the cluster integration tests share; sourced, not run.
 # The sourcing script sets braid (the binary), model, root (the repository) and work (a scratch
 # directory) first. Provides: ok / fail / check (counting $failures), free_port, start_cluster,
-# stop_cluster, cluster_gone, wait_ready and cleanup (installed as the EXIT trap: kills what a failed
+# stop_cluster, cluster_gone, wait_ready, metric, wait_for and cleanup (installed as the EXIT trap: kills what a failed
 # test left and removes $work). start_cluster sets port, url and launcher_pid; a test that launches
 # its own cluster sets them itself and waits with wait_ready.
 failures=0
@@ -43,6 +43,15 @@ wait_ready() {
     kill -0 "$launcher_pid" 2> /dev/null || return 1
     sleep 0.5
   done
+  return 1
+}
+
+metric() {  # metric NAME_WITH_LABELS -> the value of that exact series in /metrics
+  curl -s "$url/metrics" | awk -v n="$1" '$1 == n {print $2}'
+}
+wait_for() {  # wait_for SECONDS COMMAND...: polls every 0.2 s until COMMAND succeeds
+  local limit=$1; shift
+  for _ in $(seq 1 $((limit * 5))); do "$@" && return 0; sleep 0.2; done
   return 1
 }
 

@@ -15,9 +15,9 @@
 # 4. 1 + 1x1 ranks: the only instance dies: /health 503 "failed", a new request a JSON 503. Then
 #    kill -9 of the coordinator: braid-local stops the job and leaves no process.
 # 5. --restart-instances 1 (refused with --tp 2): kill -9 of instance 1's rank: it comes back
-#    (spawned leader, empty cache) within 60 s, /health "ready" with 2 alive, /metrics counts the
-#    restart, concurrent requests all succeed and some are computed by the new leader; killed again
-#    past its limit it stays dead; SIGTERM still drains, exits 0, leaves no process.
+#    (spawned leader; its re-warm: test_instance_rewarm.sh) within 60 s, /health "ready" with 2
+#    alive, /metrics counts the restart, concurrent requests all succeed and some are computed by
+#    the new leader; killed again past its limit it stays dead; SIGTERM still drains, exits 0, leaves no process.
 set -uo pipefail
 braid=$(realpath "$1")
 model=$(realpath "$2")
@@ -31,14 +31,6 @@ source "$root/tests/integration/rank_pid.sh"
 
 health_field() {  # health_field PYTHON_EXPR_ON_h -> its value, from GET /health
   curl -s "$url/health" | python3 -c "import json, sys; h = json.load(sys.stdin); print($1)" 2> /dev/null
-}
-metric() {  # metric NAME_WITH_LABELS -> the value of that exact series in /metrics
-  curl -s "$url/metrics" | awk -v n="$1" '$1 == n {print $2}'
-}
-wait_for() {  # wait_for SECONDS COMMAND...: polls every 0.2 s until COMMAND succeeds
-  local limit=$1; shift
-  for _ in $(seq 1 $((limit * 5))); do "$@" && return 0; sleep 0.2; done
-  return 1
 }
 gone() { ! kill -0 "$1" 2> /dev/null; }
 completes() {  # completes PROMPT [TAG]: a new request gets 200 with its completion (TAG: its own body file, for concurrent ones)

@@ -378,11 +378,34 @@ static void test_instance_idle(void **state) {
     metrics_destroy(m);
 }
 
+/* Re-warms of restarted instances add up across instances; an unknown instance counts nothing. */
+static void test_rewarm_counters(void **state) {
+    (void)state;
+    Metrics *m = metrics_create(2, "m");
+    assert_non_null(m);
+    char *text = metrics_render(m);
+    assert_non_null(text);
+    assert_line(text, "braid_instance_rewarms_total 0");
+    assert_line(text, "braid_instance_rewarm_heads_total 0");
+    free(text);
+    metrics_count_rewarm(m, 1, 3, 420);
+    metrics_count_rewarm(m, 0, 0, 0); /* a re-warm that found no hot head still finished */
+    metrics_count_rewarm(m, 2, 5, 100); /* out of range: ignored */
+    text = metrics_render(m);
+    assert_non_null(text);
+    assert_line(text, "braid_instance_rewarms_total 2");
+    assert_line(text, "braid_instance_rewarm_heads_total 3");
+    assert_line(text, "braid_instance_rewarm_prompt_tokens_total 420");
+    free(text);
+    metrics_destroy(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_request_counters_and_histograms),
         cmocka_unit_test(test_instance_stats_replace),
         cmocka_unit_test(test_instance_idle),
+        cmocka_unit_test(test_rewarm_counters),
         cmocka_unit_test(test_label_escaping),
         cmocka_unit_test(test_label_tables_bounded),
         cmocka_unit_test(test_concurrent_recording),
