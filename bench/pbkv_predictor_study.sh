@@ -6,9 +6,12 @@
 #   Part 2 (the prefill's hidden state): small traces (--scale $SCALE, $HID_TRAIN + $HID_EVAL
 #   workflows) run through the real model by `braid batch --hidden-out` (max_tokens 1: only the
 #   prefill matters), then the graph predictor with and without the hidden states.
+#   Part 3 (App. E, clean vs noisy): part 1's three predictors on the same workloads generated with
+#   and without their noise (braid-bench gen --noise on|off: wrong difficulty labels, flaky tests,
+#   double-checks, give-ups), each trained and scored on traces of the same kind.
 #   bench/pbkv_predictor_study.sh [OUT_DIR]
 # Environment: WORKLOADS ("codegen factcheck"), WORKFLOWS (400), SCALE (0.25), HID_TRAIN (60),
-# HID_EVAL (40), PART (all | 1 | 2).
+# HID_EVAL (40), PART (all | 1 | 2 | 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/braid-predictor-study}
@@ -22,6 +25,23 @@ acc() {  # acc LOG -> the held-out accuracies s=1..4
   grep 'held-out accuracy' "$1" | sed -E 's/.*s=1 ([0-9.]+).*s=2 ([0-9.]+).*s=3 ([0-9.]+).*s=4 ([0-9.]+).*/\1 \/ \2 \/ \3 \/ \4/'
 }
 
+trace() {  # trace WORKLOAD SEED NOISE -> the path of its full-size trace, generated once
+  local t=$out/$1.s$2.jsonl
+  [ "$3" = off ] && t=$out/$1.clean.s$2.jsonl
+  [ -s "$t" ] || build/braid-bench gen --workload "$1" --workflows "$wf" --concurrency 72 --seed "$2" --noise "$3" --out "$t" 2> /dev/null
+  echo "$t"
+}
+
+accuracy_cells() {  # accuracy_cells WORKLOAD NOISE NAME -> " | m1 | m2 | graph": trained on seed 2, scored on seed 1
+  local train eval cells=""
+  train=$(trace "$1" 2 "$2") eval=$(trace "$1" 1 "$2")
+  for kind in markov1 markov2 graph; do
+    build/braid train-predictor --traces "$train" --eval "$eval" --kind $kind --out "$out/$3.$kind.bin" > /dev/null 2> "$out/$3.$kind.log"
+    cells="$cells | $(acc "$out/$3.$kind.log")"
+  done
+  echo "$cells"
+}
+
 if [ "$part" = all ] || [ "$part" = 1 ]; then
   echo
   echo "## Held-out top-1 accuracy at K = 1 / 2 / 3 / 4 ($wf workflows, concurrency 72; train seed 2, eval seed 1)"
@@ -29,17 +49,22 @@ if [ "$part" = all ] || [ "$part" = 1 ]; then
   echo "| workload | Markov-1 | Markov-2 | graph (agent order) |"
   echo "|---|---|---|---|"
   for w in $workloads; do
-    for seed in 1 2; do
-      t=$out/$w.s$seed.jsonl
-      [ -s "$t" ] || build/braid-bench gen --workload "$w" --workflows "$wf" --concurrency 72 --seed "$seed" --out "$t" 2> /dev/null
+    echo "| $w$(accuracy_cells "$w" on "$w") |"
+  done
+fi
+
+if [ "$part" = all ] || [ "$part" = 3 ]; then
+  echo
+  echo "## Clean vs noisy workloads (App. E): held-out top-1 at K = 1 / 2 / 3 / 4 ($wf workflows, train seed 2, eval seed 1)"
+  echo
+  echo "| workload | noise | Markov-1 | Markov-2 | graph (agent order) |"
+  echo "|---|---|---|---|---|"
+  for w in $workloads; do
+    for noise in off on; do
+      name=$w.noise-$noise
+      [ "$noise" = on ] && name=$w
+      echo "| $w | $noise$(accuracy_cells "$w" "$noise" "$name") |"
     done
-    row="| $w"
-    for kind in markov1 markov2 graph; do
-      build/braid train-predictor --traces "$out/$w.s2.jsonl" --eval "$out/$w.s1.jsonl" --kind $kind \
-        --out "$out/$w.$kind.bin" > /dev/null 2> "$out/$w.$kind.log"
-      row="$row | $(acc "$out/$w.$kind.log")"
-    done
-    echo "$row |"
   done
 fi
 

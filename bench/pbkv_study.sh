@@ -7,7 +7,9 @@
 # bench/workload_sweep.sh): "plot", the hit rate over time of lru / kvflow / pbkv / belady on one
 # figure (braid sim --timeline, braid-bench plot; needs gnuplot), and "prefetch", pbkv with a host
 # tier with and without --prefetch: hit rate, modeled latency and the prefetched blocks used and
-# wasted (evicted unused).
+# wasted (evicted unused). "noise" is the paper's App. E on the same traces: the forecasts of a
+# graph predictor (trained on seed 2) perturbed as (1 - lambda) P + lambda U (braid sim
+# --prediction-noise), pbkv device only, with a host tier, and with a host tier and --prefetch.
 #   bench/pbkv_study.sh [OUT_DIR]
 # Environment: PARTS (default "scoreboard plot prefetch"); scoreboard: WORKFLOWS / CONCURRENCY
 # (200 / 16), EVAL_SEED (1; training is seed 2), BUDGETS (tokens, default "32768 65536 131072"),
@@ -15,7 +17,9 @@
 # pipeline"); plot: PLOT_WORKLOAD / PLOT_KV (codegen / 140000, where LRU hits ~30%), PLOT_PREDICTOR
 # (a braid train-predictor file for kvflow and pbkv; default: online Markov-1), PLOT_OUT
 # (bench/plots/pbkv_hit_rate_over_time.png); prefetch: PREFETCH_WORKLOADS (codegen factcheck),
-# PREFETCH_BUDGETS (device tokens, "40000 140000"), HOST_FACTOR (host tier = 4x the device).
+# PREFETCH_BUDGETS (device tokens, "40000 140000"), HOST_FACTOR (host tier = 4x the device); noise
+# (not in the default PARTS): NOISE_WORKLOADS (factcheck codegen), NOISE_KV (80000, where LRU hits
+# 26-27%), NOISE_LEVELS ("0 0.1 0.2 0.3 0.4 0.6 1"), HOST_FACTOR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/braid-pbkv}
@@ -139,6 +143,35 @@ print("| %s | %s | %s | %.1f%% | %.1f%% | %.2f s | %.0f ms | %d | %d | %s | %.2f
       100 * r["hit_rate"], 100 * r["device_cached_tokens"] / p, r["mean_workflow_latency_s"], 1e3 * r["mean_ttft_s"], pf,
       r["prefetch_hit_blocks"], waste, r["prefetch_copy_s"]))' "$w" "$d"
       done
+    done
+  done
+fi
+
+if has_part noise; then
+  hf=${HOST_FACTOR:-4} nkv=${NOISE_KV:-80000}
+  echo
+  echo "## App. E: forecasts perturbed as (1 - lambda) P + lambda U; device $nkv tokens, host tier $hf x (graph predictor, seed 2)"
+  echo
+  echo "| workload | lambda | pbkv, device only | pbkv + host tier (PBKV-HE): hit rate (device) | + conservative prefetch: hit rate (device) | prefetched / used / wasted blocks |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+  for w in ${NOISE_WORKLOADS:-factcheck codegen}; do
+    t=$(sweep_trace "$w") train=$out/noise-train.$w.jsonl pred=$out/noise.$w.graph.bin
+    [ -s "$train" ] || build/braid-bench gen --workload "$w" --workflows 400 --concurrency 72 --seed 2 --model "$model" --out "$train" 2> /dev/null
+    [ -s "$pred" ] || build/braid train-predictor --traces "$train" --kind graph --out "$pred" > /dev/null 2> "$pred.log"
+    for lambda in ${NOISE_LEVELS:-0 0.1 0.2 0.3 0.4 0.6 1}; do
+      row="| $w | $lambda"
+      for tiers in "" "--host-kv-tokens $((hf * nkv))" "--host-kv-tokens $((hf * nkv)) --prefetch"; do
+        # shellcheck disable=SC2086 # tiers is an option list on purpose
+        row="$row | $(build/braid sim --trace "$t" --kv-tokens "$nkv" $tiers --policy pbkv --predictor "$pred" \
+          --prediction-noise "$lambda" --json 2> /dev/null | tail -1 | python3 -c '
+import json, sys
+r = json.load(sys.stdin); p = r["prompt_tokens"] or 1
+cell = "%.1f%%" % (100 * r["hit_rate"])
+if r["host_kv_tokens"]: cell += " (%.1f%%)" % (100 * r["device_cached_tokens"] / p)
+if r["prefetch"]: cell += " | %d / %d / %d" % (r["prefetched_blocks"], r["prefetch_hit_blocks"], r["prefetch_wasted_blocks"])
+print(cell)')"
+      done
+      echo "$row |"
     done
   done
 fi

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int bench_parse_int(const char *cmd, const char *flag, const char *text, long lo, long hi, long *out) {
     char *end;
@@ -26,5 +27,14 @@ int bench_parse_float(const char *cmd, const char *flag, const char *text, doubl
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+int bench_parse_on_off(const char *cmd, const char *flag, const char *text, int *on) {
+    if (strcmp(text, "on") != 0 && strcmp(text, "off") != 0) {
+        fprintf(stderr, "braid-bench %s: %s expects on or off, got '%s'\n", cmd, flag, text);
+        return -1;
+    }
+    *on = strcmp(text, "on") == 0;
     return 0;
 }

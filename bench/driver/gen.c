@@ -49,7 +49,9 @@ static const char gen_usage[] =
     "  --context-tokens N        react-lora / mapreduce-lora: shared context size (default 4096)\n"
     "  --fanout N                mapreduce-lora: map agents per workflow (default 4, at most 64)\n"
     "  --scale X                 multiplies every prompt-part and output size, --context-tokens\n"
-    "                            included (default 1; small values for quick tests)\n"
+    "                            included (default 1; small values for quick tests)\n"    "  --noise on|off            codegen / factcheck: off generates the same workflows without their\n"
+    "                            noise (wrong difficulty labels, flaky tests, double-checks, give-ups),\n"
+    "                            so each branch follows the state the prompts state (default on)\n"
     "  --prefill-ms-per-token X  time model: prefill cost per prompt token (default 2.5, as braid sim)\n"
     "  --decode-ms-per-token Y   time model: decode cost per output token (default 10, as braid sim)\n"
     "  --batch-out PATH          also write every call as a `braid batch` input line (same id, the prompt\n"
@@ -97,10 +99,11 @@ enum {
     O_PREFILL,
     O_DECODE,
     O_BATCH_OUT,
-    O_TRACE_TOKENS
+    O_TRACE_TOKENS,
+    O_NOISE
 };
 
-/* The numeric options. Returns 0, or -1 after printing what is wrong. */
+/* The options with a value to check (numbers, --noise). Returns 0, or -1 after printing what is wrong. */
 static int parse_number(int opt, const char *arg, GenArgs *a) {
     long v;
     double d;
@@ -135,6 +138,12 @@ static int parse_number(int opt, const char *arg, GenArgs *a) {
         if (bench_parse_float("gen", "--decode-ms-per-token", arg, 0, 1e6, &d)) return -1;
         a->decode_s_per_token = d / 1e3;
         return 0;
+    case O_NOISE: {
+        int on;
+        if (bench_parse_on_off("gen", "--noise", arg, &on)) return -1;
+        a->params.noise_free = !on;
+        return 0;
+    }
     }
     return -1;
 }
@@ -155,6 +164,7 @@ static int parse_args(int argc, char **argv, GenArgs *a) {
                                          {"decode-ms-per-token", required_argument, 0, O_DECODE},
                                          {"batch-out", required_argument, 0, O_BATCH_OUT},
                                          {"trace-tokens", no_argument, 0, O_TRACE_TOKENS},
+                                         {"noise", required_argument, 0, O_NOISE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     SimConfig sim = sim_config_default(); /* the same cost model braid sim assumes */

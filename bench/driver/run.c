@@ -36,6 +36,8 @@ static const char run_usage[] =
     "  --no-trace            write no trace.jsonl (and load no tokenizer)\n"
     "  --max-retries N       429 answers to wait out per call (default 100)\n"
     "  --max-tokens-cap N    ask no call for more than N tokens (quick tests; default: the workload's max_tokens)\n"
+    "  --noise on|off        codegen / factcheck: off runs the same workflows without their noise (wrong\n"
+    "                        difficulty labels, flaky tests, double-checks, give-ups; default on)\n"
     "Writes DIR/requests.jsonl (per request: workflow, agent, t_send_s, ttft_ms, latency_ms, prompt_tokens,\n"
     "cached_tokens, completion_tokens, status), DIR/workflows.jsonl (per workflow: latency), DIR/summary.json\n"
     "and DIR/trace.jsonl (docs/TRACE_FORMAT.md; arrival times from the start of the run, successful\n"
@@ -70,7 +72,7 @@ static bool known_workload(const char *name) {
 
 static int parse_numbers(int opt, const char *arg, RunArgs *a);
 
-enum { O_WORKLOAD = 256, O_URL, O_WORKFLOWS, O_CONC, O_SEED, O_CONTEXT, O_FANOUT, O_SCALE, O_OUT, O_MODEL, O_BLOCK, O_NO_TRACE, O_RETRIES, O_CAP };
+enum { O_WORKLOAD = 256, O_URL, O_WORKFLOWS, O_CONC, O_SEED, O_CONTEXT, O_FANOUT, O_SCALE, O_OUT, O_MODEL, O_BLOCK, O_NO_TRACE, O_RETRIES, O_CAP, O_NOISE };
 
 /* Returns 0 to run, 1 after --help, 2 on a usage error. */
 static int parse_args(int argc, char **argv, RunArgs *a) {
@@ -81,7 +83,7 @@ static int parse_args(int argc, char **argv, RunArgs *a) {
         {"fanout", required_argument, 0, O_FANOUT}, {"scale", required_argument, 0, O_SCALE}, {"out", required_argument, 0, O_OUT},
         {"model", required_argument, 0, O_MODEL}, {"block-size", required_argument, 0, O_BLOCK},
         {"no-trace", no_argument, 0, O_NO_TRACE}, {"max-retries", required_argument, 0, O_RETRIES},
-        {"max-tokens-cap", required_argument, 0, O_CAP},
+        {"max-tokens-cap", required_argument, 0, O_CAP}, {"noise", required_argument, 0, O_NOISE},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (RunArgs){.url = "http://127.0.0.1:8000", .params = {.n_workflows = 8, .seed = 1, .scale = 1.0}, .concurrency = 4,
                    .block_size = 16, .max_retries = 100, .trace = true};
@@ -134,6 +136,12 @@ static int parse_numbers(int opt, const char *arg, RunArgs *a) {
     case O_BLOCK: return bench_parse_int("run", "--block-size", arg, 1, 1024, &a->block_size);
     case O_RETRIES: return bench_parse_int("run", "--max-retries", arg, 0, 1000000, &a->max_retries);
     case O_CAP: return bench_parse_int("run", "--max-tokens-cap", arg, 1, 1 << 24, &a->max_tokens_cap);
+    case O_NOISE: {
+        int on;
+        if (bench_parse_on_off("run", "--noise", arg, &on)) return -1;
+        a->params.noise_free = !on;
+        return 0;
+    }
     }
     return -1;
 }

@@ -152,10 +152,10 @@ static json_t *agents_json(const RunSummary *s) {
 
 static json_t *params_json(const RunReportContext *ctx) {
     /* context_tokens and fanout 0 mean the workload's defaults; max_tokens_cap 0 means none. */
-    return json_pack("{s:i, s:I, s:i, s:i, s:f, s:i, s:i, s:i}", "workflows", ctx->params.n_workflows, "seed",
+    return json_pack("{s:i, s:I, s:i, s:i, s:f, s:s, s:i, s:i, s:i}", "workflows", ctx->params.n_workflows, "seed",
                      (json_int_t)ctx->params.seed, "context_tokens", ctx->params.context_tokens, "fanout", ctx->params.fanout,
-                     "scale", ctx->params.scale, "concurrency", ctx->concurrency, "block_size", ctx->block_size,
-                     "max_tokens_cap", ctx->max_tokens_cap);
+                     "scale", ctx->params.scale, "noise", ctx->params.noise_free ? "off" : "on", "concurrency", ctx->concurrency,
+                     "block_size", ctx->block_size, "max_tokens_cap", ctx->max_tokens_cap);
 }
 
 static json_t *summary_json(const RunReportContext *ctx, const RunOutcome *o, const RunSummary *s) {

@@ -11,7 +11,8 @@
  * Hidden state: how many bugs the current patch still has. The task states its difficulty (which
  * sets the initial bug count; 15% of labels are wrong), and the test report the workload appends
  * after the Tester's tool call says how many tests failed (roughly twice the remaining bugs; a
- * passing patch fails one flaky test 6% of the time). Each Coder attempt fixes each bug with
+ * passing patch fails one flaky test 6% of the time). Noise-free (WorkloadParams.noise_free): every
+ * label true and no flaky test, the draws still made so the rest of the workflow stays the same. Each Coder attempt fixes each bug with
  * probability 0.55 and adds a regression with probability 0.1. At most MAX_ATTEMPTS Coder attempts,
  * so at most 2 + 4 * MAX_ATTEMPTS - 1 = 25 requests.
  */
@@ -113,6 +114,7 @@ static void *flow_create(const void *shared, const WorkloadParams *p, int index,
     static const double difficulty_weights[] = {0.35, 0.40, 0.25};
     int difficulty = wl_rng_weighted(&f->rng, difficulty_weights, 3);
     int stated = wl_rng_chance(&f->rng, 0.15) ? (difficulty + wl_rng_range(&f->rng, 1, 2)) % 3 : difficulty;
+    if (p->noise_free) stated = difficulty;
     f->bugs = difficulty == 0 ? 1 : difficulty == 1 ? wl_rng_range(&f->rng, 1, 3) : wl_rng_range(&f->rng, 3, 6);
     f->tests = wl_rng_range(&f->rng, 8, 24);
     f->next = STEP_PLAN_READ;
@@ -182,7 +184,7 @@ static void apply_attempt(Flow *f) {
 
 /* How many tests fail for the current patch: about two per bug, a rare flaky failure when clean. */
 static int failing_tests(Flow *f) {
-    if (f->bugs == 0) return wl_rng_chance(&f->rng, 0.06) ? 1 : 0;
+    if (f->bugs == 0) return wl_rng_chance(&f->rng, 0.06) && !f->p->noise_free ? 1 : 0;
     int failed = f->bugs + wl_rng_range(&f->rng, 0, f->bugs) + wl_rng_range(&f->rng, 0, 1);
     return failed > f->tests ? f->tests : failed;
 }

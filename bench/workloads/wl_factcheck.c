@@ -14,7 +14,8 @@
  * Hidden state: how many facts the claim links (2–4, stated in the claim) and how many are
  * supported so far; each search supports the fact it looks for with probability 0.5.
  * Noise: a fully supported claim is double-checked (another round) 7% of the time; an unsupported
- * one is given up ("not enough info") 7% of the time. At most MAX_ROUNDS retrieval rounds, so at
+ * one is given up ("not enough info") 7% of the time; neither when WorkloadParams.noise_free (the
+ * draws still made, so the rest of the workflow stays the same). At most MAX_ROUNDS retrieval rounds, so at
  * most 1 + MAX_ROUNDS * (MAX_SEARCHES + 1) + MAX_ROUNDS - 1 = 20 requests.
  */
 #include <stdio.h>
@@ -198,9 +199,9 @@ static void choose_after_verdict(Flow *f) {
     if (f->rounds >= MAX_ROUNDS)
         done = 1;
     else if (f->supported >= f->facts)
-        done = !wl_rng_chance(&f->rng, 0.07); /* now and then double-checked */
+        done = !wl_rng_chance(&f->rng, 0.07) || f->p->noise_free; /* now and then double-checked */
     else
-        done = wl_rng_chance(&f->rng, 0.07); /* now and then given up */
+        done = wl_rng_chance(&f->rng, 0.07) && !f->p->noise_free; /* now and then given up */
     f->next_agent = done ? -1 : REFINER;
 }
 

@@ -62,6 +62,8 @@ static int normalize_params(const char *name, const WorkloadParams *in, Workload
     if (out->scale == 0) out->scale = 1.0;
     if (!(out->scale >= 0.001 && out->scale <= 1000))
         return braid_error_set(err, "workload %s: scale must be in [0.001, 1000], got %g", name, out->scale);
+    if (out->noise_free != 0 && out->noise_free != 1)
+        return braid_error_set(err, "workload %s: noise_free must be 0 or 1, got %d", name, out->noise_free);
     return 0;
 }
 

@@ -34,6 +34,11 @@ typedef struct {
     int fanout;          /* mapreduce-lora: map agents per workflow (0 = 4) */
     double scale;        /* multiplies prompt-part and output sizes, context_tokens included (1.0 = the
                           * defaults, also when 0; small values for tests) */
+    int noise_free;      /* 1: codegen and factcheck without their noise — every difficulty label true, no
+                          * flaky test, no double-check, no give-up — so the agent sequence follows the
+                          * state the prompts state; 0 (default): with it. The same random draws are
+                          * made either way: a noise-free workflow is its noisy twin with the noisy
+                          * branches not taken. The other workloads have no such noise. */
 } WorkloadParams;
 
 typedef struct {

@@ -469,8 +469,9 @@ static int load_access(const ServeArgs *a, int rank, AccessConfig *ac) {
 static void describe_forecasts(const ServeArgs *a, const AgentPredictor *p) {
     char what[768];
     if (p)
-        snprintf(what, sizeof what, "predictor %s (Markov-%d, %d agents, %llu transitions, %s)", a->predictor_path,
-                 (int)agent_predictor_kind(p), agent_predictor_n_agents(p), (unsigned long long)agent_predictor_n_transitions(p),
+        snprintf(what, sizeof what, "predictor %s (%s, %d agents, %llu transitions, %s)", a->predictor_path,
+                 agent_predictor_kind(p) == PREDICTOR_GRAPH ? "graph" : agent_predictor_kind(p) == PREDICTOR_MARKOV2 ? "Markov-2" : "Markov-1",
+                 agent_predictor_n_agents(p), (unsigned long long)agent_predictor_n_transitions(p),
                  a->predictor_learn ? "learning online" : "frozen");
     else snprintf(what, sizeof what, "Markov-%ld predictor learning online (no --predictor)", a->markov ? a->markov : 1);
     char idle[64];

@@ -18,8 +18,8 @@ static const char sim_usage[] =
     "usage: braid sim --trace PATH --kv-tokens N [--host-kv-tokens H] [--policy NAME] [--block-size B]\n"
     "                 [--prefill-ms-per-token X] [--decode-ms-per-token Y] [--host-gbs G]\n"
     "                 [--host-latency-us L] [--kv-bytes-per-token K] [--predictor FILE | --markov 1|2]\n"
-    "                 [--predictor-learn] [--horizon K] [--cache-outputs] [--prefetch] [--timeline FILE]\n"
-    "                 [--hidden FILE] [--segment-reuse off|exact|approx [--approx-window W] [--model GGUF]] [--json]\n"
+    "                 [--predictor-learn] [--horizon K] [--prediction-noise L] [--cache-outputs] [--prefetch]\n"
+    "                 [--timeline FILE] [--hidden FILE] [--segment-reuse off|exact|approx [--approx-window W] [--model GGUF]] [--json]\n"
     "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's KV cache object (the one the server\n"
     "  runs) in arrival order, one request at a time, with a device cache of N tokens.\n"
     "  --host-kv-tokens: a host-memory tier of H tokens below the device cache: evicted blocks are\n"
@@ -30,6 +30,8 @@ static const char sim_usage[] =
     "            take predictions (pbkv, kvflow); without it a Markov predictor (--markov 1|2, default 1)\n"
     "            learns online from the trace as it replays. --predictor-learn keeps a trained one learning.\n"
     "  --horizon: prediction steps K (default 4)\n"
+    "  --prediction-noise: the PBKV paper's App. E noise injection, L in [0, 1]: every forecast step reaches\n"
+    "            the policy as (1 - L) P + L U, U uniform over the agents (default 0; 1 = no information)\n"
     "  --hidden FILE: the requests' prefill hidden states (braid batch --hidden-out), for a graph predictor\n"
     "            trained with them (traces from braid serve carry them inline)\n"
     "  --prefetch: PBKV's conservative prefetch: between two requests (the idle time before the next\n"
@@ -104,9 +106,10 @@ static void print_json(const SimConfig *cfg, const SimResult *r) {
                               (json_int_t)r->correct_next);
     if (o && tiers) json_object_update(o, tiers);
     json_decref(tiers);
-    json_t *pf = json_pack("{s:b, s:I, s:I, s:I, s:f}", "prefetch", cfg->prefetch, "prefetched_blocks", (json_int_t)r->prefetched_blocks,
+    json_t *pf = json_pack("{s:b, s:I, s:I, s:I, s:f, s:f}", "prefetch", cfg->prefetch, "prefetched_blocks", (json_int_t)r->prefetched_blocks,
                            "prefetch_hit_blocks", (json_int_t)r->prefetch_hit_blocks, "prefetch_wasted_blocks",
-                           (json_int_t)r->prefetch_wasted_blocks, "prefetch_copy_s", r->prefetch_copy_s);
+                           (json_int_t)r->prefetch_wasted_blocks, "prefetch_copy_s", r->prefetch_copy_s, "prediction_noise",
+                           cfg->prediction_noise);
     if (o && pf) json_object_update(o, pf);
     json_decref(pf);
     json_t *seg = json_pack("{s:s, s:i, s:I}", "segment_reuse", segment_reuse_name((SegmentReuseMode)cfg->segment_reuse), "approx_window",
@@ -147,7 +150,7 @@ static int write_timeline(const char *path, const SimConfig *cfg, const Trace *t
 
 int cmd_sim(int argc, char **argv) {
     enum { O_OUTPUTS = 300, O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV, O_LEARN,
-           O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_MODEL };
+           O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_MODEL, O_NOISE };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
@@ -160,6 +163,7 @@ int cmd_sim(int argc, char **argv) {
         {"prefetch", no_argument, 0, O_PREFETCH}, {"timeline", required_argument, 0, O_TIMELINE},
         {"hidden", required_argument, 0, O_HIDDEN}, {"segment-reuse", required_argument, 0, O_SEGMENTS},
         {"approx-window", required_argument, 0, O_WINDOW}, {"model", required_argument, 0, O_MODEL},
+        {"prediction-noise", required_argument, 0, O_NOISE},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     SimConfig cfg = sim_config_default();
     const char *trace_path = NULL, *timeline_path = NULL, *hidden_path = NULL, *model_path = NULL;
@@ -202,6 +206,7 @@ int cmd_sim(int argc, char **argv) {
         case O_WINDOW: if (cli_parse_int("--approx-window", optarg, 0, 1 << 20, &v)) return 2; cfg.approx_window = (int)v; break;
         case O_MODEL: model_path = optarg; break;
         case O_HORIZON: if (cli_parse_int("--horizon", optarg, 1, 64, &v)) return 2; cfg.horizon = (int)v; break;
+        case O_NOISE: if (cli_parse_float("--prediction-noise", optarg, 0, 1, &d)) return 2; cfg.prediction_noise = d; break;
         case O_BLOCK: if (cli_parse_int("--block-size", optarg, 1, 1 << 16, &v)) return 2; block_size = (int)v; break;
         case 'h': fputs(sim_usage, stdout); return 0;
         default: fputs(sim_usage, stderr); return 2;

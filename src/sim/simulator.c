@@ -254,15 +254,28 @@ static void deliver_ends(KvCache *c, WorkflowForecast *f, const Trace *t, int *n
     }
 }
 
-/* The workflow's forecast after this call reaches the cache's policy. */
-static int forecast_call(KvCache *c, WorkflowForecast *f, const TraceRequest *r, BraidError *err) {
+/* App. E's perturbation of a forecast: (1 - lambda) P + lambda U per step, into out (k, n_agents). */
+static void mix_with_uniform(const AgentPrediction *p, double lambda, float *out) {
+    for (int i = 0; i < p->k * p->n_agents; i++) out[i] = (float)((1 - lambda) * p->prob[i] + lambda / p->n_agents);
+}
+
+/* The workflow's forecast after this call reaches the cache's policy (perturbed by
+ * cfg->prediction_noise). */
+static int forecast_call(KvCache *c, WorkflowForecast *f, const SimConfig *cfg, const TraceRequest *r, BraidError *err) {
     if (!f || !r->workflow[0] || !r->agent[0]) return 0;
     const AgentPrediction *p;
     /* The replay has the call's recorded hidden state at arrival; a server gets it after the prefill. */
     const float *text = r->hidden && r->hidden_dim == workflow_forecast_text_dim(f) ? r->hidden : NULL;
     if (workflow_forecast_call_text(f, r->workflow, r->agent, text, r->t, &p, err)) return -1;
     if (p->k == 0) return 0;
-    return kv_cache_predict(c, r->workflow, r->agent, p->k, p->n_agents, (const char *const *)p->agents, p->prob, err);
+    if (cfg->prediction_noise <= 0 || p->n_agents == 0)
+        return kv_cache_predict(c, r->workflow, r->agent, p->k, p->n_agents, (const char *const *)p->agents, p->prob, err);
+    float *noisy = malloc((size_t)p->k * p->n_agents * sizeof *noisy);
+    if (!noisy) return braid_error_set(err, "sim: out of memory perturbing a forecast");
+    mix_with_uniform(p, cfg->prediction_noise, noisy);
+    int rc = kv_cache_predict(c, r->workflow, r->agent, p->k, p->n_agents, (const char *const *)p->agents, noisy, err);
+    free(noisy);
+    return rc;
 }
 
 static int forecast_init(const SimConfig *cfg, WorkflowForecast *f, BraidError *err) {
@@ -301,7 +314,7 @@ static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, WorkflowFore
             res->prefetch_copy_s += copy_seconds(cfg, loaded, bs);
         }
         Served sv = {0};
-        if ((rc = forecast_call(c, f, r, err)) || (rc = serve_one(c, r, bs, tpb, cfg, i, tokens, blocks, &ops, &plan, &sv, err))) break;
+        if ((rc = forecast_call(c, f, cfg, r, err)) || (rc = serve_one(c, r, bs, tpb, cfg, i, tokens, blocks, &ops, &plan, &sv, err))) break;
         if (!sv.ok) res->too_large++;
         int cached = (sv.device_cached_blocks + sv.host_cached_blocks) * bs, computed = r->prompt_tokens - cached - sv.reused_tokens;
         res->segment_reused_tokens += (uint64_t)sv.reused_tokens;

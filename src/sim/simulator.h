@@ -42,6 +42,10 @@ typedef struct {
     int predictor_kind;       /* 1 or 2 (default 1) */
     bool predictor_learn;
     int horizon;              /* K (default 4) */
+    /* The PBKV paper's App. E noise injection, lambda in [0, 1]: each forecast step reaches the
+     * policy as (1 - lambda) P + lambda U, U uniform over the agents the predictor knows (END
+     * keeps (1 - lambda) of its mass). 0 = the forecasts as predicted; 1 = no information. */
+    double prediction_noise;
     /* Cache each request's generated blocks too, as the live engine does (they are unique to the
      * request: the trace has no hashes for them). Off = prompt blocks only. */
     bool cache_outputs;

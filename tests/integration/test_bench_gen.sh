@@ -92,6 +92,28 @@ done
 check "same seed, same trace" cmp -s "$tmp/codegen.jsonl" "$tmp/again.jsonl"
 "$bench" gen --workload codegen --workflows 6 --concurrency 3 --seed 8 --scale 0.2 --model "$model" --out "$tmp/other.jsonl" 2> /dev/null
 check "another seed, another trace" bash -c "! cmp -s '$tmp/codegen.jsonl' '$tmp/other.jsonl'"
+# --noise: on is the default's trace byte for byte; off changes codegen (labels, flaky tests; the unit
+# test test_workload_noise checks what changes), not pipeline, which has no noise
+"$bench" gen --workload codegen --workflows 6 --concurrency 3 --seed 7 --scale 0.2 --model "$model" --noise on --out "$tmp/noisy.jsonl" 2> /dev/null
+check "--noise on is the default" cmp -s "$tmp/codegen.jsonl" "$tmp/noisy.jsonl"
+for n in on off; do
+  "$bench" gen --workload codegen --workflows 30 --concurrency 8 --seed 7 --scale 0.2 --model "$model" --noise $n --out "$tmp/noise-$n.jsonl" 2> /dev/null
+  "$bench" gen --workload pipeline --workflows 4 --concurrency 2 --seed 7 --scale 0.2 --model "$model" --noise $n --out "$tmp/pipeline-noise-$n.jsonl" 2> /dev/null
+done
+check "--noise off changes codegen" bash -c "! cmp -s '$tmp/noise-on.jsonl' '$tmp/noise-off.jsonl'"
+check "--noise off leaves pipeline alone" cmp -s "$tmp/pipeline-noise-on.jsonl" "$tmp/pipeline-noise-off.jsonl"
+"$bench" gen --workload codegen --workflows 1 --model "$model" --noise maybe --out "$tmp/bad.jsonl" > /dev/null 2>&1; rc=$?
+check "--noise takes on or off" exit_code_is "$rc" 2
+
+# sim --prediction-noise (App. E): at 1 every forecast is uniform, so pbkv's replay no longer
+# depends on the predictor; at 0 Markov-1 and Markov-2 forecasts evict differently
+pbkv_hits() { "$braid" sim --trace "$tmp/noise-on.jsonl" --kv-tokens 4000 --policy pbkv --markov "$1" --prediction-noise "$2" --json 2> /dev/null |
+  tail -1 | python3 -c 'import json, sys; r = json.load(sys.stdin); print(r["cached_tokens"], r["evictions"])'; }
+m1_clean=$(pbkv_hits 1 0) m2_clean=$(pbkv_hits 2 0) m1_noise=$(pbkv_hits 1 1) m2_noise=$(pbkv_hits 2 1)
+check "sim --prediction-noise 0: the predictor matters" bash -c "[ -n '$m1_clean' ] && [ '$m1_clean' != '$m2_clean' ]"
+check "sim --prediction-noise 1: uniform forecasts, the predictor does not" bash -c "[ -n '$m1_noise' ] && [ '$m1_noise' = '$m2_noise' ]"
+"$braid" sim --trace "$tmp/noise-on.jsonl" --kv-tokens 4000 --prediction-noise 1.5 > /dev/null 2>&1; rc=$?
+check "sim --prediction-noise takes [0, 1]" exit_code_is "$rc" 2
 "$bench" gen --workload codegen --workflows 6 --concurrency 1 --seed 7 --scale 0.2 --model "$model" --out "$tmp/serial.jsonl" 2> /dev/null
 same_requests() {
   python3 - "$1" "$2" <<'PY'
