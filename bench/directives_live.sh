@@ -24,7 +24,8 @@ serve() {  # serve NAME ARGS...: a 1-instance cluster on $port, waited for
   echo "server $name did not start" >&2; exit 1
 }
 stop() { kill -TERM "$pid"; wait "$pid" || true; }
-trap 'kill -KILL $pid 2> /dev/null || true' EXIT
+# The launcher runs in its own session (setsid): on any exit, everything in it goes.
+trap '[ -n "$pid" ] && kill -KILL -- -"$pid" 2> /dev/null || true' EXIT
 
 echo "== latency: 1K-token splice in an 8K context ($reps repetitions) ==" | tee "$out/latency.md"
 serve latency --kv-blocks 2048 --max-batch-tokens 512

@@ -25,7 +25,8 @@ mkdir -p "$out"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 url=http://127.0.0.1:$port
 pid=""
-trap '[ -n "$pid" ] && kill -KILL $pid 2> /dev/null || true' EXIT
+# The launcher runs in its own session (setsid): on any exit, everything in it goes.
+trap '[ -n "$pid" ] && kill -KILL -- -"$pid" 2> /dev/null || true' EXIT
 
 serve() {  # serve NAME ARGS...
   local name=$1; shift
