@@ -11,22 +11,8 @@ reps=${REPS:-3}
 pressure_n=${PRESSURE_N:-64}
 phases=${PHASES:-latency pressure}
 mkdir -p "$out"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-url=http://127.0.0.1:$port
-
-serve() {  # serve NAME ARGS...: a 1-instance cluster on $port, waited for
-  local name=$1; shift
-  BRAID_BIN=$braid setsid "$root/launch/braid-local" --model "$model" --port "$port" --instances 1 "$@" > "$out/$name.out" 2> "$out/$name.err" &
-  pid=$!
-  for _ in $(seq 1 360); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && return 0
-    sleep 0.5
-  done
-  echo "server $name did not start" >&2; exit 1
-}
-stop() { kill -TERM "$pid"; wait "$pid" || true; pid=""; }
-# The launcher runs in its own session (setsid): on any exit, everything in it goes.
-trap '[ -n "$pid" ] && kill -KILL -- -"$pid" 2> /dev/null || true' EXIT
+# shellcheck source=serve_lib.sh
+source "$root/bench/serve_lib.sh"
 
 if [[ " $phases " == *" latency "* ]]; then
   echo "== latency: 1K-token splice in an 8K context ($reps repetitions) ==" | tee "$out/latency.md"

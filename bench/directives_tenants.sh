@@ -22,25 +22,8 @@ max_tokens=${MAX_TOKENS:-16}
 conc=${CONCURRENCY:-4}
 kv_blocks=${KV_BLOCKS:-1024}
 mkdir -p "$out"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-url=http://127.0.0.1:$port
-pid=""
-# The launcher runs in its own session (setsid): on any exit, everything in it goes.
-trap '[ -n "$pid" ] && kill -KILL -- -"$pid" 2> /dev/null || true' EXIT
-
-serve() {  # serve NAME ARGS...
-  local name=$1; shift
-  BRAID_BIN=$braid setsid "$root/launch/braid-local" --model "$model" --port "$port" --instances 1 --kv-blocks "$kv_blocks" "$@" \
-    > "$out/$name.out" 2> "$out/$name.err" &
-  pid=$!
-  for _ in $(seq 1 1200); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && return 0
-    sleep 0.5
-  done
-  echo "server $name did not get ready" >&2; exit 1
-}
-stop() { kill -TERM "$pid"; wait "$pid" || true; pid=""; }
-metric() { curl -s "$url/metrics" | awk -v n="$1" '$1 == n {print $2}'; }
+# shellcheck source=serve_lib.sh
+source "$root/bench/serve_lib.sh"
 
 "$bench" gen --workload cross-tenant --workflows "$workflows" --concurrency "$conc" --scale "$scale" --model "$model" \
   --out "$out/ct.trace" --batch-out "$out/ct.batch.jsonl" 2> "$out/gen.err"
@@ -49,7 +32,7 @@ python3 "$root/bench/directives_transform.py" cross-tenant "$out/ct.batch.jsonl"
 arm() {  # arm NAME INPUT SERVE_ARGS...
   local name=$1 input=$2; shift 2
   echo "[tenants] $name" >&2
-  serve "$name" "$@"
+  serve "$name" --kv-blocks "$kv_blocks" "$@"
   local t0=$SECONDS
   python3 "$root/bench/replay_batch_http.py" "$url" "$input" "$out/$name.results.jsonl" "$conc"
   echo "$((SECONDS - t0))" > "$out/$name.secs"
