@@ -81,8 +81,10 @@ static void splice_outcomes(const Scheduler *s, const SchedRequest *r, OutcomeTe
             put(t, ",\"mode\":\"forget\",\"dropped_tokens\":%d}", r->splice_forgot_blocks * s->block_size);
             continue;
         }
-        int wanted = run->len, last = r->n_prompt - 1;
-        if (run->dst + wanted > last) wanted = last > run->dst ? last - run->dst : 0;
+        /* What the run could have given past the cached prefix (matched tokens were not recomputed). */
+        int lo = run->dst > r->splice_from ? run->dst : r->splice_from, hi = run->dst + run->len, last = r->n_prompt - 1;
+        if (hi > last) hi = last;
+        int wanted = hi > lo ? hi - lo : 0;
         int reused = r->splice_reused ? r->splice_reused[i] : 0;
         /* The cache holds whole blocks: the context's last partial block is always recomputed. */
         bool clipped = wanted - reused >= s->block_size;

@@ -307,6 +307,7 @@ static int plan_copies(Scheduler *s, SchedRequest *r, BraidError *err) {
     r->shared_planned = from - r->n_computed;
     if (r->directives.splice_mode == CACHE_SPLICE_AMORTIZE) {
         int *reused = r->splice_done ? NULL : r->splice_reused;
+        if (!r->splice_done) r->splice_from = from;
         return kv_cache_plan_splice(&s->cache, &r->identity, &r->directives, r->n_tokens, from, &r->segments, reused, err);
     }
     if (r->segment_mode == SEGMENT_REUSE_OFF) return 0;

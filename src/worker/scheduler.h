@@ -84,6 +84,7 @@ typedef struct SchedRequest {
      * the tokens copied at first admission. */
     CacheDirectives directives;
     int *splice_reused;
+    int splice_from;        /* where the first admission's copies started (past its cached prefix) */
     int splice_forgot_blocks;
     int shared_tokens;      /* of reused_tokens, those copied from another tenant's shared prefix (at first admission) */
     int shared_planned;     /* the same at the last admission (scheduler scratch) */
