@@ -26,7 +26,7 @@
 #include "kernels/cpu/attention.h"
 #include "model/model_config.h"
 
-/* One layer of the residual pool: per token, rank halves of K_res then... stored apart. */
+/* One layer of the residual pool: per slot, rank halves of K_res and, apart, rank of V_res. */
 typedef struct {
     uint16_t *k;    /* (n_blocks, block_size, rank) IEEE half: x·A_k */
     uint16_t *v;    /* (n_blocks, block_size, rank) IEEE half: x·A_v */

@@ -1,0 +1,216 @@
+#include "kernels/cpu/residual_attention.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec.h"
+#include "model/lora_adapter.h"
+
+/* Query tokens per work item: the K tile of a block is rebuilt once per tile, so a prefill chunk
+ * pays the reconstruction n_tokens / TILE_QUERIES times, a decode step once. */
+#define TILE_QUERIES 16
+
+static void widen(float *dst, const uint16_t *src, int n) {
+    for (int i = 0; i < n; i++) dst[i] = vec_half_to_float(src[i]);
+}
+
+static void narrow(uint16_t *dst, const float *src, int n) {
+    for (int i = 0; i < n; i++) dst[i] = vec_float_to_half(src[i]);
+}
+
+void cpu_residual_store(const ResidualLayerView *res, const int32_t *slot_mapping, const float *k_res, const float *v_res,
+                        int rank_in, int n_tokens) {
+    for (int t = 0; t < n_tokens; t++) {
+        int32_t slot = slot_mapping[t];
+        if (slot < 0) continue;
+        size_t at = (size_t)slot * res->rank;
+        narrow(res->k + at, k_res + (size_t)t * rank_in, rank_in);
+        narrow(res->v + at, v_res + (size_t)t * rank_in, rank_in);
+        memset(res->k + at + rank_in, 0, (size_t)(res->rank - rank_in) * sizeof *res->k);
+        memset(res->v + at + rank_in, 0, (size_t)(res->rank - rank_in) * sizeof *res->v);
+    }
+}
+
+/* What one (KV head, query tile) work item needs besides its inputs. */
+typedef struct {
+    float *k_tile, *v_tile; /* (block_size, head_dim) the block's full keys, its base values */
+    float *vres_tile;       /* (block_size, rank) the block's V residuals */
+    float *lora_k;          /* (head_dim) one rebuilt key residual */
+    float *acc, *acc_res;   /* (rows, head_dim), (rows, rank) */
+    float *m, *l, *scores;  /* (rows), (rows), (block_size) */
+} TileScratch;
+
+typedef struct {
+    const KvLayerView *kv;
+    const int32_t *block_table;
+    const ResidualLayerView *res;
+    const int32_t *res_block_table;
+    int n_ctx;
+    const ResidualAdapter *ad;
+    const RopeTable *rope;
+    const float *q;
+    const int32_t *q_pos;
+    int n_heads, group;
+} ResidualJob;
+
+static int scratch_alloc(TileScratch *s, int bs, int hd, int rank, int rows) {
+    s->k_tile = malloc((size_t)bs * hd * sizeof(float));
+    s->v_tile = malloc((size_t)bs * hd * sizeof(float));
+    s->vres_tile = malloc((size_t)bs * (rank > 0 ? rank : 1) * sizeof(float));
+    s->lora_k = malloc((size_t)hd * sizeof(float));
+    s->acc = malloc((size_t)rows * hd * sizeof(float));
+    s->acc_res = malloc((size_t)rows * (rank > 0 ? rank : 1) * sizeof(float));
+    s->m = malloc((size_t)rows * sizeof(float));
+    s->l = malloc((size_t)rows * sizeof(float));
+    s->scores = malloc((size_t)bs * sizeof(float));
+    return s->k_tile && s->v_tile && s->vres_tile && s->lora_k && s->acc && s->acc_res && s->m && s->l && s->scores ? 0 : -1;
+}
+
+static void scratch_free(TileScratch *s) {
+    free(s->k_tile); free(s->v_tile); free(s->vres_tile); free(s->lora_k);
+    free(s->acc); free(s->acc_res); free(s->m); free(s->l); free(s->scores);
+}
+
+/* Stage 1 of Algorithm 1 for one block and KV head g: K = K_base + scale·RoPE_pos(B_k·K_res),
+ * the base values, and the V residuals (the V up-projection waits until the end). */
+static void build_block(const ResidualJob *job, int g, int block_index, int n_slots, TileScratch *s) {
+    const KvLayerView *kv = job->kv;
+    const ResidualAdapter *ad = job->ad;
+    int bs = kv->block_size, hd = kv->head_dim, r = ad->rank, pool_rank = job->res->rank, half = job->rope->rope_dim / 2;
+    int32_t blk = job->block_table[block_index], rblk = job->res_block_table[block_index];
+    for (int j = 0; j < n_slots; j++) {
+        size_t base_at = (((size_t)blk * kv->n_kv_heads + g) * bs + j) * hd;
+        float *key = s->k_tile + (size_t)j * hd;
+        widen(key, kv->k + base_at, hd);
+        widen(s->v_tile + (size_t)j * hd, kv->v + base_at, hd);
+        const uint16_t *kres = job->res->k + ((size_t)rblk * bs + j) * pool_rank;
+        if (r > 0) widen(s->vres_tile + (size_t)j * r, job->res->v + ((size_t)rblk * bs + j) * pool_rank, r);
+        if (!ad->b_k || r == 0) continue;
+        float kr[LORA_MAX_RANK];
+        widen(kr, kres, r);
+        for (int d = 0; d < hd; d++) {
+            const float *brow = ad->b_k + ((size_t)g * hd + d) * r;
+            float sum = 0;
+            for (int i = 0; i < r; i++) sum += brow[i] * kr[i];
+            s->lora_k[d] = ad->scale * sum;
+        }
+        int32_t pos = kv->slot_pos[(size_t)blk * bs + j];
+        if (pos < 0) pos = 0;
+        if (pos >= job->rope->n_positions) pos = job->rope->n_positions - 1;
+        cpu_rope_apply(s->lora_k, 1, hd, job->rope->rope_dim, job->rope->pairing, job->rope->cos + (size_t)pos * half,
+                       job->rope->sin + (size_t)pos * half);
+        for (int d = 0; d < hd; d++) key[d] += s->lora_k[d];
+    }
+}
+
+/* Stage 2 for one query row over one block: scores, then the online-softmax update of both
+ * accumulators. */
+static void attend_block(const ResidualJob *job, int blk_slot0, int n_slots, const float *qrow, int32_t qp, float *m, float *l,
+                         float *acc, float *acc_res, TileScratch *s) {
+    int hd = job->kv->head_dim, r = job->ad->rank;
+    const int32_t *slot_pos = job->kv->slot_pos + blk_slot0;
+    float inv_sqrt = 1.0f / sqrtf((float)hd), block_max = -INFINITY;
+    for (int j = 0; j < n_slots; j++) {
+        if (slot_pos[j] > qp) {
+            s->scores[j] = -INFINITY;
+            continue;
+        }
+        const float *key = s->k_tile + (size_t)j * hd;
+        float dot = 0;
+        for (int d = 0; d < hd; d++) dot += qrow[d] * key[d];
+        s->scores[j] = dot * inv_sqrt;
+        if (s->scores[j] > block_max) block_max = s->scores[j];
+    }
+    if (block_max == -INFINITY) return;
+    float m_new = *m > block_max ? *m : block_max, correction = expf(*m - m_new);
+    *l *= correction;
+    for (int d = 0; d < hd; d++) acc[d] *= correction;
+    for (int i = 0; i < r; i++) acc_res[i] *= correction;
+    for (int j = 0; j < n_slots; j++) {
+        if (s->scores[j] == -INFINITY) continue;
+        float p = expf(s->scores[j] - m_new);
+        *l += p;
+        const float *v = s->v_tile + (size_t)j * hd, *vr = s->vres_tile + (size_t)j * r;
+        for (int d = 0; d < hd; d++) acc[d] += p * v[d];
+        for (int i = 0; i < r; i++) acc_res[i] += p * vr[i];
+    }
+    *m = m_new;
+}
+
+/* Stage 3: out = (acc + scale·B_v·acc_res) / l for KV head g's output dims. */
+static void finish_row(const ResidualJob *job, int g, const float *acc, const float *acc_res, float l, float *orow) {
+    const ResidualAdapter *ad = job->ad;
+    int hd = job->kv->head_dim, r = ad->rank;
+    float inv_l = l > 0 ? 1.0f / l : 0.0f;
+    for (int d = 0; d < hd; d++) {
+        float v = acc[d];
+        if (ad->b_v && r > 0) {
+            const float *brow = ad->b_v + ((size_t)g * hd + d) * r;
+            float sum = 0;
+            for (int i = 0; i < r; i++) sum += brow[i] * acc_res[i];
+            v += ad->scale * sum;
+        }
+        orow[d] = v * inv_l;
+    }
+}
+
+static void run_tile(const ResidualJob *job, int g, int t0, int t1, float *out, TileScratch *s) {
+    const KvLayerView *kv = job->kv;
+    int hd = kv->head_dim, bs = kv->block_size, r = job->ad->rank, group = job->group, rows = (t1 - t0) * group;
+    int q_dim = job->n_heads * hd;
+    int32_t q_max = job->q_pos[t0];
+    for (int t = t0; t < t1; t++)
+        if (job->q_pos[t] > q_max) q_max = job->q_pos[t];
+    for (int i = 0; i < rows; i++) s->m[i] = -INFINITY, s->l[i] = 0;
+    memset(s->acc, 0, (size_t)rows * hd * sizeof(float));
+    memset(s->acc_res, 0, (size_t)rows * (r > 0 ? r : 1) * sizeof(float));
+    int n_blocks = (job->n_ctx + bs - 1) / bs;
+    for (int b = 0; b < n_blocks; b++) {
+        int n_slots = job->n_ctx - b * bs < bs ? job->n_ctx - b * bs : bs, slot0 = job->block_table[b] * bs;
+        int any = 0; /* blocks wholly after every query of the tile are skipped */
+        for (int j = 0; j < n_slots && !any; j++) any = kv->slot_pos[slot0 + j] <= q_max;
+        if (!any) continue;
+        build_block(job, g, b, n_slots, s);
+        for (int t = t0; t < t1; t++)
+            for (int h = 0; h < group; h++) {
+                int row = (t - t0) * group + h;
+                const float *qrow = job->q + (size_t)t * q_dim + (size_t)(g * group + h) * hd;
+                attend_block(job, slot0, n_slots, qrow, job->q_pos[t], &s->m[row], &s->l[row], s->acc + (size_t)row * hd,
+                             s->acc_res + (size_t)row * r, s);
+            }
+    }
+    for (int t = t0; t < t1; t++)
+        for (int h = 0; h < group; h++) {
+            int row = (t - t0) * group + h;
+            finish_row(job, g, s->acc + (size_t)row * hd, s->acc_res + (size_t)row * r, s->l[row],
+                       out + (size_t)t * q_dim + (size_t)(g * group + h) * hd);
+        }
+}
+
+int cpu_residual_attention(const KvLayerView *kv, const int32_t *block_table, const ResidualLayerView *res,
+                           const int32_t *res_block_table, int n_ctx, const ResidualAdapter *ad, const RopeTable *rope,
+                           const float *q, const int32_t *q_pos, int n_tokens, int n_heads, float *out) {
+    if (ad->rank > res->rank || ad->rank > LORA_MAX_RANK || n_heads % kv->n_kv_heads != 0) return -1;
+    ResidualJob job = {kv, block_table, res, res_block_table, n_ctx, ad, rope, q, q_pos, n_heads, n_heads / kv->n_kv_heads};
+    int n_tiles = (n_tokens + TILE_QUERIES - 1) / TILE_QUERIES, n_work = kv->n_kv_heads * n_tiles, failed = 0;
+#pragma omp parallel if (n_work > 1)
+    {
+        TileScratch s;
+        int ok = scratch_alloc(&s, kv->block_size, kv->head_dim, ad->rank, TILE_QUERIES * job.group) == 0;
+        if (!ok) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic)
+        for (int w = 0; w < n_work; w++) {
+            if (!ok) continue;
+            int g = w % kv->n_kv_heads, tile = w / kv->n_kv_heads;
+            int t0 = tile * TILE_QUERIES, t1 = t0 + TILE_QUERIES < n_tokens ? t0 + TILE_QUERIES : n_tokens;
+            run_tile(&job, g, t0, t1, out, &s);
+        }
+        scratch_free(&s);
+    }
+    return failed ? -1 : 0;
+}
