@@ -191,3 +191,10 @@ void lora_set_free(LoraSet *set) {
     free(set->adapters);
     memset(set, 0, sizeof *set);
 }
+
+int lora_set_max_rank(const LoraSet *set) {
+    int rank = 0;
+    for (int i = 0; set && i < set->n; i++)
+        if (set->adapters[i].rank > rank) rank = set->adapters[i].rank;
+    return rank;
+}

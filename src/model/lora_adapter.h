@@ -61,6 +61,8 @@ void lora_adapter_free(LoraAdapter *a);
 int lora_set_add_spec(LoraSet *set, const char *spec, const ModelConfig *base, BraidError *err);
 /* The adapter id (1-based) named `name`, 0 for NULL or "" (the base model), -1 when unknown. */
 int lora_set_find(const LoraSet *set, const char *name);
+/* The largest rank in the set (0 when empty or NULL): the ForkKV residual pool's width. */
+int lora_set_max_rank(const LoraSet *set);
 /* The adapter of id k (1..n), or NULL for the base model / an id out of range. */
 const LoraAdapter *lora_set_get(const LoraSet *set, int id);
 void lora_set_free(LoraSet *set);

@@ -59,6 +59,9 @@ typedef struct {
      * CPU only so far: the CUDA backend refuses a non-empty set, and so does --tp > 1 (adapters are
      * not sharded). */
     const LoraSet *lora;
+    /* ForkKV (--lora-cache shared): residual pool blocks (incl. the null block; 0 = none) and its
+     * width, the widest adapter's rank. CPU only: the CUDA backend refuses adapters altogether. */
+    int residual_blocks, residual_rank;
 } BackendConfig;
 
 typedef struct {
@@ -79,6 +82,7 @@ typedef struct {
     const ModelWeights *weights;
     size_t kv_bytes;      /* device memory the KV pool takes */
     size_t host_kv_bytes; /* host memory the host KV tier takes (0 without one) */
+    size_t residual_kv_bytes; /* memory the ForkKV residual pool takes (0 without one) */
     size_t weight_bytes;  /* device memory the weights take (0 when read in place) */
     void *impl;
 } Backend;

@@ -14,11 +14,13 @@
 #include "worker/backend.h"
 #include "worker/forward.h"
 #include "worker/kv_pool.h"
+#include "worker/residual_pool.h"
 #include "worker/sampler.h"
 
 typedef struct {
     KvPool kv;
     KvPool host; /* host tier (n_blocks == 0 when there is none) */
+    ResidualPool res; /* ForkKV residuals (n_blocks == 0 when --lora-cache is not shared) */
     ForwardContext fwd;
     float *logits; /* (cap_logits, vocab) when the caller wants fewer rows than computed */
     int cap_logits;
@@ -111,6 +113,7 @@ static void cpu_destroy(Backend *b) {
     forward_free(&cb->fwd);
     kv_pool_destroy(&cb->kv);
     kv_pool_destroy(&cb->host);
+    residual_pool_destroy(&cb->res);
     free(cb->logits);
     free(cb->rot_cos);
     free(cb->rot_sin);
@@ -148,6 +151,8 @@ int backend_cpu_create(Backend *b, BraidError *err) {
     int rc = !cb->rot_cos || !cb->rot_sin ? braid_error_set(err, "cpu backend: out of memory") : 0;
     if (rc == 0) rc = kv_pool_create(&cb->kv, c, b->cfg.n_blocks, b->cfg.block_size, err);
     if (rc == 0) rc = cpu_create_host_tier(cb, b, err);
+    if (rc == 0 && b->cfg.residual_blocks > 0)
+        rc = residual_pool_create(&cb->res, c, b->cfg.residual_blocks, b->cfg.block_size, b->cfg.residual_rank, err);
     if (rc) {
         cpu_destroy(b);
         return -1;
@@ -156,8 +161,10 @@ int backend_cpu_create(Backend *b, BraidError *err) {
     cb->fwd.tp = b->cfg.tp;
     cb->fwd.math = b->cfg.cpu_matmul;
     cb->fwd.lora = b->cfg.lora;
+    cb->fwd.res = b->cfg.residual_blocks > 0 ? &cb->res : NULL;
     b->ops = &CPU_OPS;
     b->kv_bytes = cb->kv.bytes;
     b->host_kv_bytes = cb->host.bytes;
+    b->residual_kv_bytes = cb->res.bytes;
     return 0;
 }

@@ -14,7 +14,8 @@ void forward_init(ForwardContext *ctx, const ModelWeights *weights, KvPool *kv) 
 }
 
 static void free_activations(ForwardContext *ctx) {
-    float **bufs[] = {&ctx->x, &ctx->xb, &ctx->q, &ctx->k, &ctx->v, &ctx->att, &ctx->hb, &ctx->hb2, &ctx->rope_cos, &ctx->rope_sin};
+    float **bufs[] = {&ctx->x,  &ctx->xb,  &ctx->q,        &ctx->k,        &ctx->v,     &ctx->att,
+                      &ctx->hb, &ctx->hb2, &ctx->rope_cos, &ctx->rope_sin, &ctx->k_res, &ctx->v_res};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         free(*bufs[i]);
         *bufs[i] = NULL;
@@ -25,6 +26,8 @@ static void free_activations(ForwardContext *ctx) {
 void forward_free(ForwardContext *ctx) {
     free_activations(ctx);
     free(ctx->final_hidden);
+    free(ctx->rope_by_pos_cos);
+    free(ctx->rope_by_pos_sin);
     cpu_scratch_free(&ctx->scratch);
     memset(ctx, 0, sizeof *ctx);
 }
@@ -45,7 +48,10 @@ static int reserve(ForwardContext *ctx, int n_tokens, int n_logits, BraidError *
         ctx->hb2 = malloc(n * c->ff_dim * sizeof(float));
         ctx->rope_cos = malloc(n * (c->rope_dim / 2 + 1) * sizeof(float));
         ctx->rope_sin = malloc(n * (c->rope_dim / 2 + 1) * sizeof(float));
-        if (!ctx->x || !ctx->xb || !ctx->q || !ctx->k || !ctx->v || !ctx->att || !ctx->hb || !ctx->hb2 || !ctx->rope_cos ||
+        size_t res_width = ctx->res ? (size_t)ctx->res->rank : 1;
+        ctx->k_res = malloc(n * res_width * sizeof(float));
+        ctx->v_res = malloc(n * res_width * sizeof(float));
+        if (!ctx->k_res || !ctx->v_res || !ctx->x || !ctx->xb || !ctx->q || !ctx->k || !ctx->v || !ctx->att || !ctx->hb || !ctx->hb2 || !ctx->rope_cos ||
             !ctx->rope_sin) {
             free_activations(ctx);
             return braid_error_set(err, "forward: out of memory for a batch of %d tokens", n_tokens);
@@ -75,7 +81,68 @@ static int validate_batch(const ForwardContext *ctx, const ForwardBatch *b, Brai
     for (int i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
             return braid_error_set(err, "forward: logit row %d outside the batch", b->logit_rows[i]);
+    if (b->res_block_tables) {
+        if (!ctx->res || !ctx->lora || !b->res_slot_mapping)
+            return braid_error_set(err, "forward: a ForkKV batch (residual tables) on a backend without a residual pool");
+        int res_slots = ctx->res->n_blocks * ctx->res->block_size;
+        for (int t = 0; t < b->n_tokens; t++)
+            if (b->res_slot_mapping[t] >= res_slots)
+                return braid_error_set(err, "forward: residual slot %d outside the pool (%d slots)", b->res_slot_mapping[t], res_slots);
+    }
     return lora_forward_check_batch(ctx->lora, b, err);
+}
+
+/* RoPE angles of every position, for ResidualAttention's deferred RoPE of cached key residuals
+ * (the same angles the forward gives a token at that position). Built once. */
+static int ensure_rope_by_position(ForwardContext *ctx, BraidError *err) {
+    if (ctx->rope_by_pos_cos) return 0;
+    const ModelConfig *c = &ctx->weights->cfg;
+    size_t half = (size_t)c->rope_dim / 2, n = (size_t)c->context_length;
+    float *cs = malloc(n * half * sizeof *cs), *sn = malloc(n * half * sizeof *sn);
+    if (!cs || !sn) {
+        free(cs);
+        free(sn);
+        return braid_error_set(err, "forward: out of memory for the RoPE table of %zu positions", n);
+    }
+    for (size_t p = 0; p < n; p++)
+        cpu_rope_angles((int32_t)p, c->rope_dim, c->rope_base, c->rope_position_scale, ctx->weights->rope_freq_factors,
+                        cs + p * half, sn + p * half);
+    ctx->rope_by_pos_cos = cs;
+    ctx->rope_by_pos_sin = sn;
+    return 0;
+}
+
+/* The ResidualAttention operands of sequence s's adapter at `layer`. */
+static ResidualAdapter residual_adapter(const ForwardContext *ctx, const ForwardBatch *b, int s, int layer) {
+    const LoraAdapter *ad = lora_set_get(ctx->lora, b->seq_adapter[s]);
+    if (!ad) return (ResidualAdapter){.rank = 0, .scale = 0};
+    const LoraPair *pairs = &ad->pairs[(size_t)layer * LORA_PROJ_COUNT];
+    return (ResidualAdapter){.b_k = pairs[LORA_PROJ_K].a ? pairs[LORA_PROJ_K].b : NULL,
+                             .b_v = pairs[LORA_PROJ_V].a ? pairs[LORA_PROJ_V].b : NULL, .rank = ad->rank, .scale = ad->scale};
+}
+
+/* Attention of a batch holding ForkKV sequences: each sequence by its own kernel. */
+static int attend_by_sequence(ForwardContext *ctx, const ForwardBatch *b, const KvLayerView *kv, int layer) {
+    const ModelConfig *c = &ctx->weights->cfg;
+    size_t q_dim = (size_t)c->n_heads * c->head_dim;
+    ResidualLayerView res = residual_pool_layer(ctx->res, layer);
+    RopeTable rope = {.cos = ctx->rope_by_pos_cos, .sin = ctx->rope_by_pos_sin, .n_positions = c->context_length,
+                      .rope_dim = c->rope_dim, .head_dim = c->head_dim, .pairing = c->rope_pairing};
+    for (int s = 0; s < b->n_seqs; s++) {
+        int start = b->seq_start[s], n = b->seq_start[s + 1] - start;
+        const float *q = ctx->q + (size_t)start * q_dim;
+        float *out = ctx->att + (size_t)start * q_dim;
+        int rc;
+        if (lora_forward_has_residual(b, s)) {
+            ResidualAdapter ad = residual_adapter(ctx, b, s, layer);
+            rc = cpu_residual_attention(kv, b->block_tables[s], &res, b->res_block_tables[s], b->seq_n_ctx[s], &ad, &rope, q,
+                                        b->positions + start, n, c->n_heads, out);
+        } else {
+            rc = cpu_attention(kv, b->block_tables[s], b->seq_n_ctx[s], q, b->positions + start, n, c->n_heads, out);
+        }
+        if (rc) return -1;
+    }
+    return 0;
 }
 
 /* out (n, dim) = RMSNorm of each token's row of x. Tokens are independent, so a decode step's
@@ -107,6 +174,11 @@ static int attention_block(ForwardContext *ctx, const ForwardBatch *b, int layer
     if (cpu_matmul_shared_input(qkv, qkv_out, 3, ctx->xb, n, ctx->math, &ctx->scratch))
         return braid_error_set(err, "forward: out of memory in layer %d QKV", layer);
     for (int p = LORA_PROJ_Q; p <= LORA_PROJ_V; p++) lora_forward_add(ctx->lora, b, c, layer, (LoraProj)p, ctx->xb, qkv_out[p]);
+    if (b->res_block_tables) {
+        lora_forward_residual(ctx->lora, b, c, layer, ctx->xb, ctx->res->rank, ctx->k_res, ctx->v_res);
+        ResidualLayerView res = residual_pool_layer(ctx->res, layer);
+        cpu_residual_store(&res, b->res_slot_mapping, ctx->k_res, ctx->v_res, ctx->res->rank, n);
+    }
 #pragma omp parallel for schedule(static) if (n >= 8)
     for (int t = 0; t < n; t++) {
         const float *cs = ctx->rope_cos + (size_t)t * half, *sn = ctx->rope_sin + (size_t)t * half;
@@ -116,7 +188,9 @@ static int attention_block(ForwardContext *ctx, const ForwardBatch *b, int layer
     KvLayerView kv = kv_pool_layer(ctx->kv, layer);
     cpu_kv_store(&kv, b->slot_mapping, ctx->k, ctx->v, n);
     const AttentionSeqs seqs = {.n_seqs = b->n_seqs, .seq_start = b->seq_start, .block_tables = b->block_tables, .n_ctx = b->seq_n_ctx};
-    if (cpu_attention_batch(&kv, &seqs, ctx->q, b->positions, n, c->n_heads, ctx->att))
+    int rc = b->res_block_tables ? attend_by_sequence(ctx, b, &kv, layer)
+                                 : cpu_attention_batch(&kv, &seqs, ctx->q, b->positions, n, c->n_heads, ctx->att);
+    if (rc)
         return braid_error_set(err, "forward: out of memory in attention");
     if (matmul(ctx, &L->wo, ctx->att, n, ctx->xb))
         return braid_error_set(err, "forward: out of memory in layer %d output projection", layer);
@@ -146,6 +220,7 @@ int forward_run(ForwardContext *ctx, const ForwardBatch *b, float *logits, Braid
     const ModelWeights *w = ctx->weights;
     const ModelConfig *c = &w->cfg;
     if (validate_batch(ctx, b, err) || reserve(ctx, b->n_tokens, b->n_logits, err)) return -1;
+    if (b->res_block_tables && ensure_rope_by_position(ctx, err)) return -1;
     int n = b->n_tokens, half = c->rope_dim / 2;
     for (int t = 0; t < n; t++) {
         cpu_matrix_row(&w->token_embd, b->tokens[t], ctx->x + (size_t)t * c->dim);

@@ -26,6 +26,14 @@ typedef struct {
     /* (n_seqs) LoRA adapter id of each sequence (model/lora_adapter.h: 0 = the base model, k = the
      * backend's adapter k); NULL = every sequence runs the base model. */
     const int32_t *seq_adapter;
+    /* ForkKV (--lora-cache shared; kernels/cpu/residual_attention.h). res_block_tables (n_seqs, or
+     * NULL = none): sequence s with a non-NULL entry keeps its adapter's K/V residuals (x·A_k,
+     * x·A_v) in the backend's residual pool at those blocks (same token order as its base table),
+     * its base K/V (no adapter delta) in the base pool, and attends by ResidualAttention. Its
+     * tokens' residuals go to res_slot_mapping[t] (-1 = already cached there: write nowhere), and
+     * a base slot of -1 likewise means the base K/V of that token is cached and shared. */
+    const int32_t *const *res_block_tables;
+    const int32_t *res_slot_mapping; /* (n_tokens) */
 } ForwardBatch;
 
 #endif

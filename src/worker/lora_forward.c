@@ -46,9 +46,44 @@ void lora_forward_add(const LoraSet *set, const ForwardBatch *b, const ModelConf
     lora_proj_dims(c, proj, &in, &out);
 #pragma omp parallel for schedule(static) if (b->n_tokens >= 8)
     for (int t = 0; t < b->n_tokens; t++) {
-        const LoraAdapter *ad = lora_set_get(set, b->seq_adapter[sequence_of(b, t)]);
+        int seq = sequence_of(b, t);
+        const LoraAdapter *ad = lora_set_get(set, b->seq_adapter[seq]);
         if (!ad) continue; /* the base model */
+        /* A ForkKV sequence keeps its K/V deltas as residuals (lora_forward_residual) */
+        if ((proj == LORA_PROJ_K || proj == LORA_PROJ_V) && lora_forward_has_residual(b, seq)) continue;
         const LoraPair *pair = &ad->pairs[(size_t)layer * LORA_PROJ_COUNT + proj];
         if (pair->a) add_delta(pair, ad->rank, ad->scale, x + (size_t)t * in, in, y + (size_t)t * out, out);
+    }
+}
+
+bool lora_forward_has_residual(const ForwardBatch *b, int seq) { return b->res_block_tables && b->res_block_tables[seq]; }
+
+/* u (rank) = A (rank, in) · x (in); zero when the projection is not adapted. */
+static void down_project(const LoraPair *pair, int rank, const float *x, int in, float *u) {
+    for (int r = 0; r < rank; r++) {
+        float sum = 0;
+        if (pair->a) {
+            const float *a = pair->a + (size_t)r * in;
+            for (int i = 0; i < in; i++) sum += a[i] * x[i];
+        }
+        u[r] = sum;
+    }
+}
+
+void lora_forward_residual(const LoraSet *set, const ForwardBatch *b, const ModelConfig *c, int layer, const float *x, int width,
+                           float *k_res, float *v_res) {
+    if (!set || !b->seq_adapter || !b->res_block_tables) return;
+#pragma omp parallel for schedule(static) if (b->n_tokens >= 8)
+    for (int t = 0; t < b->n_tokens; t++) {
+        int seq = sequence_of(b, t);
+        float *kr = k_res + (size_t)t * width, *vr = v_res + (size_t)t * width;
+        const LoraAdapter *ad = lora_forward_has_residual(b, seq) ? lora_set_get(set, b->seq_adapter[seq]) : NULL;
+        int rank = ad ? ad->rank : 0;
+        if (ad) {
+            const LoraPair *pairs = &ad->pairs[(size_t)layer * LORA_PROJ_COUNT];
+            down_project(&pairs[LORA_PROJ_K], rank, x + (size_t)t * c->dim, c->dim, kr);
+            down_project(&pairs[LORA_PROJ_V], rank, x + (size_t)t * c->dim, c->dim, vr);
+        }
+        for (int r = rank; r < width; r++) kr[r] = vr[r] = 0;
     }
 }

@@ -15,6 +15,8 @@
 #ifndef BRAID_WORKER_LORA_FORWARD_H
 #define BRAID_WORKER_LORA_FORWARD_H
 
+#include <stdbool.h>
+
 #include "common/error.h"
 #include "model/lora_adapter.h"
 #include "model/model_config.h"
@@ -28,5 +30,15 @@ int lora_forward_check_batch(const LoraSet *set, const ForwardBatch *b, BraidErr
  * No-op when set is NULL or the batch has no seq_adapter. */
 void lora_forward_add(const LoraSet *set, const ForwardBatch *b, const ModelConfig *c, int layer, LoraProj proj, const float *x,
                       float *y);
+
+/* True when sequence seq of b is a ForkKV sequence (its res_block_tables entry is set): then
+ * lora_forward_add leaves its K and V alone and lora_forward_residual gives their residuals. */
+bool lora_forward_has_residual(const ForwardBatch *b, int seq);
+
+/* k_res, v_res (n_tokens, width) = A_k·x and A_v·x (x: the attention input, (n_tokens, dim)) for
+ * each token of a ForkKV sequence, zero past the adapter's rank and for every other token (width
+ * >= every adapter's rank). No-op without residual tables. */
+void lora_forward_residual(const LoraSet *set, const ForwardBatch *b, const ModelConfig *c, int layer, const float *x, int width,
+                           float *k_res, float *v_res);
 
 #endif

@@ -1,0 +1,211 @@
+/*
+ * ForkKV's forward on the CPU backend with the real model and the committed adapters
+ * (--lora-cache shared; kernels/cpu/residual_attention.h, worker/forward.c):
+ *   - one adapter, base and residual written by itself: the same logits as the adapter with a
+ *     monolithic cache (separate mode) up to the fp16 rounding of storing the halves apart, and the
+ *     same greedy token;
+ *   - fork: a context prefilled by one adapter (its base K/V shared, not rewritten) and continued
+ *     by another that computes only its residual: close to the second adapter's own full prefill,
+ *     and closer than "full reuse" (the second adapter reading the first one's monolithic K/V);
+ *   - a batch with residual tables on a backend without a residual pool is refused.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "golden_io.h"
+#include "model/lora_adapter.h"
+#include "model/model.h"
+#include "test_paths.h"
+#include "worker/backend.h"
+
+enum { BS = 16, BLOCKS = 64, PLANNER = 1, CODER = 2 };
+
+static BraidModel model;
+static LoraSet lora;
+static TokenList context, question; /* question follows the context */
+static Backend shared_backend, plain_backend;
+
+static int encode(const char *text, bool bos, TokenList *out) {
+    BraidError err;
+    if (tokenizer_encode(&model.tokenizer, text, strlen(text), bos, false, out, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int make_backend(Backend *b, int residual_blocks) {
+    BraidError err;
+    BackendConfig bc = backend_config_default(BACKEND_CPU, &model.weights.cfg, BLOCKS, BS, 512);
+    bc.lora = &lora;
+    bc.residual_blocks = residual_blocks;
+    bc.residual_rank = lora_set_max_rank(&lora);
+    if (backend_create(b, &model.weights, &bc, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int setup(void **state) {
+    (void)state;
+    BraidError err;
+    if (braid_model_load(test_model_path(), &model, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    if (golden_load_adapters(&model.weights.cfg, &lora)) return -1;
+    if (encode("<|im_start|>system\nYou are part of a software team. The project is a calculator app written in C with "
+               "functions add, subtract, multiply and divide, each in its own file, with unit tests for each.<|im_end|>\n",
+               true, &context) ||
+        encode("<|im_start|>user\nWrite the function subtract.<|im_end|>\n<|im_start|>assistant\n", false, &question))
+        return -1;
+    return make_backend(&shared_backend, BLOCKS) || make_backend(&plain_backend, 0) ? -1 : 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    backend_destroy(&shared_backend);
+    backend_destroy(&plain_backend);
+    free(context.ids);
+    free(question.ids);
+    lora_set_free(&lora);
+    braid_model_free(&model);
+    return 0;
+}
+
+/* One sequence's prefill of tokens[0, n) in one batch. Base slots below base_from and residual
+ * slots below res_from are cached already (written nowhere); res_table NULL = a monolithic cache.
+ * Returns the last token's logits (malloc'd). */
+static float *prefill(Backend *b, const int32_t *tokens, int n, int adapter, const int32_t *table, const int32_t *res_table,
+                      int base_from, int res_from, BraidError *err) {
+    int32_t *pos = malloc(n * sizeof *pos), *slots = malloc(n * sizeof *slots), *res_slots = malloc(n * sizeof *res_slots);
+    int vocab = model.weights.cfg.vocab_size;
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    assert_true(pos && slots && res_slots && logits);
+    for (int t = 0; t < n; t++) {
+        pos[t] = t;
+        slots[t] = t >= base_from ? table[t / BS] * BS + t % BS : -1;
+        res_slots[t] = res_table && t >= res_from ? res_table[t / BS] * BS + t % BS : -1;
+    }
+    int32_t seq_start[2] = {0, n}, n_ctx = n, row = n - 1, argmax, adapter_id = adapter;
+    const int32_t *tables[1] = {table}, *res_tables[1] = {res_table};
+    ForwardBatch batch = {.n_tokens = n, .tokens = tokens, .positions = pos, .slot_mapping = slots, .n_seqs = 1,
+                          .seq_start = seq_start, .block_tables = tables, .seq_n_ctx = &n_ctx, .n_logits = 1,
+                          .logit_rows = &row, .seq_adapter = &adapter_id,
+                          .res_block_tables = res_table ? res_tables : NULL, .res_slot_mapping = res_table ? res_slots : NULL};
+    ForwardOutput out = {.argmax = &argmax, .logits = logits};
+    int rc = backend_forward(b, &batch, &out, err);
+    free(pos);
+    free(slots);
+    free(res_slots);
+    if (rc) {
+        free(logits);
+        return NULL;
+    }
+    return logits;
+}
+
+static int32_t *whole_prompt(int *n) {
+    *n = context.n + question.n;
+    int32_t *t = malloc(*n * sizeof *t);
+    assert_non_null(t);
+    memcpy(t, context.ids, context.n * sizeof *t);
+    memcpy(t + context.n, question.ids, question.n * sizeof *t);
+    return t;
+}
+
+static int argmax_of(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static double cosine(const float *a, const float *b, int n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    return ab / sqrt(aa * bb);
+}
+
+static const int32_t TABLE_A[8] = {1, 2, 3, 4, 5, 6, 7, 8}, TABLE_B[8] = {11, 12, 13, 14, 15, 16, 17, 18};
+static const int32_t RES_A[8] = {21, 22, 23, 24, 25, 26, 27, 28}, RES_B[8] = {31, 32, 33, 34, 35, 36, 37, 38};
+
+static void test_own_base_equals_separate(void **state) {
+    (void)state;
+    BraidError err;
+    int n, vocab = model.weights.cfg.vocab_size;
+    int32_t *tokens = whole_prompt(&n);
+    assert_true(n <= 8 * BS);
+    float *separate = prefill(&plain_backend, tokens, n, CODER, TABLE_A, NULL, 0, 0, &err);
+    float *shared = prefill(&shared_backend, tokens, n, CODER, TABLE_A, RES_A, 0, 0, &err);
+    assert_non_null(separate);
+    assert_non_null(shared);
+    double max_diff = 0;
+    for (int v = 0; v < vocab; v++) max_diff = fmax(max_diff, fabs(separate[v] - shared[v]));
+    printf("own base: max |logit diff| %.4f, cosine %.7f\n", max_diff, cosine(separate, shared, vocab));
+    assert_true(max_diff < 0.25);
+    assert_true(cosine(separate, shared, vocab) > 0.9999);
+    assert_int_equal(argmax_of(separate, vocab), argmax_of(shared, vocab));
+    free(separate);
+    free(shared);
+    free(tokens);
+}
+
+static void test_fork_beats_full_reuse(void **state) {
+    (void)state;
+    BraidError err;
+    int n, vocab = model.weights.cfg.vocab_size, ctx_full = context.n / BS * BS;
+    int32_t *tokens = whole_prompt(&n);
+    assert_true(ctx_full >= BS);
+    /* The planner's own answer: its monolithic cache from scratch. */
+    float *own = prefill(&plain_backend, tokens, n, PLANNER, TABLE_B, NULL, 0, 0, &err);
+    assert_non_null(own);
+    /* The coder prefills the context in shared mode (base blocks TABLE_A), then the planner forks:
+     * the context's whole base blocks are inherited (not rewritten), its residual computed. */
+    float *coder = prefill(&shared_backend, context.ids, context.n, CODER, TABLE_A, RES_A, 0, 0, &err);
+    assert_non_null(coder);
+    float *fork = prefill(&shared_backend, tokens, n, PLANNER, TABLE_A, RES_B, ctx_full, 0, &err);
+    assert_non_null(fork);
+    /* Full reuse: the coder's monolithic context K/V read by the planner. */
+    float *coder_plain = prefill(&plain_backend, context.ids, context.n, CODER, TABLE_A, NULL, 0, 0, &err);
+    assert_non_null(coder_plain);
+    float *reuse = prefill(&plain_backend, tokens, n, PLANNER, TABLE_A, NULL, ctx_full, 0, &err);
+    assert_non_null(reuse);
+    double c_fork = cosine(own, fork, vocab), c_reuse = cosine(own, reuse, vocab);
+    printf("fork vs own: cosine %.6f (argmax %d vs %d); full reuse vs own: cosine %.6f (argmax %d)\n", c_fork,
+           argmax_of(fork, vocab), argmax_of(own, vocab), c_reuse, argmax_of(reuse, vocab));
+    assert_true(c_fork > 0.99);
+    assert_true(c_fork > c_reuse);
+    free(own);
+    free(coder);
+    free(fork);
+    free(coder_plain);
+    free(reuse);
+    free(tokens);
+}
+
+static void test_refused_without_residual_pool(void **state) {
+    (void)state;
+    BraidError err;
+    float *logits = prefill(&plain_backend, context.ids, context.n, CODER, TABLE_A, RES_A, 0, 0, &err);
+    assert_null(logits);
+    assert_non_null(strstr(err.msg, "residual pool"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_own_base_equals_separate),
+        cmocka_unit_test(test_fork_beats_full_reuse),
+        cmocka_unit_test(test_refused_without_residual_pool),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
