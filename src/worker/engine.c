@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/grow.h"
+#include "worker/sched_forkkv.h"
 
 CpuMatmulMath engine_cpu_matmul(const EngineConfig *cfg) { return cfg->cpu_matmul_fp32 ? CPU_MATMUL_FP32 : CPU_MATMUL_INT8; }
 
@@ -18,7 +19,8 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
                       .segments = cfg->segment_reuse != SEGMENT_REUSE_OFF, .anchor_tokens = model->tokenizer.special_ids,
                       .n_anchor_tokens = model->tokenizer.n_special, .approx_window = cfg->approx_window,
                       .model_seed = engine_model_seed(mc), .flops_per_token = engine_prefill_flops_per_token(mc),
-                      .pin_budget_blocks = cfg->pin_budget_blocks};
+                      .pin_budget_blocks = cfg->pin_budget_blocks, .lora_shared = cfg->lora_shared,
+                      .residual_blocks = cfg->residual_blocks};
     if (sched_init(&e->sched, &sc, err)) return -1;
     BackendConfig bc = backend_config_default(cfg->device, &model->weights.cfg, cfg->n_blocks, cfg->block_size,
                                               cfg->max_batch_tokens);
@@ -27,6 +29,10 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
     bc.cpu_matmul = engine_cpu_matmul(cfg);
     bc.tp = cfg->tp;
     bc.lora = cfg->lora;
+    if (cfg->lora_shared) {
+        bc.residual_blocks = cfg->residual_blocks;
+        bc.residual_rank = lora_set_max_rank(cfg->lora);
+    }
     /* The host tier holds evicted cache; with caching off there is nothing to put there. */
     bc.host_blocks = cfg->cache_enabled ? cfg->host_blocks : 0;
     if (backend_create(&e->backend, cfg->shard ? cfg->shard : &model->weights, &bc, err)) {
@@ -40,7 +46,7 @@ void engine_free(Engine *e) {
     backend_destroy(&e->backend);
     sched_free(&e->sched);
     plan_free(&e->plan);
-    free(e->tokens); free(e->positions); free(e->slots); free(e->seq_start); free(e->seq_ctx); free(e->logit_rows);
+    free(e->tokens); free(e->positions); free(e->slots); free(e->res_slots); free(e->res_tables); free(e->seq_start); free(e->seq_ctx); free(e->logit_rows);
     free(e->seq_adapter); free(e->tables); free(e->logits); free(e->argmax); free(e->want_logits); free(e->want_hidden); free(e->hidden);
     memset(e, 0, sizeof *e);
 }
@@ -87,7 +93,8 @@ int engine_submit(Engine *e, SchedRequest *r) {
 
 static int reserve(Engine *e, int n_tokens, int n_seqs, BraidError *err) {
     if (n_tokens > e->cap_tokens) {
-        free(e->tokens); free(e->positions); free(e->slots);
+        free(e->tokens); free(e->positions); free(e->slots); free(e->res_slots);
+        e->res_slots = malloc((size_t)n_tokens * sizeof *e->res_slots);
         e->tokens = malloc((size_t)n_tokens * sizeof *e->tokens);
         e->positions = malloc((size_t)n_tokens * sizeof *e->positions);
         e->slots = malloc((size_t)n_tokens * sizeof *e->slots);
@@ -95,6 +102,8 @@ static int reserve(Engine *e, int n_tokens, int n_seqs, BraidError *err) {
     }
     if (n_seqs > e->cap_seqs) {
         free(e->seq_start); free(e->seq_ctx); free(e->logit_rows); free(e->seq_adapter); free(e->tables); free(e->logits);
+        free(e->res_tables);
+        e->res_tables = malloc((size_t)n_seqs * sizeof *e->res_tables);
         free(e->argmax); free(e->want_logits); free(e->want_hidden); free(e->hidden);
         e->seq_start = malloc((size_t)(n_seqs + 1) * sizeof *e->seq_start);
         e->seq_ctx = malloc((size_t)n_seqs * sizeof *e->seq_ctx);
@@ -108,7 +117,7 @@ static int reserve(Engine *e, int n_tokens, int n_seqs, BraidError *err) {
         e->hidden = malloc((size_t)n_seqs * e->model->weights.cfg.dim * sizeof *e->hidden);
         e->cap_seqs = n_seqs;
     }
-    if (!e->tokens || !e->positions || !e->slots || !e->seq_start || !e->seq_ctx || !e->logit_rows || !e->seq_adapter || !e->tables || !e->logits ||
+    if (!e->tokens || !e->positions || !e->slots || !e->res_slots || !e->res_tables || !e->seq_start || !e->seq_ctx || !e->logit_rows || !e->seq_adapter || !e->tables || !e->logits ||
         !e->argmax || !e->want_logits || !e->want_hidden || !e->hidden)
         return braid_error_set(err, "engine: out of memory for a step of %d tokens", n_tokens);
     return 0;
@@ -118,16 +127,23 @@ static int reserve(Engine *e, int n_tokens, int n_seqs, BraidError *err) {
 static int build_batch(Engine *e, ForwardBatch *b) {
     const StepPlan *p = &e->plan;
     int bs = e->cfg.block_size, t = 0, n_logits = 0;
+    bool any_forked = false;
     for (int i = 0; i < p->n; i++) {
         const PlanEntry *pe = &p->entries[i];
+        const SchedRequest *r = pe->req;
+        bool forked = sched_forked(&e->sched, r);
+        any_forked |= forked;
         e->seq_start[i] = t;
         for (int k = 0; k < pe->count; k++, t++) {
             int pos = pe->start + k;
-            e->tokens[t] = pe->req->tokens[pos];
+            e->tokens[t] = r->tokens[pos];
             e->positions[t] = pos;
-            e->slots[t] = pe->req->blocks[pos / bs] * bs + pos % bs;
+            /* A forked request reads, never writes, the shared base K/V and its own residuals that were cached. */
+            e->slots[t] = forked && pos < r->base_write_from ? -1 : r->blocks[pos / bs] * bs + pos % bs;
+            e->res_slots[t] = !forked || pos < r->res.matched_tokens ? -1 : r->res.blocks[pos / bs] * bs + pos % bs;
         }
-        e->tables[i] = pe->req->blocks;
+        e->tables[i] = r->blocks;
+        e->res_tables[i] = forked ? r->res.blocks : NULL;
         e->seq_ctx[i] = pe->start + pe->count;
         e->seq_adapter[i] = pe->req->lora_id;
         if (pe->sample) {
@@ -146,6 +162,7 @@ static int build_batch(Engine *e, ForwardBatch *b) {
         .n_seqs = p->n, .seq_start = e->seq_start, .block_tables = e->tables, .seq_n_ctx = e->seq_ctx,
         .n_logits = n_logits, .logit_rows = e->logit_rows,
         .seq_adapter = e->cfg.lora && e->cfg.lora->n > 0 ? e->seq_adapter : NULL,
+        .res_block_tables = any_forked ? e->res_tables : NULL, .res_slot_mapping = any_forked ? e->res_slots : NULL,
     };
     return n_logits;
 }

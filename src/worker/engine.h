@@ -46,6 +46,11 @@ typedef struct {
      * one; a name not in the set is refused. The adapter also namespaces the prefix cache, so
      * requests of different adapters never share KV blocks. */
     const LoraSet *lora;
+    /* ForkKV (--lora-cache shared; worker/sched_forkkv.h): adapters share one base cache and keep
+     * rank-r residuals in a pool of residual_blocks blocks (incl. the null block); off = separate
+     * caches per adapter (the namespace above). Needs adapters; CPU backend only. */
+    bool lora_shared;
+    int residual_blocks;
 } EngineConfig;
 
 typedef struct {
@@ -54,8 +59,8 @@ typedef struct {
     Scheduler sched;
     Backend backend;
     StepPlan plan;
-    int32_t *tokens, *positions, *slots, *seq_start, *seq_ctx, *logit_rows, *seq_adapter;
-    const int32_t **tables;
+    int32_t *tokens, *positions, *slots, *res_slots, *seq_start, *seq_ctx, *logit_rows, *seq_adapter;
+    const int32_t **tables, **res_tables;
     int cap_tokens, cap_seqs;
     float *logits;       /* (cap_seqs, vocab) rows of sampled (non-greedy) requests */
     int32_t *argmax;     /* (cap_seqs) */

@@ -6,6 +6,7 @@
 
 #include "common/grow.h"
 #include "worker/sched_directives.h"
+#include "worker/sched_forkkv.h"
 
 #include "common/json_text.h"
 #include "common/log.h"
@@ -61,11 +62,19 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err) {
                         .n_anchor_tokens = cfg->n_anchor_tokens, .approx_window = cfg->approx_window, .model_seed = cfg->model_seed};
     if (kv_cache_init(&s->cache, &cc, err)) return -1;
     kv_cache_set_observer(&s->cache, on_cache_event, s);
+    if (cfg->lora_shared) {
+        if (residual_cache_init(&s->residual, cfg->residual_blocks, cfg->block_size, NULL, braid_now_seconds, err)) {
+            kv_cache_free(&s->cache);
+            return -1;
+        }
+        s->forkkv = true;
+    }
     return 0;
 }
 
 void sched_free(Scheduler *s) {
     kv_cache_free(&s->cache);
+    if (s->forkkv) residual_cache_free(&s->residual);
     free(s->waiting);
     free(s->running);
     memset(s, 0, sizeof *s);
@@ -88,6 +97,7 @@ void sched_request_free(SchedRequest *r) {
     free(r->logprobs);
     free(r->tokens);
     free(r->blocks);
+    free(r->res.blocks);
     kv_cache_segment_plan_free(&r->segments);
     cache_directives_free(&r->directives);
     free(r->splice_reused);
@@ -122,7 +132,9 @@ int sched_add(Scheduler *s, SchedRequest *r) {
     r->reused_tokens = -1;
     r->approx_from = -1;
     BraidError err;
-    if (kv_cache_identity(&s->cache, r->tenant, r->adapter, r->workflow, r->agent, &r->identity, &err)) {
+    /* ForkKV: the base tree is one namespace for all adapters (their own parts are residuals). */
+    const char *base_adapter = s->forkkv ? NULL : r->adapter;
+    if (kv_cache_identity(&s->cache, r->tenant, base_adapter, r->workflow, r->agent, &r->identity, &err)) {
         snprintf(r->error, sizeof r->error, "%s", err.msg);
         r->state = REQ_FINISHED;
         r->finish_reason = "error";
@@ -135,6 +147,12 @@ int sched_add(Scheduler *s, SchedRequest *r) {
                  "request needs %d KV blocks (%d prompt + %d max_tokens tokens) but the pool holds only %d; "
                  "lower max_tokens or start with more --kv-blocks",
                  need, r->n_prompt, r->max_tokens, total);
+        r->state = REQ_FINISHED;
+        r->finish_reason = "error";
+        return -1;
+    }
+    if (sched_forkkv_add(s, r)) {
+        release_identity(s, r);
         r->state = REQ_FINISHED;
         r->finish_reason = "error";
         return -1;
@@ -158,12 +176,17 @@ int sched_add(Scheduler *s, SchedRequest *r) {
 /* Grows r's block table to cover `tokens` slots; the cache evicts or demotes when the pool is short. */
 static int ensure_blocks(Scheduler *s, SchedRequest *r, int tokens) {
     int need = blocks_for(s, tokens) - r->n_blocks;
-    if (need <= 0) return 0;
-    if (braid_grow((void **)&r->blocks, &r->cap_blocks, r->n_blocks + need, sizeof *r->blocks)) return -1;
-    if (kv_cache_reserve(&s->cache, need, r->blocks + r->n_blocks)) return -1;
-    r->n_blocks += need;
-    int in_use = kv_cache_in_use(&s->cache, CACHE_TIER_DEVICE);
-    if (in_use > s->counters.peak_in_use) s->counters.peak_in_use = in_use;
+    if (need > 0) {
+        if (braid_grow((void **)&r->blocks, &r->cap_blocks, r->n_blocks + need, sizeof *r->blocks)) return -1;
+        if (kv_cache_reserve(&s->cache, need, r->blocks + r->n_blocks)) return -1;
+        r->n_blocks += need;
+        int in_use = kv_cache_in_use(&s->cache, CACHE_TIER_DEVICE);
+        if (in_use > s->counters.peak_in_use) s->counters.peak_in_use = in_use;
+    }
+    BraidError err;
+    if (sched_forkkv_ensure(s, r, tokens, &err)) return -1;
+    if (s->forkkv && residual_cache_in_use(&s->residual) > s->counters.peak_residual_in_use)
+        s->counters.peak_residual_in_use = residual_cache_in_use(&s->residual);
     return 0;
 }
 
@@ -177,6 +200,7 @@ static void cache_computed_prefix(Scheduler *s, SchedRequest *r, bool relock) {
     BraidError err;
     if (kv_cache_commit(&s->cache, &r->identity, r->tokens, full, r->blocks, &r->locked, relock, &err))
         LOG_WARN("sched", "req %s: cache insert failed: %s", r->id, err.msg);
+    sched_forkkv_commit(s, r, full, relock);
 }
 
 /* Gives back everything r holds; computed full blocks go into the tree first when caching. */
@@ -187,6 +211,7 @@ static void release_request(Scheduler *s, SchedRequest *r) {
     kv_cache_release(&s->cache, r->locked, r->blocks, r->n_blocks);
     r->n_blocks = 0;
     r->locked = NULL;
+    sched_forkkv_release(s, r);
 }
 
 static void remove_running(Scheduler *s, SchedRequest *r) {
@@ -349,11 +374,18 @@ static int admit(Scheduler *s, SchedRequest *r, BraidError *err) {
     r->approx_from = -1;
     if (sched_directives_admit(s, r, err)) return -1;
     if (s->cache_enabled && (loaded = take_cached_prefix(s, r, err)) < 0) return -1;
+    int base_tokens = r->n_computed;
+    if (sched_forkkv_admit(s, r, err)) {
+        release_request(s, r);
+        r->n_computed = 0;
+        return -1;
+    }
     if (braid_grow((void **)&r->blocks, &r->cap_blocks, blocks_for(s, r->n_tokens) + 1, sizeof *r->blocks)) {
         release_request(s, r);
         return braid_error_set(err, "sched: out of memory");
     }
-    int rc = reserve_with_segments(s, r, err);
+    /* A forked request's copies would need residuals too: it computes instead. */
+    int rc = sched_forked(s, r) ? (ensure_blocks(s, r, r->n_tokens) == 0 ? 0 : 1) : reserve_with_segments(s, r, err);
     if (rc == 0 && r->segments.n > 0 && kv_cache_place_segments(&s->cache, &r->segments, r->blocks, err)) rc = -1;
     if (rc != 0) {
         release_request(s, r);
@@ -362,7 +394,10 @@ static int admit(Scheduler *s, SchedRequest *r, BraidError *err) {
     }
     if (r->segments.inexact && (r->approx_from < 0 || r->segments.first_inexact < r->approx_from))
         r->approx_from = r->segments.first_inexact;
-    if (r->cached_tokens < 0) count_first_admission(s, r, loaded);
+    if (r->cached_tokens < 0) {
+        count_first_admission(s, r, loaded);
+        sched_forkkv_count_first(s, r, base_tokens);
+    }
     if (!r->splice_done) sched_directives_placed(s, r);
     r->splice_done = true;
     if (r->n_computed > 0)
@@ -521,4 +556,7 @@ int sched_predict(Scheduler *s, const char *workflow, const char *agent, int k, 
     return kv_cache_predict(&s->cache, workflow, agent, k, n_agents, agents, prob, err);
 }
 
-int sched_check(const Scheduler *s, BraidError *err) { return kv_cache_check(&s->cache, err); }
+int sched_check(const Scheduler *s, BraidError *err) {
+    if (kv_cache_check(&s->cache, err)) return -1;
+    return s->forkkv && kv_cache_check(&s->residual.tree, err) ? braid_error_wrap(err, "residual tree") : 0;
+}

@@ -36,6 +36,7 @@
 #include "cache/cache_ops.h"
 #include "cache/cache_directive.h"
 #include "cache/kv_cache.h"
+#include "cache/residual_cache.h"
 #include "common/error.h"
 #include "worker/sampler.h"
 
@@ -90,6 +91,10 @@ typedef struct SchedRequest {
     int shared_planned;     /* the same at the last admission (scheduler scratch) */
     bool splice_done;
     char *directive_outcomes;
+    /* ForkKV (worker/sched_forkkv.h): the request's residual hold, and the first token whose base
+     * K/V it writes (below, the base blocks were cached and are shared: only read). */
+    ResidualHold res;
+    int base_write_from;
     int preemptions;
     double t_first_token, t_finish;
     /* The post-norm hidden state of the last prompt token (model dim floats), kept when the
@@ -137,6 +142,11 @@ typedef struct {
      * prefetched_blocks / prefetch_hit_blocks / prefetch_wasted_blocks). */
     uint64_t pure_decode_steps, prefetch_steps;
     int peak_in_use;
+    /* ForkKV, at first admission: requests with a residual; prompt tokens whose residual was
+     * cached; tokens whose base was cached but residual computed (forks); tokens whose residual
+     * was cached but base recomputed (partial hits). */
+    uint64_t forkkv_requests, residual_hit_tokens, fork_tokens, partial_hit_tokens;
+    int peak_residual_in_use;
 } SchedCounters;
 
 /* A hook for whoever mirrors the cache elsewhere (the cluster's router index): every cache event
@@ -166,6 +176,10 @@ typedef struct {
     double flops_per_token;
     /* Pinned device blocks a tenant may hold (Leyline PIN budget); 0 = a quarter of the pool. */
     int pin_budget_blocks;
+    /* ForkKV (--lora-cache shared): the base tree is keyed by tenant only and adapted requests
+     * keep residuals in a residual tree of residual_blocks blocks (incl. the null block). */
+    bool lora_shared;
+    int residual_blocks;
 } SchedConfig;
 
 /* PBKV's S_bw (§4.3): the most blocks a pure-decode step prefetches, the copy volume one decode
@@ -176,7 +190,9 @@ typedef struct {
 #define SCHED_PREFETCH_MAX_BLOCKS_PER_STEP 8
 
 typedef struct {
-    KvCache cache;
+    KvCache cache;          /* with ForkKV: the base tree */
+    bool forkkv;
+    ResidualCache residual; /* ForkKV's residual tree (when forkkv) */
     bool cache_enabled;
     int block_size, max_batch_tokens, max_running;
     bool prefetch;          /* configured on and the policy can value candidates */

@@ -7,7 +7,13 @@
  *   - fork: a context prefilled by one adapter (its base K/V shared, not rewritten) and continued
  *     by another that computes only its residual: close to the second adapter's own full prefill,
  *     and closer than "full reuse" (the second adapter reading the first one's monolithic K/V);
- *   - a batch with residual tables on a backend without a residual pool is refused.
+ *   - a batch with residual tables on a backend without a residual pool is refused;
+ *   - the engine with --lora-cache shared: one adapter's greedy output equals separate mode's; a
+ *     second adapter on a cached prompt forks (base cached, residual computed) and its repeat is
+ *     a full hit; a base evicted under pressure while the residual survives is a partial hit
+ *     (decoupled eviction); a residual pool too small for everyone at once makes requests wait or
+ *     preempt, never lose one, with both trees consistent at the end; a request that can never
+ *     fit the residual pool is refused with a message.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -25,6 +31,7 @@
 #include "model/model.h"
 #include "test_paths.h"
 #include "worker/backend.h"
+#include "worker/engine.h"
 
 enum { BS = 16, BLOCKS = 64, PLANNER = 1, CODER = 2 };
 
@@ -201,11 +208,185 @@ static void test_refused_without_residual_pool(void **state) {
     assert_non_null(strstr(err.msg, "residual pool"));
 }
 
+
+/* ---- the engine with --lora-cache shared ---- */
+
+enum { MAX_TOKENS = 8 };
+
+typedef struct {
+    int32_t tokens[MAX_TOKENS];
+    int n, cached;
+    char error[sizeof(BraidError)];
+} Output;
+
+static void start_engine(Engine *e, bool shared, int blocks, int residual_blocks) {
+    EngineConfig cfg = {.n_blocks = blocks, .block_size = BS, .max_batch_tokens = 512, .max_running = 16, .cache_enabled = true,
+                        .policy = &evict_policy_lru, .cpu_matmul_fp32 = true, .lora = &lora, .lora_shared = shared,
+                        .residual_blocks = residual_blocks};
+    BraidError err;
+    if (engine_init(e, &model, &cfg, &err)) fail_msg("%s", err.msg);
+}
+
+static void init_request(SchedRequest *r, const char *id, const char *adapter, const int32_t *prompt, int n) {
+    memset(r, 0, sizeof *r);
+    r->id = strdup(id);
+    r->adapter = adapter ? strdup(adapter) : NULL;
+    r->cap_tokens = n + MAX_TOKENS + 1;
+    r->tokens = malloc((size_t)r->cap_tokens * sizeof *r->tokens);
+    memcpy(r->tokens, prompt, (size_t)n * sizeof *r->tokens);
+    r->n_tokens = r->n_prompt = n;
+    r->max_tokens = MAX_TOKENS;
+    r->ignore_eos = true;
+    r->sampling = sampling_params_default();
+}
+
+static void collect(SchedRequest *r, Output *out) {
+    assert_int_equal(r->state, REQ_FINISHED);
+    snprintf(out->error, sizeof out->error, "%s", r->error);
+    out->n = r->n_tokens - r->n_prompt;
+    memcpy(out->tokens, r->tokens + r->n_prompt, (size_t)out->n * sizeof(int32_t));
+    out->cached = r->cached_tokens;
+    sched_request_free(r);
+}
+
+/* Submits n requests (adapters[i] on prompts[i]) together and runs the engine until idle. */
+static void run_together(Engine *e, const char *const *adapters, int32_t *const *prompts, const int *lens, int n, Output *out) {
+    SchedRequest *reqs = calloc((size_t)n, sizeof *reqs);
+    BraidError err;
+    assert_non_null(reqs);
+    for (int i = 0; i < n; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "r%d", i);
+        init_request(&reqs[i], id, adapters[i], prompts[i], lens[i]);
+        assert_int_equal(engine_submit(e, &reqs[i]), 0);
+    }
+    while (!sched_idle(&e->sched))
+        if (engine_step(e, &err) < 0) fail_msg("%s", err.msg);
+    if (sched_check(&e->sched, &err)) fail_msg("%s", err.msg);
+    for (int i = 0; i < n; i++) collect(&reqs[i], &out[i]);
+    free(reqs);
+}
+
+static void run_one(Engine *e, const char *adapter, int32_t *prompt, int n, Output *out) {
+    run_together(e, &adapter, &prompt, &n, 1, out);
+}
+
+static void test_engine_own_adapter_equals_separate(void **state) {
+    (void)state;
+    int n;
+    int32_t *tokens = whole_prompt(&n);
+    Engine sep, sh;
+    Output a, b;
+    start_engine(&sep, false, 256, 0);
+    start_engine(&sh, true, 256, 256);
+    run_one(&sep, "coder", tokens, n, &a);
+    run_one(&sh, "coder", tokens, n, &b);
+    assert_string_equal(b.error, "");
+    assert_int_equal(a.n, MAX_TOKENS);
+    assert_memory_equal(a.tokens, b.tokens, sizeof a.tokens);
+    engine_free(&sep);
+    engine_free(&sh);
+    free(tokens);
+}
+
+static void test_engine_fork_then_full_hit(void **state) {
+    (void)state;
+    int n;
+    int32_t *tokens = whole_prompt(&n);
+    Engine e;
+    Output out[3];
+    start_engine(&e, true, 256, 256);
+    run_one(&e, "coder", tokens, n, &out[0]);
+    uint64_t forks_before = e.sched.counters.fork_tokens;
+    run_one(&e, "planner", tokens, n, &out[1]);
+    int full = (n - 1) / BS * BS;
+    /* The planner inherits the coder's base blocks (a fork) but has no residual yet. */
+    assert_int_equal(out[1].cached, 0);
+    assert_int_equal((int)(e.sched.counters.fork_tokens - forks_before), full);
+    /* Its repeat finds base and residual: a full hit, and the same greedy output. */
+    run_one(&e, "planner", tokens, n, &out[2]);
+    assert_int_equal(out[2].cached, full);
+    assert_memory_equal(out[1].tokens, out[2].tokens, sizeof out[1].tokens);
+    /* The base was never duplicated: one adapter-free namespace holds it. */
+    assert_true(residual_cache_cached(&e.sched.residual) > 0);
+    engine_free(&e);
+    free(tokens);
+}
+
+static void test_engine_partial_hit_after_base_eviction(void **state) {
+    (void)state;
+    int n;
+    int32_t *tokens = whole_prompt(&n);
+    Engine e;
+    Output out;
+    /* A base pool that holds about one prompt and its output; a roomy residual pool. */
+    int blocks = (n + MAX_TOKENS) / BS + 3;
+    start_engine(&e, true, blocks, 64);
+    run_one(&e, "coder", tokens, n, &out);
+    /* Base-model requests on other prompts push the coder's base blocks out; the base model has
+     * no residual, so the residual tree is untouched. */
+    for (int k = 0; k < 3; k++) {
+        int32_t other[96];
+        for (int i = 0; i < 96 && i < n; i++) other[i] = tokens[(i * 7 + k * 13) % n];
+        run_one(&e, NULL, other, n < 96 ? n : 96, &out);
+    }
+    uint64_t partial_before = e.sched.counters.partial_hit_tokens;
+    run_one(&e, "coder", tokens, n, &out);
+    assert_string_equal(out.error, "");
+    assert_true(e.sched.counters.partial_hit_tokens > partial_before);
+    engine_free(&e);
+    free(tokens);
+}
+
+static void test_engine_residual_pressure_loses_nothing(void **state) {
+    (void)state;
+    int n;
+    int32_t *tokens = whole_prompt(&n);
+    Engine e;
+    enum { N = 6 };
+    Output out[N];
+    int need = (n + MAX_TOKENS + BS - 1) / BS;
+    /* Room for two requests' residuals at once, six requests of four adapters. */
+    start_engine(&e, true, 256, 2 * need + 1);
+    const char *adapters[N] = {"planner", "coder", "tester", "summarizer", "coder", "planner"};
+    int32_t *prompts[N];
+    int lens[N];
+    for (int i = 0; i < N; i++) prompts[i] = tokens, lens[i] = n;
+    run_together(&e, adapters, prompts, lens, N, out);
+    for (int i = 0; i < N; i++) {
+        assert_string_equal(out[i].error, "");
+        assert_int_equal(out[i].n, MAX_TOKENS);
+    }
+    assert_true(e.sched.counters.peak_residual_in_use <= 2 * need);
+    engine_free(&e);
+    free(tokens);
+}
+
+static void test_engine_refuses_what_never_fits(void **state) {
+    (void)state;
+    int n;
+    int32_t *tokens = whole_prompt(&n);
+    Engine e;
+    start_engine(&e, true, 256, 2);
+    SchedRequest r;
+    init_request(&r, "big", "coder", tokens, n);
+    assert_int_equal(engine_submit(&e, &r), -1);
+    assert_non_null(strstr(r.error, "--residual-blocks"));
+    sched_request_free(&r);
+    engine_free(&e);
+    free(tokens);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_own_base_equals_separate),
         cmocka_unit_test(test_fork_beats_full_reuse),
         cmocka_unit_test(test_refused_without_residual_pool),
+        cmocka_unit_test(test_engine_own_adapter_equals_separate),
+        cmocka_unit_test(test_engine_fork_then_full_hit),
+        cmocka_unit_test(test_engine_partial_hit_after_base_eviction),
+        cmocka_unit_test(test_engine_residual_pressure_loses_nothing),
+        cmocka_unit_test(test_engine_refuses_what_never_fits),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
