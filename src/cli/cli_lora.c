@@ -1,6 +1,7 @@
 #include "cli/cli_lora.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int cli_parse_lora(const char *cmd, const char *spec, CliLora *l, bool verbose) {
@@ -12,15 +13,36 @@ int cli_parse_lora(const char *cmd, const char *spec, CliLora *l, bool verbose) 
     return 0;
 }
 
-int cli_parse_lora_cache(const char *cmd, const char *mode, bool verbose) {
-    if (strcmp(mode, "separate") == 0) return 0;
-    if (verbose) {
-        if (strcmp(mode, "shared") == 0)
-            fprintf(stderr, "braid %s: --lora-cache shared (ForkKV) is not implemented yet; use --lora-cache separate\n", cmd);
-        else
-            fprintf(stderr, "braid %s: --lora-cache expects separate or shared, got '%s'\n", cmd, mode);
+int cli_parse_lora_cache(const char *cmd, const char *mode, CliLora *l, bool verbose) {
+    if (strcmp(mode, "separate") == 0 || strcmp(mode, "shared") == 0) {
+        l->shared = strcmp(mode, "shared") == 0;
+        return 0;
     }
+    if (verbose) fprintf(stderr, "braid %s: --lora-cache expects separate or shared, got '%s'\n", cmd, mode);
     return -1;
+}
+
+int cli_parse_residual_blocks(const char *cmd, const char *text, CliLora *l, bool verbose) {
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (*text && !*end && v >= 2 && v <= 1L << 24) {
+        l->residual_blocks = v;
+        return 0;
+    }
+    if (verbose) fprintf(stderr, "braid %s: --residual-blocks expects an integer from 2 to %ld, got '%s'\n", cmd, 1L << 24, text);
+    return -1;
+}
+
+int cli_check_lora(const char *cmd, const CliLora *l, bool verbose) {
+    const char *why = l->shared && l->n == 0 ? "--lora-cache shared needs at least one --lora adapter"
+                      : l->residual_blocks > 0 && !l->shared ? "--residual-blocks needs --lora-cache shared"
+                                                             : NULL;
+    if (why && verbose) fprintf(stderr, "braid %s: %s\n", cmd, why);
+    return why ? -1 : 0;
+}
+
+int cli_residual_blocks(const CliLora *l, long kv_blocks) {
+    return (int)(l->residual_blocks > 0 ? l->residual_blocks : 2 * kv_blocks);
 }
 
 int cli_load_lora(const char *cmd, const CliLora *l, const ModelConfig *base, LoraSet *set, bool verbose) {

@@ -75,7 +75,7 @@ typedef struct {
 
 static int parse_args(int argc, char **argv, BatchArgs *a) {
     enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE, O_DEVICE, O_NO_GRAPHS,
-           O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_LOGITS, O_TRACE_TOKENS, O_LORA, O_LORA_CACHE,
+           O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_LOGITS, O_TRACE_TOKENS, O_LORA, O_LORA_CACHE, O_RESIDUAL_BLOCKS,
            O_OCCUPANCY, O_OCCUPANCY_INTERVAL };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
@@ -91,6 +91,7 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         {"approx-window", required_argument, 0, O_WINDOW}, {"logits-out", required_argument, 0, O_LOGITS},
         {"trace-tokens", no_argument, 0, O_TRACE_TOKENS},
         {"lora", required_argument, 0, O_LORA}, {"lora-cache", required_argument, 0, O_LORA_CACHE},
+        {"residual-blocks", required_argument, 0, O_RESIDUAL_BLOCKS},
         {"occupancy-log", required_argument, 0, O_OCCUPANCY}, {"occupancy-interval", required_argument, 0, O_OCCUPANCY_INTERVAL},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (BatchArgs){.prefetch = -1, .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
@@ -152,7 +153,8 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
             a->prefetch = strcmp(optarg, "on") == 0;
             break;
         case O_LORA: if (cli_parse_lora("batch", optarg, &a->lora, true)) return 2; break;
-        case O_LORA_CACHE: if (cli_parse_lora_cache("batch", optarg, true)) return 2; break;
+        case O_LORA_CACHE: if (cli_parse_lora_cache("batch", optarg, &a->lora, true)) return 2; break;
+        case O_RESIDUAL_BLOCKS: if (cli_parse_residual_blocks("batch", optarg, &a->lora, true)) return 2; break;
         case 'h': fputs(batch_usage, stdout); return 1;
         default: fputs(batch_usage, stderr); return 2;
         }
@@ -166,6 +168,7 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         return 2;
     }
     if (a->prefetch < 0) a->prefetch = a->policy->prefetch_value != NULL;
+    if (cli_check_lora("batch", &a->lora, true)) return 2;
     return 0;
 }
 
@@ -424,7 +427,11 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, const LoraSe
                         .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
                         .policy = a->policy, .prefetch = prefetch, .device = a->device, .cuda_graphs_off = a->no_graphs,
                         .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
-                        .approx_window = (int)a->approx_window, .lora = lora};
+                        .approx_window = (int)a->approx_window, .lora = lora, .lora_shared = a->lora.shared,
+                        .residual_blocks = cli_residual_blocks(&a->lora, a->kv_blocks)};
+    if (a->lora.shared)
+        fprintf(stderr, "[batch] LoRA cache shared (ForkKV): %d residual blocks at rank %d\n", cfg.residual_blocks,
+                lora_set_max_rank(lora));
     if (engine_init(&engine, model, &cfg, &err)) {
         fprintf(stderr, "braid batch: %s\n", err.msg);
         rc = 1;

@@ -168,7 +168,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
            O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB,
            O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS, O_PREFETCH, O_BIND, O_API_KEYS, O_TLS_CERT,
            O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_PIN_BUDGET, O_INSTANCE_TIMEOUT, O_EXIT_STATUS, O_MAX_CONN, O_MAX_CONN_CLIENT, O_HTTP_TIMEOUT,
-           O_KV_EVENTS_EP, O_KV_EVENTS_REPLAY, O_KV_EVENTS_TOPIC, O_LORA, O_LORA_CACHE, O_MANIFEST_OUT, O_MANIFEST_CAPACITY,
+           O_KV_EVENTS_EP, O_KV_EVENTS_REPLAY, O_KV_EVENTS_TOPIC, O_LORA, O_LORA_CACHE, O_RESIDUAL_BLOCKS, O_MANIFEST_OUT, O_MANIFEST_CAPACITY,
            O_WARM_START, O_WARM_START_PIN, O_OCCUPANCY, O_OCCUPANCY_INTERVAL,
            O_RESTARTS, O_RESPAWNED, O_RESPAWN_HOST, O_REWARM_HEADS, O_REWARM_TOKENS };
     static const struct option opts[] = {
@@ -198,6 +198,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"kv-events-replay-endpoint", required_argument, 0, O_KV_EVENTS_REPLAY},
         {"kv-events-topic", required_argument, 0, O_KV_EVENTS_TOPIC},
         {"lora", required_argument, 0, O_LORA}, {"lora-cache", required_argument, 0, O_LORA_CACHE},
+        {"residual-blocks", required_argument, 0, O_RESIDUAL_BLOCKS},
         {"manifest-out", required_argument, 0, O_MANIFEST_OUT}, {"manifest-capacity", required_argument, 0, O_MANIFEST_CAPACITY},
         {"warm-start", required_argument, 0, O_WARM_START}, {"warm-start-pin", required_argument, 0, O_WARM_START_PIN},
         {"occupancy-log", required_argument, 0, O_OCCUPANCY}, {"occupancy-interval", required_argument, 0, O_OCCUPANCY_INTERVAL},
@@ -321,7 +322,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
             }
             break;
         case O_LORA: if (cli_parse_lora("serve", optarg, &a->lora, verbose)) return 2; break;
-        case O_LORA_CACHE: if (cli_parse_lora_cache("serve", optarg, verbose)) return 2; break;
+        case O_LORA_CACHE: if (cli_parse_lora_cache("serve", optarg, &a->lora, verbose)) return 2; break;
+        case O_RESIDUAL_BLOCKS: if (cli_parse_residual_blocks("serve", optarg, &a->lora, verbose)) return 2; break;
         case 'h': if (verbose) fputs(serve_usage, stdout); return 1;
         default: if (verbose) fputs(serve_usage, stderr); return 2;
         }
@@ -345,6 +347,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
                             "(not done)\n");
         return 2;
     }
+    if (cli_check_lora("serve", &a->lora, verbose)) return 2;
     if (a->lora.n > 0 && a->tp > 1) {
         if (verbose) fprintf(stderr, "braid serve: --lora needs --tp 1: LoRA adapters are not sharded for tensor parallelism yet\n");
         return 2;
@@ -652,7 +655,8 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet
                    .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
                    .policy = a->policy, .prefetch = a->prefetch != 0, .device = a->device,
                    .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
-                   .approx_window = (int)a->approx_window, .lora = lora,
+                   .approx_window = (int)a->approx_window, .lora = lora, .lora_shared = a->lora.shared,
+                   .residual_blocks = cli_residual_blocks(&a->lora, a->kv_blocks),
                    .pin_budget_blocks = (int)((a->pin_budget + a->block_size - 1) / a->block_size)},
         .occupancy_log = a->occupancy_log, .occupancy_interval = a->occupancy_interval};
     int tp_rank = (rank - 1) % tp;

@@ -591,7 +591,10 @@ static void on_stats(Coordinator *c, int instance, WireReader *rd) {
                        .directive_requests = m.directive_requests, .pins = m.pins, .pin_expired_blocks = m.pin_expired_blocks,
                        .pin_revoked_blocks = m.pin_revoked_blocks, .spliced_tokens = m.spliced_tokens,
                        .shared_hit_tokens = m.shared_hit_tokens, .directive_evicted_blocks = m.directive_evicted_blocks,
-                       .pinned_blocks = m.pinned_blocks};
+                       .pinned_blocks = m.pinned_blocks, .residual_used_blocks = m.residual_used_blocks,
+                       .residual_total_blocks = m.residual_total_blocks, .residual_hit_tokens = m.residual_hit_tokens,
+                       .fork_tokens = m.fork_tokens, .partial_hit_tokens = m.partial_hit_tokens,
+                       .residual_evicted_blocks = m.residual_evicted_blocks};
     metrics_set_instance(c->metrics, instance, &s);
 }
 

@@ -65,6 +65,8 @@ typedef struct {
     unsigned long long directive_requests, pins, pin_expired_blocks, pin_revoked_blocks, spliced_tokens, shared_hit_tokens,
         directive_evicted_blocks;
     int pinned_blocks; /* gauge */
+    int residual_used_blocks, residual_total_blocks; /* ForkKV residual pool (gauges; 0 when off) */
+    unsigned long long residual_hit_tokens, fork_tokens, partial_hit_tokens, residual_evicted_blocks;
 } InstanceStats;
 
 /* Stores a copy of *s for instance `instance`. The index comes from an MPI peer, so an index out

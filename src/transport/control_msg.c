@@ -207,14 +207,15 @@ void msg_ready_free(MsgReady *m) {
 /* Field by field (not the struct's bytes), so padding never travels and the order is explicit. */
 void msg_stats_encode(WireBuf *b, const MsgStats *m) {
     const int32_t gauges[] = {m->waiting, m->running, m->pool_used_blocks, m->pool_total_blocks, m->host_used_blocks,
-                              m->host_total_blocks, m->pinned_blocks};
+                              m->host_total_blocks, m->pinned_blocks, m->residual_used_blocks, m->residual_total_blocks};
     const uint64_t counters[] = {m->cached_prompt_tokens_device, m->cached_prompt_tokens_host, m->computed_prompt_tokens,
                                  m->demoted_blocks, m->loaded_blocks, m->host_evicted_blocks, m->device_evicted_blocks,
                                  m->preemptions, m->generated_tokens, m->prefetched_blocks, m->prefetch_hit_blocks,
                                  m->prefetch_wasted_blocks, m->segment_reused_tokens, m->segment_candidates, m->segments_exact,
                                  m->segments_approx, m->segments_rejected_context, m->segments_rejected_window,
                                  m->segment_flops_saved, m->directive_requests, m->pins, m->pin_expired_blocks,
-                                 m->pin_revoked_blocks, m->spliced_tokens, m->shared_hit_tokens, m->directive_evicted_blocks};
+                                 m->pin_revoked_blocks, m->spliced_tokens, m->shared_hit_tokens, m->directive_evicted_blocks,
+                                 m->residual_hit_tokens, m->fork_tokens, m->partial_hit_tokens, m->residual_evicted_blocks};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) wire_put_i32(b, gauges[i]);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) wire_put_u64(b, counters[i]);
 }
@@ -222,7 +223,7 @@ void msg_stats_encode(WireBuf *b, const MsgStats *m) {
 int msg_stats_decode(WireReader *r, MsgStats *m) {
     memset(m, 0, sizeof *m);
     int32_t *gauges[] = {&m->waiting, &m->running, &m->pool_used_blocks, &m->pool_total_blocks, &m->host_used_blocks,
-                         &m->host_total_blocks, &m->pinned_blocks};
+                         &m->host_total_blocks, &m->pinned_blocks, &m->residual_used_blocks, &m->residual_total_blocks};
     uint64_t *counters[] = {&m->cached_prompt_tokens_device, &m->cached_prompt_tokens_host, &m->computed_prompt_tokens,
                             &m->demoted_blocks, &m->loaded_blocks, &m->host_evicted_blocks, &m->device_evicted_blocks,
                             &m->preemptions, &m->generated_tokens, &m->prefetched_blocks, &m->prefetch_hit_blocks,
@@ -230,7 +231,8 @@ int msg_stats_decode(WireReader *r, MsgStats *m) {
                             &m->segments_exact, &m->segments_approx, &m->segments_rejected_context,
                             &m->segments_rejected_window, &m->segment_flops_saved, &m->directive_requests, &m->pins,
                             &m->pin_expired_blocks, &m->pin_revoked_blocks, &m->spliced_tokens, &m->shared_hit_tokens,
-                            &m->directive_evicted_blocks};
+                            &m->directive_evicted_blocks, &m->residual_hit_tokens, &m->fork_tokens, &m->partial_hit_tokens,
+                            &m->residual_evicted_blocks};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) *gauges[i] = wire_get_i32(r);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) *counters[i] = wire_get_u64(r);
     return reader_ok(r);

@@ -114,6 +114,11 @@ typedef struct {
      * on request; pinned device blocks now (a gauge). */
     uint64_t directive_requests, pins, pin_expired_blocks, pin_revoked_blocks, spliced_tokens, shared_hit_tokens, directive_evicted_blocks;
     int32_t pinned_blocks;
+    /* ForkKV (--lora-cache shared): residual pool blocks held / usable (gauges); prompt tokens whose
+     * residual was cached, forked (base cached, residual computed), partially hit (residual cached,
+     * base recomputed); residual blocks evicted. */
+    int32_t residual_used_blocks, residual_total_blocks;
+    uint64_t residual_hit_tokens, fork_tokens, partial_hit_tokens, residual_evicted_blocks;
 } MsgStats;
 
 /* KV_EVENTS. The values mirror the cache's (kv_cache.h: CacheEventKind, CacheTier, the tier bits

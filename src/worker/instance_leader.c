@@ -121,6 +121,14 @@ static int send_stats(Leader *L) {
                   .pin_revoked_blocks = cc->pin_revoked_blocks, .spliced_tokens = cc->spliced_tokens,
                   .shared_hit_tokens = cc->shared_hit_tokens, .directive_evicted_blocks = cc->directive_evicted_blocks,
                   .pinned_blocks = kv_cache_pinned(c)};
+    if (s->forkkv) {
+        m.residual_used_blocks = residual_cache_in_use(&s->residual);
+        m.residual_total_blocks = residual_cache_total(&s->residual);
+        m.residual_hit_tokens = s->counters.residual_hit_tokens;
+        m.fork_tokens = s->counters.fork_tokens;
+        m.partial_hit_tokens = s->counters.partial_hit_tokens;
+        m.residual_evicted_blocks = residual_cache_counters(&s->residual)->device_evicted_blocks;
+    }
     WireBuf b = {0};
     msg_stats_encode(&b, &m);
     L->last_stats = braid_now_seconds();

@@ -2,8 +2,9 @@
 # Integration test of LoRA serving (issue 16, first half): real mpirun ranks, real HTTP, the
 # committed adapters in adapters.
 #   tests/integration/test_lora.sh BRAID_BINARY MODEL
-# 1. Start-up refusals: --lora-cache shared (not implemented yet), a malformed adapter file (the
-#    message names the file), --lora with --tp 2; --help documents --lora and --lora-cache.
+# 1. Start-up refusals: --lora-cache shared without an adapter, --residual-blocks without shared,
+#    a malformed adapter file (the message names the file), --lora with --tp 2; --help documents
+#    --lora, --lora-cache and --residual-blocks.
 # 2. braid batch --lora: a line naming a loaded adapter is served (and differs from the base
 #    model's answer), one naming an unknown adapter gets an error, the others still run.
 # 3. 1 + 1x1 ranks with --lora planner=... --lora coder=...: /v1/models lists the base model and
@@ -12,6 +13,10 @@
 #    model's; an unknown adapter or model is a 404 with a JSON error; model and adapter naming
 #    different adapters is a 400; the same prompt under another adapter gets cached_tokens 0,
 #    under the same adapter a hit (--lora-cache separate).
+# 4. --lora-cache shared (ForkKV) on the same cluster shape: the coder's greedy answer equals
+#    separate mode's; the planner on the coder's prompt forks (cached_tokens 0, /metrics counts
+#    fork tokens: the base was shared, only the residual computed); the planner's repeat is a full
+#    hit; /metrics shows the residual pool; braid batch --lora-cache shared serves the same.
 set -uo pipefail
 braid=$(realpath "$1")
 model=$(realpath "$2")
@@ -28,11 +33,14 @@ json_get() {  # json_get FILE EXPR: evaluates EXPR with d = the file's JSON
 check "--help documents --lora" bash -c "'$braid' batch --help | grep -q -- '--lora NAME=PATH'"
 check "serve --help documents --lora-cache" bash -c "'$braid' serve --help 2> /dev/null | grep -q -- '--lora-cache MODE'"
 port=$(free_port)
-BRAID_BIN=$braid timeout 60 "$root/launch/braid-local" --model "$model" --port "$port" --lora coder="$adapters/coder.gguf" \
-  --lora-cache shared > "$work/shared.out" 2> "$work/shared.err"
+check "serve --help documents --residual-blocks" bash -c "'$braid' serve --help 2> /dev/null | grep -q -- '--residual-blocks N'"
+BRAID_BIN=$braid timeout 60 "$root/launch/braid-local" --model "$model" --port "$port" --lora-cache shared \
+  > "$work/shared.out" 2> "$work/shared.err"
 status=$?
-check "--lora-cache shared stops the server (exit $status)" [ "$status" != 0 -a "$status" != 124 ]
-check "... saying it is not implemented yet" grep -q "lora-cache shared (ForkKV) is not implemented yet" "$work/shared.err"
+check "--lora-cache shared without an adapter stops the server (exit $status)" [ "$status" != 0 -a "$status" != 124 ]
+check "... saying it needs one" grep -q "lora-cache shared needs at least one --lora adapter" "$work/shared.err"
+"$braid" batch --model "$model" --input /dev/null --output "$work/none.jsonl" --residual-blocks 64 2> "$work/resblocks.err"
+check "--residual-blocks without --lora-cache shared is refused" grep -q "residual-blocks needs --lora-cache shared" "$work/resblocks.err"
 head -c 4096 "$model" > "$work/truncated.gguf"
 BRAID_BIN=$braid timeout 60 "$root/launch/braid-local" --model "$model" --port "$port" --lora bad="$work/truncated.gguf" \
   > "$work/badfile.out" 2> "$work/badfile.err"
@@ -114,6 +122,39 @@ wait "$launcher_pid"
 status=$?
 launcher_pid=""
 check "SIGTERM drains and exits 0 (got $status)" [ "$status" = 0 ]
+
+# ---------------------------------------------------------------- 4. --lora-cache shared (ForkKV)
+port=$(free_port)
+url=http://127.0.0.1:$port
+BRAID_BIN=$braid setsid "$root/launch/braid-local" --model "$model" --port "$port" --kv-blocks 128 --device cpu \
+  --lora planner="$adapters/planner.gguf" --lora coder="$adapters/coder.gguf" --lora-cache shared --residual-blocks 96 \
+  > "$work/fork.out" 2> "$work/fork.err" &
+launcher_pid=$!
+if ! wait_ready; then
+  fail "the ForkKV cluster never became ready"; cat "$work/fork.err"; exit 1
+fi
+metric() { curl -s "$url/metrics" | awk -v n="$1" '$1 == n {print $2}'; }
+check "shared: coder 200" [ "$(post fk_coder "$(body ', "adapter": "coder"')")" = 200 ]
+check "shared: the coder's greedy answer is separate mode's" [ "$(text fk_coder)" = "$(text field)" ]
+check "shared: planner on the coder's prompt 200" [ "$(post fk_planner "$(body ', "adapter": "planner"')")" = 200 ]
+check "shared: ... cached_tokens 0 (its residual was not cached)" [ "$(cached fk_planner)" = 0 ]
+forks=$(metric braid_kv_fork_tokens_total)
+check "shared: ... but it forked from the coder's base blocks (fork tokens $forks)" [ "${forks:-0}" -ge 16 ]
+check "shared: planner again: a full hit (base + residual)" \
+  [ "$(post fk_planner2 "$(body ', "adapter": "planner"')")" = 200 -a "$(cached fk_planner2)" -ge 16 ]
+check "shared: the repeat answers the same" [ "$(text fk_planner2)" = "$(text fk_planner)" ]
+check "shared: /metrics shows the residual pool" [ "$(metric 'braid_instance_kv_residual_total_blocks{instance="0"}')" = 95 ]
+check "shared: residual hits counted" [ "$(metric braid_kv_residual_hit_tokens_total)" -ge 16 ]
+kill -TERM "$launcher_pid"
+wait "$launcher_pid"
+status=$?
+launcher_pid=""
+check "shared: SIGTERM drains and exits 0 (got $status)" [ "$status" = 0 ]
+"$braid" batch --model "$model" --device cpu --input "$work/in.jsonl" --output "$work/fk_out.jsonl" --lora coder="$adapters/coder.gguf" \
+  --lora-cache shared > "$work/fk_batch.log" 2>&1
+check "batch --lora-cache shared exits 0" [ $? = 0 ]
+check "batch shared: the coder line answers as in separate mode" \
+  [ "$(python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).read().splitlines()[1])["text"])' "$work/fk_out.jsonl")" = "$(line 1 text)" ]
 
 echo "$failures failed"
 [ "$failures" = 0 ]
