@@ -19,7 +19,8 @@ static const char sim_usage[] =
     "                 [--prefill-ms-per-token X] [--decode-ms-per-token Y] [--host-gbs G]\n"
     "                 [--host-latency-us L] [--kv-bytes-per-token K] [--predictor FILE | --markov 1|2]\n"
     "                 [--predictor-learn] [--horizon K] [--prediction-noise L] [--cache-outputs] [--prefetch]\n"
-    "                 [--timeline FILE] [--hidden FILE] [--segment-reuse off|exact|approx [--approx-window W] [--model GGUF]] [--json]\n"
+    "                 [--timeline FILE] [--hidden FILE] [--segment-reuse off|exact|approx [--approx-window W] [--model GGUF]]\n"
+    "                 [--lora-cache separate|shared [--residual-tokens N] [--lora-rank R] [--kv-dim D]] [--json]\n"
     "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's KV cache object (the one the server\n"
     "  runs) in arrival order, one request at a time, with a device cache of N tokens.\n"
     "  --host-kv-tokens: a host-memory tier of H tokens below the device cache: evicted blocks are\n"
@@ -49,6 +50,16 @@ static const char sim_usage[] =
     "            Needs a trace with token ids (braid-bench gen / braid batch --trace-tokens) and the model's\n"
     "            tokenizer for the chunker's anchors (--model, default $BRAID_MODEL or the default model); a\n"
     "            reused token costs no prefill in the model. Not with belady.\n"
+    "  --lora-cache: how requests with a LoRA adapter cache K/V (ForkKV, paper 002 § 5). separate (default):\n"
+    "            the cache is keyed by (tenant, adapter), so adapters never share blocks. shared: the cache holds\n"
+    "            base K/V keyed by tenant alone, shared by every adapter, and each adapted request also keeps\n"
+    "            its residual (x·A, rank R) in a residual pool of --residual-tokens N tokens (default 2x\n"
+    "            --kv-tokens) with its own LRU. A request computes from min(base hit, residual hit) and writes\n"
+    "            each part past its own hit; reports base / residual hits, fork tokens (base hit, residual\n"
+    "            computed), partial tokens (residual hit, base recomputed) and peak memory of both pools.\n"
+    "            Needs token ids in the trace (--trace-tokens); not with --segment-reuse\n"
+    "  --lora-rank, --kv-dim: size a residual token at --kv-bytes-per-token x R / D bytes (defaults 16 and\n"
+    "            192, SmolLM2-135M's 3 KV heads x 64: 1920 of 23040 bytes, a per-agent memory ratio of 12)\n"
     "  --block-size: cache block size, a multiple of the trace's (default: the trace's)\n"
     "  --prefill-ms-per-token, --decode-ms-per-token: the cost model (defaults: the 2-core CPU's\n"
     "            2.5 and 10 ms)\n"
@@ -58,6 +69,31 @@ static const char sim_usage[] =
     "            and 23040 bytes: SmolLM2-135M in fp16)\n"
     "  Reports hit rate, evictions, modeled latency per workflow (critical path of its stages) and\n"
     "  mean modeled TTFT per agent. --json prints one JSON object as the last line.\n";
+
+/* Bytes of a number of blocks of one pool. */
+static double pool_bytes(const SimMemoryPeaks *p, int blocks, bool residual) {
+    return (double)blocks * p->block_size * (residual ? p->residual_bytes_per_token : p->base_bytes_per_token);
+}
+
+/* What the adapters wrote into their own trees (separate: full K/V; shared: residuals), in bytes. */
+static double adapter_bytes(const SimConfig *cfg, const SimResult *r) {
+    return (double)r->adapter_blocks_inserted * r->peaks.block_size *
+           (cfg->lora_cache == SIM_LORA_SHARED ? r->peaks.residual_bytes_per_token : r->peaks.base_bytes_per_token);
+}
+
+static void print_forkkv_text(const SimConfig *cfg, const SimResult *r) {
+    const SimMemoryPeaks *p = &r->peaks;
+    fprintf(stderr, "[sim] lora-cache shared (rank %d, KV width %d: %.0f + %.0f bytes a token): base pool %d tokens, residual pool %d "
+                    "tokens; %llu computed of %llu prompt tokens; base hits %llu, residual hits %llu, fork %llu, partial %llu tokens; "
+                    "%llu residual blocks evicted; peak base %d blocks (%.1f MB), residual %d blocks (%.1f MB), both %.1f MB; "
+                    "%d adapters wrote %.1f MB of residuals; per-agent memory ratio kv_dim / rank = %.2f\n",
+            cfg->lora_rank, cfg->kv_dim, p->base_bytes_per_token, p->residual_bytes_per_token, cfg->kv_tokens,
+            sim_config_residual_tokens(cfg), (unsigned long long)r->computed_tokens, (unsigned long long)r->prompt_tokens,
+            (unsigned long long)r->base_hit_tokens, (unsigned long long)r->residual_hit_tokens, (unsigned long long)r->fork_tokens,
+            (unsigned long long)r->partial_tokens, (unsigned long long)r->residual_evicted_blocks, p->base_blocks,
+            pool_bytes(p, p->base_blocks, false) / 1e6, p->residual_blocks, pool_bytes(p, p->residual_blocks, true) / 1e6,
+            p->kv_bytes / 1e6, r->adapters, adapter_bytes(cfg, r) / 1e6, (double)cfg->kv_dim / cfg->lora_rank);
+}
 
 static void print_text(const SimConfig *cfg, const SimResult *r, double elapsed) {
     fprintf(stderr, "[sim] %d requests in %d workflows, policy %s, %d-token cache + %d-token host tier: hit rate %.1f%% "
@@ -74,6 +110,7 @@ static void print_text(const SimConfig *cfg, const SimResult *r, double elapsed)
                 segment_reuse_name((SegmentReuseMode)cfg->segment_reuse), cfg->approx_window,
                 (unsigned long long)r->segment_reused_tokens, r->prompt_tokens ? 100.0 * r->segment_reused_tokens / r->prompt_tokens : 0.0,
                 r->prompt_tokens ? 100.0 * (r->cached_tokens + r->segment_reused_tokens) / r->prompt_tokens : 0.0);
+    if (cfg->lora_cache == SIM_LORA_SHARED) print_forkkv_text(cfg, r);
     if (cfg->prefetch)
         fprintf(stderr, "[sim] prefetch: %llu blocks prefetched between requests, %llu used by a request (device hits), "
                         "%llu evicted unused (copies %.3f s of idle time)\n",
@@ -85,6 +122,29 @@ static void print_text(const SimConfig *cfg, const SimResult *r, double elapsed)
     for (int a = 0; a < r->n_agents; a++)
         fprintf(stderr, "[sim]   agent %-16s %6d requests, mean TTFT %8.1f ms\n", r->agents[a].agent[0] ? r->agents[a].agent : "(none)",
                 r->agents[a].requests, 1e3 * r->agents[a].mean_ttft_s);
+}
+
+/* The ForkKV fields (braid sim --lora-cache); in separate mode base_hit_tokens = cached_tokens and
+ * the residual figures are 0. */
+static json_t *forkkv_json(const SimConfig *cfg, const SimResult *r) {
+    const SimMemoryPeaks *p = &r->peaks;
+    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I}", "lora_cache", sim_lora_cache_name(cfg->lora_cache),
+                          "residual_tokens", sim_config_residual_tokens(cfg), "lora_rank", cfg->lora_rank, "kv_dim", cfg->kv_dim,
+                          "computed_tokens", (json_int_t)r->computed_tokens, "base_hit_tokens", (json_int_t)r->base_hit_tokens,
+                          "residual_hit_tokens", (json_int_t)r->residual_hit_tokens, "fork_tokens", (json_int_t)r->fork_tokens,
+                          "partial_tokens", (json_int_t)r->partial_tokens, "residual_evicted_blocks",
+                          (json_int_t)r->residual_evicted_blocks);
+    json_t *mem = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:i, s:I, s:f, s:f}", "peak_base_blocks", p->base_blocks,
+                            "peak_base_in_use_blocks", p->base_in_use_blocks, "peak_residual_blocks", p->residual_blocks,
+                            "peak_residual_in_use_blocks", p->residual_in_use_blocks, "peak_base_bytes",
+                            pool_bytes(p, p->base_blocks, false), "peak_residual_bytes", pool_bytes(p, p->residual_blocks, true),
+                            "peak_kv_bytes", p->kv_bytes, "base_bytes_per_token", p->base_bytes_per_token, "residual_bytes_per_token",
+                            p->residual_bytes_per_token, "adapters", r->adapters, "adapter_blocks_inserted",
+                            (json_int_t)r->adapter_blocks_inserted, "adapter_bytes", adapter_bytes(cfg, r), "memory_ratio_computed",
+                            (double)cfg->kv_dim / cfg->lora_rank);
+    if (o && mem) json_object_update(o, mem);
+    json_decref(mem);
+    return o;
 }
 
 static void print_json(const SimConfig *cfg, const SimResult *r) {
@@ -116,6 +176,9 @@ static void print_json(const SimConfig *cfg, const SimResult *r) {
                             cfg->approx_window, "segment_reused_tokens", (json_int_t)r->segment_reused_tokens);
     if (o && seg) json_object_update(o, seg);
     json_decref(seg);
+    json_t *fork = forkkv_json(cfg, r);
+    if (o && fork) json_object_update(o, fork);
+    json_decref(fork);
     char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
     printf("%s\n", line ? line : "{\"error\":\"out of memory\"}");
     free(line);
@@ -150,7 +213,8 @@ static int write_timeline(const char *path, const SimConfig *cfg, const Trace *t
 
 int cmd_sim(int argc, char **argv) {
     enum { O_OUTPUTS = 300, O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV, O_LEARN,
-           O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_MODEL, O_NOISE };
+           O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_MODEL, O_NOISE,
+           O_LORA_CACHE, O_RESIDUAL, O_RANK, O_KV_DIM };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
@@ -163,7 +227,9 @@ int cmd_sim(int argc, char **argv) {
         {"prefetch", no_argument, 0, O_PREFETCH}, {"timeline", required_argument, 0, O_TIMELINE},
         {"hidden", required_argument, 0, O_HIDDEN}, {"segment-reuse", required_argument, 0, O_SEGMENTS},
         {"approx-window", required_argument, 0, O_WINDOW}, {"model", required_argument, 0, O_MODEL},
-        {"prediction-noise", required_argument, 0, O_NOISE},
+        {"prediction-noise", required_argument, 0, O_NOISE}, {"lora-cache", required_argument, 0, O_LORA_CACHE},
+        {"residual-tokens", required_argument, 0, O_RESIDUAL}, {"lora-rank", required_argument, 0, O_RANK},
+        {"kv-dim", required_argument, 0, O_KV_DIM},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     SimConfig cfg = sim_config_default();
     const char *trace_path = NULL, *timeline_path = NULL, *hidden_path = NULL, *model_path = NULL;
@@ -207,6 +273,16 @@ int cmd_sim(int argc, char **argv) {
         case O_MODEL: model_path = optarg; break;
         case O_HORIZON: if (cli_parse_int("--horizon", optarg, 1, 64, &v)) return 2; cfg.horizon = (int)v; break;
         case O_NOISE: if (cli_parse_float("--prediction-noise", optarg, 0, 1, &d)) return 2; cfg.prediction_noise = d; break;
+        case O_LORA_CACHE:
+            if (sim_lora_cache_parse(optarg) < 0) {
+                fprintf(stderr, "braid sim: unknown --lora-cache '%s' (separate or shared)\n", optarg);
+                return 2;
+            }
+            cfg.lora_cache = (SimLoraCache)sim_lora_cache_parse(optarg);
+            break;
+        case O_RESIDUAL: if (cli_parse_int("--residual-tokens", optarg, 1, 1L << 30, &v)) return 2; cfg.residual_tokens = (int)v; break;
+        case O_RANK: if (cli_parse_int("--lora-rank", optarg, 1, 1 << 16, &v)) return 2; cfg.lora_rank = (int)v; break;
+        case O_KV_DIM: if (cli_parse_int("--kv-dim", optarg, 1, 1 << 20, &v)) return 2; cfg.kv_dim = (int)v; break;
         case O_BLOCK: if (cli_parse_int("--block-size", optarg, 1, 1 << 16, &v)) return 2; block_size = (int)v; break;
         case 'h': fputs(sim_usage, stdout); return 0;
         default: fputs(sim_usage, stderr); return 2;
@@ -222,6 +298,12 @@ int cmd_sim(int argc, char **argv) {
         return 2;
     }
     if (cfg.prefetch && cfg.host_kv_tokens <= 0) fprintf(stderr, "braid sim: --prefetch does nothing without --host-kv-tokens\n");
+    if (cfg.lora_cache == SIM_LORA_SHARED && cfg.segment_reuse) {
+        fprintf(stderr, "braid sim: --lora-cache shared does not model --segment-reuse; use one or the other\n");
+        return 2;
+    }
+    if (cfg.residual_tokens && cfg.lora_cache != SIM_LORA_SHARED)
+        fprintf(stderr, "braid sim: --residual-tokens does nothing without --lora-cache shared\n");
     Trace trace;
     BraidError err;
     if (trace_load(trace_path, &trace, &err)) {

@@ -17,8 +17,15 @@ SimConfig sim_config_default(void) {
                     * rate and latency: the CPU backend's block loads on the 2-core machine (bench_cache_ops:
                     * 13.7 GB/s, ~27 us per block at any batch size; stores run at twice that); a GPU over
                     * PCIe 4/5 sees ~25-50 GB/s. */
-                   .kv_bytes_per_token = 23040, .host_bandwidth_bytes_per_s = 14e9, .host_latency_s = 1e-6};
+                   .kv_bytes_per_token = 23040, .host_bandwidth_bytes_per_s = 14e9, .host_latency_s = 1e-6,
+                   /* ForkKV: SmolLM2-135M's 3 KV heads x 64 dims; LoRA rank 16, ForkKV's setting. */
+                   .lora_rank = 16, .kv_dim = 192};
     return c;
+}
+
+int sim_config_residual_tokens(const SimConfig *cfg) {
+    if (cfg->lora_cache != SIM_LORA_SHARED) return 0;
+    return cfg->residual_tokens > 0 ? cfg->residual_tokens : 2 * cfg->kv_tokens;
 }
 
 /* In the tree a block is two int32 "tokens": the two halves of its chained hash. */
@@ -45,12 +52,13 @@ typedef struct {
     int current;      /* request being served */
 } BeladyState;
 
-static int belady_build(BeladyState *b, const Trace *t) {
+/* keys: the block hashes the cache's tree is keyed by (SimBaseKeys). */
+static int belady_build(BeladyState *b, const Trace *t, const SimBaseKeys *keys) {
     memset(b, 0, sizeof *b);
     if (!(b->index = strmap_create(1024))) return -1;
     for (int r = 0; r < t->n; r++)
         for (int i = 0; i < t->reqs[r].n_blocks; i++) {
-            uint64_t h = t->reqs[r].blocks[i];
+            uint64_t h = keys->of[r][i];
             int32_t slot;
             if (!strmap_get(b->index, (const char *)&h, sizeof h, &slot)) {
                 slot = b->n_hashes;
@@ -95,8 +103,23 @@ static const EvictPolicy belady_policy = {.name = "belady", .score = belady_scor
 
 /* ---- replay ---- */
 
+/* What one replay needs while it serves requests. */
 typedef struct {
-    int device_cached_blocks, host_cached_blocks, copied_blocks;
+    const SimConfig *cfg;
+    KvCache *cache;
+    SimResidualPool *residual; /* --lora-cache shared; NULL in separate mode */
+    const SimBaseKeys *keys;
+    int bs, tpb;               /* tokens a block; tree tokens a block */
+    int32_t *tokens, *blocks;  /* scratch: a request's tree tokens and its block table */
+    CacheOpList ops;
+    KvSegmentPlan plan;
+    SimMemoryPeaks *peaks;
+} Replay;
+
+typedef struct {
+    int device_cached_blocks, host_cached_blocks, copied_blocks; /* of the base tree's match */
+    bool forked;               /* shared mode, a request with an adapter: it held a residual part too */
+    int residual_cached_blocks; /* of the residual tree's match */
     int reused_tokens; /* segment reuse */
     int ok; /* 0: the request needed more blocks than the cache could give */
 } Served;
@@ -115,9 +138,9 @@ static int output_blocks(const TraceRequest *r, int bs, int tpb, int seq, int32_
 }
 
 /* The request's token ids (tpb = bs: segment reuse replays real ids) or, by default, two tokens a
- * block standing for its chained hash. */
-static void request_tokens(const TraceRequest *r, int bs, int tpb, int32_t *tokens) {
-    if (tpb == SIM_TOKENS_PER_BLOCK) hash_tokens(r->blocks, r->n_blocks, tokens);
+ * block standing for its chained hash (keys: the hashes the tree is keyed by). */
+static void request_tokens(const TraceRequest *r, const uint64_t *keys, int bs, int tpb, int32_t *tokens) {
+    if (tpb == SIM_TOKENS_PER_BLOCK) hash_tokens(keys, r->n_blocks, tokens);
     else memcpy(tokens, r->tokens, (size_t)r->n_blocks * bs * sizeof *tokens);
 }
 
@@ -130,21 +153,36 @@ static int reuse_segments(KvCache *c, const CacheIdentity *id, const TraceReques
     return plan->reused_tokens;
 }
 
-/* One request through the cache, as the scheduler admits and finishes it. */
-static int serve_one(KvCache *c, const TraceRequest *r, int bs, int tpb, const SimConfig *cfg, int seq, int32_t *tokens,
-                     int32_t *blocks, CacheOpList *ops, KvSegmentPlan *plan, Served *out, BraidError *err) {
+/* Shared mode, a request with an adapter: its residual part, held beside the base blocks. Admits
+ * it (the cached residual prefix among the first `limit` blocks); the blocks held, or -1. */
+static int residual_admit(Replay *rp, const TraceRequest *r, int limit, Served *out, BraidError *err) {
+    out->forked = rp->residual && r->adapter[0];
+    if (!out->forked) return 0;
+    return out->residual_cached_blocks = sim_residual_admit(rp->residual, r, rp->tokens, limit, err);
+}
+
+/* One request through the cache, as the scheduler admits and finishes it. In shared mode the base
+ * tree is keyed by tenant alone, and an adapted request writes base blocks past the base match and
+ * residual blocks past the residual match, reserving each in its own pool. */
+static int serve_one(Replay *rp, const TraceRequest *r, int seq, Served *out, BraidError *err) {
+    KvCache *c = rp->cache;
+    const SimConfig *cfg = rp->cfg;
+    int bs = rp->bs, tpb = rp->tpb;
+    int32_t *tokens = rp->tokens, *blocks = rp->blocks;
+    KvSegmentPlan *plan = &rp->plan;
     CacheIdentity id;
-    if (kv_cache_identity(c, r->tenant, r->adapter, r->workflow, r->agent, &id, err)) return -1;
+    /* Shared mode: every adapter's base K/V of one context are the same tensors. */
+    if (kv_cache_identity(c, r->tenant, rp->residual ? NULL : r->adapter, r->workflow, r->agent, &id, err)) return -1;
     id.approx_ok = cfg->segment_reuse == SEGMENT_REUSE_APPROX;
     /* Match at most the prompt's full blocks, and never the whole prompt. */
     int limit = r->prompt_tokens > 0 ? (r->prompt_tokens - 1) / bs : 0;
     if (limit > r->n_blocks) limit = r->n_blocks;
-    request_tokens(r, bs, tpb, tokens);
+    request_tokens(r, rp->keys->of[seq], bs, tpb, tokens);
     uint64_t copies_before = c->counters.stored_blocks + c->counters.loaded_blocks;
     KvCacheMatch m;
     if (kv_cache_match(c, &id, tokens, limit * tpb + 1, &m, err)) return -1;
     int got = kv_cache_acquire(c, &m, blocks, err);
-    if (got < 0) return -1;
+    if (got < 0 || residual_admit(rp, r, limit, out, err) < 0) return -1;
     int reused = reuse_segments(c, &id, r, cfg->segment_reuse, got * bs, plan, err);
     if (reused < 0) return -1;
     int total = (r->prompt_tokens + r->output_tokens + bs - 1) / bs, need = total - got, n_commit = r->n_blocks;
@@ -155,6 +193,13 @@ static int serve_one(KvCache *c, const TraceRequest *r, int bs, int tpb, const S
         reused = 0;
         out->ok = kv_cache_reserve(c, need, blocks + got) == 0;
     }
+    int held = out->ok ? total : got;
+    if (out->ok && out->forked) { /* decoupled: the residual pool evicts by its own LRU */
+        int short_of_blocks = sim_residual_reserve(rp->residual, total, err);
+        if (short_of_blocks < 0) return -1;
+        out->ok = short_of_blocks == 0;
+    }
+    sim_memory_sample(rp->peaks, c, rp->residual);
     if (out->ok && plan->n > 0 && kv_cache_place_segments(c, plan, blocks, err)) return -1;
     /* From the first approximate token on (a matched approximate node or reused span), the blocks
      * enter the tree marked approximate, as the scheduler commits them. */
@@ -166,14 +211,16 @@ static int serve_one(KvCache *c, const TraceRequest *r, int bs, int tpb, const S
     out->reused_tokens = out->ok ? reused : 0;
     RadixNode *lock = m.node;
     if (out->ok && kv_cache_commit(c, &id, tokens, n_commit, blocks, &lock, false, err)) return -1;
-    kv_cache_release(c, lock, blocks, out->ok ? total : got);
+    if (out->ok && out->forked && sim_residual_commit(rp->residual, tokens, n_commit, err)) return -1;
+    kv_cache_release(c, lock, blocks, held);
+    if (out->forked) sim_residual_finish(rp->residual);
     kv_cache_identity_release(c, &id); /* as the scheduler does when a request finishes */
     out->device_cached_blocks = m.device_blocks;
     out->host_cached_blocks = m.host_blocks;
     out->copied_blocks = (int)(c->counters.stored_blocks + c->counters.loaded_blocks - copies_before);
     /* Nothing carries the operations out here; their cost is modeled from the counters. */
-    if (kv_cache_take_ops(c, ops)) return braid_error_set(err, "sim: out of memory");
-    cache_ops_clear(ops);
+    if (kv_cache_take_ops(c, &rp->ops)) return braid_error_set(err, "sim: out of memory");
+    cache_ops_clear(&rp->ops);
     return 0;
 }
 
@@ -285,19 +332,53 @@ static int forecast_init(const SimConfig *cfg, WorkflowForecast *f, BraidError *
     return workflow_forecast_init(f, &fc, err);
 }
 
-static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, WorkflowForecast *f, BeladyState *bstate, SimResult *res,
-                  double *ttfts, double *latencies, BraidError *err) {
-    int bs = t->block_size > 0 ? t->block_size : 16, max_blocks = 1, next_end = 0;
+/* One served request into the totals; returns the tokens it found cached (min(b, r) for a fork). */
+static int account(SimResult *res, const TraceRequest *r, const Served *sv, int bs) {
+    int base_hit = (sv->device_cached_blocks + sv->host_cached_blocks) * bs, cached = base_hit;
+    if (sv->forked) {
+        int residual_hit = sv->residual_cached_blocks * bs;
+        cached = base_hit < residual_hit ? base_hit : residual_hit;
+        res->residual_hit_tokens += (uint64_t)residual_hit;
+        res->fork_tokens += (uint64_t)(base_hit - cached);
+        res->partial_tokens += (uint64_t)(residual_hit - cached);
+    }
+    if (!sv->ok) res->too_large++;
+    res->requests++;
+    res->prompt_tokens += (uint64_t)r->prompt_tokens;
+    res->cached_tokens += (uint64_t)cached;
+    res->base_hit_tokens += (uint64_t)base_hit;
+    res->computed_tokens += (uint64_t)(r->prompt_tokens - cached - sv->reused_tokens);
+    res->segment_reused_tokens += (uint64_t)sv->reused_tokens;
+    res->device_cached_tokens += (uint64_t)sv->device_cached_blocks * bs;
+    res->host_cached_tokens += (uint64_t)sv->host_cached_blocks * bs;
+    return cached;
+}
+
+/* The tree an adapted request's own blocks go to: the residual tree in shared mode, else the cache. */
+static const KvCacheCounters *adapter_tree_counters(const Replay *rp) {
+    return rp->residual ? sim_residual_counters(rp->residual) : &rp->cache->counters;
+}
+
+static int check_pools(const Replay *rp, SimResult *res, BraidError *err) {
+    if (!rp->cfg->check_invariants) return 0;
+    if (sim_pools_check(rp->cache, rp->residual, true, err)) return -1;
+    res->invariant_checks++;
+    return 0;
+}
+
+static int replay(const Trace *t, Replay *rp, WorkflowForecast *f, BeladyState *bstate, SimResult *res, double *ttfts, double *latencies,
+                  BraidError *err) {
+    const SimConfig *cfg = rp->cfg;
+    KvCache *c = rp->cache;
+    int bs = rp->bs, max_blocks = 1, next_end = 0;
     for (int i = 0; i < t->n; i++) {
         int need = (t->reqs[i].prompt_tokens + t->reqs[i].output_tokens + bs - 1) / bs + t->reqs[i].n_blocks + 1;
         if (need > max_blocks) max_blocks = need;
     }
-    int tpb = cfg->segment_reuse ? bs : SIM_TOKENS_PER_BLOCK;
-    int32_t *tokens = malloc((size_t)max_blocks * tpb * sizeof *tokens), *blocks = malloc((size_t)max_blocks * sizeof *blocks);
-    KvSegmentPlan plan = {0};
-    int rc = tokens && blocks ? 0 : braid_error_set(err, "sim: out of memory");
+    rp->tokens = malloc((size_t)max_blocks * rp->tpb * sizeof *rp->tokens);
+    rp->blocks = malloc((size_t)max_blocks * sizeof *rp->blocks);
+    int rc = rp->tokens && rp->blocks ? 0 : braid_error_set(err, "sim: out of memory");
     double ttft_sum = 0;
-    CacheOpList ops = {0};
     for (int i = 0; rc == 0 && i < t->n; i++) {
         const TraceRequest *r = &t->reqs[i];
         bstate->current = i;
@@ -306,24 +387,19 @@ static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, WorkflowFore
             /* The idle time before this arrival: what the forecasts made so far (the previous calls'
              * workflows) expect next, into free device blocks only. */
             int loaded = 0;
-            if (kv_cache_prefetch(c, kv_cache_free_blocks(c, CACHE_TIER_DEVICE), &loaded) || kv_cache_take_ops(c, &ops)) {
+            if (kv_cache_prefetch(c, kv_cache_free_blocks(c, CACHE_TIER_DEVICE), &loaded) || kv_cache_take_ops(c, &rp->ops)) {
                 rc = braid_error_set(err, "sim: out of memory prefetching");
                 break;
             }
-            cache_ops_clear(&ops);
+            cache_ops_clear(&rp->ops);
             res->prefetch_copy_s += copy_seconds(cfg, loaded, bs);
         }
         Served sv = {0};
-        if ((rc = forecast_call(c, f, cfg, r, err)) || (rc = serve_one(c, r, bs, tpb, cfg, i, tokens, blocks, &ops, &plan, &sv, err))) break;
-        if (!sv.ok) res->too_large++;
-        int cached = (sv.device_cached_blocks + sv.host_cached_blocks) * bs, computed = r->prompt_tokens - cached - sv.reused_tokens;
-        res->segment_reused_tokens += (uint64_t)sv.reused_tokens;
+        uint64_t adapter_inserted = adapter_tree_counters(rp)->inserted_blocks;
+        if ((rc = forecast_call(c, f, cfg, r, err)) || (rc = serve_one(rp, r, i, &sv, err)) || (rc = check_pools(rp, res, err))) break;
+        if (r->adapter[0]) res->adapter_blocks_inserted += adapter_tree_counters(rp)->inserted_blocks - adapter_inserted;
+        int cached = account(res, r, &sv, bs), computed = r->prompt_tokens - cached - sv.reused_tokens;
         double copy = copy_seconds(cfg, sv.copied_blocks, bs), ttft = computed * cfg->prefill_s_per_token + copy;
-        res->requests++;
-        res->prompt_tokens += (uint64_t)r->prompt_tokens;
-        res->cached_tokens += (uint64_t)cached;
-        res->device_cached_tokens += (uint64_t)sv.device_cached_blocks * bs;
-        res->host_cached_tokens += (uint64_t)sv.host_cached_blocks * bs;
         res->copy_s += copy;
         ttft_sum += ttft;
         ttfts[i] = ttft;
@@ -336,53 +412,48 @@ static int replay(const Trace *t, const SimConfig *cfg, KvCache *c, WorkflowFore
                                                                .latency_s = latencies[i]};
     }
     deliver_ends(c, f, t, &next_end, INFINITY);
+    if (rc == 0) rc = check_pools(rp, res, err);
     if (f) {
         res->predicted_calls = f->predicted_calls;
         res->correct_next = f->correct_next;
     }
     res->mean_ttft_s = res->requests ? ttft_sum / res->requests : 0.0;
-    cache_ops_free(&ops);
-    kv_cache_segment_plan_free(&plan);
-    free(tokens);
-    free(blocks);
     return rc;
 }
 
-int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *err) {
-    memset(res, 0, sizeof *res);
-    int bs = t->block_size > 0 ? t->block_size : 16;
-    bool belady = strcmp(cfg->policy, "belady") == 0;
-    const EvictPolicy *policy = belady ? &belady_policy : evict_policy_find(cfg->policy);
-    if (!policy) return braid_error_set(err, "sim: unknown policy '%s' (a registered one or belady)", cfg->policy);
-    BeladyState bstate = {0};
-    if (belady && belady_build(&bstate, t)) return braid_error_set(err, "sim: out of memory indexing the trace");
+static void replay_free(Replay *rp) {
+    cache_ops_free(&rp->ops);
+    kv_cache_segment_plan_free(&rp->plan);
+    free(rp->tokens);
+    free(rp->blocks);
+}
+
+/* Options that cannot go together, and what the trace must carry for them. */
+static int check_config(const Trace *t, const SimConfig *cfg, bool belady, BraidError *err) {
     if (cfg->segment_reuse && belady) return braid_error_set(err, "sim: belady replays block hashes; segment reuse needs another policy");
+    if (cfg->lora_cache == SIM_LORA_SHARED && cfg->segment_reuse)
+        return braid_error_set(err, "sim: --lora-cache shared does not model segment reuse; use one or the other");
+    if (cfg->lora_cache == SIM_LORA_SHARED && (cfg->lora_rank < 1 || cfg->kv_dim < 1 || cfg->residual_tokens < 0))
+        return braid_error_set(err, "sim: --lora-cache shared needs a LoRA rank >= 1 (got %d), a KV width >= 1 (got %d) and "
+                                    "residual tokens >= 0 (got %d)", cfg->lora_rank, cfg->kv_dim, cfg->residual_tokens);
     for (int i = 0; cfg->segment_reuse && i < t->n; i++)
         if (!t->reqs[i].tokens)
             return braid_error_set(err, "sim: segment reuse needs the prompts' token ids, but trace request %s has no \"tokens\" "
                                         "(write the trace with --trace-tokens)", t->reqs[i].id);
-    KvCacheConfig cc = {.block_size = cfg->segment_reuse ? bs : SIM_TOKENS_PER_BLOCK, .device_blocks = cfg->kv_tokens / bs + 1,
-                        .host_blocks = cfg->host_kv_tokens > 0 ? cfg->host_kv_tokens / bs + 1 : 0, .policy = policy,
-                        .policy_state = belady ? &bstate : NULL, .segments = cfg->segment_reuse != 0,
-                        .anchor_tokens = cfg->anchor_tokens, .n_anchor_tokens = cfg->n_anchor_tokens,
-                        .approx_window = cfg->approx_window};
-    KvCache cache;
-    WorkflowForecast forecast, *f = policy->on_prediction ? &forecast : NULL;
-    if (f && forecast_init(cfg, f, err)) {
-        if (belady) belady_free(&bstate);
-        return -1;
-    }
-    if (kv_cache_init(&cache, &cc, err)) {
-        if (belady) belady_free(&bstate);
-        if (f) workflow_forecast_free(f);
-        return -1;
-    }
-    double *ttfts = malloc(((size_t)t->n + 1) * sizeof *ttfts), *latencies = malloc(((size_t)t->n + 1) * sizeof *latencies);
-    if (cfg->timeline) res->timeline = malloc(((size_t)t->n + 1) * sizeof *res->timeline);
-    int rc = ttfts && latencies && (!cfg->timeline || res->timeline) ? replay(t, cfg, &cache, f, &bstate, res, ttfts, latencies, err) : braid_error_set(err, "sim: out of memory");
-    if (rc == 0 && summarize(t, ttfts, latencies, res)) rc = braid_error_set(err, "sim: out of memory");
-    res->workflow_ends = t->n_ends;
-    const KvCacheCounters *k = &cache.counters;
+    return 0;
+}
+
+/* Shared mode's residual pool (2 x the base cache's tokens unless sized); NULL in separate mode. */
+static int residual_pool_init(const SimConfig *cfg, int bs, int tpb, SimResidualPool *pool, SimResidualPool **out, BraidError *err) {
+    *out = NULL;
+    if (cfg->lora_cache != SIM_LORA_SHARED) return 0;
+    if (sim_residual_init(pool, sim_config_residual_tokens(cfg), bs, tpb, err)) return -1;
+    *out = pool;
+    return 0;
+}
+
+static void copy_counters(const KvCache *cache, const SimResidualPool *residual, SimResult *res) {
+    const KvCacheCounters *k = &cache->counters;
     res->evicted_blocks = k->device_evicted_blocks;
     res->demoted_blocks = k->demoted_blocks;
     res->loaded_blocks = k->loaded_blocks;
@@ -391,11 +462,58 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
     res->prefetched_blocks = k->prefetched_blocks;
     res->prefetch_hit_blocks = k->prefetch_hit_blocks;
     res->prefetch_wasted_blocks = k->prefetch_wasted_blocks;
+    if (residual) res->residual_evicted_blocks = sim_residual_counters(residual)->device_evicted_blocks;
     res->hit_rate = res->prompt_tokens ? (double)res->cached_tokens / (double)res->prompt_tokens : 0.0;
+}
+
+int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *err) {
+    memset(res, 0, sizeof *res);
+    int bs = t->block_size > 0 ? t->block_size : 16, tpb = cfg->segment_reuse ? bs : SIM_TOKENS_PER_BLOCK;
+    bool belady = strcmp(cfg->policy, "belady") == 0;
+    const EvictPolicy *policy = belady ? &belady_policy : evict_policy_find(cfg->policy);
+    if (!policy) return braid_error_set(err, "sim: unknown policy '%s' (a registered one or belady)", cfg->policy);
+    if (check_config(t, cfg, belady, err)) return -1;
+    res->peaks.block_size = bs;
+    res->peaks.base_bytes_per_token = cfg->kv_bytes_per_token;
+    res->peaks.residual_bytes_per_token = sim_residual_bytes_per_token(cfg->kv_bytes_per_token, cfg->kv_dim, cfg->lora_rank);
+    if ((res->adapters = sim_trace_adapters(t)) < 0) return braid_error_set(err, "sim: out of memory");
+    SimBaseKeys keys;
+    if (sim_base_keys_build(t, cfg->lora_cache, &keys, err)) {
+        sim_base_keys_free(&keys);
+        return -1;
+    }
+    BeladyState bstate = {0};
+    if (belady && belady_build(&bstate, t, &keys)) {
+        belady_free(&bstate);
+        sim_base_keys_free(&keys);
+        return braid_error_set(err, "sim: out of memory indexing the trace");
+    }
+    KvCacheConfig cc = {.block_size = tpb, .device_blocks = cfg->kv_tokens / bs + 1,
+                        .host_blocks = cfg->host_kv_tokens > 0 ? cfg->host_kv_tokens / bs + 1 : 0, .policy = policy,
+                        .policy_state = belady ? &bstate : NULL, .segments = cfg->segment_reuse != 0,
+                        .anchor_tokens = cfg->anchor_tokens, .n_anchor_tokens = cfg->n_anchor_tokens,
+                        .approx_window = cfg->approx_window};
+    KvCache cache;
+    SimResidualPool residual_pool;
+    Replay rp = {.cfg = cfg, .cache = &cache, .keys = &keys, .bs = bs, .tpb = tpb, .peaks = &res->peaks};
+    WorkflowForecast forecast, *f = policy->on_prediction ? &forecast : NULL;
+    int rc = f ? forecast_init(cfg, f, err) : 0;
+    bool forecast_up = f && rc == 0, cache_up = rc == 0 && (rc = kv_cache_init(&cache, &cc, err)) == 0;
+    if (rc == 0) rc = residual_pool_init(cfg, bs, tpb, &residual_pool, &rp.residual, err);
+    double *ttfts = malloc(((size_t)t->n + 1) * sizeof *ttfts), *latencies = malloc(((size_t)t->n + 1) * sizeof *latencies);
+    if (cfg->timeline) res->timeline = malloc(((size_t)t->n + 1) * sizeof *res->timeline);
+    if (rc == 0 && !(ttfts && latencies && (!cfg->timeline || res->timeline))) rc = braid_error_set(err, "sim: out of memory");
+    if (rc == 0) rc = replay(t, &rp, f, &bstate, res, ttfts, latencies, err);
+    if (rc == 0 && summarize(t, ttfts, latencies, res)) rc = braid_error_set(err, "sim: out of memory");
+    res->workflow_ends = t->n_ends;
+    if (cache_up) copy_counters(&cache, rp.residual, res);
     free(ttfts);
     free(latencies);
-    kv_cache_free(&cache);
-    if (f) workflow_forecast_free(f);
+    replay_free(&rp);
+    if (rp.residual) sim_residual_free(rp.residual);
+    if (cache_up) kv_cache_free(&cache);
+    if (forecast_up) workflow_forecast_free(f);
     if (belady) belady_free(&bstate);
+    sim_base_keys_free(&keys);
     return rc;
 }

@@ -16,7 +16,9 @@
  * workflow count as one-request workflows. With prefetch, the cache prefetches from the host tier
  * between requests (see SimConfig.prefetch). With SimConfig.timeline the result also holds one row
  * per request (its arrival time, tokens and modeled times), in trace order, for hit-rate-over-time
- * plots (braid sim --timeline; braid-bench plot reads the file).
+ * plots (braid sim --timeline; braid-bench plot reads the file). With SimConfig.lora_cache shared
+ * (ForkKV) the cache holds base K/V keyed by tenant alone and adapted requests also hold residuals
+ * in a second pool (sim_forkkv.h), as the live engine's DualRadixTree does.
  */
 #ifndef BRAID_SIM_SIMULATOR_H
 #define BRAID_SIM_SIMULATOR_H
@@ -25,6 +27,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "sim/sim_forkkv.h"
 #include "sim/trace.h"
 
 typedef struct {
@@ -63,6 +66,20 @@ typedef struct {
     int approx_window;
     const int32_t *anchor_tokens;
     int n_anchor_tokens;
+    /* ForkKV (sim_forkkv.h). lora_cache SIM_LORA_SEPARATE (the default): the cache is keyed by
+     * (tenant, adapter). SIM_LORA_SHARED: the kv_tokens cache holds base K/V keyed by tenant alone
+     * (every request; the trace needs token ids) and each adapted request also holds its residual
+     * (x·A, rank lora_rank) in a pool of residual_tokens tokens (0 = 2 x kv_tokens) with its own
+     * LRU. A request computes from min(base match, residual match) and writes each part only past
+     * its own match. kv_dim (the model's KV heads x head dim; 192 for SmolLM2-135M) and lora_rank
+     * size a residual token at kv_bytes_per_token x lora_rank / kv_dim bytes. Not with segment reuse. */
+    SimLoraCache lora_cache;
+    int residual_tokens;
+    int lora_rank;
+    int kv_dim;
+    /* Runs kv_cache_check on every pool after each request and at the end (then also that no block
+     * is left in use); a failure ends the replay with an error. For tests: it walks the trees. */
+    bool check_invariants;
 } SimConfig;
 
 /* One request as the replay served it (SimResult.timeline[i] is trace request i). */
@@ -83,7 +100,8 @@ typedef struct {
     int requests, too_large;  /* too_large: needed more blocks than the whole cache */
     uint64_t prompt_tokens, cached_tokens, evicted_blocks;
     uint64_t segment_reused_tokens; /* prompt tokens past the cached prefix taken from reused segments */
-    /* cached_tokens = device_cached_tokens + host_cached_tokens (loaded back before the forward) */
+    /* cached_tokens = device_cached_tokens + host_cached_tokens (loaded back before the forward); in
+     * shared LoRA mode these two are the base tree's match, and cached_tokens is min(base, residual) */
     uint64_t device_cached_tokens, host_cached_tokens;
     uint64_t demoted_blocks, loaded_blocks, stored_blocks, host_evicted_blocks;
     double copy_s;            /* modeled time spent copying between tiers (in modeled_latency_s) */
@@ -101,9 +119,24 @@ typedef struct {
     int n_agents;
     SimRequestRow *timeline;  /* with SimConfig.timeline: n_timeline rows, trace order; else NULL */
     int n_timeline;
+    uint64_t computed_tokens; /* prompt tokens prefilled: prompt - cached - segment-reused */
+    /* ForkKV, summed over requests. base_hit: b, the base tree's match (separate mode: cached_tokens).
+     * For adapted requests in shared mode: residual_hit r, the residual tree's match; cached is
+     * min(b, r); fork max(0, b - r) (base inherited, residual computed); partial max(0, r - b)
+     * (residual survived its evicted base, which is recomputed). */
+    uint64_t base_hit_tokens, residual_hit_tokens, fork_tokens, partial_tokens;
+    uint64_t residual_evicted_blocks;
+    int adapters;             /* distinct adapters in the trace */
+    /* Blocks that adapted requests put into an adapter's own tree (separate: the cache; shared: the
+     * residual tree). With a cache that never evicts this is what the adapters keep cached. */
+    uint64_t adapter_blocks_inserted;
+    SimMemoryPeaks peaks;     /* pool occupancy peaks and the bytes a token of each pool takes */
+    int invariant_checks;     /* SimConfig.check_invariants: checks passed */
 } SimResult;
 
 SimConfig sim_config_default(void);
+/* The residual pool's size in tokens the replay uses (0 in separate mode). */
+int sim_config_residual_tokens(const SimConfig *cfg);
 /* Fills result (release it with sim_result_free, also after an error). */
 int sim_run(const Trace *trace, const SimConfig *cfg, SimResult *result, BraidError *err);
 void sim_result_free(SimResult *result);

@@ -228,8 +228,10 @@ int forward_run(ForwardContext *ctx, const ForwardBatch *b, float *logits, Braid
                         ctx->rope_cos + (size_t)t * half, ctx->rope_sin + (size_t)t * half);
         if (b->slot_mapping[t] >= 0) ctx->kv->slot_pos[b->slot_mapping[t]] = b->positions[t];
     }
-    for (int l = 0; l < c->n_layers; l++)
+    for (int l = 0; l < c->n_layers; l++) {
+        if (ctx->layer_probe) ctx->layer_probe(ctx->probe_ctx, l, ctx->x, n, c->dim);
         if (attention_block(ctx, b, l, err) || mlp_block(ctx, n, l, err)) return -1;
+    }
     if (b->n_logits == 0) return 0;
     for (int i = 0; i < b->n_logits; i++)
         cpu_rmsnorm(ctx->final_hidden + (size_t)i * c->dim, ctx->x + (size_t)b->logit_rows[i] * c->dim, w->output_norm,

@@ -36,6 +36,9 @@ typedef struct {
     float *rope_cos, *rope_sin;                  /* (capacity, rope_dim/2) */
     float *k_res, *v_res;                        /* (capacity, res->rank) ForkKV residuals of the batch */
     float *rope_by_pos_cos, *rope_by_pos_sin;    /* (context_length, rope_dim/2), built at the first ForkKV batch */
+    /* Optional (studies): called with the residual stream entering each layer, (n_tokens, dim). */
+    void (*layer_probe)(void *probe_ctx, int layer, const float *x, int n_tokens, int dim);
+    void *probe_ctx;
     int logits_capacity;
     float *final_hidden;                         /* (logits_capacity, dim) post-norm hidden states */
 } ForwardContext;

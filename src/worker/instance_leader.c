@@ -445,6 +445,12 @@ int instance_leader_run(const WorkerRoleConfig *cfg, bool *lost_ranks, BraidErro
         LOG_INFO("leader", "instance %d ready: %d ranks, %d KV blocks of %d tokens, host tier %d blocks", cfg->instance,
                  L->tp.tp_size, kv_cache_total(&L->engine.sched.cache, CACHE_TIER_DEVICE), cfg->engine.block_size,
                  kv_cache_total(&L->engine.sched.cache, CACHE_TIER_HOST));
+        const Backend *be = &L->engine.backend;
+        if (L->engine.sched.forkkv)
+            LOG_INFO("leader", "instance %d: ForkKV residual pool %d blocks, %.1f MiB (%.0f bytes per block against %.0f per base block: %.2fx)",
+                     cfg->instance, be->cfg.residual_blocks - 1, (double)be->residual_kv_bytes / (1 << 20),
+                     (double)be->residual_kv_bytes / be->cfg.residual_blocks, (double)be->kv_bytes / be->cfg.n_blocks,
+                     ((double)be->kv_bytes / be->cfg.n_blocks) / ((double)be->residual_kv_bytes / be->cfg.residual_blocks));
         rc = send_ready(L, true, NULL);
         BraidError log_err;
         if (cfg->occupancy_log && occupancy_log_open(&L->occupancy, cfg->occupancy_log, false, cfg->instance, cfg->occupancy_interval,

@@ -134,6 +134,22 @@ check "react-lora prompts fit the context (max ${max_prompt:-?} tokens)" test "$
 check "react-lora prompts hold the 4096-token context" test "${max_prompt:-0}" -ge 4096
 check "no context warning" bash -c "! grep -q warning '$tmp/full.err'"
 
+# braid sim --lora-cache shared (ForkKV): on a trace with token ids, the second adapter on the shared
+# context inherits base blocks (fork tokens > 0, none in separate mode); usage errors exit 2; a trace
+# without token ids is refused with the reason
+"$bench" gen --workload react-lora --workflows 3 --concurrency 3 --seed 1 --model "$model" --trace-tokens \
+  --out "$tmp/lora.jsonl" 2> /dev/null
+"$braid" sim --trace "$tmp/lora.jsonl" --kv-tokens 8192 --lora-cache shared --json > "$tmp/shared.sim" 2> /dev/null; rc=$?
+check "sim --lora-cache shared exits 0" exit_code_is "$rc" 0
+fork_tokens() { tail -1 "$1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["fork_tokens"])'; }
+check "sim --lora-cache shared: fork tokens" test "$(fork_tokens "$tmp/shared.sim")" -gt 0
+"$braid" sim --trace "$tmp/lora.jsonl" --kv-tokens 8192 --json > "$tmp/separate.sim" 2> /dev/null
+check "sim --lora-cache separate (default): no fork tokens" test "$(fork_tokens "$tmp/separate.sim")" -eq 0
+"$braid" sim --trace "$tmp/lora.jsonl" --kv-tokens 8192 --lora-cache both > /dev/null 2>&1; rc=$?
+check "sim --lora-cache takes separate or shared" exit_code_is "$rc" 2
+"$braid" sim --trace "$tmp/full.jsonl" --kv-tokens 8192 --lora-cache shared > /dev/null 2> "$tmp/notokens.err"; rc=$?
+check "sim --lora-cache shared needs token ids" bash -c "[ $rc -eq 1 ] && grep -q 'trace-tokens' '$tmp/notokens.err'"
+
 # braid sim --timeline: a header, then one row per request whose tokens add up to the JSON totals
 "$braid" sim --trace "$tmp/codegen.jsonl" --kv-tokens 4096 --policy lru --json --timeline "$tmp/lru.timeline.jsonl" \
   > "$tmp/lru.sim" 2> /dev/null; rc=$?

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# forkkv_live.sh — ForkKV live on the CPU cluster (issue 16): --lora-cache separate vs shared at
+# equal KV memory, on react-lora and mapreduce-lora, one adapter per agent, every workflow
+# concurrent (high contention), arms back to back in one run.
+#   bench/forkkv_live.sh OUT
+# Environment (defaults in brackets): WORKLOADS [react-lora mapreduce-lora], WORKFLOWS [8],
+# CONCURRENCY [8], CONTEXT_TOKENS [1024], FANOUT [4], SCALE [0.5], MAX_TOKENS_CAP [64],
+# SEP_BLOCKS [320] (separate mode's KV pool, blocks of 16 tokens), RES_EQUIV [64] (of those, the
+# base-block equivalents shared mode gives its residual pool: RES_EQUIV * ratio residual blocks,
+# ratio = base block bytes / residual block bytes, kv_dim / rank = 12 for SmolLM2-135M at rank 16),
+# ARMS [separate shared], BRAID_BIN / BENCH_BIN (frozen binaries).
+# Writes OUT/<workload>-<arm>/ (braid-bench run results), OUT/<arm>.err (server logs, which name
+# the pools' bytes) and OUT/table.md. Prints progress on stderr.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+braid=${BRAID_BIN:-$root/build/braid}
+bench=${BENCH_BIN:-$root/build/braid-bench}
+model=${BRAID_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+out=${1:?usage: bench/forkkv_live.sh OUT}
+mkdir -p "$out"
+WORKLOADS=${WORKLOADS:-react-lora mapreduce-lora}
+WORKFLOWS=${WORKFLOWS:-8}
+CONCURRENCY=${CONCURRENCY:-8}
+CONTEXT_TOKENS=${CONTEXT_TOKENS:-1024}
+FANOUT=${FANOUT:-4}
+SCALE=${SCALE:-0.5}
+MAX_TOKENS_CAP=${MAX_TOKENS_CAP:-64}
+SEP_BLOCKS=${SEP_BLOCKS:-320}
+RES_EQUIV=${RES_EQUIV:-64}
+ARMS=${ARMS:-separate shared}
+RATIO=12 # 2 * 30 layers * 192 kv dims * 16 slots * 2 B over 2 * 30 * 16 ranks * 16 * 2 B (the server log says the same)
+# shellcheck source=serve_lib.sh
+source "$root/bench/serve_lib.sh"
+
+adapters_for() {  # the --lora flags for a workload's adapter names, from the four committed adapters
+  local files=(planner coder tester summarizer)
+  if [ "$1" = react-lora ]; then
+    echo "--lora lora-planner=$root/adapters/planner.gguf --lora lora-actor=$root/adapters/coder.gguf" \
+         "--lora lora-answerer=$root/adapters/summarizer.gguf"
+  else
+    local flags="--lora lora-reducer=$root/adapters/summarizer.gguf"
+    for k in $(seq 0 $((FANOUT - 1))); do flags+=" --lora lora-mapper-$k=$root/adapters/${files[$((k % 4))]}.gguf"; done
+    echo "$flags"
+  fi
+}
+
+table=$out/table.md
+echo "| workload | arm | KV pool (base blocks + residual blocks) | req/s | generated tok/s | mean workflow latency | mean TTFT | hit rate | fork tokens | preemptions | wall |" > "$table"
+echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" >> "$table"
+for w in $WORKLOADS; do
+  for arm in $ARMS; do
+    # shellcheck disable=SC2046
+    if [ "$arm" = shared ]; then
+      base=$((SEP_BLOCKS - RES_EQUIV)); res=$((RES_EQUIV * RATIO))
+      pools="--kv-blocks $base --lora-cache shared --residual-blocks $res"; pool_text="$base + $res (= $SEP_BLOCKS base-block bytes)"
+    else
+      pools="--kv-blocks $SEP_BLOCKS --lora-cache separate"; pool_text="$SEP_BLOCKS + 0"
+    fi
+    echo "[forkkv_live] $w / $arm: $pool_text; $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    # shellcheck disable=SC2086
+    serve "$w-$arm" --device cpu --host-kv-blocks 0 $pools $(adapters_for "$w")
+    dir=$out/$w-$arm
+    "$bench" run --workload "$w" --url "$url" --model "$model" --workflows "$WORKFLOWS" --concurrency "$CONCURRENCY" \
+      --context-tokens "$CONTEXT_TOKENS" --fanout "$FANOUT" --scale "$SCALE" --max-tokens-cap "$MAX_TOKENS_CAP" --seed 1 \
+      --out "$dir" 2> "$dir.progress" || echo "[forkkv_live] braid-bench failed (see $dir.progress)" >&2
+    forks=$(metric braid_kv_fork_tokens_total); preempt=$(metric 'braid_instance_preemptions_total{instance="0"}')
+    stop
+    python3 - "$dir/summary.json" "$w" "$arm" "$pool_text" "${forks:-0}" "${preempt:-0}" >> "$table" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+w, arm, pools, forks, preempt = sys.argv[2:]
+print(f"| {w} | {arm} | {pools} | {s['req_s']:.3f} | {s['generated_tok_s']:.1f} | {s['mean_workflow_latency_s']:.1f} s | "
+      f"{s['mean_ttft_ms'] / 1000:.1f} s | {100 * s['hit_rate']:.1f}% | {forks} | {preempt} | {s['wall_s']:.0f} s |"
+      + ("" if s['errors'] == 0 else f" ({s['errors']} errors)"))
+PY
+    tail -1 "$table" >&2
+  done
+done
+cat "$table"

@@ -1,0 +1,92 @@
+/*
+ * sim_forkkv.h — the replay's side of ForkKV's shared base cache (braid sim --lora-cache shared;
+ * paper 002 § 5.1–5.2): what the simulator adds around its one KvCache to model the DualRadixTree
+ * as the live engine runs it.
+ *
+ *   separate (default): the base tree is keyed by (tenant, adapter); adapters never share blocks.
+ *   shared: the base tree is keyed by tenant alone for every request; a request with an adapter
+ *           also holds a residual part in a ResidualCache (src/cache/residual_cache.h: its own
+ *           pool, its own LRU, so the two pools evict independently).
+ *
+ * The trace's block hashes are seeded by tenant and adapter, so in shared mode they cannot key the
+ * base tree: SimBaseKeys recomputes each request's chained block hashes from its token ids in the
+ * tenant-only namespace (shared mode needs traces with "tokens"). SimResidualPool is the residual
+ * cache with the one hold of the request being served (the replay serves one at a time).
+ * SimMemoryPeaks samples both pools' occupancy for the memory figures: a base block stores K+V of
+ * every layer (kv_bytes_per_token a token), a residual block x·A_k and x·A_v of every layer
+ * (kv_bytes_per_token x rank / kv_dim a token).
+ *
+ * Not thread-safe; everything here belongs to one sim_run. Returned memory is owned by the
+ * structures and released by their _free functions.
+ */
+#ifndef BRAID_SIM_SIM_FORKKV_H
+#define BRAID_SIM_SIM_FORKKV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cache/kv_cache.h"
+#include "cache/residual_cache.h"
+#include "common/error.h"
+#include "sim/trace.h"
+
+typedef enum { SIM_LORA_SEPARATE = 0, SIM_LORA_SHARED = 1 } SimLoraCache;
+
+/* "separate" or "shared" to the mode; -1 when unknown. */
+int sim_lora_cache_parse(const char *name);
+const char *sim_lora_cache_name(SimLoraCache mode);
+
+/* Bytes a residual token takes: n_layers x 2 x rank halves, the base's K+V bytes x rank / kv_dim. */
+double sim_residual_bytes_per_token(double kv_bytes_per_token, int kv_dim, int rank);
+
+/* Distinct non-empty adapter names of the trace's requests; -1 when out of memory. */
+int sim_trace_adapters(const Trace *t);
+
+/* The base tree's key of every request: its chained full-block hashes. */
+typedef struct {
+    const uint64_t **of;   /* (n requests) of[i]: request i's hashes (t->reqs[i].n_blocks of them) */
+    uint64_t *recomputed;  /* shared mode: the tenant-only hashes of every request, back to back */
+} SimBaseKeys;
+
+/* Separate mode: the trace's own hashes. Shared mode: every request's hashes recomputed from its
+ * token ids in the namespace of its tenant alone (an error names the first request without ids). */
+int sim_base_keys_build(const Trace *t, SimLoraCache mode, SimBaseKeys *keys, BraidError *err);
+void sim_base_keys_free(SimBaseKeys *keys);
+
+typedef struct {
+    ResidualCache cache;
+    ResidualHold hold;         /* the request being served */
+    int block_size;            /* tokens a block */
+    int tree_tokens_per_block; /* the keys' units: the replay's tokens per block */
+} SimResidualPool;
+
+/* A pool of residual_tokens / block_size blocks (plus the null block). */
+int sim_residual_init(SimResidualPool *p, int residual_tokens, int block_size, int tree_tokens_per_block, BraidError *err);
+void sim_residual_free(SimResidualPool *p);
+/* Admits request r: holds its longest cached residual prefix among the first max_blocks blocks of
+ * tokens (the replay's keys). Returns the blocks held, or -1 (out of memory). */
+int sim_residual_admit(SimResidualPool *p, const TraceRequest *r, const int32_t *tokens, int max_blocks, BraidError *err);
+/* Grows the hold to n_blocks blocks (evicting residuals nobody holds). 0, 1 when the pool cannot
+ * supply them (nothing taken), -1 when out of memory. */
+int sim_residual_reserve(SimResidualPool *p, int n_blocks, BraidError *err);
+/* The hold's first n_full blocks (tokens: the replay's keys) enter the residual tree. */
+int sim_residual_commit(SimResidualPool *p, const int32_t *tokens, int n_full, BraidError *err);
+/* The request is done: its hold and identity go. */
+void sim_residual_finish(SimResidualPool *p);
+const KvCacheCounters *sim_residual_counters(const SimResidualPool *p);
+
+typedef struct {
+    int block_size;                              /* tokens a block, both pools */
+    double base_bytes_per_token, residual_bytes_per_token;
+    int base_blocks, base_in_use_blocks;         /* peaks of (in use + cached) and of in use, device tier */
+    int residual_blocks, residual_in_use_blocks; /* the same for the residual pool (0 without one) */
+    double kv_bytes;                             /* peak of both pools' bytes at one sample */
+} SimMemoryPeaks;
+
+/* Folds the pools' occupancy now into the peaks (residual NULL: base only). */
+void sim_memory_sample(SimMemoryPeaks *peaks, const KvCache *base, const SimResidualPool *residual);
+
+/* kv_cache_check on both pools; with idle, also that no block is in use (no request running). */
+int sim_pools_check(const KvCache *base, const SimResidualPool *residual, bool idle, BraidError *err);
+
+#endif
