@@ -12,8 +12,18 @@
  * pays the reconstruction n_tokens / TILE_QUERIES times, a decode step once. */
 #define TILE_QUERIES 16
 
+/* dst (n) = src (n) halves as fp32 (exact), eight at a time with F16C. */
 static void widen(float *dst, const uint16_t *src, int n) {
-    for (int i = 0; i < n; i++) dst[i] = vec_half_to_float(src[i]);
+    int i = 0;
+#if defined(__F16C__)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+#endif
+    for (; i < n; i++) dst[i] = vec_half_to_float(src[i]);
+}
+
+/* y (n) += a · x (n); the compiler vectorizes it. */
+static inline void axpy(float *restrict y, float a, const float *restrict x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
 static void narrow(uint16_t *dst, const float *src, int n) {
@@ -38,6 +48,8 @@ typedef struct {
     float *k_tile, *v_tile; /* (block_size, head_dim) the block's full keys, its base values */
     float *vres_tile;       /* (block_size, rank) the block's V residuals */
     float *lora_k;          /* (head_dim) one rebuilt key residual */
+    float *kres_tile;       /* (block_size, rank) the block's K residuals */
+    float *bt_k;            /* (rank, head_dim) scale · B_k of the work item's KV head, transposed */
     float *acc, *acc_res;   /* (rows, head_dim), (rows, rank) */
     float *m, *l, *scores;  /* (rows), (rows), (block_size) */
 } TileScratch;
@@ -60,48 +72,93 @@ static int scratch_alloc(TileScratch *s, int bs, int hd, int rank, int rows) {
     s->v_tile = malloc((size_t)bs * hd * sizeof(float));
     s->vres_tile = malloc((size_t)bs * (rank > 0 ? rank : 1) * sizeof(float));
     s->lora_k = malloc((size_t)hd * sizeof(float));
+    s->kres_tile = malloc((size_t)bs * (rank > 0 ? rank : 1) * sizeof(float));
+    s->bt_k = malloc((size_t)(rank > 0 ? rank : 1) * hd * sizeof(float));
     s->acc = malloc((size_t)rows * hd * sizeof(float));
     s->acc_res = malloc((size_t)rows * (rank > 0 ? rank : 1) * sizeof(float));
     s->m = malloc((size_t)rows * sizeof(float));
     s->l = malloc((size_t)rows * sizeof(float));
     s->scores = malloc((size_t)bs * sizeof(float));
-    return s->k_tile && s->v_tile && s->vres_tile && s->lora_k && s->acc && s->acc_res && s->m && s->l && s->scores ? 0 : -1;
+    return s->k_tile && s->v_tile && s->vres_tile && s->lora_k && s->kres_tile && s->bt_k && s->acc && s->acc_res && s->m && s->l && s->scores ? 0 : -1;
 }
 
 static void scratch_free(TileScratch *s) {
-    free(s->k_tile); free(s->v_tile); free(s->vres_tile); free(s->lora_k);
+    free(s->k_tile); free(s->v_tile); free(s->vres_tile); free(s->lora_k); free(s->kres_tile); free(s->bt_k);
     free(s->acc); free(s->acc_res); free(s->m); free(s->l); free(s->scores);
 }
 
-/* Stage 1 of Algorithm 1 for one block and KV head g: K = K_base + scale·RoPE_pos(B_k·K_res),
+/* RoPE of one fp32 row in place: the rotation cpu_rope_apply does, eight lanes at a time for the
+ * interleaved pairing (neighbours swapped, sin negated in even lanes) when the build has AVX2. */
+static void rope_row(float *x, int head_dim, int rope_dim, RopePairing pairing, const float *cos_v, const float *sin_v) {
+#if defined(__AVX2__) && defined(__FMA__)
+    if (pairing == ROPE_PAIRING_INTERLEAVED && rope_dim % 8 == 0) {
+        const __m256 even_sign = _mm256_setr_ps(-0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f);
+        for (int d = 0; d < rope_dim; d += 8) {
+            __m256 v = _mm256_loadu_ps(x + d);
+            __m128 c4 = _mm_loadu_ps(cos_v + d / 2), s4 = _mm_loadu_ps(sin_v + d / 2);
+            __m256 c = _mm256_set_m128(_mm_unpackhi_ps(c4, c4), _mm_unpacklo_ps(c4, c4));
+            __m256 sn = _mm256_xor_ps(_mm256_set_m128(_mm_unpackhi_ps(s4, s4), _mm_unpacklo_ps(s4, s4)), even_sign);
+            _mm256_storeu_ps(x + d, _mm256_fmadd_ps(_mm256_permute_ps(v, 0xB1), sn, _mm256_mul_ps(v, c)));
+        }
+        return;
+    }
+#endif
+    cpu_rope_apply(x, 1, head_dim, rope_dim, pairing, cos_v, sin_v);
+}
+
+/* out (head_dim) = Σ_i kr[i] · bt[i] (bt: (rank, head_dim)). A 64-wide head keeps the sum in eight
+ * registers over the rank (the common case; the loop is the kernel's hottest); others go through memory. */
+static void lora_key(const float *kr, const float *bt, int r, int hd, float *out) {
+#if defined(__AVX2__) && defined(__FMA__)
+    if (hd == 64) {
+        __m256 a[8];
+        for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_ps();
+        for (int i = 0; i < r; i++) {
+            __m256 x = _mm256_set1_ps(kr[i]);
+            const float *row = bt + (size_t)i * 64;
+            for (int k = 0; k < 8; k++) a[k] = _mm256_fmadd_ps(x, _mm256_loadu_ps(row + 8 * k), a[k]);
+        }
+        for (int k = 0; k < 8; k++) _mm256_storeu_ps(out + 8 * k, a[k]);
+        return;
+    }
+#endif
+    memset(out, 0, (size_t)hd * sizeof(float));
+    for (int i = 0; i < r; i++) axpy(out, kr[i], bt + (size_t)i * hd, hd);
+}
+
+/* scale · B_k rows of KV head g, transposed to (rank, head_dim) so a key residual is rank axpys. */
+static void transpose_bk(const ResidualJob *job, int g, TileScratch *s) {
+    const ResidualAdapter *ad = job->ad;
+    int hd = job->kv->head_dim, r = ad->rank;
+    if (!ad->b_k) return;
+    for (int d = 0; d < hd; d++)
+        for (int i = 0; i < r; i++) s->bt_k[(size_t)i * hd + d] = ad->scale * ad->b_k[((size_t)g * hd + d) * r + i];
+}
+
+/* Stage 1 of Algorithm 1 for one block and KV head g: K = K_base + RoPE_pos(scale·B_k·K_res),
  * the base values, and the V residuals (the V up-projection waits until the end). */
 static void build_block(const ResidualJob *job, int g, int block_index, int n_slots, TileScratch *s) {
     const KvLayerView *kv = job->kv;
     const ResidualAdapter *ad = job->ad;
     int bs = kv->block_size, hd = kv->head_dim, r = ad->rank, pool_rank = job->res->rank, half = job->rope->rope_dim / 2;
     int32_t blk = job->block_table[block_index], rblk = job->res_block_table[block_index];
+    size_t base_at = ((size_t)blk * kv->n_kv_heads + g) * bs * hd; /* a KV head's slots of a block are contiguous */
+    widen(s->k_tile, kv->k + base_at, n_slots * hd);
+    widen(s->v_tile, kv->v + base_at, n_slots * hd);
+    for (int j = 0; j < n_slots && r > 0; j++) {
+        const size_t res_at = ((size_t)rblk * bs + j) * pool_rank;
+        widen(s->vres_tile + (size_t)j * r, job->res->v + res_at, r);
+        if (ad->b_k) widen(s->kres_tile + (size_t)j * r, job->res->k + res_at, r);
+    }
+    if (!ad->b_k || r == 0) return;
     for (int j = 0; j < n_slots; j++) {
-        size_t base_at = (((size_t)blk * kv->n_kv_heads + g) * bs + j) * hd;
-        float *key = s->k_tile + (size_t)j * hd;
-        widen(key, kv->k + base_at, hd);
-        widen(s->v_tile + (size_t)j * hd, kv->v + base_at, hd);
-        const uint16_t *kres = job->res->k + ((size_t)rblk * bs + j) * pool_rank;
-        if (r > 0) widen(s->vres_tile + (size_t)j * r, job->res->v + ((size_t)rblk * bs + j) * pool_rank, r);
-        if (!ad->b_k || r == 0) continue;
-        float kr[LORA_MAX_RANK];
-        widen(kr, kres, r);
-        for (int d = 0; d < hd; d++) {
-            const float *brow = ad->b_k + ((size_t)g * hd + d) * r;
-            float sum = 0;
-            for (int i = 0; i < r; i++) sum += brow[i] * kr[i];
-            s->lora_k[d] = ad->scale * sum;
-        }
+        lora_key(s->kres_tile + (size_t)j * r, s->bt_k, r, hd, s->lora_k);
         int32_t pos = kv->slot_pos[(size_t)blk * bs + j];
         if (pos < 0) pos = 0;
         if (pos >= job->rope->n_positions) pos = job->rope->n_positions - 1;
-        cpu_rope_apply(s->lora_k, 1, hd, job->rope->rope_dim, job->rope->pairing, job->rope->cos + (size_t)pos * half,
-                       job->rope->sin + (size_t)pos * half);
-        for (int d = 0; d < hd; d++) key[d] += s->lora_k[d];
+        rope_row(s->lora_k, hd, job->rope->rope_dim, job->rope->pairing, job->rope->cos + (size_t)pos * half,
+                 job->rope->sin + (size_t)pos * half);
+        axpy(s->k_tile + (size_t)j * hd, 1.0f, s->lora_k, hd);
     }
 }
 
@@ -117,10 +174,7 @@ static void attend_block(const ResidualJob *job, int blk_slot0, int n_slots, con
             s->scores[j] = -INFINITY;
             continue;
         }
-        const float *key = s->k_tile + (size_t)j * hd;
-        float dot = 0;
-        for (int d = 0; d < hd; d++) dot += qrow[d] * key[d];
-        s->scores[j] = dot * inv_sqrt;
+        s->scores[j] = vec_dot_f32(qrow, s->k_tile + (size_t)j * hd, hd) * inv_sqrt;
         if (s->scores[j] > block_max) block_max = s->scores[j];
     }
     if (block_max == -INFINITY) return;
@@ -132,9 +186,8 @@ static void attend_block(const ResidualJob *job, int blk_slot0, int n_slots, con
         if (s->scores[j] == -INFINITY) continue;
         float p = expf(s->scores[j] - m_new);
         *l += p;
-        const float *v = s->v_tile + (size_t)j * hd, *vr = s->vres_tile + (size_t)j * r;
-        for (int d = 0; d < hd; d++) acc[d] += p * v[d];
-        for (int i = 0; i < r; i++) acc_res[i] += p * vr[i];
+        axpy(acc, p, s->v_tile + (size_t)j * hd, hd);
+        axpy(acc_res, p, s->vres_tile + (size_t)j * r, r);
     }
     *m = m_new;
 }
@@ -164,6 +217,7 @@ static void run_tile(const ResidualJob *job, int g, int t0, int t1, float *out, 
     for (int t = t0; t < t1; t++)
         if (job->q_pos[t] > q_max) q_max = job->q_pos[t];
     for (int i = 0; i < rows; i++) s->m[i] = -INFINITY, s->l[i] = 0;
+    transpose_bk(job, g, s);
     memset(s->acc, 0, (size_t)rows * hd * sizeof(float));
     memset(s->acc_res, 0, (size_t)rows * (r > 0 ? r : 1) * sizeof(float));
     int n_blocks = (job->n_ctx + bs - 1) / bs;
