@@ -3,7 +3,8 @@
 # (memcheck and racecheck) over a prefill + graph-decode run and a batched run, and the CUDA
 # benchmarks (default model; synthetic Llama-3-8B shape). Logs go to OUTDIR, a summary to stdout.
 #   scripts/gpu-check.sh BIN_DIR MODEL.gguf OUTDIR [tests|sanitize|bench|all]...
-# BIN_DIR holds braid, bench_cuda, test_cuda_backend and test_engine (a CUDA build, e.g.
+# BIN_DIR holds braid, bench_cuda, test_cuda_backend and test_engine, and optionally
+# test_residual_attention_cuda (a CUDA build, e.g.
 # build/ and build/tests/ copied together). Run from the repository root (golden files).
 set -uo pipefail
 bin=${1:?BIN_DIR}; model=${2:?MODEL}; out=${3:?OUTDIR}; shift 3
@@ -26,6 +27,9 @@ printf '{"id":"a","prompt":"Once upon a time","max_tokens":6}\n{"id":"b","prompt
 if want tests; then
   step test_cuda_backend 400 "$bin/test_cuda_backend"
   step test_engine_cuda 400 env BRAID_TEST_DEVICE=cuda "$bin/test_engine"
+  if [[ -x $bin/test_residual_attention_cuda ]]; then
+    step test_residual_attention_cuda 300 "$bin/test_residual_attention_cuda"
+  fi
 fi
 if want sanitize; then
   step sanitize_memcheck_generate 300 "$sanitizer" --tool memcheck --error-exitcode 9 \
@@ -38,6 +42,10 @@ if want sanitize; then
   ours=$(grep "Race reported" "$out/sanitize_racecheck_generate.log" | grep -vc nvjet)
   printf '%-28s %s race reports outside cuBLAS kernels\n' racecheck_braid_kernels "$ours"
   [[ $ours -eq 0 ]] || status=1
+  if [[ -x $bin/test_residual_attention_cuda ]]; then # ForkKV kernels: shared-memory stages and their barriers
+    step sanitize_memcheck_residual 300 "$sanitizer" --tool memcheck --error-exitcode 9 "$bin/test_residual_attention_cuda"
+    step sanitize_racecheck_residual 300 "$sanitizer" --tool racecheck --error-exitcode 9 "$bin/test_residual_attention_cuda"
+  fi
   step sanitize_memcheck_batch 300 "$sanitizer" --tool memcheck --error-exitcode 9 \
     "$bin/braid" batch --device cuda --model "$model" --input "$out/sanitize_requests.jsonl" --output "$out/sanitize_out.jsonl"
 fi

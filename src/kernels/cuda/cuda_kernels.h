@@ -136,6 +136,80 @@ cudaError_t cuda_memcpy_kv_blocks(const CudaKvTier *src, int src_block, const Cu
                                   int n_layers, size_t block_elems, int block_size, enum cudaMemcpyKind kind,
                                   cudaStream_t stream);
 
+/* ---- LoRA and ForkKV (lora_delta.cu, residual_attention.cu; not yet called by backend_cuda.c) ---- */
+
+/* Largest adapter rank (and residual pool width) the LoRA and residual kernels take: ForkKV's
+ * adapters are rank 8..64, and the residual kernels keep per-row rank-wide state on chip. */
+#define CUDA_LORA_MAX_RANK 64
+
+/* One projection (Q, K, V or O) of one layer across every loaded adapter, indexed by adapter id
+ * (0 = the base model, whose entries are never read): a, b, rank and scale are device arrays of
+ * n_ids entries; a[k]/b[k] are device pointers to fp32 matrices, NULL when adapter k does not
+ * adapt this projection. max_rank (host) is the widest rank[k], <= CUDA_LORA_MAX_RANK. */
+typedef struct {
+    const float *const *a;  /* (n_ids) -> (rank, in) fp32 row-major, or NULL */
+    const float *const *b;  /* (n_ids) -> (out, rank) fp32 row-major, or NULL */
+    const int32_t *rank;    /* (n_ids) */
+    const float *scale;     /* (n_ids) alpha / rank */
+    int n_ids, max_rank;
+} CudaLoraProjection;
+
+/* y[t, :out] += scale_k · B_k · (A_k · x[t]) for every token t whose adapter k = token_adapter[t]
+ * is in [1, n_ids) and adapts the projection; every other row of y is left untouched (base-model
+ * tokens of a mixed batch). x (n, in) bf16 is the projection's input, y fp32 with row stride
+ * y_stride floats (so y may point into the fused QKV output at a projection's first column).
+ * scratch holds n * proj->max_rank floats (the per-token A·x). fp32 accumulation throughout. */
+cudaError_t cuda_lora_delta(const CudaLoraProjection *proj, const int32_t *token_adapter, const uint16_t *x, int n, int in,
+                            float *y, int y_stride, int out, float *scratch, cudaStream_t stream);
+
+/* One layer of the ForkKV residual pool on the device: per slot, rank bf16 lanes of K_res = x·A_k
+ * and, apart, of V_res = x·A_v (no RoPE). Slot s is block s / block_size, offset s % block_size of
+ * the residual pool's own block ids. An adapter of rank r < rank uses lanes [0, r), the rest are 0. */
+typedef struct {
+    uint16_t *k;  /* (n_blocks, block_size, rank) bf16 */
+    uint16_t *v;  /* (n_blocks, block_size, rank) bf16 */
+    int block_size, rank;
+} CudaResidualLayer;
+
+/* The ForkKV residual projection: for every token t with adapter k = token_adapter[t] in
+ * [1, n_ids) and slots[t] >= 0, writes bf16(A_k · x[t]) of k_proj into res->k and of v_proj into
+ * res->v at slot slots[t] (lanes past the adapter's rank zeroed; a NULL A writes zeros). Slot -1
+ * and base-model tokens are skipped. x (n, in) bf16 is the K/V projections' input. */
+cudaError_t cuda_lora_residual_store(const CudaLoraProjection *k_proj, const CudaLoraProjection *v_proj,
+                                     const int32_t *token_adapter, const uint16_t *x, int n, int in, const int32_t *slots,
+                                     const CudaResidualLayer *res, cudaStream_t stream);
+
+/* ForkKV's ResidualAttention (paper 002 § 5.3, Algorithm 1) over the base KV cache of `base` and
+ * the residual layer `res`, for sequences whose adapter (seq_adapter[s]) owns residuals:
+ *     K_j = K_base_j + scale · RoPE_pos_j(B_k · K_res_j)      V_j = V_base_j + scale · B_v · V_res_j
+ * with pos_j the slot's recorded position (angles formed as cuda_rope_kv_store forms them, from
+ * rope). Queries, causality (slot_pos <= query position), GQA and the sequence description are
+ * base's, exactly as for cuda_attention_prefill/decode. A sequence of adapter 0, or an adapter with
+ * NULL B (k_proj.b / v_proj.b), attends over the base K (or V) alone. */
+typedef struct {
+    CudaAttention base;
+    CudaResidualLayer res;              /* block_size == base.block_size; read only */
+    const int32_t *res_block_tables;    /* (n_seqs, base.table_stride) residual block ids, same token order */
+    const int32_t *seq_adapter;         /* (n_seqs) adapter id per sequence */
+    CudaLoraProjection k_proj, v_proj;  /* their b, rank and scale (B_k, B_v fp32 (n_kv_heads head_dim, rank)) */
+    CudaRopeShape rope;                 /* its rope_dim, interleaved, position_scale and inv_freq */
+} CudaResidualAttention;
+
+/* Largest query tile and GQA group of cuda_residual_attention. */
+#define CUDA_RESIDUAL_MAX_TILE_QUERIES 4
+#define CUDA_RESIDUAL_MAX_GROUP 8
+
+/* Runs ResidualAttention for n_tiles work items tiles (n_tiles, 2) = (sequence, first query row
+ * within the sequence): each covers min(tile_queries, rows left) query tokens. Decode: one tile
+ * (s, 0) per sequence and tile_queries 1; prefill: tiles every tile_queries rows. Each tile's
+ * context is split into n_splits parts (1..CUDA_DECODE_MAX_SPLITS) computed in parallel, then
+ * merged, and only then is V's up-projection applied (once per query head). partials holds
+ * cuda_residual_partials_floats(...) floats. head_dim even and <= 128; group <= 8;
+ * res.rank <= CUDA_LORA_MAX_RANK. Needs cuda_kernels_init (its shared-memory limit). */
+cudaError_t cuda_residual_attention(const CudaResidualAttention *a, const int32_t *tiles, int n_tiles, int tile_queries,
+                                    int n_splits, float *partials, cudaStream_t stream);
+size_t cuda_residual_partials_floats(int n_tiles, int n_heads, int tile_queries, int n_splits, int head_dim, int rank);
+
 /* Deterministic pseudo-random bf16 values uniform in [-scale, scale) (synthetic models). */
 cudaError_t cuda_fill_random_bf16(uint16_t *p, size_t n, uint64_t seed, float scale, cudaStream_t stream);
 /* p[0..n) = value. */

@@ -4,7 +4,10 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
-extern "C" cudaError_t cuda_kernels_init(void) { return cuda_attention_prefill_init(); }
+extern "C" cudaError_t cuda_kernels_init(void) {
+    cudaError_t e = cuda_attention_prefill_init();
+    return e != cudaSuccess ? e : cuda_residual_attention_init();
+}
 
 extern "C" int cuda_kernels_shape_supported(int head_dim, int n_heads, int n_kv_heads) {
     if (head_dim != 64 && head_dim != 128) return 0;
