@@ -1,5 +1,6 @@
 #include "worker/forward.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,13 +122,19 @@ static ResidualAdapter residual_adapter(const ForwardContext *ctx, const Forward
                              .b_v = pairs[LORA_PROJ_V].a ? pairs[LORA_PROJ_V].b : NULL, .rank = ad->rank, .scale = ad->scale};
 }
 
-/* Attention of a batch holding ForkKV sequences: each sequence by its own kernel. */
+/* Attention of a batch holding ForkKV sequences: each sequence by its own kernel. A decode step's
+ * sequences (one token each) run side by side, each kernel on one thread: a lone decode query has
+ * only n_kv_heads work items, too few to share the cores well; a sequence with several tokens
+ * runs alone with the cores inside its kernel. */
 static int attend_by_sequence(ForwardContext *ctx, const ForwardBatch *b, const KvLayerView *kv, int layer) {
     const ModelConfig *c = &ctx->weights->cfg;
     size_t q_dim = (size_t)c->n_heads * c->head_dim;
     ResidualLayerView res = residual_pool_layer(ctx->res, layer);
     RopeTable rope = {.cos = ctx->rope_by_pos_cos, .sin = ctx->rope_by_pos_sin, .n_positions = c->context_length,
                       .rope_dim = c->rope_dim, .head_dim = c->head_dim, .pairing = c->rope_pairing};
+    bool all_decode = b->n_seqs > 1 && b->n_tokens == b->n_seqs;
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic) if (all_decode) reduction(| : failed)
     for (int s = 0; s < b->n_seqs; s++) {
         int start = b->seq_start[s], n = b->seq_start[s + 1] - start;
         const float *q = ctx->q + (size_t)start * q_dim;
@@ -140,9 +147,9 @@ static int attend_by_sequence(ForwardContext *ctx, const ForwardBatch *b, const 
         } else {
             rc = cpu_attention(kv, b->block_tables[s], b->seq_n_ctx[s], q, b->positions + start, n, c->n_heads, out);
         }
-        if (rc) return -1;
+        failed |= rc != 0;
     }
-    return 0;
+    return failed ? -1 : 0;
 }
 
 /* out (n, dim) = RMSNorm of each token's row of x. Tokens are independent, so a decode step's

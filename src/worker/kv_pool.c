@@ -21,15 +21,8 @@ int kv_pool_create(KvPool *pool, const ModelConfig *cfg, int n_blocks, int block
     pool->n_kv_heads = cfg->n_kv_heads;
     pool->head_dim = cfg->head_dim;
     size_t per_layer = (size_t)n_blocks * cfg->n_kv_heads * block_size * cfg->head_dim;
-    pool->k = calloc((size_t)cfg->n_layers, sizeof *pool->k);
-    pool->v = calloc((size_t)cfg->n_layers, sizeof *pool->v);
     pool->slot_pos = calloc((size_t)n_blocks * block_size, sizeof *pool->slot_pos);
-    if (!pool->k || !pool->v || !pool->slot_pos) goto oom;
-    for (int l = 0; l < cfg->n_layers; l++) {
-        pool->k[l] = calloc(per_layer, sizeof *pool->k[l]);
-        pool->v[l] = calloc(per_layer, sizeof *pool->v[l]);
-        if (!pool->k[l] || !pool->v[l]) goto oom;
-    }
+    if (!pool->slot_pos || kv_layers_alloc(&pool->k, &pool->v, cfg->n_layers, per_layer)) goto oom;
     pool->bytes = 2 * per_layer * sizeof **pool->k * (size_t)cfg->n_layers;
     return 0;
 oom:
@@ -38,13 +31,29 @@ oom:
                            (double)kv_pool_block_bytes(cfg, block_size) * n_blocks / (1 << 20));
 }
 
-void kv_pool_destroy(KvPool *pool) {
-    for (int l = 0; l < pool->n_layers; l++) {
-        if (pool->k) free(pool->k[l]);
-        if (pool->v) free(pool->v[l]);
+int kv_layers_alloc(uint16_t ***k, uint16_t ***v, int n_layers, size_t per_layer) {
+    *k = calloc((size_t)n_layers, sizeof **k);
+    *v = calloc((size_t)n_layers, sizeof **v);
+    if (!*k || !*v) return -1;
+    for (int l = 0; l < n_layers; l++) {
+        (*k)[l] = calloc(per_layer, sizeof ***k);
+        (*v)[l] = calloc(per_layer, sizeof ***v);
+        if (!(*k)[l] || !(*v)[l]) return -1;
     }
-    free(pool->k);
-    free(pool->v);
+    return 0;
+}
+
+void kv_layers_free(uint16_t **k, uint16_t **v, int n_layers) {
+    for (int l = 0; l < n_layers; l++) {
+        if (k) free(k[l]);
+        if (v) free(v[l]);
+    }
+    free(k);
+    free(v);
+}
+
+void kv_pool_destroy(KvPool *pool) {
+    kv_layers_free(pool->k, pool->v, pool->n_layers);
     free(pool->slot_pos);
     memset(pool, 0, sizeof *pool);
 }

@@ -29,6 +29,10 @@ typedef struct {
 
 int kv_pool_create(KvPool *pool, const ModelConfig *cfg, int n_blocks, int block_size, BraidError *err);
 void kv_pool_destroy(KvPool *pool);
+/* n_layers zeroed K and V arrays of per_layer halves each (the pools' layer storage); -1 when out
+ * of memory, leaving what was allocated for kv_layers_free (which takes partial allocations). */
+int kv_layers_alloc(uint16_t ***k, uint16_t ***v, int n_layers, size_t per_layer);
+void kv_layers_free(uint16_t **k, uint16_t **v, int n_layers);
 KvLayerView kv_pool_layer(const KvPool *pool, int layer);
 /* Bytes one block takes across all layers (K + V). */
 size_t kv_pool_block_bytes(const ModelConfig *cfg, int block_size);

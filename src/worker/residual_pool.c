@@ -1,5 +1,7 @@
 #include "worker/residual_pool.h"
 
+#include "worker/kv_pool.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,28 +19,16 @@ int residual_pool_create(ResidualPool *pool, const ModelConfig *cfg, int n_block
     pool->block_size = block_size;
     pool->rank = rank;
     size_t per_layer = (size_t)n_blocks * block_size * rank;
-    pool->k = calloc((size_t)cfg->n_layers, sizeof *pool->k);
-    pool->v = calloc((size_t)cfg->n_layers, sizeof *pool->v);
-    if (!pool->k || !pool->v) goto oom;
-    for (int l = 0; l < cfg->n_layers; l++) {
-        pool->k[l] = calloc(per_layer, sizeof *pool->k[l]);
-        pool->v[l] = calloc(per_layer, sizeof *pool->v[l]);
-        if (!pool->k[l] || !pool->v[l]) goto oom;
+    if (kv_layers_alloc(&pool->k, &pool->v, cfg->n_layers, per_layer) == 0) {
+        pool->bytes = 2 * per_layer * sizeof **pool->k * (size_t)cfg->n_layers;
+        return 0;
     }
-    pool->bytes = 2 * per_layer * sizeof **pool->k * (size_t)cfg->n_layers;
-    return 0;
-oom:
     residual_pool_destroy(pool);
     return braid_error_set(err, "residual pool: out of memory for %d blocks of %d tokens at rank %d", n_blocks, block_size, rank);
 }
 
 void residual_pool_destroy(ResidualPool *pool) {
-    for (int l = 0; l < pool->n_layers; l++) {
-        if (pool->k) free(pool->k[l]);
-        if (pool->v) free(pool->v[l]);
-    }
-    free(pool->k);
-    free(pool->v);
+    kv_layers_free(pool->k, pool->v, pool->n_layers);
     memset(pool, 0, sizeof *pool);
 }
 
