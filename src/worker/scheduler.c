@@ -23,16 +23,17 @@ static void event(Scheduler *s, const char *kind, const SchedRequest *r, const c
 
 /* One JSONL line per cache event, in the shape of vLLM's KV events (BlockStored, BlockRemoved,
  * AllBlocksCleared) plus the tier ("medium") and why it happened. */
-static void log_cache_event(Scheduler *s, const CacheEvent *ev) {
+static void log_cache_event(Scheduler *s, const KvCache *cache, const char *pool, const CacheEvent *ev) {
     static const char *const kinds[] = {"", "BlockStored", "BlockRemoved", "AllBlocksCleared"};
     fprintf(s->events, "{\"t\":%.6f,\"event\":\"kv\",\"type\":\"%s\",\"reason\":\"%s\"", s->clock(), kinds[ev->kind], ev->reason);
+    if (pool) fprintf(s->events, ",\"pool\":\"%s\"", pool);
     if (ev->kind != CACHE_EVENT_CLEARED) {
         fprintf(s->events, ",\"medium\":\"%s\",\"blocks\":%d,\"block_hashes\":[", ev->tier == CACHE_TIER_HOST ? "host" : "device", ev->n_blocks);
         for (int i = 0; i < ev->n_blocks; i++) fprintf(s->events, "%s\"%016llx\"", i ? "," : "", (unsigned long long)ev->hashes[i]);
         fprintf(s->events, "],\"parent_block_hash\":\"%016llx\",\"tenant\":", (unsigned long long)ev->parent_hash);
-        json_text_string(s->events, kv_cache_name(&s->cache, CACHE_NAME_TENANT, ev->tenant));
+        json_text_string(s->events, kv_cache_name(cache, CACHE_NAME_TENANT, ev->tenant));
         fputs(",\"adapter\":", s->events);
-        json_text_string(s->events, kv_cache_name(&s->cache, CACHE_NAME_ADAPTER, ev->adapter));
+        json_text_string(s->events, kv_cache_name(cache, CACHE_NAME_ADAPTER, ev->adapter));
         fprintf(s->events, ",\"on_device\":%s,\"on_host\":%s", ev->tiers_after & CACHE_ON_DEVICE ? "true" : "false",
                 ev->tiers_after & CACHE_ON_HOST ? "true" : "false");
     }
@@ -41,8 +42,15 @@ static void log_cache_event(Scheduler *s, const CacheEvent *ev) {
 
 static void on_cache_event(void *ctx, const CacheEvent *ev) {
     Scheduler *s = ctx;
-    if (s->events) log_cache_event(s, ev);
+    if (s->events) log_cache_event(s, &s->cache, s->forkkv ? "base" : NULL, ev);
     if (s->observer.on_cache_event) s->observer.on_cache_event(s->observer.ctx, ev);
+}
+
+/* ForkKV residual blocks: logged beside the base blocks ("pool":"residual"); the router's index
+ * (the observer) follows the base tree only, the one that decides where a prefix is cached. */
+static void on_residual_event(void *ctx, const CacheEvent *ev) {
+    Scheduler *s = ctx;
+    if (s->events) log_cache_event(s, &s->residual.tree, "residual", ev);
 }
 
 int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err) {
@@ -68,6 +76,7 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err) {
             return -1;
         }
         s->forkkv = true;
+        kv_cache_set_observer(&s->residual.tree, on_residual_event, s);
     }
     return 0;
 }

@@ -296,6 +296,9 @@ static void test_engine_fork_then_full_hit(void **state) {
     Engine e;
     Output out[3];
     start_engine(&e, true, 256, 256);
+    FILE *events = tmpfile();
+    assert_non_null(events);
+    e.sched.events = events;
     run_one(&e, "coder", tokens, n, &out[0]);
     uint64_t forks_before = e.sched.counters.fork_tokens;
     run_one(&e, "planner", tokens, n, &out[1]);
@@ -309,7 +312,18 @@ static void test_engine_fork_then_full_hit(void **state) {
     assert_memory_equal(out[1].tokens, out[2].tokens, sizeof out[1].tokens);
     /* The base was never duplicated: one adapter-free namespace holds it. */
     assert_true(residual_cache_cached(&e.sched.residual) > 0);
+    /* The event log tells the two pools apart; the residual tree names the adapter. */
+    char line[4096];
+    int base_lines = 0, residual_lines = 0;
+    rewind(events);
+    while (fgets(line, sizeof line, events)) {
+        base_lines += strstr(line, "\"pool\":\"base\"") != NULL;
+        residual_lines += strstr(line, "\"pool\":\"residual\"") != NULL && strstr(line, "\"adapter\":\"planner\"") != NULL;
+    }
+    assert_true(base_lines > 0);
+    assert_true(residual_lines > 0);
     engine_free(&e);
+    fclose(events);
     free(tokens);
 }
 

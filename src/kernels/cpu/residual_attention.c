@@ -162,6 +162,68 @@ static void build_block(const ResidualJob *job, int g, int block_index, int n_sl
     }
 }
 
+/* scores (n) -> exp(score - max) in place, masked (-inf) lanes to exactly 0; returns their sum.
+ * Eight lanes at a time with vec_exp256 where the build has AVX2 (a decode step takes ~9 of them
+ * per context slot and layer, so a scalar expf would be the kernel's cost). */
+static float exp_shifted(float *scores, int n, float max) {
+    float sum = 0;
+    int j = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 acc = _mm256_setzero_ps(), vmax = _mm256_set1_ps(max), ninf = _mm256_set1_ps(-INFINITY);
+    for (; j + 8 <= n; j += 8) {
+        __m256 x = _mm256_loadu_ps(scores + j);
+        __m256 e = _mm256_and_ps(vec_exp256(_mm256_sub_ps(x, vmax)), _mm256_cmp_ps(x, ninf, _CMP_NEQ_OQ));
+        _mm256_storeu_ps(scores + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    sum = vec_hsum256(acc);
+#endif
+    for (; j < n; j++) {
+        scores[j] = scores[j] == -INFINITY ? 0.0f : expf(scores[j] - max);
+        sum += scores[j];
+    }
+    return sum;
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+/* out[0..8) = q · keys[j] for eight consecutive keys (rows of hd, hd % 8 == 0): eight running
+ * sums, then one transposing reduction instead of a horizontal sum per key. */
+static void dots8(const float *q, const float *keys, int hd, float *out) {
+    __m256 a[8];
+    for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 8) {
+        __m256 qv = _mm256_loadu_ps(q + d);
+        for (int k = 0; k < 8; k++) a[k] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(keys + (size_t)k * hd + d), a[k]);
+    }
+    __m256 s01 = _mm256_hadd_ps(a[0], a[1]), s23 = _mm256_hadd_ps(a[2], a[3]);
+    __m256 s45 = _mm256_hadd_ps(a[4], a[5]), s67 = _mm256_hadd_ps(a[6], a[7]);
+    __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31)));
+}
+#endif
+
+/* acc (width) += Σ_j p[j] · rows[j] (rows: (n, width)). Widths of 64 and 16 (a head, a rank-16
+ * residual) keep acc in registers across the block's slots; others go through memory. */
+static void accumulate_values(const float *p, int n, const float *rows, int width, float *acc) {
+#if defined(__AVX2__) && defined(__FMA__)
+    if (width == 64 || width == 16) {
+        int nv = width / 8;
+        __m256 a[8];
+        for (int k = 0; k < nv; k++) a[k] = _mm256_loadu_ps(acc + 8 * k);
+        for (int j = 0; j < n; j++) {
+            if (p[j] == 0.0f) continue;
+            __m256 w = _mm256_set1_ps(p[j]);
+            const float *row = rows + (size_t)j * width;
+            for (int k = 0; k < nv; k++) a[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(row + 8 * k), a[k]);
+        }
+        for (int k = 0; k < nv; k++) _mm256_storeu_ps(acc + 8 * k, a[k]);
+        return;
+    }
+#endif
+    for (int j = 0; j < n; j++)
+        if (p[j] != 0.0f) axpy(acc, p[j], rows + (size_t)j * width, width);
+}
+
 /* Stage 2 for one query row over one block: scores, then the online-softmax update of both
  * accumulators. */
 static void attend_block(const ResidualJob *job, int blk_slot0, int n_slots, const float *qrow, int32_t qp, float *m, float *l,
@@ -169,26 +231,26 @@ static void attend_block(const ResidualJob *job, int blk_slot0, int n_slots, con
     int hd = job->kv->head_dim, r = job->ad->rank;
     const int32_t *slot_pos = job->kv->slot_pos + blk_slot0;
     float inv_sqrt = 1.0f / sqrtf((float)hd), block_max = -INFINITY;
-    for (int j = 0; j < n_slots; j++) {
-        if (slot_pos[j] > qp) {
-            s->scores[j] = -INFINITY;
-            continue;
-        }
-        s->scores[j] = vec_dot_f32(qrow, s->k_tile + (size_t)j * hd, hd) * inv_sqrt;
+    int j = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    for (; hd % 8 == 0 && j + 8 <= n_slots; j += 8) dots8(qrow, s->k_tile + (size_t)j * hd, hd, s->scores + j);
+#endif
+    for (; j < n_slots; j++) s->scores[j] = vec_dot_f32(qrow, s->k_tile + (size_t)j * hd, hd);
+    for (j = 0; j < n_slots; j++) {
+        s->scores[j] = slot_pos[j] > qp ? -INFINITY : s->scores[j] * inv_sqrt;
         if (s->scores[j] > block_max) block_max = s->scores[j];
     }
     if (block_max == -INFINITY) return;
-    float m_new = *m > block_max ? *m : block_max, correction = expf(*m - m_new);
-    *l *= correction;
-    for (int d = 0; d < hd; d++) acc[d] *= correction;
-    for (int i = 0; i < r; i++) acc_res[i] *= correction;
-    for (int j = 0; j < n_slots; j++) {
-        if (s->scores[j] == -INFINITY) continue;
-        float p = expf(s->scores[j] - m_new);
-        *l += p;
-        axpy(acc, p, s->v_tile + (size_t)j * hd, hd);
-        axpy(acc_res, p, s->vres_tile + (size_t)j * r, r);
+    float m_new = *m > block_max ? *m : block_max;
+    if (m_new > *m) { /* rescale only when the running max moved */
+        float correction = expf(*m - m_new);
+        *l *= correction;
+        for (int d = 0; d < hd; d++) acc[d] *= correction;
+        for (int i = 0; i < r; i++) acc_res[i] *= correction;
     }
+    *l += exp_shifted(s->scores, n_slots, m_new);
+    accumulate_values(s->scores, n_slots, s->v_tile, hd, acc);
+    accumulate_values(s->scores, n_slots, s->vres_tile, r, acc_res);
     *m = m_new;
 }
 
