@@ -4,13 +4,13 @@
 # benchmarks (default model; synthetic Llama-3-8B shape). Logs go to OUTDIR, a summary to stdout.
 #   scripts/gpu-check.sh BIN_DIR MODEL.gguf OUTDIR [tests|sanitize|bench|all]...
 # BIN_DIR holds braid, bench_cuda, test_cuda_backend and test_engine, and optionally
-# test_residual_attention_cuda (a CUDA build, e.g.
+# test_residual_attention_cuda and test_lora_cuda (a CUDA build, e.g.
 # build/ and build/tests/ copied together). Run from the repository root (golden files).
 set -uo pipefail
 bin=${1:?BIN_DIR}; model=${2:?MODEL}; out=${3:?OUTDIR}; shift 3
 parts=${*:-all}
 mkdir -p "$out"
-export BRAID_TEST_MODEL=$model BRAID_TEST_GOLDEN_DIR=$PWD/tests/golden
+export BRAID_TEST_MODEL=$model BRAID_TEST_GOLDEN_DIR=$PWD/tests/golden BRAID_TEST_ADAPTER_DIR=$PWD/adapters
 status=0
 want() { [[ " $parts " == *" all "* || " $parts " == *" $1 "* ]]; }
 step() { # step NAME TIMEOUT CMD...: runs CMD with its log in OUTDIR/NAME.log, reports pass/fail
@@ -30,6 +30,9 @@ if want tests; then
   if [[ -x $bin/test_residual_attention_cuda ]]; then
     step test_residual_attention_cuda 300 "$bin/test_residual_attention_cuda"
   fi
+  if [[ -x $bin/test_lora_cuda ]]; then # adapters and ForkKV in the CUDA backend vs the CPU backend
+    step test_lora_cuda 400 "$bin/test_lora_cuda"
+  fi
 fi
 if want sanitize; then
   step sanitize_memcheck_generate 300 "$sanitizer" --tool memcheck --error-exitcode 9 \
@@ -46,6 +49,9 @@ if want sanitize; then
     step sanitize_memcheck_residual 300 "$sanitizer" --tool memcheck --error-exitcode 9 "$bin/test_residual_attention_cuda"
     step sanitize_racecheck_residual 300 "$sanitizer" --tool racecheck --error-exitcode 9 "$bin/test_residual_attention_cuda"
   fi
+  if [[ -x $bin/test_lora_cuda ]]; then # the CUDA backend's adapter path: tables, residual pool, metadata bounds
+    step sanitize_memcheck_lora 600 "$sanitizer" --tool memcheck --error-exitcode 9 "$bin/test_lora_cuda"
+  fi
   step sanitize_memcheck_batch 300 "$sanitizer" --tool memcheck --error-exitcode 9 \
     "$bin/braid" batch --device cuda --model "$model" --input "$out/sanitize_requests.jsonl" --output "$out/sanitize_out.jsonl"
 fi
@@ -61,5 +67,5 @@ if want bench; then
   step bench_llama3_8b 300 "$bin/bench_cuda" --model synthetic:llama3-8b --no-ceilings --batches 1,64 --steps 32 --prefill 4096
 fi
 echo "--- results"
-grep -h -E "^(ceilings|decode|prefill)|all prompts|agree on all|ERROR|FAILED|PASSED|ERROR SUMMARY|parts at" "$out"/*.log | head -60
+grep -h -E "^(ceilings|decode|prefill)|all prompts|agree on all|^(separate|ForkKV|base-only)|ERROR|FAILED|PASSED|ERROR SUMMARY|parts at" "$out"/*.log | head -80
 exit $status

@@ -56,11 +56,12 @@ typedef struct {
     CpuMatmulMath cpu_matmul; /* CPU only: fp32 (the zero value; the golden-tested path) or int8 activations */
     struct TpCollective *tp; /* tensor parallelism: the weights are this rank's shard; NULL = whole model */
     /* LoRA adapters a batch's seq_adapter ids name (borrowed; must outlive the backend); NULL = none.
-     * CPU only so far: the CUDA backend refuses a non-empty set, and so does --tp > 1 (adapters are
-     * not sharded). */
+     * Both backends run them (CUDA: worker/cuda_lora.h, ranks up to CUDA_LORA_MAX_RANK, adapter
+     * batches never replayed from a graph); --tp > 1 refuses a non-empty set (adapters are not
+     * sharded). */
     const LoraSet *lora;
     /* ForkKV (--lora-cache shared): residual pool blocks (incl. the null block; 0 = none) and its
-     * width, the widest adapter's rank. CPU only: the CUDA backend refuses adapters altogether. */
+     * width, the widest adapter's rank. Both backends (CPU: IEEE halves; CUDA: bf16, on the GPU). */
     int residual_blocks, residual_rank;
 } BackendConfig;
 

@@ -10,6 +10,13 @@
  * padding the extra rows; other steps launch the same kernel sequence directly. Only the greedy
  * ids and the logit rows the caller asks for come back to the host.
  *
+ * LoRA adapters and ForkKV (worker/cuda_lora.h): a step whose batch names an adapter or carries
+ * residual tables adds the adapter launches to each layer (deltas after the QKV and O GEMMs, the
+ * residual store, ResidualAttention for forked sequences, which the ordinary attention's work
+ * lists leave out) and always launches directly, never from a graph: the graphs were captured
+ * without those launches. A batch of base-model sequences only takes exactly the path it takes
+ * without adapters.
+ *
  * Cache operations (COPY, STORE to and LOAD from the host tier, which lives in pinned host memory
  * when it can) run as cudaMemcpyAsync calls on a copy stream; ROTATE runs as a kernel on the same
  * stream, so list order holds between it and the copies, with the RoPE shape and inverse
@@ -28,6 +35,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "transport/tp_collective.h"
 #include "worker/backend.h"
+#include "worker/cuda_lora.h"
 #include "worker/cuda_weights.h"
 #include "worker/graph_ladder.h"
 
@@ -75,11 +83,13 @@ typedef struct {
     int32_t *meta_host, *meta_dev;
     GraphLadder ladder;
     DecodeGraph graphs[GRAPH_LADDER_MAX];
+    CudaLora lora; /* adapters and the ForkKV residual pool (n_ids == 0: none loaded) */
 } CudaBackend;
 
 /* What one launch of the kernel sequence covers. */
 typedef struct {
     int n_tokens, n_seqs, n_dec, n_tiles, n_splits, n_logits;
+    bool adapted; /* the step has adapter work (cuda_lora_prepare done); never in a graph */
 } StepShape;
 
 #define CUDA_TRY(call, what)                                                                                        \
@@ -267,11 +277,14 @@ static int encode_layer(CudaBackend *cb, const Backend *b, int l, const StepShap
     CudaAttention att = attention_args(cb, b, l);
     CUDA_TRY(cuda_rmsnorm(cb->x, NULL, n, c->dim, L->attn_norm, c->norm_eps, cb->xb, st), "attention norm");
     if (gemm(cb, L->wqkv, qkv_dim, c->dim, cb->xb, n, cb->qkv, true, false, err)) return -1;
+    if (s->adapted && cuda_lora_project(&cb->lora, l, cb->xb, cb->qkv, st, err)) return -1;
     CUDA_TRY(cuda_rope_kv_store(cb->qkv, m + cb->meta.positions, m + cb->meta.slots, n, &rope, cb->q, cb->k_cache[l],
                                 cb->v_cache[l], b->cfg.block_size, st), "RoPE and KV store");
     CUDA_TRY(cuda_attention_prefill(&att, m + cb->meta.tiles, s->n_tiles, st), "prefill attention");
     CUDA_TRY(cuda_attention_decode(&att, m + cb->meta.dec_seqs, s->n_dec, s->n_splits, cb->partials, st), "decode attention");
+    if (s->adapted && cuda_lora_attend(&cb->lora, l, &att, &rope, st, err)) return -1;
     if (gemm(cb, L->wo, c->dim, q_dim, cb->att, n, cb->x, true, true, err)) return -1;
+    if (s->adapted && cuda_lora_add_output(&cb->lora, l, cb->att, cb->x, st, err)) return -1;
     CUDA_TRY(cuda_rmsnorm(cb->x, NULL, n, c->dim, L->ffn_norm, c->norm_eps, cb->xb, st), "MLP norm");
     if (gemm(cb, L->w_gate_up, 2 * c->ff_dim, c->dim, cb->xb, n, cb->gate_up, false, false, err)) return -1;
     CUDA_TRY(cuda_swiglu(cb->gate_up, n, c->ff_dim, cb->h, st), "SwiGLU");
@@ -311,6 +324,8 @@ static StepShape pack_batch(CudaBackend *cb, const Backend *b, const ForwardBatc
     for (int i = 0; i < fb->n_seqs; i++) {
         int n_q = fb->seq_start[i + 1] - fb->seq_start[i], n_blocks = (fb->seq_n_ctx[i] + b->cfg.block_size - 1) / b->cfg.block_size;
         memcpy(m + L->tables + (size_t)i * L->table_stride, fb->block_tables[i], (size_t)n_blocks * 4);
+        /* A ForkKV sequence attends by ResidualAttention (cuda_lora_attend), not from these lists. */
+        if (cuda_lora_seq_forked(fb, i)) continue;
         if (n_q == 1) {
             m[L->dec_seqs + s.n_dec++] = i;
             if (fb->seq_n_ctx[i] > max_ctx) max_ctx = fb->seq_n_ctx[i];
@@ -432,10 +447,18 @@ static int copy_results(CudaBackend *cb, const Backend *b, const ForwardBatch *f
     return 0;
 }
 
+/* A step with adapter work: its adapter metadata, then the direct launch with the adapter kernels. */
+static int run_adapted(CudaBackend *cb, const Backend *b, const ForwardBatch *fb, StepShape *s, BraidError *err) {
+    if (cuda_lora_prepare(&cb->lora, fb, cb->stream, err)) return -1;
+    s->adapted = true;
+    return upload_meta(cb, fb->n_seqs, err) || encode_forward(cb, b, s, err) ? -1 : 0;
+}
+
 static int cuda_forward(Backend *b, const ForwardBatch *fb, ForwardOutput *out, BraidError *err) {
     CudaBackend *cb = b->impl;
     CUDA_TRY(cudaSetDevice(cb->device), "selecting the device");
     StepShape s = pack_batch(cb, b, fb);
+    if (cuda_lora_batch_adapted(fb)) return run_adapted(cb, b, fb, &s, err) || copy_results(cb, b, fb, out, err) ? -1 : 0;
     int graph = run_decode_graph(cb, b, fb, err);
     if (graph < 0) return -1;
     if (graph > 0 && (upload_meta(cb, fb->n_seqs, err) || encode_forward(cb, b, &s, err))) return -1;
@@ -574,6 +597,7 @@ static void cuda_destroy(Backend *b) {
     if (cb->compute_done) cudaEventDestroy(cb->compute_done);
     if (cb->copies_done) cudaEventDestroy(cb->copies_done);
     free_host_tier(&cb->host);
+    cuda_lora_destroy(&cb->lora);
     free(cb);
     b->impl = NULL;
 }
@@ -615,12 +639,19 @@ static int setup_device(CudaBackend *cb, const Backend *b, BraidError *err) {
     return 0;
 }
 
+/* The adapters of cfg.lora on the device and, in ForkKV mode, the residual pool. */
+static int create_lora(CudaBackend *cb, const Backend *b, BraidError *err) {
+    CudaLoraConfig lc = {.set = b->cfg.lora, .model = &b->weights->cfg, .max_batch_tokens = b->cfg.max_batch_tokens,
+                         .max_seqs = b->cfg.max_seqs, .block_size = b->cfg.block_size, .table_stride = cb->meta.table_stride,
+                         .residual_blocks = b->cfg.residual_blocks, .residual_rank = b->cfg.residual_rank, .n_sms = cb->n_sms};
+    if (cuda_lora_create(&cb->lora, &lc, err)) return braid_error_wrap(err, "cuda backend");
+    return 0;
+}
+
 int backend_cuda_create(Backend *b, BraidError *err) {
     if (check_shape(b, err)) return -1;
     if (b->cfg.tp && b->cfg.tp->size > 1)
         return braid_error_set(err, "cuda backend: tensor parallelism (--tp > 1) runs on the CPU backend only so far; use --device cpu");
-    if (b->cfg.lora && b->cfg.lora->n > 0)
-        return braid_error_set(err, "cuda backend: LoRA adapters (--lora) run on the CPU backend only so far; use --device cpu");
     CudaBackend *cb = calloc(1, sizeof *cb);
     if (!cb) return braid_error_set(err, "cuda backend: out of memory");
     b->impl = cb;
@@ -628,14 +659,15 @@ int backend_cuda_create(Backend *b, BraidError *err) {
     layout_meta(&cb->meta, &b->cfg);
     graph_ladder_build(&cb->ladder, b->cfg.max_seqs);
     if (setup_device(cb, b, err) || cuda_weights_upload(&cb->w, b->weights, 0x5eed, err) || alloc_kv(cb, b, err) ||
-        alloc_host_tier(cb, b, err) || alloc_activations(cb, b, err)) {
+        alloc_host_tier(cb, b, err) || alloc_activations(cb, b, err) || create_lora(cb, b, err)) {
         cuda_destroy(b);
         b->ops = NULL;
         return -1;
     }
     const ModelConfig *c = &b->weights->cfg;
     b->kv_bytes = 2 * (size_t)c->n_layers * b->cfg.n_blocks * b->cfg.block_size * c->n_kv_heads * c->head_dim * 2;
-    b->weight_bytes = cb->w.bytes;
+    b->weight_bytes = cb->w.bytes + cb->lora.adapter_bytes; /* adapters are weights on the device too */
     b->host_kv_bytes = cb->host.bytes;
+    b->residual_kv_bytes = cb->lora.residual_bytes;
     return 0;
 }

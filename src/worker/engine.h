@@ -48,7 +48,7 @@ typedef struct {
     const LoraSet *lora;
     /* ForkKV (--lora-cache shared; worker/sched_forkkv.h): adapters share one base cache and keep
      * rank-r residuals in a pool of residual_blocks blocks (incl. the null block); off = separate
-     * caches per adapter (the namespace above). Needs adapters; CPU backend only. */
+     * caches per adapter (the namespace above). Needs adapters; CPU and CUDA backends. */
     bool lora_shared;
     int residual_blocks;
 } EngineConfig;

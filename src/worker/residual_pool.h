@@ -1,5 +1,6 @@
 /*
- * residual_pool.h — the worker's memory for ForkKV residuals (--lora-cache shared; CPU backend).
+ * residual_pool.h — the worker's memory for ForkKV residuals (--lora-cache shared; CPU backend;
+ * the CUDA backend keeps its own bf16 pool of the same layout, worker/cuda_lora.h).
  *
  * Owns: per layer, K_res and V_res arrays (n_blocks, block_size, rank) of IEEE halves: x·A_k and
  * x·A_v of the adapted sequences (no RoPE), `rank` wide (the widest loaded adapter's; narrower

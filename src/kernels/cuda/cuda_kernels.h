@@ -136,7 +136,7 @@ cudaError_t cuda_memcpy_kv_blocks(const CudaKvTier *src, int src_block, const Cu
                                   int n_layers, size_t block_elems, int block_size, enum cudaMemcpyKind kind,
                                   cudaStream_t stream);
 
-/* ---- LoRA and ForkKV (lora_delta.cu, residual_attention.cu; not yet called by backend_cuda.c) ---- */
+/* ---- LoRA and ForkKV (lora_delta.cu, residual_attention.cu; driven by worker/cuda_lora.c) ---- */
 
 /* Largest adapter rank (and residual pool width) the LoRA and residual kernels take: ForkKV's
  * adapters are rank 8..64, and the residual kernels keep per-row rank-wide state on chip. */
