@@ -33,22 +33,12 @@ static LoraSet lora;
 static TokenList shared_prompt, other_prompt;
 
 static int encode(const char *text, TokenList *out) {
-    BraidError err;
-    if (tokenizer_encode(&model.tokenizer, text, strlen(text), true, false, out, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    return 0;
+    return golden_encode(&model, text, true, out);
 }
 
 static int setup(void **state) {
     (void)state;
-    BraidError err;
-    if (braid_model_load(test_model_path(), &model, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    if (golden_load_adapters(&model.weights.cfg, &lora)) return -1;
+    if (golden_load_model_and_adapters(&model, &lora)) return -1;
     /* Long enough for two full cache blocks of 16 tokens. */
     return encode("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
                   "<|im_start|>user\nWrite the function subtract for a calculator app.<|im_end|>\n<|im_start|>assistant\n",

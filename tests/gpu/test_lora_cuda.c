@@ -67,23 +67,13 @@ typedef struct {
     int steps, flips;
 } Diff;
 
-static int encode(const char *text, bool bos, TokenList *out) {
-    BraidError err;
-    if (tokenizer_encode(&model.tokenizer, text, strlen(text), bos, false, out, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    return 0;
+static int encode(const char *text, bool parse_special, TokenList *out) {
+    return golden_encode(&model, text, parse_special, out);
 }
 
 static int setup(void **state) {
     (void)state;
-    BraidError err;
-    if (braid_model_load(test_model_path(), &model, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return -1;
-    }
-    if (golden_load_adapters(&model.weights.cfg, &lora)) return -1;
+    if (golden_load_model_and_adapters(&model, &lora)) return -1;
     return encode("<|im_start|>system\nYou are part of a software team. The project is a calculator app written in C with "
                   "functions add, subtract, multiply and divide, each in its own file, with unit tests for each.<|im_end|>\n",
                   true, &context) ||

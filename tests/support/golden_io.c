@@ -130,6 +130,24 @@ int golden_load_adapters(const ModelConfig *cfg, LoraSet *set) {
     return 0;
 }
 
+int golden_load_model_and_adapters(BraidModel *model, LoraSet *set) {
+    BraidError err;
+    if (braid_model_load(test_model_path(), model, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    return golden_load_adapters(&model->weights.cfg, set);
+}
+
+int golden_encode(const BraidModel *model, const char *text, bool parse_special, TokenList *out) {
+    BraidError err;
+    if (tokenizer_encode(&model->tokenizer, text, strlen(text), parse_special, false, out, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
 double golden_top2_gap(const float *logits, int n) {
     float best = -INFINITY, second = -INFINITY;
     for (int v = 0; v < n; v++) {

@@ -41,6 +41,11 @@ int golden_greedy_mismatches(SequenceRunner *runner, const json_t *p, const floa
 /* Loads the committed adapters (TEST_ADAPTER_ROLES, ids 1..TEST_N_ADAPTERS) for the model; -1 with a
  * message on stderr. */
 int golden_load_adapters(const ModelConfig *cfg, LoraSet *set);
+/* The test model and the committed adapters, as the LoRA tests start; -1 with a message on stderr. */
+int golden_load_model_and_adapters(BraidModel *model, LoraSet *set);
+/* Encodes text with the model's tokenizer (parse_special: chat markers become their tokens; no BOS
+ * added); -1 with a message on stderr. */
+int golden_encode(const BraidModel *model, const char *text, bool parse_special, TokenList *out);
 
 /* Gap between the largest and second-largest of logits[0..n) (how close greedy is to a tie). */
 double golden_top2_gap(const float *logits, int n);
