@@ -58,6 +58,9 @@ typedef struct {
      * that accept approximate K/V (CacheIdentity.approx_ok) match it; an exact commit of the same
      * tokens replaces its blocks and clears the flag. */
     bool approximate;
+    /* Leases of this node's blocks to other instances (KV block moves, kv_cache_lend): while
+     * non-zero its host copy is not evicted (its lock already keeps the device blocks). */
+    uint16_t lend_refs;
 } CacheNodeMeta;
 
 /* A workflow's predicted future, as the coordinator's predictor sees it after its latest call:

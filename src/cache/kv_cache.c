@@ -76,7 +76,7 @@ static bool device_evictable(const RadixNode *n) {
 /* A host copy of a device node is redundant and can always go; a host-only node only as an
  * unlocked leaf (a locked one is about to be loaded). */
 static bool host_evictable(const RadixNode *n) {
-    if (radix_is_root(n) || !on_tier(n, CACHE_ON_HOST) || n->meta.pinned) return false;
+    if (radix_is_root(n) || !on_tier(n, CACHE_ON_HOST) || n->meta.pinned || n->meta.lend_refs) return false;
     return on_tier(n, CACHE_ON_DEVICE) || (n->lock_ref == 0 && n->n_children == 0);
 }
 
@@ -475,6 +475,30 @@ int kv_cache_match(KvCache *c, const CacheIdentity *id, const int32_t *tokens, i
         if (n->meta.approximate) m->approx_from_block = matched;
     }
     return 0;
+}
+
+int kv_cache_lend(KvCache *c, const KvCacheMatch *m, uint8_t *tiers, int32_t *blocks) {
+    int n = m->device_blocks + m->host_blocks, at = n;
+    for (RadixNode *node = m->node; !radix_is_root(node); node = node->parent) {
+        bool device = on_tier(node, CACHE_ON_DEVICE);
+        at -= node->n_blocks;
+        for (int i = 0; i < node->n_blocks; i++) {
+            tiers[at + i] = device ? CACHE_TIER_DEVICE : CACHE_TIER_HOST;
+            blocks[at + i] = device ? node->blocks[i] : node->host_blocks[i];
+        }
+        node->meta.lend_refs++;
+        heap_refresh(c, node);
+    }
+    c->counters.lent_blocks += (uint64_t)n;
+    return n;
+}
+
+void kv_cache_lend_end(KvCache *c, RadixNode *lock) {
+    for (RadixNode *node = lock; node && !radix_is_root(node); node = node->parent) {
+        if (node->meta.lend_refs > 0) node->meta.lend_refs--;
+        heap_refresh(c, node);
+    }
+    kv_cache_release(c, lock, NULL, 0);
 }
 
 /* Loads a host-only node into n_blocks freshly reserved device blocks (held by the caller). */

@@ -128,6 +128,8 @@ typedef struct {
      * admit a request (the engine keeps ownership of memory); blocks decayed and evicted on request. */
     uint64_t shared_hit_tokens, spliced_tokens;
     uint64_t pins, pin_expired_blocks, pin_revoked_blocks, decayed_blocks, directive_evicted_blocks;
+    /* KV block moves: blocks lent to other instances (kv_cache_lend). */
+    uint64_t lent_blocks;
 } KvCacheCounters;
 
 /* Segment reuse (paper 003): how a request may take chunks of other sequences at other offsets.
@@ -300,6 +302,15 @@ int kv_cache_reserve(KvCache *c, int n, int32_t *out);
 int kv_cache_commit(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_full, const int32_t *table, RadixNode **lock,
                     bool relock, BraidError *err);
 void kv_cache_release(KvCache *c, RadixNode *lock, const int32_t *table, int n_blocks);
+
+/* KV block moves, the lending side (worker/kv_moves.h). After kv_cache_match, the matched blocks
+ * (device_blocks + host_blocks of m) in sequence order: each block's tier (CACHE_TIER_DEVICE where
+ * its node is on the device, else CACHE_TIER_HOST) and id, for another instance to read. Until
+ * kv_cache_lend_end the match's lock keeps the device blocks and the path's host copies are not
+ * evicted either. Returns the count. */
+int kv_cache_lend(KvCache *c, const KvCacheMatch *m, uint8_t *tiers, int32_t *blocks);
+/* The lease of kv_cache_lend is over: the marks go and the match's lock is released. */
+void kv_cache_lend_end(KvCache *c, RadixNode *lock);
 
 /* Frees at least n blocks of a tier (device: demote or drop; host: evict), as pressure would.
  * Returns the number freed. */

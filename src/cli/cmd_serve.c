@@ -70,6 +70,15 @@ static const char serve_usage[] =
     "                           1/T share of every block), --host-kv-gib is per rank, and the default's 25% and\n"
     "                           the MemAvailable check cover all the worker ranks of a machine together\n"
     "  --route-slack N          router: skip an instance with N more requests than the least loaded (default 8)\n"
+    "  --router cache|round-robin  cache (default): the instance holding the longest cached prefix, within the\n"
+    "                           load slack; round-robin: each request to the next live instance (a baseline)\n"
+    "  --kv-moves on|off        on (default): when the chosen instance holds less of a prompt's prefix than\n"
+    "                           another, it reads the missing KV blocks from that instance over UCX instead of\n"
+    "                           recomputing them, if the cost model below says that is cheaper (one-rank CPU\n"
+    "                           instances; others log why they take no part). UCX_TLS etc. pick the transport\n"
+    "  --move-gbps G            cost model: bandwidth of one move in GB/s (default 1.0)\n"
+    "  --move-prefill-tps R     cost model: an instance's prefill rate in tokens/s (default 1000)\n"
+    "  --move-timeout S         a move not done in S seconds is abandoned and the prefix recomputed (default 5)\n"
     "  --events PATH            JSONL log of routing decisions and of every instance's KV events (vLLM's\n"
     "                           BlockStored / BlockRemoved / AllBlocksCleared, per tier, with the instance)\n"
     "  --kv-events-endpoint EP  also publish every instance's KV events in vLLM's format (msgpack KVEventBatch,\n"
@@ -146,6 +155,9 @@ typedef struct {
     long max_connections, max_connections_per_client, http_timeout;
     long markov, horizon, max_workflows; /* markov 0: not given */
     double idle_timeout, instance_timeout;
+    bool kv_moves;
+    RouterMode router_mode;
+    double move_gbps, move_prefill_tps, move_timeout;
     bool cache, predictor_learn;
     CpuMatmulMath cpu_matmul;
     BackendKind device;
@@ -170,7 +182,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
            O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_PIN_BUDGET, O_INSTANCE_TIMEOUT, O_EXIT_STATUS, O_MAX_CONN, O_MAX_CONN_CLIENT, O_HTTP_TIMEOUT,
            O_KV_EVENTS_EP, O_KV_EVENTS_REPLAY, O_KV_EVENTS_TOPIC, O_LORA, O_LORA_CACHE, O_RESIDUAL_BLOCKS, O_MANIFEST_OUT, O_MANIFEST_CAPACITY,
            O_WARM_START, O_WARM_START_PIN, O_OCCUPANCY, O_OCCUPANCY_INTERVAL,
-           O_RESTARTS, O_RESPAWNED, O_RESPAWN_HOST, O_REWARM_HEADS, O_REWARM_TOKENS };
+           O_RESTARTS, O_RESPAWNED, O_RESPAWN_HOST, O_REWARM_HEADS, O_REWARM_TOKENS, O_KV_MOVES, O_ROUTER, O_MOVE_GBPS,
+           O_MOVE_PREFILL, O_MOVE_TIMEOUT };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -205,6 +218,9 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"restart-instances", required_argument, 0, O_RESTARTS},
         {"rewarm-heads", required_argument, 0, O_REWARM_HEADS}, {"rewarm-tokens", required_argument, 0, O_REWARM_TOKENS},
         {"respawned-instance", required_argument, 0, O_RESPAWNED}, {"respawn-host-blocks", required_argument, 0, O_RESPAWN_HOST},
+        {"kv-moves", required_argument, 0, O_KV_MOVES}, {"router", required_argument, 0, O_ROUTER},
+        {"move-gbps", required_argument, 0, O_MOVE_GBPS}, {"move-prefill-tps", required_argument, 0, O_MOVE_PREFILL},
+        {"move-timeout", required_argument, 0, O_MOVE_TIMEOUT},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
                      .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
@@ -215,7 +231,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
                      .max_connections_per_client = 64, .http_timeout = 10,
                      .manifest_capacity = MANIFEST_RECORDER_DEFAULT_CAPACITY, .occupancy_interval = 1.0,
                      .respawned_instance = -1, .rewarm_heads = WARM_START_DEFAULT_REWARM_HEADS,
-                     .rewarm_tokens = WARM_START_DEFAULT_REWARM_TOKENS};
+                     .rewarm_tokens = WARM_START_DEFAULT_REWARM_TOKENS, .kv_moves = true, .router_mode = ROUTER_CACHE_AWARE,
+                     .move_gbps = MOVE_DEFAULT_LINK_GBPS, .move_prefill_tps = MOVE_DEFAULT_PREFILL_TPS, .move_timeout = 5.0};
     int c;
     BraidError err;
     optind = 1;
@@ -308,6 +325,32 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_PIN_BUDGET: target = &a->pin_budget, flag = "--pin-budget", lo = 0, hi = 1 << 30; break;
         case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("serve", optarg, &a->host_tier, verbose)) return 2; break;
         case O_HOST_GIB: if (cli_parse_host_kv_gib("serve", optarg, &a->host_tier, verbose)) return 2; break;
+        case O_KV_MOVES:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                if (verbose) fprintf(stderr, "braid serve: --kv-moves expects on or off, got '%s'\n", optarg);
+                return 2;
+            }
+            a->kv_moves = strcmp(optarg, "on") == 0;
+            break;
+        case O_ROUTER:
+            if (strcmp(optarg, "cache") && strcmp(optarg, "round-robin")) {
+                if (verbose) fprintf(stderr, "braid serve: --router expects cache or round-robin, got '%s'\n", optarg);
+                return 2;
+            }
+            a->router_mode = strcmp(optarg, "cache") == 0 ? ROUTER_CACHE_AWARE : ROUTER_ROUND_ROBIN;
+            break;
+        case O_MOVE_GBPS:
+            if (verbose ? cli_parse_float("--move-gbps", optarg, 1e-6, 1e6, &a->move_gbps) : (a->move_gbps = strtod(optarg, NULL), 0)) return 2;
+            break;
+        case O_MOVE_PREFILL:
+            if (verbose ? cli_parse_float("--move-prefill-tps", optarg, 1e-3, 1e12, &a->move_prefill_tps)
+                        : (a->move_prefill_tps = strtod(optarg, NULL), 0))
+                return 2;
+            break;
+        case O_MOVE_TIMEOUT:
+            if (verbose ? cli_parse_float("--move-timeout", optarg, 0.01, 3600, &a->move_timeout) : (a->move_timeout = strtod(optarg, NULL), 0))
+                return 2;
+            break;
         case O_PREFETCH:
             if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
                 if (verbose) fprintf(stderr, "braid serve: --prefetch expects on or off, got '%s'\n", optarg);
@@ -561,7 +604,9 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, const Lo
     }
     describe_forecasts(a, *predictor);
     CoordinatorConfig cc = {.n_instances = n_instances, .tp = (int)a->tp, .max_pending = (int)a->max_pending,
-                            .load_slack = (int)a->route_slack, .events = events, .trace = trace, .ready_line = ready_line,
+                            .load_slack = (int)a->route_slack, .router_mode = a->router_mode,
+                            .moves = {.enabled = a->kv_moves, .link_bytes_per_s = a->move_gbps * 1e9, .latency_s = MOVE_DEFAULT_LATENCY_S,
+                                      .prefill_tokens_per_s = a->move_prefill_tps, .min_blocks = MOVE_DEFAULT_MIN_BLOCKS}, .events = events, .trace = trace, .ready_line = ready_line,
                             .forecast = {.predictor = *predictor, .kind = a->markov == 2 ? PREDICTOR_MARKOV2 : PREDICTOR_MARKOV1,
                                          .learn = a->predictor_learn, .horizon = (int)a->horizon,
                                          .max_workflows = (int)a->max_workflows, .idle_timeout_s = a->idle_timeout},
@@ -658,7 +703,8 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet
                    .approx_window = (int)a->approx_window, .lora = lora, .lora_shared = a->lora.shared,
                    .residual_blocks = cli_residual_blocks(&a->lora, a->kv_blocks),
                    .pin_budget_blocks = (int)((a->pin_budget + a->block_size - 1) / a->block_size)},
-        .occupancy_log = a->occupancy_log, .occupancy_interval = a->occupancy_interval};
+        .occupancy_log = a->occupancy_log, .occupancy_interval = a->occupancy_interval, .kv_moves = a->kv_moves,
+        .move_timeout_s = a->move_timeout};
     int tp_rank = (rank - 1) % tp;
     BraidError err;
     int rc = tp_rank == 0 ? instance_leader_run(&cfg, lost_ranks, &err) : tp_peer_run(&cfg, lost_ranks, &err);

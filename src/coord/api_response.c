@@ -5,10 +5,11 @@
 
 static json_t *usage_json(const ApiUsage *u) {
     int host = u->cached_tokens_host < 0 ? 0 : u->cached_tokens_host > u->cached_tokens ? u->cached_tokens : u->cached_tokens_host;
-    return json_pack("{s:i, s:i, s:i, s:{s:i, s:i, s:i, s:i}}", "prompt_tokens", u->prompt_tokens, "completion_tokens",
+    int remote = u->cached_tokens_remote < 0 ? 0 : u->cached_tokens_remote > u->cached_tokens ? u->cached_tokens : u->cached_tokens_remote;
+    return json_pack("{s:i, s:i, s:i, s:{s:i, s:i, s:i, s:i, s:i}}", "prompt_tokens", u->prompt_tokens, "completion_tokens",
                      u->completion_tokens, "total_tokens", u->prompt_tokens + u->completion_tokens, "prompt_tokens_details",
                      "cached_tokens", u->cached_tokens, "cached_tokens_device", u->cached_tokens - host, "cached_tokens_host", host,
-                     "segment_reused_tokens", u->segment_reused_tokens);
+                     "cached_tokens_remote", remote, "segment_reused_tokens", u->segment_reused_tokens);
 }
 
 /* The instance's outcome list under "directive_outcomes"; a cache_control pin (index -(k + 1))

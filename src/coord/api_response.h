@@ -25,12 +25,15 @@ typedef struct {
 
 /* usage.prompt_tokens_details: cached_tokens (OpenAI's field) counts every prompt token served from
  * the cache, whichever tier held it; Braid adds cached_tokens_device and cached_tokens_host, which
- * sum to it, and segment_reused_tokens: prompt tokens past the cached prefix whose K/V came from
+ * sum to it, cached_tokens_remote: of those, the ones moved in from another instance's cache for this
+ * request (KV block moves; they landed on the device, so cached_tokens_device counts them too), and
+ * segment_reused_tokens: prompt tokens past the cached prefix whose K/V came from
  * chunks cached elsewhere (segment reuse) instead of prefill. */
 typedef struct {
     int prompt_tokens, completion_tokens;
     int cached_tokens;      /* device + host */
     int cached_tokens_host; /* of those, loaded back from the host tier */
+    int cached_tokens_remote; /* of those, moved in from another instance */
     int segment_reused_tokens; /* not in cached_tokens: prompt tokens whose K/V came from reused segments */
     const char *directive_outcomes; /* the instance's JSON array, or NULL: becomes the top-level
                                        "directive_outcomes" of the answer / usage chunk */

@@ -16,6 +16,7 @@ CoordRequest *coord_request_create(void) {
     r->refs = 1;
     r->instance = -1;
     r->pin_instance = -1;
+    r->pull_source = -1;
     return r;
 }
 
@@ -82,6 +83,7 @@ void coord_request_finish(CoordRequest *r, int reason, const CoordUsage *u, cons
     r->prompt_tokens = u->prompt_tokens;
     r->cached_tokens = u->cached_tokens;
     r->cached_tokens_host = u->cached_tokens_host;
+    r->cached_tokens_remote = u->cached_tokens_remote;
     r->reused_tokens = u->reused_tokens;
     r->completion_tokens = u->completion_tokens;
     r->preemptions = u->preemptions;

@@ -28,6 +28,8 @@ typedef struct CoordRequest {
     uint8_t segment_mode;   /* SegmentReuseMode, resolved against the server's */
     bool want_logprobs;     /* the instance reports each token's logprob and logprobs_top alternatives */
     int logprobs_top;
+    int pull_source;        /* KV move planned for this dispatch (move_plan.h): the instance lending the prefix, -1 none */
+    int pull_blocks;        /* the prefix it holds, in blocks */
     int pin_instance;       /* -1: the router picks; else the instance to run on (the n > 1 choices
                                after the first go where the first's prompt KV is cached; a restarted
                                instance's re-warm heads go to it) */
@@ -56,6 +58,7 @@ typedef struct CoordRequest {
     int prompt_tokens, completion_tokens, preemptions;
     int cached_tokens;      /* prompt tokens served from the cache, both tiers */
     int cached_tokens_host; /* of those, loaded back from the host tier */
+    int cached_tokens_remote; /* of those, moved in from another instance */
     int reused_tokens;      /* prompt tokens whose K/V came from reused segments */
     char *directive_outcomes; /* the instance's JSON array of directive outcomes (set with the finish), or NULL */
     char error[256];
@@ -77,7 +80,7 @@ int coord_request_push_token(CoordRequest *r, int32_t token, const TokenLogprob 
 void coord_request_restart(CoordRequest *r);
 /* The instance's usage numbers for a finished request. */
 typedef struct {
-    int prompt_tokens, cached_tokens, cached_tokens_host, reused_tokens, completion_tokens, preemptions;
+    int prompt_tokens, cached_tokens, cached_tokens_host, cached_tokens_remote, reused_tokens, completion_tokens, preemptions;
     const char *directive_outcomes; /* JSON array text, or NULL / "" when the request had none (copied) */
 } CoordUsage;
 /* A request that finished without error and without a token (its first sampled token was EOS)

@@ -45,10 +45,13 @@ int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm worl
     }
     c->reviving = calloc((size_t)(cfg->n_instances > 0 ? cfg->n_instances : 1), sizeof *c->reviving);
     c->ever_ready = calloc((size_t)(cfg->n_instances > 0 ? cfg->n_instances : 1), sizeof *c->ever_ready);
+    c->can_move = calloc((size_t)(cfg->n_instances > 0 ? cfg->n_instances : 1), sizeof *c->can_move);
+    c->block_bytes = calloc((size_t)(cfg->n_instances > 0 ? cfg->n_instances : 1), sizeof *c->block_bytes);
     c->restarts_on = cfg->max_restarts > 0 && cfg->respawn_args;
-    if (!c->reviving || !c->ever_ready ||
+    c->router.mode = cfg->router_mode;
+    if (!c->reviving || !c->ever_ready || !c->can_move || !c->block_bytes ||
         (c->restarts_on && instance_restarts_init(&c->restarts, cfg->n_instances, cfg->max_restarts, cfg->respawn_args, err))) {
-        free(c->reviving), free(c->ever_ready);
+        free(c->reviving), free(c->ever_ready), free(c->can_move), free(c->block_bytes);
         instance_health_free(&c->health);
         router_free(&c->router);
         free(c->status);
@@ -91,6 +94,8 @@ void coordinator_free(Coordinator *c) {
     if (c->restarts_on) instance_restarts_free(&c->restarts);
     free(c->reviving);
     free(c->ever_ready);
+    free(c->can_move);
+    free(c->block_bytes);
     free(c->status);
     if (c->have_forecast) workflow_forecast_free(&c->forecast);
     ctrl_free(&c->ctrl);
@@ -403,16 +408,34 @@ static int send_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
                    .top_k = r->top_k, .seed = r->seed, .ignore_eos = r->ignore_eos, .tenant = r->tenant, .adapter = r->adapter,
                    .workflow = r->workflow, .agent = r->agent, .tokens = r->prompt, .n_tokens = r->n_prompt,
                    .want_hidden = wants_hidden(c, r), .segment_mode = r->segment_mode,
-                   .want_logprobs = r->want_logprobs, .logprobs_top = r->logprobs_top, .directives = r->directives};
+                   .want_logprobs = r->want_logprobs, .logprobs_top = r->logprobs_top, .directives = r->directives,
+                   .pull_rank = r->pull_source >= 0 ? leader_rank(c, r->pull_source) : -1, .pull_blocks = r->pull_source >= 0 ? r->pull_blocks : 0};
     WireBuf b = {0};
     msg_submit_encode(&b, &m);
     return send_to_instance(c, r->instance, MSG_SUBMIT, &b, err);
 }
 
+/* Whether the chosen instance should fetch the prefix another holds (move_plan.h): noted on r. */
+static void plan_move(Coordinator *c, CoordRequest *r, const RouteDecision *d) {
+    MovePlan p = move_plan(&c->cfg.moves, d, c->can_move, c->block_bytes, c->block_size);
+    r->pull_source = p.source;
+    r->pull_blocks = p.blocks;
+    if (p.source < 0) return;
+    c->moves_planned++;
+    if (c->cfg.events) {
+        fprintf(c->cfg.events,
+                "{\"t\":%.6f,\"event\":\"move_planned\",\"req\":%llu,\"from\":%d,\"to\":%d,\"blocks\":%d,\"gain_blocks\":%d,"
+                "\"move_s\":%.6f,\"recompute_s\":%.6f}\n",
+                braid_now_seconds(), (unsigned long long)r->id, p.source, d->instance, p.blocks, p.blocks - d->matched_blocks, p.move_s,
+                p.recompute_s);
+        fflush(c->cfg.events);
+    }
+}
+
 static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
     RouteDecision d = router_pick(&c->router, r->block_hashes, r->n_hashes, r->workflow);
     if (r->pin_instance >= 0 && r->pin_instance < c->cfg.n_instances && !c->router.down[r->pin_instance])
-        d = (RouteDecision){.instance = r->pin_instance, .matched_blocks = r->n_hashes, .reason = "pinned"}; /* an n > 1 sibling (where its prompt's KV is) or a re-warm head */
+        d = (RouteDecision){.instance = r->pin_instance, .matched_blocks = r->n_hashes, .reason = "pinned", .source = -1}; /* an n > 1 sibling (where its prompt's KV is) or a re-warm head */
     if (d.instance < 0) { /* every instance died after this request was accepted */
         fail_request_status(c, r, 503, "no instance is alive to serve it");
         coord_request_release(r);
@@ -427,6 +450,7 @@ static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
     c->table[c->n_table++] = r; /* ids grow monotonically, so appending keeps the table sorted */
     router_assigned(&c->router, d.instance, r->workflow);
     log_route(c, r, d);
+    plan_move(c, r, &d);
     if (forecast_call(c, r, err)) return -1;
     return send_submit(c, r, err);
 }
@@ -507,6 +531,9 @@ static void on_ready(Coordinator *c, int instance, WireReader *rd) {
         int tokens = m.n_blocks * m.block_size;
         if (c->pool_tokens == 0 || tokens < c->pool_tokens) c->pool_tokens = tokens;
         c->block_size = m.block_size;
+        /* A respawned leader is reached over its own intercommunicator; other leaders cannot reach it. */
+        c->can_move[instance] = m.kv_moves && !(c->restarts_on && c->restarts.joined[instance]);
+        c->block_bytes[instance] = m.block_bytes;
         if (!c->ever_ready[instance]) c->ready_instances++;
         c->ever_ready[instance] = true;
         bool revived = c->reviving[instance];
@@ -560,7 +587,7 @@ static void on_finish(Coordinator *c, int instance, WireReader *rd) {
     if (at >= 0) {
         trace_finished(c, c->table[at], &m);
         CoordUsage u = {.prompt_tokens = m.prompt_tokens, .cached_tokens = m.cached_tokens, .cached_tokens_host = m.cached_tokens_host,
-                        .reused_tokens = m.reused_tokens, .completion_tokens = m.completion_tokens, .preemptions = m.preemptions,
+                        .cached_tokens_remote = m.cached_tokens_remote, .reused_tokens = m.reused_tokens, .completion_tokens = m.completion_tokens, .preemptions = m.preemptions,
                         .directive_outcomes = m.directive_outcomes};
         router_finished(&c->router, instance);
         /* Its last request gone, the instance runs nothing: publish that now, not at its next STATS,
@@ -594,7 +621,8 @@ static void on_stats(Coordinator *c, int instance, WireReader *rd) {
                        .pinned_blocks = m.pinned_blocks, .residual_used_blocks = m.residual_used_blocks,
                        .residual_total_blocks = m.residual_total_blocks, .residual_hit_tokens = m.residual_hit_tokens,
                        .fork_tokens = m.fork_tokens, .partial_hit_tokens = m.partial_hit_tokens,
-                       .residual_evicted_blocks = m.residual_evicted_blocks};
+                       .residual_evicted_blocks = m.residual_evicted_blocks, .moved_in_blocks = m.moved_in_blocks,
+                       .moved_in_bytes = m.moved_in_bytes, .move_failures = m.move_failures, .lent_blocks = m.lent_blocks};
     metrics_set_instance(c->metrics, instance, &s);
 }
 
@@ -725,6 +753,7 @@ static int route_again(Coordinator *c, CoordRequest *r, int from, BraidError *er
     r->instance = d.instance;
     router_assigned(&c->router, d.instance, r->workflow);
     log_route(c, r, d);
+    plan_move(c, r, &d);
     LOG_INFO("coord", "req %llu: instance %d died before any of its answer went out; routed again to instance %d", (unsigned long long)r->id,
              from, d.instance);
     return send_submit(c, r, err);

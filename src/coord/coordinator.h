@@ -39,6 +39,7 @@
 #include "coord/instance_restart.h"
 #include "coord/kv_event_publisher.h"
 #include "coord/metrics.h"
+#include "coord/move_plan.h"
 #include "coord/router.h"
 #include "predict/workflow_forecast.h"
 #include "transport/ctrl_endpoint.h"
@@ -56,6 +57,8 @@ typedef struct {
     int n_instances, tp;
     int max_pending;     /* accepted, unfinished requests beyond which submit answers 429 */
     int load_slack;      /* router: see router.h */
+    RouterMode router_mode;
+    MoveCostModel moves; /* KV block moves between instances (move_plan.h); enabled = false: never */
     FILE *events;        /* JSONL routing decisions and the instances' KV events, or NULL */
     FILE *trace;         /* replayable trace of finished requests and workflow ends (docs/TRACE_FORMAT.md), or NULL */
     const char *ready_line; /* printed on stdout once every instance is up (the URL), or NULL */
@@ -112,6 +115,9 @@ typedef struct {
     InstanceRestarts restarts;   /* when restarts_on: spawned leaders and their endpoints */
     bool *reviving;              /* (n_instances) spawned again, not yet ready: still counted dead */
     bool *ever_ready;            /* (n_instances) reported READY once (counted in ready_instances) */
+    bool *can_move;              /* (n_instances) takes part in KV moves (READY; never a respawned leader) */
+    uint64_t *block_bytes;       /* (n_instances) one KV block's bytes (READY) */
+    uint64_t moves_planned;      /* requests sent with a pull hint */
     bool lost_ranks;             /* a rank of the job died (even if its instance came back) */
     CoordRequest **table;        /* sorted by id */
     int n_table, cap_table;

@@ -258,6 +258,7 @@ ApiUsage choices_usage(const ChoiceSet *set) {
         u.prompt_tokens += c->r->n_prompt;
         u.cached_tokens += c->r->cached_tokens;
         u.cached_tokens_host += c->r->cached_tokens_host;
+        u.cached_tokens_remote += c->r->cached_tokens_remote;
         u.segment_reused_tokens += c->r->reused_tokens;
         if (i == 0) u.directive_outcomes = c->r->directive_outcomes;
     }

@@ -67,6 +67,8 @@ typedef struct {
     int pinned_blocks; /* gauge */
     int residual_used_blocks, residual_total_blocks; /* ForkKV residual pool (gauges; 0 when off) */
     unsigned long long residual_hit_tokens, fork_tokens, partial_hit_tokens, residual_evicted_blocks;
+    /* KV block moves between instances (worker/kv_moves.h). */
+    unsigned long long moved_in_blocks, moved_in_bytes, move_failures, lent_blocks;
 } InstanceStats;
 
 /* Stores a copy of *s for instance `instance`. The index comes from an MPI peer, so an index out

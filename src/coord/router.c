@@ -42,7 +42,28 @@ static int better(const Router *r, int cand, int cand_match, int best, int best_
     return r->load[cand] < r->load[best];
 }
 
-RouteDecision router_pick(Router *r, const uint64_t *hashes, int n_hashes, const char *workflow) {
+/* The live instance other than chosen with the longest cached prefix, when longer than chosen's. */
+static void find_source(const Router *r, const uint64_t *hashes, int n_hashes, RouteDecision *d) {
+    d->source = -1;
+    d->source_blocks = 0;
+    for (int i = 0; i < r->n_instances; i++) {
+        if (r->down[i] || i == d->instance) continue;
+        int match = block_index_prefix(&r->index[i], hashes, n_hashes);
+        if (match > d->matched_blocks && match > d->source_blocks) d->source = i, d->source_blocks = match;
+    }
+}
+
+static RouteDecision pick_round_robin(Router *r, const uint64_t *hashes, int n_hashes) {
+    for (int k = 0; k < r->n_instances; k++) {
+        int i = (r->next_turn + k) % r->n_instances;
+        if (r->down[i]) continue;
+        r->next_turn = (i + 1) % r->n_instances;
+        return (RouteDecision){.instance = i, .matched_blocks = block_index_prefix(&r->index[i], hashes, n_hashes), .reason = "round-robin"};
+    }
+    return (RouteDecision){.instance = -1, .reason = "none alive"};
+}
+
+static RouteDecision pick_cache_aware(Router *r, const uint64_t *hashes, int n_hashes, const char *workflow) {
     int min_load = -1;
     for (int i = 0; i < r->n_instances; i++)
         if (!r->down[i] && (min_load < 0 || r->load[i] < min_load)) min_load = r->load[i];
@@ -56,6 +77,13 @@ RouteDecision router_pick(Router *r, const uint64_t *hashes, int n_hashes, const
     if (best < 0) return (RouteDecision){.instance = -1, .reason = "none alive"};
     const char *reason = best_match > 0 ? "cache" : best == affine && any_match == 0 && affine >= 0 ? "affinity" : "load";
     return (RouteDecision){.instance = best, .matched_blocks = best_match, .reason = reason};
+}
+
+RouteDecision router_pick(Router *r, const uint64_t *hashes, int n_hashes, const char *workflow) {
+    RouteDecision d = r->mode == ROUTER_ROUND_ROBIN ? pick_round_robin(r, hashes, n_hashes) : pick_cache_aware(r, hashes, n_hashes, workflow);
+    if (d.instance >= 0) find_source(r, hashes, n_hashes, &d);
+    else d.source = -1;
+    return d;
 }
 
 void router_assigned(Router *r, int instance, const char *workflow) {

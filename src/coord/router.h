@@ -7,6 +7,12 @@
  * compete. Ties go to the instance that served the workflow last (its history is most likely
  * cached there), then to the least loaded, then to the lowest index.
  * Load = requests the coordinator has routed to the instance and not yet seen finish.
+ * Mode ROUTER_ROUND_ROBIN (a baseline for benchmarks and tests) ignores caches and load: each
+ * request goes to the next live instance in turn.
+ * Either way the decision also names the live instance other than the chosen one that holds the
+ * longest cached prefix (source, source_blocks), when it holds more than the chosen one: the
+ * coordinator may have the chosen instance move those blocks over (move_plan.h) instead of
+ * recomputing them.
  * An instance marked down (router_instance_down: it died) is not picked until router_instance_up
  * (it was restarted), and its index is emptied; router_pick answers instance -1 when every
  * instance is down.
@@ -21,8 +27,12 @@
 #include "common/strmap.h"
 #include "coord/block_index.h"
 
+typedef enum { ROUTER_CACHE_AWARE = 0, ROUTER_ROUND_ROBIN } RouterMode;
+
 typedef struct {
     int n_instances;
+    RouterMode mode;
+    int next_turn;     /* ROUTER_ROUND_ROBIN: the next instance to try */
     BlockIndex *index; /* (n_instances) */
     int *load;         /* (n_instances) */
     bool *down;        /* (n_instances) dead instances, never picked */
@@ -33,7 +43,9 @@ typedef struct {
 typedef struct {
     int instance;
     int matched_blocks;  /* cached prefix the chosen instance is believed to hold */
-    const char *reason;  /* "cache", "affinity", "load" (for the event log) */
+    const char *reason;  /* "cache", "affinity", "load", "round-robin" (for the event log) */
+    int source;          /* another live instance holding more of the prefix, -1 when none */
+    int source_blocks;   /* the prefix it holds, in blocks */
 } RouteDecision;
 
 int router_init(Router *r, int n_instances, int load_slack);

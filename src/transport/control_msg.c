@@ -9,7 +9,8 @@ static const char *const type_names[MSG_TYPE_END] = {
     [MSG_SUBMIT] = "submit", [MSG_CANCEL] = "cancel", [MSG_WORKFLOW_END] = "workflow_end", [MSG_SHUTDOWN] = "shutdown",
     [MSG_READY] = "ready", [MSG_TOKENS] = "tokens", [MSG_FINISH] = "finish", [MSG_STATS] = "stats",
     [MSG_KV_EVENTS] = "kv_events", [MSG_PREDICT] = "predict", [MSG_HIDDEN] = "hidden",
-    [MSG_REJOIN] = "rejoin"};
+    [MSG_REJOIN] = "rejoin", [MSG_KV_EXPORT] = "kv_export", [MSG_KV_EXPORTED] = "kv_exported",
+    [MSG_KV_RELEASE] = "kv_release"};
 
 const char *msg_type_name(int type) { return type > 0 && type < MSG_TYPE_END ? type_names[type] : "unknown"; }
 
@@ -39,6 +40,8 @@ void msg_submit_encode(WireBuf *b, const MsgSubmit *m) {
     wire_put_str(b, m->agent);
     wire_put_i32s(b, m->tokens, m->n_tokens);
     wire_put_directives(b, &m->directives);
+    wire_put_i32(b, m->pull_rank);
+    wire_put_i32(b, m->pull_blocks);
 }
 
 int msg_submit_decode(WireReader *r, MsgSubmit *m) {
@@ -60,6 +63,8 @@ int msg_submit_decode(WireReader *r, MsgSubmit *m) {
     m->agent = wire_get_str(r);
     m->tokens = wire_get_i32s(r, &m->n_tokens);
     if (wire_get_directives(r, &m->directives)) r->failed = true;
+    m->pull_rank = wire_get_i32(r);
+    m->pull_blocks = wire_get_i32(r);
     if (reader_ok(r) || m->n_tokens == 0 || m->logprobs_top < 0 || m->logprobs_top > TOKEN_LOGPROB_MAX_TOP) {
         msg_submit_free(m);
         return -1;
@@ -145,6 +150,7 @@ void msg_finish_encode(WireBuf *b, const MsgFinish *m) {
     wire_put_i32(b, m->prompt_tokens);
     wire_put_i32(b, m->cached_tokens);
     wire_put_i32(b, m->cached_tokens_host);
+    wire_put_i32(b, m->cached_tokens_remote);
     wire_put_i32(b, m->reused_tokens);
     wire_put_i32(b, m->completion_tokens);
     wire_put_i32(b, m->preemptions);
@@ -159,6 +165,7 @@ int msg_finish_decode(WireReader *r, MsgFinish *m) {
     m->prompt_tokens = wire_get_i32(r);
     m->cached_tokens = wire_get_i32(r);
     m->cached_tokens_host = wire_get_i32(r);
+    m->cached_tokens_remote = wire_get_i32(r);
     m->reused_tokens = wire_get_i32(r);
     m->completion_tokens = wire_get_i32(r);
     m->preemptions = wire_get_i32(r);
@@ -182,6 +189,8 @@ void msg_ready_encode(WireBuf *b, const MsgReady *m) {
     wire_put_i32(b, m->n_blocks);
     wire_put_i32(b, m->block_size);
     wire_put_i32(b, m->context_length);
+    wire_put_u8(b, m->kv_moves);
+    wire_put_u64(b, m->block_bytes);
     wire_put_str(b, m->error);
 }
 
@@ -191,6 +200,8 @@ int msg_ready_decode(WireReader *r, MsgReady *m) {
     m->n_blocks = wire_get_i32(r);
     m->block_size = wire_get_i32(r);
     m->context_length = wire_get_i32(r);
+    m->kv_moves = wire_get_u8(r);
+    m->block_bytes = wire_get_u64(r);
     m->error = wire_get_str(r);
     if (reader_ok(r)) {
         msg_ready_free(m);
@@ -215,7 +226,8 @@ void msg_stats_encode(WireBuf *b, const MsgStats *m) {
                                  m->segments_approx, m->segments_rejected_context, m->segments_rejected_window,
                                  m->segment_flops_saved, m->directive_requests, m->pins, m->pin_expired_blocks,
                                  m->pin_revoked_blocks, m->spliced_tokens, m->shared_hit_tokens, m->directive_evicted_blocks,
-                                 m->residual_hit_tokens, m->fork_tokens, m->partial_hit_tokens, m->residual_evicted_blocks};
+                                 m->residual_hit_tokens, m->fork_tokens, m->partial_hit_tokens, m->residual_evicted_blocks,
+                                 m->moved_in_blocks, m->moved_in_bytes, m->move_failures, m->lent_blocks};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) wire_put_i32(b, gauges[i]);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) wire_put_u64(b, counters[i]);
 }
@@ -232,7 +244,8 @@ int msg_stats_decode(WireReader *r, MsgStats *m) {
                             &m->segments_rejected_window, &m->segment_flops_saved, &m->directive_requests, &m->pins,
                             &m->pin_expired_blocks, &m->pin_revoked_blocks, &m->spliced_tokens, &m->shared_hit_tokens,
                             &m->directive_evicted_blocks, &m->residual_hit_tokens, &m->fork_tokens, &m->partial_hit_tokens,
-                            &m->residual_evicted_blocks};
+                            &m->residual_evicted_blocks, &m->moved_in_blocks, &m->moved_in_bytes, &m->move_failures,
+                            &m->lent_blocks};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) *gauges[i] = wire_get_i32(r);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) *counters[i] = wire_get_u64(r);
     return reader_ok(r);

@@ -42,6 +42,11 @@ typedef enum {
     MSG_HIDDEN,
     MSG_REJOIN, /* u64 pid, u64 start ticks: a respawned leader (--restart-instances) names its process
                    first thing, so the coordinator can watch it as the rank directory watches ranks */
+    /* Leader to leader (KV block moves, move_msg.h): a prefix asked for, the blocks that hold it
+     * (under a lease), the lease returned. */
+    MSG_KV_EXPORT,
+    MSG_KV_EXPORTED,
+    MSG_KV_RELEASE,
     MSG_TYPE_END
 } MsgType;
 
@@ -63,6 +68,9 @@ typedef struct {
     int32_t *tokens;
     int n_tokens;
     CacheDirectives directives; /* splice and hints, resolved to token positions (none: zeroed) */
+    /* A KV move the router chose (kv_moves.h): the leader rank of the instance that holds a longer
+     * cached prefix of the prompt than this one, and how many blocks of it (0 blocks = no move). */
+    int32_t pull_rank, pull_blocks;
 } MsgSubmit;
 
 /* Wire form: i32 n, n x u64 request ids, n x i32 tokens, then per token a u8 flag and, when it is
@@ -83,6 +91,7 @@ typedef struct {
     int32_t prompt_tokens;
     int32_t cached_tokens;      /* prompt tokens served from the cache, device and host tiers together */
     int32_t cached_tokens_host; /* of those, the ones loaded back from the host tier */
+    int32_t cached_tokens_remote; /* of those, the ones moved in from another instance for this request */
     int32_t reused_tokens;      /* prompt tokens whose K/V came from reused segments (not in cached_tokens) */
     int32_t completion_tokens, preemptions;
     char *error;              /* empty unless FINISH_ERROR */
@@ -92,6 +101,8 @@ typedef struct {
 typedef struct {
     uint8_t ok;
     int32_t n_blocks, block_size, context_length;
+    uint8_t kv_moves;         /* the instance can lend and take KV blocks (kv_moves.h) */
+    uint64_t block_bytes;     /* one block's K/V bytes across layers (the move cost model's unit) */
     char *error;              /* why loading failed, when !ok */
 } MsgReady;
 
@@ -119,6 +130,9 @@ typedef struct {
      * base recomputed); residual blocks evicted. */
     int32_t residual_used_blocks, residual_total_blocks;
     uint64_t residual_hit_tokens, fork_tokens, partial_hit_tokens, residual_evicted_blocks;
+    /* KV moves (kv_moves.h): blocks and bytes moved in from other instances, moves that failed or
+     * timed out (the request then recomputed), blocks lent to other instances. */
+    uint64_t moved_in_blocks, moved_in_bytes, move_failures, lent_blocks;
 } MsgStats;
 
 /* KV_EVENTS. The values mirror the cache's (kv_cache.h: CacheEventKind, CacheTier, the tier bits

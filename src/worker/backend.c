@@ -120,6 +120,14 @@ int backend_read_block(Backend *b, int32_t block, float *keys, float *values, in
     return 0;
 }
 
+int backend_kv_memory(Backend *b, int tier, BackendKvMemory *out, BraidError *err) {
+    const char *tier_name = tier == 0 ? "device" : "host";
+    if (!b->ops->kv_memory)
+        return braid_error_set(err, "%s backend: its %s KV tier cannot be lent to other instances (not host memory)", b->ops->name, tier_name);
+    if (b->ops->kv_memory(b, tier, out)) return braid_error_set(err, "%s backend: no %s KV tier", b->ops->name, tier_name);
+    return 0;
+}
+
 void backend_destroy(Backend *b) {
     if (b->ops) b->ops->destroy(b);
     memset(b, 0, sizeof *b);

@@ -77,6 +77,18 @@ typedef struct {
 
 typedef struct BackendOps BackendOps;
 
+/* Where one KV tier lives in host-addressable memory (KV block moves, worker/kv_moves.h): every
+ * layer's K then every layer's V, each (n_blocks, block_elems) halves, in one contiguous region
+ * (kv_pool.h), and the slots' recorded positions (n_blocks, block_size). */
+typedef struct {
+    void *kv;
+    size_t kv_bytes;
+    int32_t *slot_pos;
+    size_t slot_pos_bytes;
+    int n_layers, n_blocks, block_size;
+    size_t block_layer_bytes; /* one block of one layer's K (or V) */
+} BackendKvMemory;
+
 typedef struct {
     const BackendOps *ops;
     BackendConfig cfg;
@@ -95,6 +107,8 @@ struct BackendOps {
     int (*apply_cache_ops)(Backend *b, const CacheOp *ops, int n, BraidError *err);
     /* Called with a block already range-checked by backend_read_block. */
     int (*read_block)(Backend *b, int32_t block, float *keys, float *values, int32_t *positions, BraidError *err);
+    /* Optional (NULL: this backend's KV cannot be moved): a tier's memory, 0 or -1 when the tier is off. */
+    int (*kv_memory)(Backend *b, int tier, BackendKvMemory *out);
     void (*destroy)(Backend *b);
 };
 
@@ -114,6 +128,9 @@ int backend_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError *e
  * pool's storage, and the positions (block_size) recorded for its slots (any may be NULL). Waits
  * for all work queued on the device (CUDA), so it is slow; never on a serving path. */
 int backend_read_block(Backend *b, int32_t block, float *keys, float *values, int32_t *positions, BraidError *err);
+/* A tier's KV memory (0 device, 1 host) for block moves; -1 with err when the backend cannot lend
+ * it (the CUDA backend's pool is GPU memory) or the tier is off. */
+int backend_kv_memory(Backend *b, int tier, BackendKvMemory *out, BraidError *err);
 void backend_destroy(Backend *b);
 
 /* "cpu", "cuda" or "auto" (cuda when this build has it and a GPU is visible, else cpu). */

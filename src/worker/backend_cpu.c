@@ -107,6 +107,18 @@ static int cpu_read_block(Backend *b, int32_t block, float *keys, float *values,
     return 0;
 }
 
+static int cpu_kv_memory(Backend *b, int tier, BackendKvMemory *out) {
+    CpuBackend *cb = b->impl;
+    const KvPool *p = tier == 0 ? &cb->kv : tier == 1 ? &cb->host : NULL;
+    if (!p || p->n_blocks == 0) return -1;
+    size_t block_elems = (size_t)p->n_kv_heads * p->block_size * p->head_dim;
+    *out = (BackendKvMemory){.kv = p->k[0], .kv_bytes = 2 * (size_t)p->n_layers * p->n_blocks * block_elems * sizeof **p->k,
+                             .slot_pos = p->slot_pos, .slot_pos_bytes = (size_t)p->n_blocks * p->block_size * sizeof *p->slot_pos,
+                             .n_layers = p->n_layers, .n_blocks = p->n_blocks, .block_size = p->block_size,
+                             .block_layer_bytes = block_elems * sizeof **p->k};
+    return 0;
+}
+
 static void cpu_destroy(Backend *b) {
     CpuBackend *cb = b->impl;
     if (!cb) return;
@@ -122,7 +134,7 @@ static void cpu_destroy(Backend *b) {
 }
 
 static const BackendOps CPU_OPS = {
-    .name = "cpu", .forward = cpu_forward, .apply_cache_ops = cpu_apply_cache_ops, .read_block = cpu_read_block,
+    .name = "cpu", .forward = cpu_forward, .apply_cache_ops = cpu_apply_cache_ops, .read_block = cpu_read_block, .kv_memory = cpu_kv_memory,
     .destroy = cpu_destroy};
 
 static int cpu_create_host_tier(CpuBackend *cb, const Backend *b, BraidError *err) {

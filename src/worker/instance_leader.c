@@ -11,6 +11,7 @@
 #include "transport/control_msg.h"
 #include "transport/ctrl_endpoint.h"
 #include "transport/mpi_error.h"
+#include "worker/kv_moves.h"
 #include "worker/occupancy_log.h"
 #include "worker/step_msg.h"
 #include "transport/tp_collective_mpi.h"
@@ -32,6 +33,9 @@ typedef struct {
     SchedRequest req;
     int reported;
     bool hidden_sent;
+    bool parked;         /* waiting for a KV move (kv_moves.h) before it reaches the engine */
+    bool cancel_pending; /* cancelled while parked: cancelled once it reaches the engine */
+    int moved_tokens;    /* prompt tokens a KV move brought in for it */
 } LeaderRequest;
 
 typedef struct {
@@ -49,6 +53,7 @@ typedef struct {
     bool lost_ranks;            /* SHUTDOWN said a rank of the job died */
     double last_stats;
     OccupancyLog occupancy;     /* --occupancy-log; fd -1 when off */
+    KvMoves *moves;             /* KV block moves with other instances; NULL when off here */
     BraidError err;             /* first asynchronous failure (observer allocations) */
 } Leader;
 
@@ -91,7 +96,9 @@ static int all_ranks_ok(MPI_Comm tp_comm, int ok) {
 static int send_ready(Leader *L, bool ok, const char *error) {
     const Engine *e = &L->engine;
     MsgReady m = {.ok = ok, .n_blocks = ok ? kv_cache_total(&e->sched.cache, CACHE_TIER_DEVICE) : 0, .block_size = L->cfg->engine.block_size,
-                  .context_length = L->cfg->model->weights.cfg.context_length, .error = (char *)(error ? error : "")};
+                  .context_length = L->cfg->model->weights.cfg.context_length, .kv_moves = ok && L->moves != NULL,
+                  .block_bytes = ok && e->backend.cfg.n_blocks > 0 ? e->backend.kv_bytes / (size_t)e->backend.cfg.n_blocks : 0,
+                  .error = (char *)(error ? error : "")};
     WireBuf b = {0};
     msg_ready_encode(&b, &m);
     return ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_READY, &b, &L->err);
@@ -101,6 +108,7 @@ static int send_stats(Leader *L) {
     const Scheduler *s = &L->engine.sched;
     const KvCache *c = &s->cache;
     const KvCacheCounters *cc = &c->counters;
+    KvMoveCounters mc = kv_moves_counters(L->moves);
     MsgStats m = {.waiting = s->n_waiting, .running = s->n_running, .pool_used_blocks = kv_cache_in_use(c, CACHE_TIER_DEVICE),
                   .pool_total_blocks = kv_cache_total(c, CACHE_TIER_DEVICE),
                   .host_used_blocks = kv_cache_total(c, CACHE_TIER_HOST) - kv_cache_free_blocks(c, CACHE_TIER_HOST),
@@ -117,7 +125,8 @@ static int send_stats(Leader *L) {
                   .segments_rejected_context = cc->segments_rejected_context,
                   .segments_rejected_window = cc->segments_rejected_window,
                   .segment_flops_saved = (uint64_t)s->counters.segment_flops_saved,
-                  .directive_requests = s->counters.directive_requests, .pins = cc->pins, .pin_expired_blocks = cc->pin_expired_blocks,
+                  .moved_in_blocks = mc.moved_in_blocks, .moved_in_bytes = mc.moved_in_bytes, .move_failures = mc.move_failures,
+                  .lent_blocks = mc.lent_blocks, .directive_requests = s->counters.directive_requests, .pins = cc->pins, .pin_expired_blocks = cc->pin_expired_blocks,
                   .pin_revoked_blocks = cc->pin_revoked_blocks, .spliced_tokens = cc->spliced_tokens,
                   .shared_hit_tokens = cc->shared_hit_tokens, .directive_evicted_blocks = cc->directive_evicted_blocks,
                   .pinned_blocks = kv_cache_pinned(c)};
@@ -164,6 +173,7 @@ static int send_finish(Leader *L, const LeaderRequest *lr) {
     MsgFinish m = {.req_id = lr->req_id, .reason = (uint8_t)reason_code(r), .prompt_tokens = r->n_prompt,
                    .cached_tokens = r->cached_tokens > 0 ? r->cached_tokens : 0,
                    .cached_tokens_host = r->cached_tokens > 0 && r->cached_tokens_host > 0 ? r->cached_tokens_host : 0,
+                   .cached_tokens_remote = r->cached_tokens > 0 ? (lr->moved_tokens < r->cached_tokens ? lr->moved_tokens : r->cached_tokens) : 0,
                    .reused_tokens = r->reused_tokens > 0 ? r->reused_tokens : 0,
                    .completion_tokens = r->n_tokens - r->n_prompt, .preemptions = r->preemptions, .error = (char *)r->error,
                    .directive_outcomes = r->directive_outcomes};
@@ -244,9 +254,25 @@ static int accept_submit(Leader *L, MsgSubmit *m) {
     memset(&m->directives, 0, sizeof m->directives);
     r->sampling = (SamplingParams){.temperature = m->temperature, .top_p = m->top_p, .top_k = m->top_k, .seed = m->seed};
     L->active[L->n_active++] = lr;
+    /* A prefix cached on another instance is moved here first, when the router asked for it. */
+    if (m->pull_blocks > 0 && m->pull_rank > COORDINATOR_RANK && L->moves &&
+        kv_moves_park(L->moves, r, m->pull_rank, m->pull_blocks, lr) == 1) {
+        lr->parked = true;
+        return 0;
+    }
     /* A request the engine refuses is already marked finished with its error; report_progress sends it. */
     engine_submit(&L->engine, r);
     return 0;
+}
+
+/* A parked request's move is over (moved or not): it goes to the engine now. */
+static void on_move_ready(void *ctx, void *owner, int moved_tokens) {
+    Leader *L = ctx;
+    LeaderRequest *lr = owner;
+    lr->parked = false;
+    lr->moved_tokens = moved_tokens;
+    engine_submit(&L->engine, &lr->req);
+    if (lr->cancel_pending && lr->req.state != REQ_FINISHED) sched_cancel(&L->engine.sched, &lr->req);
 }
 
 static void handle_message(Leader *L, int type, const uint8_t *data, size_t len) {
@@ -262,7 +288,8 @@ static void handle_message(Leader *L, int type, const uint8_t *data, size_t len)
     } else if (type == MSG_CANCEL) {
         uint64_t id = wire_get_u64(&rd);
         LeaderRequest *lr = rd.failed ? NULL : find_request(L, id);
-        if (lr) sched_cancel(&L->engine.sched, &lr->req);
+        if (lr && lr->parked) lr->cancel_pending = true;
+        else if (lr) sched_cancel(&L->engine.sched, &lr->req);
     } else if (type == MSG_WORKFLOW_END) {
         char *wf = wire_get_str(&rd);
         LOG_DEBUG("leader", "instance %d: workflow %s ended", L->cfg->instance, wf ? wf : "?");
@@ -392,6 +419,12 @@ static int leader_init(Leader *L, const WorkerRoleConfig *cfg, BraidError *err) 
     }
     if (ok && engine_init(&L->engine, cfg->model, &ec, err)) ok = 0;
     if (ok) L->engine.sched.observer = (SchedObserver){.ctx = L, .on_cache_event = on_cache_event};
+    if (ok && cfg->kv_moves) {
+        BraidError move_err;
+        KvMovesConfig mc = {.engine = &L->engine, .ctrl = &L->ctrl, .instance = cfg->instance, .tp_size = L->tp.tp_size,
+                            .timeout_s = cfg->move_timeout_s > 0 ? cfg->move_timeout_s : 5.0};
+        if (kv_moves_create(&L->moves, &mc, &move_err)) LOG_INFO("leader", "%s", move_err.msg);
+    }
     if (!all_ranks_ok(cfg->tp_comm, ok) && ok) braid_error_set(err, "a TP peer of instance %d failed to set up (see its log)", cfg->instance), ok = 0;
     return ok ? 0 : -1;
 }
@@ -399,6 +432,7 @@ static int leader_init(Leader *L, const WorkerRoleConfig *cfg, BraidError *err) 
 static void leader_free(Leader *L, bool engine_up) {
     for (int i = 0; i < L->n_active; i++) request_free(L->active[i]);
     free(L->active);
+    kv_moves_destroy(L->moves); /* before the engine: leases and imports hold cache nodes */
     if (engine_up) occupancy_log_close(&L->occupancy, &L->engine.sched.cache);
     if (engine_up) engine_free(&L->engine);
     tp_teardown(&L->tp);
@@ -414,11 +448,13 @@ static int leader_iteration(Leader *L, double *idle_since) {
     int got;
     while ((got = ctrl_poll(&L->ctrl, &source, &type, &data, &len, &L->err)) == 1) {
         if (source == COORDINATOR_RANK) handle_message(L, type, data, len);
+        else if (kv_moves_handle(L->moves, source, type, data, len, on_move_ready, L, &L->err)) L->failed = true;
         free(data);
     }
     if (got < 0 || L->failed) return -1;
-    bool busy = !sched_idle(&L->engine.sched);
-    if (busy && engine_step(&L->engine, &L->err) < 0) return -1;
+    kv_moves_poll(L->moves, on_move_ready, L);
+    bool busy = !sched_idle(&L->engine.sched) || kv_moves_busy(L->moves);
+    if (!sched_idle(&L->engine.sched) && engine_step(&L->engine, &L->err) < 0) return -1;
     /* Also when idle: a change held back by the interval (a finish, a cancel) still goes out. */
     occupancy_log_sample(&L->occupancy, &L->engine.sched.cache);
     /* KV events before the tokens and finishes: a client that sends its next request as soon as its

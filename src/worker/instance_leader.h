@@ -32,6 +32,8 @@ typedef struct {
     int cuda_device;
     const char *occupancy_log; /* leader: append pool-occupancy samples here (occupancy_log.h); NULL = off */
     double occupancy_interval; /* seconds between samples at most (0 = 1.0) */
+    bool kv_moves;             /* lend and take KV blocks to and from other instances (kv_moves.h) */
+    double move_timeout_s;     /* a move not done by then recomputes (0 = 5 s) */
 } WorkerRoleConfig;
 
 /* Runs until the coordinator's SHUTDOWN has been honoured. Returns 0, or -1 with err filled. */

@@ -34,20 +34,20 @@ oom:
 int kv_layers_alloc(uint16_t ***k, uint16_t ***v, int n_layers, size_t per_layer) {
     *k = calloc((size_t)n_layers, sizeof **k);
     *v = calloc((size_t)n_layers, sizeof **v);
-    if (!*k || !*v) return -1;
+    if (!*k || !*v || n_layers < 1) return -1;
+    /* One allocation for every layer's K then every layer's V: a pool is one contiguous region, so
+     * another instance can read its blocks through a single registration (kv_moves.h). */
+    uint16_t *all = calloc(2 * (size_t)n_layers * per_layer, sizeof *all);
+    if (!all) return -1;
     for (int l = 0; l < n_layers; l++) {
-        (*k)[l] = calloc(per_layer, sizeof ***k);
-        (*v)[l] = calloc(per_layer, sizeof ***v);
-        if (!(*k)[l] || !(*v)[l]) return -1;
+        (*k)[l] = all + (size_t)l * per_layer;
+        (*v)[l] = all + ((size_t)n_layers + l) * per_layer;
     }
     return 0;
 }
 
 void kv_layers_free(uint16_t **k, uint16_t **v, int n_layers) {
-    for (int l = 0; l < n_layers; l++) {
-        if (k) free(k[l]);
-        if (v) free(v[l]);
-    }
+    if (k && n_layers > 0) free(k[0]); /* the one allocation behind every layer (kv_layers_alloc) */
     free(k);
     free(v);
 }

@@ -29,8 +29,10 @@ typedef struct {
 
 int kv_pool_create(KvPool *pool, const ModelConfig *cfg, int n_blocks, int block_size, BraidError *err);
 void kv_pool_destroy(KvPool *pool);
-/* n_layers zeroed K and V arrays of per_layer halves each (the pools' layer storage); -1 when out
- * of memory, leaving what was allocated for kv_layers_free (which takes partial allocations). */
+/* n_layers zeroed K and V arrays of per_layer halves each (the pools' layer storage), carved from one
+ * allocation at k[0]: every layer's K, then every layer's V, so a pool is one contiguous region of
+ * 2 * n_layers * per_layer halves (KV block moves register it whole). -1 when out of memory,
+ * leaving what was allocated for kv_layers_free (which takes partial allocations). */
 int kv_layers_alloc(uint16_t ***k, uint16_t ***v, int n_layers, size_t per_layer);
 void kv_layers_free(uint16_t **k, uint16_t **v, int n_layers);
 KvLayerView kv_pool_layer(const KvPool *pool, int layer);

@@ -12,7 +12,7 @@ trap 'cleanup' EXIT
 cleanup() {
   [ -n "$launcher_pid" ] && kill -KILL "$launcher_pid" 2> /dev/null
   pkill -KILL -f "$braid serve .*--port $port( |\$)" 2> /dev/null
-  rm -rf "$work"
+  [ -n "${KEEP_WORK:-}" ] || rm -rf "$work"
 }
 ok() { echo "ok   $*"; }
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }

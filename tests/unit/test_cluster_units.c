@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "coord/block_index.h"
+#include "coord/move_plan.h"
 #include "coord/router.h"
 #include "coord/text_stream.h"
 #include "model/gguf.h"
@@ -20,6 +21,7 @@
 #include "model/weight_shard.h"
 #include "model/tensor_types.h"
 #include "transport/control_msg.h"
+#include "transport/move_msg.h"
 #include "worker/step_msg.h"
 
 static void test_submit_round_trip(void **state) {
@@ -34,13 +36,14 @@ static void test_submit_round_trip(void **state) {
                          .n_runs = 2, .hints = hints, .n_hints = 2};
     MsgSubmit in = {.req_id = 42, .max_tokens = 9, .temperature = 0.5f, .top_p = 0.9f, .top_k = 3, .seed = 77, .ignore_eos = 1,
                     .tenant = "acme \xC3\xA9", .adapter = "lora-7", .workflow = "wf", .agent = "coder", .tokens = toks, .n_tokens = 4,
-                    .directives = d};
+                    .directives = d, .pull_rank = 3, .pull_blocks = 17};
     WireBuf b = {0};
     msg_submit_encode(&b, &in);
     MsgSubmit out;
     WireReader r = wire_reader(b.data, b.len);
     assert_int_equal(msg_submit_decode(&r, &out), 0);
     assert_true(out.req_id == 42 && out.max_tokens == 9 && out.top_k == 3 && out.seed == 77 && out.ignore_eos == 1);
+    assert_true(out.pull_rank == 3 && out.pull_blocks == 17); /* the KV move hint */
     /* The identity arrives as the exact names, not a hash of them. */
     assert_string_equal(out.tenant, "acme \xC3\xA9");
     assert_string_equal(out.adapter, "lora-7");
@@ -91,12 +94,12 @@ static void test_tokens_finish_stats(void **state) {
     wire_buf_free(&b);
 
     msg_finish_encode(&b, &(MsgFinish){.req_id = 7, .reason = FINISH_LENGTH, .prompt_tokens = 30, .cached_tokens = 16,
-                                       .cached_tokens_host = 12, .completion_tokens = 5, .preemptions = 1, .error = ""});
+                                       .cached_tokens_host = 12, .cached_tokens_remote = 7, .completion_tokens = 5, .preemptions = 1, .error = ""});
     MsgFinish f;
     r = wire_reader(b.data, b.len);
     assert_int_equal(msg_finish_decode(&r, &f), 0);
     assert_true(f.req_id == 7 && f.reason == FINISH_LENGTH && f.prompt_tokens == 30 && f.cached_tokens == 16 &&
-                f.cached_tokens_host == 12 && f.completion_tokens == 5 && f.preemptions == 1);
+                f.cached_tokens_host == 12 && f.cached_tokens_remote == 7 && f.completion_tokens == 5 && f.preemptions == 1);
     assert_string_equal(finish_reason_name(f.reason), "length");
     msg_finish_free(&f);
     for (size_t cut = 0; cut < b.len; cut++) {
@@ -474,6 +477,117 @@ static void test_router(void **state) {
     router_free(&r);
 }
 
+/* The router names the instance that could lend a longer prefix; round-robin ignores caches. */
+static void test_router_move_source(void **state) {
+    (void)state;
+    Router r;
+    assert_int_equal(router_init(&r, 3, 2), 0);
+    uint64_t prompt[] = {21, 22, 23, 24};
+    router_stored(&r, 2, prompt, 4);
+    router_stored(&r, 1, prompt, 1);
+    RouteDecision d = router_pick(&r, prompt, 4, NULL);
+    assert_int_equal(d.instance, 2);
+    assert_int_equal(d.source, -1); /* nobody holds more than the chosen one */
+    for (int i = 0; i < 3; i++) router_assigned(&r, 2, NULL); /* overloaded: the cache-best loses */
+    d = router_pick(&r, prompt, 4, NULL);
+    assert_int_equal(d.instance, 1);
+    assert_int_equal(d.matched_blocks, 1);
+    assert_int_equal(d.source, 2);
+    assert_int_equal(d.source_blocks, 4);
+    router_instance_down(&r, 2); /* a dead instance lends nothing */
+    d = router_pick(&r, prompt, 4, NULL);
+    assert_int_equal(d.source, -1);
+    router_free(&r);
+
+    assert_int_equal(router_init(&r, 3, 2), 0);
+    r.mode = ROUTER_ROUND_ROBIN;
+    router_stored(&r, 0, prompt, 3);
+    int seen[3] = {0};
+    for (int i = 0; i < 6; i++) {
+        d = router_pick(&r, prompt, 4, NULL);
+        seen[d.instance]++;
+        assert_string_equal(d.reason, "round-robin");
+        assert_int_equal(d.source, d.instance == 0 ? -1 : 0);
+        if (d.instance != 0) assert_int_equal(d.source_blocks, 3);
+    }
+    assert_true(seen[0] == 2 && seen[1] == 2 && seen[2] == 2);
+    router_instance_down(&r, 1);
+    for (int i = 0; i < 4; i++) assert_int_not_equal(router_pick(&r, prompt, 4, NULL).instance, 1);
+    router_free(&r);
+}
+
+/* The cost model moves when reading is cheaper than recomputing, and only between instances that
+ * take part. */
+static void test_move_plan(void **state) {
+    (void)state;
+    MoveCostModel m = move_cost_model_default();
+    bool can[2] = {true, true};
+    uint64_t bytes[2] = {368640, 368640}; /* SmolLM2-135M: 16 tokens x 30 layers x K,V x 192 halves */
+    RouteDecision d = {.instance = 1, .matched_blocks = 2, .source = 0, .source_blocks = 10};
+    MovePlan p = move_plan(&m, &d, can, bytes, 16);
+    assert_int_equal(p.source, 0);
+    assert_int_equal(p.blocks, 10);
+    assert_true(p.move_s < p.recompute_s);
+    m.prefill_tokens_per_s = 1e9; /* a prefill faster than the link: recompute */
+    assert_int_equal(move_plan(&m, &d, can, bytes, 16).source, -1);
+    m = move_cost_model_default();
+    can[0] = false; /* the lender takes no part (TP > 1, CUDA, ...) */
+    assert_int_equal(move_plan(&m, &d, can, bytes, 16).source, -1);
+    can[0] = true;
+    m.enabled = false;
+    assert_int_equal(move_plan(&m, &d, can, bytes, 16).source, -1);
+    m = move_cost_model_default();
+    m.min_blocks = 9; /* a gain of 8 blocks is below the threshold */
+    assert_int_equal(move_plan(&m, &d, can, bytes, 16).source, -1);
+    d.source = -1;
+    m = move_cost_model_default();
+    assert_int_equal(move_plan(&m, &d, can, bytes, 16).source, -1);
+}
+
+/* KV_EXPORT / KV_EXPORTED round trips; truncations and out-of-range block ids are refused. */
+static void test_move_msgs(void **state) {
+    (void)state;
+    int32_t toks[] = {1, 2, 3, 4, 5};
+    WireBuf b = {0};
+    move_msg_export_encode(&b, &(MsgKvExport){.xfer_id = 9, .tenant = "t", .adapter = "", .tokens = toks, .n_tokens = 5});
+    MsgKvExport ask;
+    WireReader r = wire_reader(b.data, b.len);
+    assert_int_equal(move_msg_export_decode(&r, &ask), 0);
+    assert_true(ask.xfer_id == 9 && ask.n_tokens == 5 && strcmp(ask.tenant, "t") == 0 && ask.adapter[0] == 0);
+    assert_memory_equal(ask.tokens, toks, sizeof toks);
+    move_msg_export_free(&ask);
+    for (size_t cut = 0; cut < b.len; cut++) {
+        WireReader t = wire_reader(b.data, cut);
+        assert_int_equal(move_msg_export_decode(&t, &ask), -1);
+    }
+    wire_buf_free(&b);
+
+    uint8_t tiers[] = {0, 0, 1};
+    int32_t blocks[] = {5, 6, 2};
+    uint8_t desc[] = {0xde, 0xad, 0xbe, 0xef};
+    MsgKvExported loan = {.xfer_id = 9, .n_blocks = 3, .tiers = tiers, .blocks = blocks, .pool_blocks = {64, 8}, .desc = desc,
+                          .desc_len = 4, .why = ""};
+    move_msg_exported_encode(&b, &loan);
+    MsgKvExported got;
+    r = wire_reader(b.data, b.len);
+    assert_int_equal(move_msg_exported_decode(&r, &got), 0);
+    assert_true(got.xfer_id == 9 && got.n_blocks == 3 && got.pool_blocks[0] == 64 && got.pool_blocks[1] == 8 && got.desc_len == 4);
+    assert_memory_equal(got.tiers, tiers, 3);
+    assert_memory_equal(got.blocks, blocks, sizeof blocks);
+    assert_memory_equal(got.desc, desc, 4);
+    move_msg_exported_free(&got);
+    for (size_t cut = 0; cut < b.len; cut++) {
+        WireReader t = wire_reader(b.data, cut);
+        assert_int_equal(move_msg_exported_decode(&t, &got), -1);
+    }
+    wire_buf_free(&b);
+    blocks[2] = 8; /* past the lender's host pool: a corrupt loan */
+    move_msg_exported_encode(&b, &loan);
+    r = wire_reader(b.data, b.len);
+    assert_int_equal(move_msg_exported_decode(&r, &got), -1);
+    wire_buf_free(&b);
+}
+
 static void test_utf8(void **state) {
     (void)state;
     const char euro[] = "a\xE2\x82\xAC";
@@ -542,7 +656,8 @@ int main(void) {
         cmocka_unit_test(test_submit_round_trip), cmocka_unit_test(test_tokens_finish_stats), cmocka_unit_test(test_kv_events_round_trip),
         cmocka_unit_test(test_predict_round_trip), cmocka_unit_test(test_step_round_trip),
         cmocka_unit_test(test_step_cache_ops),
-        cmocka_unit_test(test_block_index), cmocka_unit_test(test_router), cmocka_unit_test(test_utf8), cmocka_unit_test(test_text_stream_real_tokenizer),
+        cmocka_unit_test(test_block_index), cmocka_unit_test(test_router), cmocka_unit_test(test_router_move_source),
+        cmocka_unit_test(test_move_plan), cmocka_unit_test(test_move_msgs), cmocka_unit_test(test_utf8), cmocka_unit_test(test_text_stream_real_tokenizer),
         cmocka_unit_test(test_shard_ranges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,48 @@
+/*
+ * move_msg.h — the leader-to-leader messages of a KV block move (worker/kv_moves.h), one MPI
+ * message each on the control communicator, tag = MsgType (control_msg.h).
+ *
+ *   KV_EXPORT    importer → exporter: "lend me the cached prefix of these tokens" (namespace names
+ *                and the prompt; xfer_id is the importer's, echoed back).
+ *   KV_EXPORTED  exporter → importer: the blocks that hold it, in sequence order, each with its tier
+ *                (0 device, 1 host) and block id, under a lease the exporter keeps until KV_RELEASE
+ *                or its timeout; the exporter's pool sizes per tier (the importer computes byte
+ *                offsets from them) and its mover description (kv_mover_describe). n_blocks 0 =
+ *                nothing to lend (why in `why`).
+ *   KV_RELEASE   importer → exporter: xfer_id's lease is over.
+ * encode/decode are pure; decoded arrays and strings are malloc'd (move_msg_*_free).
+ */
+#ifndef BRAID_TRANSPORT_MOVE_MSG_H
+#define BRAID_TRANSPORT_MOVE_MSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transport/wire.h"
+
+typedef struct {
+    uint64_t xfer_id;
+    char *tenant, *adapter; /* "" = none */
+    int32_t *tokens;
+    int n_tokens;
+} MsgKvExport;
+
+typedef struct {
+    uint64_t xfer_id;
+    int n_blocks;
+    uint8_t *tiers;           /* (n_blocks) */
+    int32_t *blocks;          /* (n_blocks) */
+    int32_t pool_blocks[2];   /* device, host: blocks in each pool (incl. the null block; 0 = no tier) */
+    uint8_t *desc;            /* kv_mover description */
+    size_t desc_len;
+    char *why;                /* when n_blocks is 0: why nothing is lent ("" otherwise) */
+} MsgKvExported;
+
+void move_msg_export_encode(WireBuf *b, const MsgKvExport *m);
+int move_msg_export_decode(WireReader *r, MsgKvExport *m);
+void move_msg_export_free(MsgKvExport *m);
+void move_msg_exported_encode(WireBuf *b, const MsgKvExported *m);
+int move_msg_exported_decode(WireReader *r, MsgKvExported *m);
+void move_msg_exported_free(MsgKvExported *m);
+
+#endif

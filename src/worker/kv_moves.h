@@ -1,0 +1,77 @@
+/*
+ * kv_moves.h — KV block moves between instances, an instance leader's side of them
+ * (ARCHITECTURE § 8, "KV block moves"; messages in transport/move_msg.h, data over UCX in
+ * transport/kv_mover.h).
+ *
+ * Importing. The router sends a request to this instance with a pull hint: another instance (its
+ * leader rank) holds a longer cached prefix of the prompt. kv_moves_park() holds the request back
+ * and asks that leader for the prefix (KV_EXPORT). When the answer (KV_EXPORTED) lists the blocks,
+ * the local prefix is matched and acquired, device blocks are reserved for the rest, the cache's
+ * pending operations are applied at once (a block freed by a demotion is only safe to overwrite
+ * once its STORE ran), and one batch of UCX reads copies every layer's K and V and the recorded
+ * positions of the missing blocks straight into this instance's pool. When the batch lands, the
+ * blocks are committed to the tree (they are then ordinary cached blocks: KV events, eviction,
+ * reuse) and the request is handed back through the ready callback with the tokens that came
+ * from the other instance, then the lease is returned (KV_RELEASE). Any failure on the way — the
+ * source lends nothing, no device room, a UCX error, no answer or no landing within the timeout —
+ * hands the request back with 0 moved tokens and it recomputes: a move can fail, a request never.
+ *
+ * Lending. On KV_EXPORT the leader matches the prefix in its own cache and lends it
+ * (kv_cache_lend: the path stays locked and its host copies stay put) under a lease that
+ * KV_RELEASE ends, or a timeout when the importer went away; the answer carries the blocks' tiers
+ * and ids and this rank's mover description (its device and host pools registered at creation).
+ *
+ * Scope: instances of one rank (--tp 1) on the CPU backend, whose pools are host memory. TP > 1
+ * (rank-by-rank moves), the CUDA backend's GPU pools (NCCL or CUDA-aware UCX) and ForkKV's shared
+ * base cache refuse at kv_moves_create with the reason, and the instance tells the coordinator it
+ * takes no part in moves (READY). Not thread-safe: the leader's thread.
+ */
+#ifndef BRAID_WORKER_KV_MOVES_H
+#define BRAID_WORKER_KV_MOVES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "transport/ctrl_endpoint.h"
+#include "worker/engine.h"
+
+typedef struct KvMoves KvMoves;
+
+typedef struct {
+    Engine *engine;
+    CtrlEndpoint *ctrl; /* the leader's control endpoint; other leaders are ranks on its communicator */
+    int instance;       /* for logs */
+    int tp_size;
+    double timeout_s;   /* an import not landed by then recomputes; a lease ends after 4x that */
+} KvMovesConfig;
+
+typedef struct {
+    uint64_t moved_in_blocks, moved_in_bytes, move_failures, lent_blocks;
+} KvMoveCounters;
+
+/* Called for a parked request once its move is over (landed or not): moved_tokens of its prompt
+ * now sit in this instance's cache because of the move (0 when it failed). */
+typedef void (*KvMoveReadyFn)(void *ctx, void *owner, int moved_tokens);
+
+/* -1 with err when this instance cannot take part (the scope above, or UCX could not start). */
+int kv_moves_create(KvMoves **out, const KvMovesConfig *cfg, BraidError *err);
+/* Ends every lease, abandons every import (their requests are not handed back). NULL ok. */
+void kv_moves_destroy(KvMoves *mv);
+/* A request with a pull hint: 1 when parked (the move started; owner comes back through the
+ * ready callback), 0 when no move is worth trying (the caller submits it now). r must stay valid
+ * while parked; owner is the caller's handle for it. */
+int kv_moves_park(KvMoves *mv, const SchedRequest *r, int source_rank, int source_blocks, void *owner);
+/* A message from another leader (MSG_KV_EXPORT / MSG_KV_EXPORTED / MSG_KV_RELEASE). -1 only on
+ * a local failure that stops the leader (applying cache operations failed); bad messages are
+ * logged and dropped. */
+int kv_moves_handle(KvMoves *mv, int source, int type, const uint8_t *data, size_t len, KvMoveReadyFn ready, void *ctx,
+                    BraidError *err);
+/* Progresses UCX, lands finished reads, ends timed-out imports and leases. */
+void kv_moves_poll(KvMoves *mv, KvMoveReadyFn ready, void *ctx);
+/* Imports in flight (the leader should not nap). */
+bool kv_moves_busy(const KvMoves *mv);
+KvMoveCounters kv_moves_counters(const KvMoves *mv);
+
+#endif

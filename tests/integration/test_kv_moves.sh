@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# KV block moves between instances (issue 19) with the real model, two one-rank instances:
+#  - a request routed to the cold instance (round-robin) whose prompt instance 0 has cached is served
+#    by moving the blocks over UCX: usage.prompt_tokens_details.cached_tokens_remote > 0, /metrics
+#    counts the blocks and bytes moved in and lent, the events log has the planned move, and the
+#    greedy answer equals the one computed from scratch;
+#  - over the TCP transport (UCX_TLS=tcp) the same holds;
+#  - a frozen lender (SIGSTOP) makes the move time out: the request is recomputed on the cold
+#    instance, answers the same, and the failure is counted; the lender resumes and serves again;
+#  - --kv-moves off: the cold instance recomputes (no remote tokens, nothing moved);
+#  - bad values of --kv-moves / --router are refused with a message.
+# Usage: test_kv_moves.sh BRAID_BINARY MODEL_PATH
+set -u
+braid=$(realpath "$1")
+model=$(realpath "$2")
+root=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d)
+# shellcheck source=cluster_lib.sh
+source "$root/tests/integration/cluster_lib.sh"
+# shellcheck source=rank_pid.sh
+source "$root/tests/integration/rank_pid.sh"
+
+doc=$(python3 -c 'print(" ".join(f"Clause {i}: the supplier ships part {i * 7} to depot {i % 5} within {i % 9 + 2} days." for i in range(40)))')
+doc2=$(python3 -c 'print(" ".join(f"Entry {i}: the station at km {i * 3} logged {i % 7 + 1} trains and {i % 4} delays." for i in range(40)))')
+body() {  # body DOCUMENT QUESTION: a chat request over a long document
+  python3 -c 'import json,sys; print(json.dumps({"temperature": 0, "max_tokens": 16, "messages": [
+      {"role": "system", "content": "You answer questions about the text below."}, {"role": "user", "content": sys.argv[1]},
+      {"role": "user", "content": sys.argv[2]}]}))' "$1" "$2"
+}
+ask() {  # ask NAME QUESTION [DOCUMENT]: the answer JSON in $work/NAME.json
+  curl -s -m 120 "$url/v1/chat/completions" -H 'Content-Type: application/json' -d "$(body "${3:-$doc}" "$2")" > "$work/$1.json"
+}
+field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {"d": d}))' "$@"; }
+text() { field "$1" 'd["choices"][0]["message"]["content"]'; }
+remote() { field "$1" 'd["usage"]["prompt_tokens_details"]["cached_tokens_remote"]'; }
+cached() { field "$1" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]'; }
+total() { curl -s "$url/metrics" | awk -v n="$1" '$1 == n {print $2}'; }
+failure_counted() { [ "$(total braid_kv_move_failures_total)" -ge 1 ]; }
+
+# moved_case NAME: instance 0 computes the prompt, instance 1 gets it next (round-robin) and must
+# move the prefix in; the answers must agree.
+moved_case() {
+  local name=$1
+  ask "$name-first" "Which depot does part 14 go to?"
+  ask "$name-moved" "Which depot does part 14 go to?"
+  check "$name: first answer non-empty" [ -n "$(text "$work/$name-first.json")" ]
+  check "$name: first request computed its prompt (no remote tokens)" [ "$(remote "$work/$name-first.json")" = 0 ]
+  local r; r=$(remote "$work/$name-moved.json")
+  check "$name: the cold instance got the prefix by a move (cached_tokens_remote $r > 256)" [ "${r:-0}" -gt 256 ]
+  check "$name: the moved answer equals the computed one" [ "$(text "$work/$name-first.json")" = "$(text "$work/$name-moved.json")" ]
+  check "$name: /metrics counts moved blocks" [ "$(total braid_kv_moved_in_blocks_total)" -gt 0 ]
+  check "$name: /metrics counts moved bytes" [ "$(total braid_kv_moved_in_bytes_total)" -gt 0 ]
+  check "$name: no move failed" [ "$(total braid_kv_move_failures_total)" = 0 ]
+  check "$name: the events log has the planned move" grep -q '"event":"move_planned".*"from":0,"to":1' "$work/$name-events.jsonl"
+}
+
+start_cluster shm --instances 2 --router round-robin --kv-blocks 256 --threads 1 --events "$work/shm-events.jsonl" --move-timeout 3
+moved_case shm
+# Instance 0 frozen: the router still believes in it, so instance 1 is told to move from it; the
+# move times out and the prompt is recomputed there.
+ask warm "Which station logged the most trains?" "$doc2"  # instance 0: caches a second document
+pid=$(rank_pid 1)
+check "frozen: found instance 0's leader" [ -n "$pid" ]
+kill -STOP "$pid"
+ask frozen "Which station logged the most trains?" "$doc2"
+kill -CONT "$pid"
+check "frozen: the cold instance answered anyway" [ "$(text "$work/frozen.json")" = "$(text "$work/warm.json")" ]
+check "frozen: nothing came from the frozen lender" [ "$(remote "$work/frozen.json")" = 0 ]
+check "frozen: the failed move is counted" wait_for 5 failure_counted
+ask after "Which depot does part 14 go to?"
+check "frozen: the lender serves again after resuming" [ "$(text "$work/after.json")" = "$(text "$work/shm-first.json")" ]
+stop_cluster shm
+
+UCX_TLS=tcp start_cluster tcp --instances 2 --router round-robin --kv-blocks 256 --threads 1 --events "$work/tcp-events.jsonl"
+moved_case tcp
+stop_cluster tcp
+
+start_cluster off --instances 2 --router round-robin --kv-blocks 256 --threads 1 --kv-moves off
+ask off-first "Which depot does part 14 go to?"
+ask off-second "Which depot does part 14 go to?"
+check "off: the cold instance recomputed (no cached or remote tokens)" [ "$(cached "$work/off-second.json")" = 0 ]
+check "off: recompute answers as the move did" [ "$(text "$work/off-second.json")" = "$(text "$work/shm-first.json")" ]
+check "off: nothing moved" [ "$(total braid_kv_moved_in_blocks_total)" = 0 ]
+stop_cluster off
+
+"$braid" serve --model "$model" --kv-moves sometimes > /dev/null 2> "$work/bad1.err"
+check "--kv-moves sometimes is refused with a message" grep -q -- "--kv-moves expects on or off" "$work/bad1.err"
+"$braid" serve --model "$model" --router random > /dev/null 2> "$work/bad2.err"
+check "--router random is refused with a message" grep -q -- "--router expects cache or round-robin" "$work/bad2.err"
+
+echo "$failures failure(s)"
+[ "$failures" = 0 ]
