@@ -9,7 +9,7 @@ shift || true
 
 packages=(build-essential cmake pkg-config python3 python3-pip python3-venv curl
           libopenblas-openmp-dev libcmocka-dev libjansson-dev libxxhash-dev
-          openmpi-bin libopenmpi-dev libmicrohttpd-dev libzmq3-dev libcurl4-openssl-dev gnuplot-nox libhwloc-dev
+          openmpi-bin libopenmpi-dev libmicrohttpd-dev libzmq3-dev libcurl4-openssl-dev gnuplot-nox libhwloc-dev libucx-dev ucx-utils
           slurmd slurmctld slurm-client munge)  # Slurm: launch/braid.sbatch and its test against a local Slurm
 missing=()
 for p in "${packages[@]}"; do

@@ -1,8 +1,11 @@
 #include "transport/kv_mover.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <ucp/api/ucp.h>
 
@@ -10,7 +13,7 @@
 
 /* A batch issues at most this many reads before it makes UCX progress, so the send queues of a
  * transport never hold thousands of requests at once. */
-#define KV_MOVER_INFLIGHT 256
+#define KV_MOVER_INFLIGHT 1024
 
 typedef struct {
     void *base;
@@ -37,6 +40,12 @@ typedef struct {
 struct KvMover {
     ucp_context_h ctx;
     ucp_worker_h worker;
+    /* The progress thread: transports that emulate RMA with messages (TCP, and shared memory for
+     * small reads) need the lender's worker to progress, and a leader's loop only comes round between
+     * engine steps (hundreds of ms on a CPU). */
+    pthread_t progress_thread;
+    bool have_thread;
+    atomic_bool stop;
     Region *regions;
     int n_regions, cap_regions;
     Peer *peers;
@@ -68,6 +77,22 @@ static int ucx_error(BraidError *err, const char *what, ucs_status_t st) {
     return braid_error_set(err, "UCX: %s: %s", what, ucs_status_string(st));
 }
 
+/* Progresses the worker; naps 50 us while traffic is recent, 1 ms once it has been quiet 10 ms. */
+static void *progress_loop(void *arg) {
+    KvMover *m = arg;
+    int quiet = 0;
+    while (!atomic_load(&m->stop)) {
+        if (ucp_worker_progress(m->worker)) {
+            quiet = 0;
+            continue;
+        }
+        struct timespec ts = {0, quiet < 200 ? 50000 : 1000000};
+        quiet++;
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
 int kv_mover_create(KvMover **out, BraidError *err) {
     *out = NULL;
     KvMover *m = calloc(1, sizeof *m);
@@ -78,19 +103,31 @@ int kv_mover_create(KvMover **out, BraidError *err) {
         free(m);
         return ucx_error(err, "reading the configuration", st);
     }
-    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_RMA};
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED, .features = UCP_FEATURE_RMA,
+                           .mt_workers_shared = 1};
     st = ucp_init(&params, config, &m->ctx);
     ucp_config_release(config);
     if (st != UCS_OK) {
         free(m);
         return ucx_error(err, "ucp_init", st);
     }
-    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE, .thread_mode = UCS_THREAD_MODE_SINGLE};
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE, .thread_mode = UCS_THREAD_MODE_MULTI};
     if ((st = ucp_worker_create(m->ctx, &wp, &m->worker)) != UCS_OK) {
         ucp_cleanup(m->ctx);
         free(m);
         return ucx_error(err, "ucp_worker_create", st);
     }
+    ucp_worker_attr_t attr = {.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE};
+    if ((st = ucp_worker_query(m->worker, &attr)) != UCS_OK || attr.thread_mode != UCS_THREAD_MODE_MULTI) {
+        kv_mover_destroy(m);
+        return braid_error_set(err, "UCX: this build gives no multi-threaded worker (needed for the progress thread)");
+    }
+    atomic_init(&m->stop, false);
+    if (pthread_create(&m->progress_thread, NULL, progress_loop, m)) {
+        kv_mover_destroy(m);
+        return braid_error_set(err, "kv mover: could not start the progress thread");
+    }
+    m->have_thread = true;
     *out = m;
     return 0;
 }
@@ -344,6 +381,10 @@ const char *kv_mover_peer_transports(KvMover *m, int peer) {
 
 void kv_mover_destroy(KvMover *m) {
     if (!m) return;
+    if (m->have_thread) {
+        atomic_store(&m->stop, true);
+        pthread_join(m->progress_thread, NULL);
+    }
     for (int i = 0; i < m->n_peers; i++)
         if (m->peers[i].used) peer_close(m, &m->peers[i]);
     free(m->peers);

@@ -10,8 +10,11 @@
  * and the unpacked keys) and then reads byte ranges of the owner's regions straight into its own
  * memory with ucp_get_nbx. Reads are grouped in a batch that completes (or fails) as a whole;
  * batches are polled, never waited on, so a leader keeps stepping its engine while a move is in
- * flight. The owner does nothing per read, except call kv_mover_progress() regularly: transports
- * that emulate RMA with messages (TCP) need the owner's worker to progress.
+ * flight. The owner does nothing per read: transports that emulate RMA with messages (TCP, and
+ * shared memory for small reads) need the owner's worker to progress, and a progress thread of the
+ * mover does that (it naps 50 us while traffic is recent, 1 ms when quiet), so an owner busy in a
+ * long engine step still serves reads. kv_mover_progress() is there for callers that want to
+ * progress from their own loop too.
  *
  * Transports are UCX's choice (UCX_TLS and the other UCX_* variables apply): shared memory and TCP
  * on one machine, RDMA across nodes. Host memory only (CUDA memory is not registered here).
@@ -19,8 +22,9 @@
  * read fails its batch and, when the endpoint broke, the peer (its later batches fail at once; the
  * caller falls back to recomputing). Endpoints use peer error handling, so a dead owner never
  * takes the reader down.
- * Owns its UCX objects, registrations, endpoints, keys and batches. Not thread-safe (the rank's
- * MPI thread).
+ * Owns its UCX objects, registrations, endpoints, keys, batches and the progress thread. The
+ * worker is UCX-multi-threaded (the progress thread and the caller share it); the API itself is
+ * for one calling thread (the rank's MPI thread).
  */
 #ifndef BRAID_TRANSPORT_KV_MOVER_H
 #define BRAID_TRANSPORT_KV_MOVER_H
