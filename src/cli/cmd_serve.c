@@ -70,8 +70,10 @@ static const char serve_usage[] =
     "                           1/T share of every block), --host-kv-gib is per rank, and the default's 25% and\n"
     "                           the MemAvailable check cover all the worker ranks of a machine together\n"
     "  --route-slack N          router: skip an instance with N more requests than the least loaded (default 8)\n"
-    "  --router cache|round-robin  cache (default): the instance holding the longest cached prefix, within the\n"
-    "                           load slack; round-robin: each request to the next live instance (a baseline)\n"
+    "  --router cache|balanced|round-robin  cache (default): the instance holding the longest cached prefix,\n"
+    "                           within the load slack; balanced (for --kv-moves on): the least loaded instance,\n"
+    "                           ties to the one caching the most, the rest of the prefix moved in; round-robin:\n"
+    "                           each request to the next live instance (a baseline)\n"
     "  --kv-moves on|off        on (default): when the chosen instance holds less of a prompt's prefix than\n"
     "                           another, it reads the missing KV blocks from that instance over UCX instead of\n"
     "                           recomputing them, if the cost model below says that is cheaper (one-rank CPU\n"
@@ -333,11 +335,11 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
             a->kv_moves = strcmp(optarg, "on") == 0;
             break;
         case O_ROUTER:
-            if (strcmp(optarg, "cache") && strcmp(optarg, "round-robin")) {
-                if (verbose) fprintf(stderr, "braid serve: --router expects cache or round-robin, got '%s'\n", optarg);
+            if (strcmp(optarg, "cache") && strcmp(optarg, "round-robin") && strcmp(optarg, "balanced")) {
+                if (verbose) fprintf(stderr, "braid serve: --router expects cache, balanced or round-robin, got '%s'\n", optarg);
                 return 2;
             }
-            a->router_mode = strcmp(optarg, "cache") == 0 ? ROUTER_CACHE_AWARE : ROUTER_ROUND_ROBIN;
+            a->router_mode = !strcmp(optarg, "cache") ? ROUTER_CACHE_AWARE : !strcmp(optarg, "balanced") ? ROUTER_BALANCED : ROUTER_ROUND_ROBIN;
             break;
         case O_MOVE_GBPS:
             if (verbose ? cli_parse_float("--move-gbps", optarg, 1e-6, 1e6, &a->move_gbps) : (a->move_gbps = strtod(optarg, NULL), 0)) return 2;

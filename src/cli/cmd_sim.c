@@ -11,6 +11,7 @@
 #include "common/timeutil.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
+#include "cli/sim_cluster_report.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
 
@@ -20,7 +21,9 @@ static const char sim_usage[] =
     "                 [--host-latency-us L] [--kv-bytes-per-token K] [--predictor FILE | --markov 1|2]\n"
     "                 [--predictor-learn] [--horizon K] [--prediction-noise L] [--cache-outputs] [--prefetch]\n"
     "                 [--timeline FILE] [--hidden FILE] [--segment-reuse off|exact|approx [--approx-window W] [--model GGUF]]\n"
-    "                 [--lora-cache separate|shared [--residual-tokens N] [--lora-rank R] [--kv-dim D]] [--json]\n"
+    "                 [--lora-cache separate|shared [--residual-tokens N] [--lora-rank R] [--kv-dim D]]\n"
+    "                 [--instances N [--router cache|balanced|round-robin] [--moves on|off] [--link-gbps G]\n"
+    "                  [--link-latency-us L] [--route-slack S]] [--json]\n"
     "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's KV cache object (the one the server\n"
     "  runs) in arrival order, one request at a time, with a device cache of N tokens.\n"
     "  --host-kv-tokens: a host-memory tier of H tokens below the device cache: evicted blocks are\n"
@@ -67,6 +70,16 @@ static const char sim_usage[] =
     "            tiers, added to the TTFT of the request that moves them (defaults: 14 GB/s and 1 us,\n"
     "            the CPU backend's block loads measured by bench_cache_ops on the 2-core dev machine,\n"
     "            and 23040 bytes: SmolLM2-135M in fp16)\n"
+    "  --instances N: a cluster of N instances, each with a --kv-tokens cache (LRU, device only), the\n"
+    "            live router (--router cache, the default: longest cached prefix within --route-slack S\n"
+    "            requests of the least loaded, default 8; balanced: the least loaded, ties to the one caching\n"
+    "            the most; or round-robin) fed by the caches' events, and KV\n"
+    "            block moves between instances (--moves on, the default) over a link of --link-gbps G\n"
+    "            (default 10) and --link-latency-us L a move (default 20: RDMA between nodes) when moving is\n"
+    "            cheaper than recomputing. Each instance serves one request at a time (no batching).\n"
+    "            Reports prompt tokens by origin (local cache, moved in, computed), moves, modeled latency\n"
+    "            and wait, and the busiest instance's share. Not with a host tier, --policy other than lru,\n"
+    "            --segment-reuse, --lora-cache shared or --prefetch\n"
     "  Reports hit rate, evictions, modeled latency per workflow (critical path of its stages) and\n"
     "  mean modeled TTFT per agent. --json prints one JSON object as the last line.\n";
 
@@ -214,7 +227,7 @@ static int write_timeline(const char *path, const SimConfig *cfg, const Trace *t
 int cmd_sim(int argc, char **argv) {
     enum { O_OUTPUTS = 300, O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV, O_LEARN,
            O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_MODEL, O_NOISE,
-           O_LORA_CACHE, O_RESIDUAL, O_RANK, O_KV_DIM };
+           O_LORA_CACHE, O_RESIDUAL, O_RANK, O_KV_DIM, O_INSTANCES, O_ROUTER, O_MOVES, O_LINK_GBPS, O_LINK_LAT, O_SLACK };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
@@ -229,9 +242,14 @@ int cmd_sim(int argc, char **argv) {
         {"approx-window", required_argument, 0, O_WINDOW}, {"model", required_argument, 0, O_MODEL},
         {"prediction-noise", required_argument, 0, O_NOISE}, {"lora-cache", required_argument, 0, O_LORA_CACHE},
         {"residual-tokens", required_argument, 0, O_RESIDUAL}, {"lora-rank", required_argument, 0, O_RANK},
-        {"kv-dim", required_argument, 0, O_KV_DIM},
+        {"kv-dim", required_argument, 0, O_KV_DIM}, {"instances", required_argument, 0, O_INSTANCES},
+        {"router", required_argument, 0, O_ROUTER}, {"moves", required_argument, 0, O_MOVES},
+        {"link-gbps", required_argument, 0, O_LINK_GBPS}, {"link-latency-us", required_argument, 0, O_LINK_LAT},
+        {"route-slack", required_argument, 0, O_SLACK},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     SimConfig cfg = sim_config_default();
+    SimClusterConfig cluster = sim_cluster_config_default();
+    bool cluster_mode = false;
     const char *trace_path = NULL, *timeline_path = NULL, *hidden_path = NULL, *model_path = NULL;
     SegmentReuseMode segment_mode = SEGMENT_REUSE_OFF;
     cfg.approx_window = CLI_DEFAULT_APPROX_WINDOW;
@@ -284,12 +302,39 @@ int cmd_sim(int argc, char **argv) {
         case O_RANK: if (cli_parse_int("--lora-rank", optarg, 1, 1 << 16, &v)) return 2; cfg.lora_rank = (int)v; break;
         case O_KV_DIM: if (cli_parse_int("--kv-dim", optarg, 1, 1 << 20, &v)) return 2; cfg.kv_dim = (int)v; break;
         case O_BLOCK: if (cli_parse_int("--block-size", optarg, 1, 1 << 16, &v)) return 2; block_size = (int)v; break;
+        case O_INSTANCES:
+            if (cli_parse_int("--instances", optarg, 1, 4096, &v)) return 2;
+            cluster.n_instances = (int)v, cluster_mode = true;
+            break;
+        case O_ROUTER:
+            if (strcmp(optarg, "cache") && strcmp(optarg, "round-robin") && strcmp(optarg, "balanced")) {
+                fprintf(stderr, "braid sim: --router expects cache, balanced or round-robin, got '%s'\n", optarg);
+                return 2;
+            }
+            cluster.route = !strcmp(optarg, "cache") ? SIM_ROUTE_CACHE : !strcmp(optarg, "balanced") ? SIM_ROUTE_BALANCED : SIM_ROUTE_ROUND_ROBIN;
+            break;
+        case O_MOVES:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "braid sim: --moves expects on or off, got '%s'\n", optarg);
+                return 2;
+            }
+            cluster.moves = strcmp(optarg, "on") == 0;
+            break;
+        case O_LINK_GBPS: if (cli_parse_float("--link-gbps", optarg, 1e-6, 1e6, &d)) return 2; cluster.link_bytes_per_s = d * 1e9; break;
+        case O_LINK_LAT: if (cli_parse_float("--link-latency-us", optarg, 0, 1e9, &d)) return 2; cluster.link_latency_s = d / 1e6; break;
+        case O_SLACK: if (cli_parse_int("--route-slack", optarg, 0, 1 << 20, &v)) return 2; cluster.load_slack = (int)v; break;
         case 'h': fputs(sim_usage, stdout); return 0;
         default: fputs(sim_usage, stderr); return 2;
         }
     }
     if (!trace_path || !have_kv) {
         fprintf(stderr, "braid sim: --trace and --kv-tokens are required\n%s", sim_usage);
+        return 2;
+    }
+    if (cluster_mode && (cfg.host_kv_tokens > 0 || strcmp(cfg.policy, "lru") || cfg.segment_reuse || cfg.lora_cache == SIM_LORA_SHARED ||
+                         cfg.prefetch)) {
+        fprintf(stderr, "braid sim: --instances models LRU device caches only (no --host-kv-tokens, --policy, --segment-reuse, "
+                        "--lora-cache shared or --prefetch)\n");
         return 2;
     }
     const EvictPolicy *policy = evict_policy_find(cfg.policy);
@@ -334,6 +379,15 @@ int cmd_sim(int argc, char **argv) {
         }
         cfg.anchor_tokens = tok.special_ids;
         cfg.n_anchor_tokens = tok.n_special;
+    }
+    if (cluster_mode) {
+        cluster.kv_tokens = cfg.kv_tokens;
+        cluster.prefill_s_per_token = cfg.prefill_s_per_token;
+        cluster.decode_s_per_token = cfg.decode_s_per_token;
+        cluster.kv_bytes_per_token = cfg.kv_bytes_per_token;
+        int crc = sim_cluster_report(&trace, &cluster, json);
+        trace_free(&trace);
+        return crc;
     }
     SimResult r;
     double t0 = braid_now_seconds();

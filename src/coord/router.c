@@ -79,8 +79,24 @@ static RouteDecision pick_cache_aware(Router *r, const uint64_t *hashes, int n_h
     return (RouteDecision){.instance = best, .matched_blocks = best_match, .reason = reason};
 }
 
+/* Least loaded first: whatever prefix it lacks, a move can bring. */
+static RouteDecision pick_balanced(Router *r, const uint64_t *hashes, int n_hashes, const char *workflow) {
+    int affine = affinity_of(r, workflow), best = -1, best_match = 0;
+    for (int i = 0; i < r->n_instances; i++) {
+        if (r->down[i]) continue;
+        int match = block_index_prefix(&r->index[i], hashes, n_hashes);
+        bool take = best < 0 || r->load[i] < r->load[best] ||
+                    (r->load[i] == r->load[best] && (match > best_match || (match == best_match && i == affine && best != affine)));
+        if (take) best = i, best_match = match;
+    }
+    if (best < 0) return (RouteDecision){.instance = -1, .reason = "none alive"};
+    return (RouteDecision){.instance = best, .matched_blocks = best_match, .reason = best_match > 0 ? "cache" : "load"};
+}
+
 RouteDecision router_pick(Router *r, const uint64_t *hashes, int n_hashes, const char *workflow) {
-    RouteDecision d = r->mode == ROUTER_ROUND_ROBIN ? pick_round_robin(r, hashes, n_hashes) : pick_cache_aware(r, hashes, n_hashes, workflow);
+    RouteDecision d = r->mode == ROUTER_ROUND_ROBIN ? pick_round_robin(r, hashes, n_hashes)
+                      : r->mode == ROUTER_BALANCED  ? pick_balanced(r, hashes, n_hashes, workflow)
+                                                    : pick_cache_aware(r, hashes, n_hashes, workflow);
     if (d.instance >= 0) find_source(r, hashes, n_hashes, &d);
     else d.source = -1;
     return d;

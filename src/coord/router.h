@@ -8,7 +8,10 @@
  * cached there), then to the least loaded, then to the lowest index.
  * Load = requests the coordinator has routed to the instance and not yet seen finish.
  * Mode ROUTER_ROUND_ROBIN (a baseline for benchmarks and tests) ignores caches and load: each
- * request goes to the next live instance in turn.
+ * request goes to the next live instance in turn. Mode ROUTER_BALANCED is for clusters that move KV
+ * blocks: the longest prefix cached anywhere counts as reachable from every instance, so the least
+ * loaded instance wins, ties going to the one that holds the most of the prefix itself, then to the
+ * workflow's last instance.
  * Either way the decision also names the live instance other than the chosen one that holds the
  * longest cached prefix (source, source_blocks), when it holds more than the chosen one: the
  * coordinator may have the chosen instance move those blocks over (move_plan.h) instead of
@@ -27,7 +30,7 @@
 #include "common/strmap.h"
 #include "coord/block_index.h"
 
-typedef enum { ROUTER_CACHE_AWARE = 0, ROUTER_ROUND_ROBIN } RouterMode;
+typedef enum { ROUTER_CACHE_AWARE = 0, ROUTER_ROUND_ROBIN, ROUTER_BALANCED } RouterMode;
 
 typedef struct {
     int n_instances;

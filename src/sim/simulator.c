@@ -28,10 +28,7 @@ int sim_config_residual_tokens(const SimConfig *cfg) {
     return cfg->residual_tokens > 0 ? cfg->residual_tokens : 2 * cfg->kv_tokens;
 }
 
-/* In the tree a block is two int32 "tokens": the two halves of its chained hash. */
-enum { SIM_TOKENS_PER_BLOCK = 2 };
-
-static void hash_tokens(const uint64_t *blocks, int n, int32_t *out) {
+void sim_hash_tokens(const uint64_t *blocks, int n, int32_t *out) {
     for (int i = 0; i < n; i++) {
         out[2 * i] = (int32_t)(uint32_t)(blocks[i] >> 32);
         out[2 * i + 1] = (int32_t)(uint32_t)blocks[i];
@@ -140,7 +137,7 @@ static int output_blocks(const TraceRequest *r, int bs, int tpb, int seq, int32_
 /* The request's token ids (tpb = bs: segment reuse replays real ids) or, by default, two tokens a
  * block standing for its chained hash (keys: the hashes the tree is keyed by). */
 static void request_tokens(const TraceRequest *r, const uint64_t *keys, int bs, int tpb, int32_t *tokens) {
-    if (tpb == SIM_TOKENS_PER_BLOCK) hash_tokens(keys, r->n_blocks, tokens);
+    if (tpb == SIM_TOKENS_PER_BLOCK) sim_hash_tokens(keys, r->n_blocks, tokens);
     else memcpy(tokens, r->tokens, (size_t)r->n_blocks * bs * sizeof *tokens);
 }
 

@@ -135,6 +135,9 @@ typedef struct {
 } SimResult;
 
 SimConfig sim_config_default(void);
+/* In the replay's trees a block is two int32 "tokens": the two halves of its chained hash. */
+enum { SIM_TOKENS_PER_BLOCK = 2 };
+void sim_hash_tokens(const uint64_t *blocks, int n, int32_t *out);
 /* The residual pool's size in tokens the replay uses (0 in separate mode). */
 int sim_config_residual_tokens(const SimConfig *cfg);
 /* Fills result (release it with sim_result_free, also after an error). */

@@ -514,6 +514,22 @@ static void test_router_move_source(void **state) {
     router_instance_down(&r, 1);
     for (int i = 0; i < 4; i++) assert_int_not_equal(router_pick(&r, prompt, 4, NULL).instance, 1);
     router_free(&r);
+
+    /* Balanced: the least loaded wins and borrows the prefix; at equal load, the one caching most. */
+    assert_int_equal(router_init(&r, 3, 8), 0);
+    r.mode = ROUTER_BALANCED;
+    router_stored(&r, 2, prompt, 4);
+    router_stored(&r, 1, prompt, 2);
+    d = router_pick(&r, prompt, 4, NULL);
+    assert_int_equal(d.instance, 2);
+    assert_int_equal(d.source, -1);
+    router_assigned(&r, 2, NULL); /* one request more than the others: slack does not protect it */
+    d = router_pick(&r, prompt, 4, NULL);
+    assert_int_equal(d.instance, 1);
+    assert_int_equal(d.matched_blocks, 2);
+    assert_int_equal(d.source, 2);
+    assert_int_equal(d.source_blocks, 4);
+    router_free(&r);
 }
 
 /* The cost model moves when reading is cheaper than recomputing, and only between instances that

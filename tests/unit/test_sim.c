@@ -2,7 +2,10 @@
  * Trace simulator: a cyclic workload where LRU always evicts the prefix needed next (0 hits) while
  * the Belady bound keeps reusing; exact hit accounting for a shared prefix; trace parse errors;
  * workflow-end events, per-workflow critical-path latency and per-agent TTFT; coarser blocks; the
- * per-request timeline rows (braid sim --timeline) add up to the totals.
+ * per-request timeline rows (braid sim --timeline) add up to the totals; the cluster replay
+ * (braid sim --instances): round-robin over 2 instances moves the prefix the other instance holds
+ * (and computes it without moves), the cache-aware router keeps it local, prompt tokens by origin
+ * add up.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sim/sim_cluster.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
 
@@ -194,12 +198,55 @@ static void test_workflows_and_agents(void **state) {
     unlink(path);
 }
 
+static void cluster_run(const char *path, SimRoute route, bool moves, SimClusterResult *r) {
+    Trace t;
+    BraidError err;
+    if (trace_load(path, &t, &err)) fail_msg("%s", err.msg);
+    SimClusterConfig cfg = sim_cluster_config_default();
+    cfg.n_instances = 2;
+    cfg.kv_tokens = 1024;
+    cfg.route = route;
+    cfg.moves = moves;
+    if (sim_cluster_run(&t, &cfg, r, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(r->requests, 6);
+    assert_true(r->local_tokens + r->remote_tokens + r->computed_tokens == r->prompt_tokens);
+    trace_free(&t);
+}
+
+static void test_cluster_moves(void **state) {
+    (void)state;
+    char path[] = "/tmp/braid_sim_cluster_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    int pattern[] = {1, 1, 1, 1, 1, 1}; /* one 4-block prefix, six times, one request at a time */
+    write_trace(path, pattern, 6);
+    SimClusterResult rr_moves, rr_off, cache;
+    /* Round-robin alternates: the first request on each instance is cold; instance 1's first one
+     * takes instance 0's 4 blocks by a move (or computes them). */
+    cluster_run(path, SIM_ROUTE_ROUND_ROBIN, true, &rr_moves);
+    assert_int_equal(rr_moves.moves, 1);
+    assert_int_equal(rr_moves.remote_tokens, 64);
+    assert_int_equal(rr_moves.local_tokens, 4 * 64);
+    assert_int_equal(rr_moves.computed_tokens, 6 * 65 - 5 * 64);
+    cluster_run(path, SIM_ROUTE_ROUND_ROBIN, false, &rr_off);
+    assert_int_equal(rr_off.remote_tokens, 0);
+    assert_int_equal(rr_off.computed_tokens, 6 * 65 - 4 * 64);
+    assert_true(rr_off.mean_latency_s > rr_moves.mean_latency_s);
+    /* The cache-aware router sends every repeat to the instance holding the prefix. */
+    cluster_run(path, SIM_ROUTE_CACHE, true, &cache);
+    assert_int_equal(cache.moves, 0);
+    assert_int_equal(cache.local_tokens, 5 * 64);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_belady_beats_lru_on_a_cycle),
         cmocka_unit_test(test_timeline_rows),
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_workflows_and_agents),
+        cmocka_unit_test(test_cluster_moves),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

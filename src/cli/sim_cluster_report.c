@@ -1,0 +1,44 @@
+#include "cli/sim_cluster_report.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/timeutil.h"
+
+static const char *sim_route_name(SimRoute r) { return r == SIM_ROUTE_CACHE ? "cache" : r == SIM_ROUTE_BALANCED ? "balanced" : "round-robin"; }
+
+int sim_cluster_report(const Trace *trace, const SimClusterConfig *cfg, bool json) {
+    SimClusterResult r;
+    BraidError err;
+    double t0 = braid_now_seconds();
+    if (sim_cluster_run(trace, cfg, &r, &err)) {
+        fprintf(stderr, "braid sim: %s\n", err.msg);
+        return 1;
+    }
+    double p = r.prompt_tokens ? (double)r.prompt_tokens : 1;
+    printf("cluster: %d instances x %d tokens, router %s, moves %s (link %.1f GB/s, %.0f us)\n", cfg->n_instances, cfg->kv_tokens,
+           sim_route_name(cfg->route), cfg->moves ? "on" : "off", cfg->link_bytes_per_s / 1e9,
+           cfg->link_latency_s * 1e6);
+    printf("requests %d (%d larger than an instance's cache); prompt tokens %llu: local %.1f%%, moved in %.1f%%, computed %.1f%%\n",
+           r.requests, r.too_large, (unsigned long long)r.prompt_tokens, 100 * r.local_tokens / p, 100 * r.remote_tokens / p,
+           100 * r.computed_tokens / p);
+    printf("moves %llu (%llu blocks, %.1f MiB); modeled latency mean %.3f s (wait %.3f s, move %.4f s); busiest instance %.1f%% of "
+           "requests; span %.1f s; replayed in %.2f s\n",
+           (unsigned long long)r.moves, (unsigned long long)r.moved_blocks, r.moved_bytes / (1 << 20), r.mean_latency_s, r.mean_wait_s,
+           r.mean_move_s, 100 * r.max_share, r.span_s, braid_now_seconds() - t0);
+    if (json) {
+        json_t *o = json_pack("{s:i, s:s, s:b, s:i, s:I, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "instances",
+                              cfg->n_instances, "router", sim_route_name(cfg->route), "moves", cfg->moves,
+                              "requests", r.requests, "prompt_tokens", (json_int_t)r.prompt_tokens, "local_hit", r.local_tokens / p,
+                              "remote_hit", r.remote_tokens / p, "computed", r.computed_tokens / p, "moves_made", (json_int_t)r.moves,
+                              "moved_blocks", (json_int_t)r.moved_blocks, "moved_bytes", r.moved_bytes, "mean_latency_s",
+                              r.mean_latency_s, "mean_wait_s", r.mean_wait_s, "mean_move_s", r.mean_move_s, "max_share", r.max_share,
+                              "span_s", r.span_s);
+        char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (s) puts(s);
+        free(s);
+        json_decref(o);
+    }
+    return 0;
+}

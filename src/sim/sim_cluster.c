@@ -1,0 +1,207 @@
+#include "sim/sim_cluster.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/content_hash.h"
+#include "cache/kv_cache.h"
+#include "coord/router.h"
+#include "sim/simulator.h"
+
+SimClusterConfig sim_cluster_config_default(void) {
+    SimConfig one = sim_config_default();
+    /* The link: 10 GB/s and 20 us a move stand for a 100 Gb/s RDMA network between nodes. */
+    return (SimClusterConfig){.n_instances = 4, .kv_tokens = one.kv_tokens, .route = SIM_ROUTE_CACHE, .load_slack = 8, .moves = true,
+                              .prefill_s_per_token = one.prefill_s_per_token, .decode_s_per_token = one.decode_s_per_token,
+                              .kv_bytes_per_token = one.kv_bytes_per_token, .link_bytes_per_s = 10e9, .link_latency_s = 20e-6};
+}
+
+typedef struct {
+    KvCache cache;
+    bool up;
+    double *finish; /* finish times of the requests assigned to it (pruned as arrivals pass them) */
+    int n_finish, cap_finish;
+    double free_at;
+    int served;
+} SimInstance;
+
+typedef struct {
+    const SimClusterConfig *cfg;
+    SimInstance *inst;
+    Router router;
+    int current;    /* the instance whose cache is being changed (its events feed its index) */
+    int tpb;        /* tree tokens a block (two: the halves of the trace's chained hash) */
+    int32_t *tokens, *table;
+    uint64_t *hashes; /* the request's blocks as the caches hash them (the router's keys) */
+} Cluster;
+
+/* The registry, as the coordinator keeps it: inserted blocks stored on the instance, blocks gone
+ * from it removed (the caches here have no host tier, so gone from the device is gone). */
+static void on_event(void *ctx, const CacheEvent *ev) {
+    Cluster *cl = ctx;
+    if (ev->kind == CACHE_EVENT_STORED && ev->tier == CACHE_TIER_DEVICE) router_stored(&cl->router, cl->current, ev->hashes, ev->n_blocks);
+    else if (ev->kind == CACHE_EVENT_REMOVED && ev->tiers_after == 0) router_evicted(&cl->router, cl->current, ev->hashes, ev->n_blocks);
+    else if (ev->kind == CACHE_EVENT_CLEARED) router_cleared(&cl->router, cl->current);
+}
+
+static int grow(void **p, int *cap, int need, size_t size) {
+    if (need <= *cap) return 0;
+    int cap2 = *cap ? 2 * *cap : 64;
+    while (cap2 < need) cap2 *= 2;
+    void *q = realloc(*p, (size_t)cap2 * size);
+    if (!q) return -1;
+    *p = q;
+    *cap = cap2;
+    return 0;
+}
+
+/* Requests assigned to i and still running at time t. */
+static int load_at(SimInstance *in, double t) {
+    int live = 0;
+    for (int k = 0; k < in->n_finish; k++)
+        if (in->finish[k] > t) in->finish[live++] = in->finish[k];
+    in->n_finish = live;
+    return live;
+}
+
+/* Serves r on instance i: its cached prefix, then (moves) the blocks the source instance holds past
+ * it, then the rest computed; everything enters i's cache. Returns blocks matched locally and moved. */
+static int serve_on(Cluster *cl, int i, const TraceRequest *r, int source, int *local_out, int *moved_out, BraidError *err) {
+    KvCache *c = &cl->inst[i].cache;
+    int bs_tree = cl->tpb;
+    CacheIdentity id;
+    cl->current = i;
+    if (kv_cache_identity(c, r->tenant, r->adapter, r->workflow, r->agent, &id, err)) return -1;
+    KvCacheMatch m;
+    if (kv_cache_match(c, &id, cl->tokens, r->n_blocks * bs_tree + 1, &m, err)) return -1;
+    int got = kv_cache_acquire(c, &m, cl->table, err);
+    if (got < 0) return -1;
+    int moved = 0;
+    if (source >= 0) { /* what the source holds past our prefix comes over instead of being computed */
+        int have = block_index_prefix(&cl->router.index[source], cl->hashes, r->n_blocks);
+        moved = have > got ? have - got : 0;
+    }
+    int total = r->n_blocks, need = total - got;
+    int ok = kv_cache_reserve(c, need, cl->table + got) == 0;
+    RadixNode *lock = m.node;
+    if (ok && kv_cache_commit(c, &id, cl->tokens, total, cl->table, &lock, false, err)) return -1;
+    kv_cache_release(c, lock, cl->table, ok ? total : got);
+    kv_cache_identity_release(c, &id);
+    CacheOpList ops = {0};
+    if (kv_cache_take_ops(c, &ops)) return braid_error_set(err, "sim cluster: out of memory");
+    cache_ops_free(&ops);
+    *local_out = got;
+    *moved_out = ok ? moved : 0;
+    return ok ? 1 : 0;
+}
+
+static void cluster_free(Cluster *cl) {
+    for (int i = 0; cl->inst && i < cl->cfg->n_instances; i++) {
+        if (cl->inst[i].up) kv_cache_free(&cl->inst[i].cache);
+        free(cl->inst[i].finish);
+    }
+    free(cl->inst);
+    router_free(&cl->router);
+    free(cl->tokens);
+    free(cl->table);
+    free(cl->hashes);
+}
+
+static int cluster_init(Cluster *cl, const Trace *t, const SimClusterConfig *cfg, BraidError *err) {
+    memset(cl, 0, sizeof *cl);
+    cl->cfg = cfg;
+    cl->tpb = SIM_TOKENS_PER_BLOCK;
+    int bs = t->block_size > 0 ? t->block_size : 16, max_blocks = 1;
+    for (int k = 0; k < t->n; k++)
+        if (t->reqs[k].n_blocks > max_blocks) max_blocks = t->reqs[k].n_blocks;
+    if (router_init(&cl->router, cfg->n_instances, cfg->load_slack)) return braid_error_set(err, "sim cluster: out of memory");
+    cl->router.mode = cfg->route == SIM_ROUTE_ROUND_ROBIN ? ROUTER_ROUND_ROBIN : cfg->route == SIM_ROUTE_BALANCED ? ROUTER_BALANCED : ROUTER_CACHE_AWARE;
+    cl->inst = calloc((size_t)cfg->n_instances, sizeof *cl->inst);
+    cl->tokens = malloc(((size_t)max_blocks * cl->tpb + 1) * sizeof *cl->tokens);
+    cl->table = malloc(((size_t)max_blocks + 1) * sizeof *cl->table);
+    cl->hashes = malloc(((size_t)max_blocks + 1) * sizeof *cl->hashes);
+    if (!cl->inst || !cl->tokens || !cl->table || !cl->hashes) return braid_error_set(err, "sim cluster: out of memory");
+    KvCacheConfig cc = {.block_size = cl->tpb, .device_blocks = cfg->kv_tokens / bs + 1};
+    for (int i = 0; i < cfg->n_instances; i++) {
+        if (kv_cache_init(&cl->inst[i].cache, &cc, err)) return -1;
+        cl->inst[i].up = true;
+        kv_cache_set_observer(&cl->inst[i].cache, on_event, cl);
+    }
+    return 0;
+}
+
+static int check_config(const Trace *t, const SimClusterConfig *cfg, BraidError *err) {
+    if (cfg->n_instances < 1 || cfg->n_instances > 4096) return braid_error_set(err, "sim cluster: --instances must be 1..4096");
+    int bs = t->block_size > 0 ? t->block_size : 16;
+    if (cfg->kv_tokens < 2 * bs) return braid_error_set(err, "sim cluster: the cache must hold at least 2 blocks");
+    if (cfg->link_bytes_per_s <= 0 || cfg->link_latency_s < 0) return braid_error_set(err, "sim cluster: the link needs a bandwidth > 0");
+    return 0;
+}
+
+int sim_cluster_run(const Trace *t, const SimClusterConfig *cfg, SimClusterResult *res, BraidError *err) {
+    memset(res, 0, sizeof *res);
+    if (check_config(t, cfg, err)) return -1;
+    Cluster cl;
+    int rc = cluster_init(&cl, t, cfg, err);
+    int bs = t->block_size > 0 ? t->block_size : 16;
+    double t0 = t->n > 0 ? t->reqs[0].t : 0, last = t0, sum_latency = 0, sum_wait = 0, sum_move = 0;
+    for (int k = 0; rc == 0 && k < t->n; k++) {
+        const TraceRequest *r = &t->reqs[k];
+        sim_hash_tokens(r->blocks, r->n_blocks, cl.tokens);
+        content_hash_blocks(content_hash_namespace(r->tenant, r->adapter), cl.tokens, r->n_blocks, cl.tpb, cl.hashes, NULL);
+        for (int i = 0; i < cfg->n_instances; i++) cl.router.load[i] = load_at(&cl.inst[i], r->t);
+        /* Never the whole prompt: the last block's worth is always computed, as live. */
+        int usable = r->prompt_tokens > 0 ? (r->prompt_tokens - 1) / bs : 0;
+        if (usable > r->n_blocks) usable = r->n_blocks;
+        RouteDecision d = router_pick(&cl.router, cl.hashes, usable, r->workflow);
+        int src = -1;
+        if (cfg->moves && d.source >= 0) {
+            double gain = d.source_blocks - d.matched_blocks;
+            double move_s = gain * bs * cfg->kv_bytes_per_token / cfg->link_bytes_per_s + cfg->link_latency_s;
+            if (move_s < gain * bs * cfg->prefill_s_per_token) src = d.source;
+        }
+        int local = 0, moved = 0;
+        int ok = serve_on(&cl, d.instance, r, src, &local, &moved, err);
+        if (ok < 0) {
+            rc = -1;
+            break;
+        }
+        if (local > usable) local = usable;
+        if (local + moved > usable) moved = usable - local > 0 ? usable - local : 0;
+        if (!ok) res->too_large++;
+        double move_s = moved > 0 ? moved * bs * cfg->kv_bytes_per_token / cfg->link_bytes_per_s + cfg->link_latency_s : 0;
+        int computed = r->prompt_tokens - (local + moved) * bs;
+        SimInstance *in = &cl.inst[d.instance];
+        double start = r->t > in->free_at ? r->t : in->free_at;
+        double finish = start + move_s + computed * cfg->prefill_s_per_token + r->output_tokens * cfg->decode_s_per_token;
+        in->free_at = finish;
+        in->served++;
+        if (grow((void **)&in->finish, &in->cap_finish, in->n_finish + 1, sizeof *in->finish)) {
+            rc = braid_error_set(err, "sim cluster: out of memory");
+            break;
+        }
+        in->finish[in->n_finish++] = finish;
+        res->requests++;
+        res->prompt_tokens += (uint64_t)r->prompt_tokens;
+        res->local_tokens += (uint64_t)local * bs;
+        res->remote_tokens += (uint64_t)moved * bs;
+        res->computed_tokens += (uint64_t)computed;
+        res->moves += moved > 0;
+        res->moved_blocks += (uint64_t)moved;
+        res->moved_bytes += moved * bs * cfg->kv_bytes_per_token;
+        sum_latency += finish - r->t;
+        sum_wait += start - r->t;
+        sum_move += move_s;
+        if (finish > last) last = finish;
+    }
+    if (rc == 0 && res->requests > 0) {
+        res->mean_latency_s = sum_latency / res->requests;
+        res->mean_wait_s = sum_wait / res->requests;
+        res->mean_move_s = sum_move / res->requests;
+        res->span_s = last - t0;
+        for (int i = 0; i < cfg->n_instances; i++)
+            if ((double)cl.inst[i].served / res->requests > res->max_share) res->max_share = (double)cl.inst[i].served / res->requests;
+    }
+    cluster_free(&cl);
+    return rc;
+}

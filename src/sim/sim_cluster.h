@@ -1,0 +1,54 @@
+/*
+ * sim_cluster.h — braid sim with N instances: the router, KV block moves between instances over a
+ * modeled network, and a queue per instance (issue 19's "beyond one machine").
+ *
+ * Each instance is one copy of the real cache (src/cache, device tier, LRU) of kv_tokens tokens;
+ * the router is the live one (coord/router.h: the longest cached prefix within the load slack, or
+ * round-robin), fed by the instances' cache events exactly as the coordinator's registry is (blocks
+ * inserted are stored on the instance, blocks that leave it removed). Its decision also names the
+ * instance holding the longest prefix; with moves on, the chosen instance takes the missing blocks
+ * from it when the move is cheaper than recomputing them (move time = blocks x block bytes / link
+ * bandwidth + link latency, the live cost model; move_plan.h), and they enter its cache as if
+ * computed there. Requests are replayed in arrival order. An instance serves one request at a
+ * time (FIFO): a request starts at max(arrival, the instance's previous finish) and takes its move
+ * time + computed prompt tokens x prefill cost + output tokens x decode cost. Load (the router's)
+ * is the requests assigned to an instance and not finished at the arrival.
+ * Modeled, not measured: no batching, so queues are longer than a batching engine's; the point is
+ * the hit rate split (local / moved in / computed) and how it scales with N.
+ */
+#ifndef BRAID_SIM_SIM_CLUSTER_H
+#define BRAID_SIM_SIM_CLUSTER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "sim/trace.h"
+
+typedef enum { SIM_ROUTE_CACHE = 0, SIM_ROUTE_ROUND_ROBIN, SIM_ROUTE_BALANCED } SimRoute;
+
+typedef struct {
+    int n_instances;
+    int kv_tokens;               /* per instance */
+    SimRoute route;
+    int load_slack;              /* the router's --route-slack */
+    bool moves;
+    double prefill_s_per_token, decode_s_per_token;
+    double kv_bytes_per_token;
+    double link_bytes_per_s, link_latency_s; /* one move over the network */
+} SimClusterConfig;
+
+typedef struct {
+    int requests, too_large;     /* too_large: more blocks than one instance holds */
+    uint64_t prompt_tokens, local_tokens, remote_tokens, computed_tokens;
+    uint64_t moves, moved_blocks;
+    double moved_bytes;
+    double mean_latency_s, mean_wait_s, mean_move_s;
+    double span_s;               /* first arrival to last finish */
+    double max_share;            /* the busiest instance's share of the requests */
+} SimClusterResult;
+
+SimClusterConfig sim_cluster_config_default(void);
+int sim_cluster_run(const Trace *t, const SimClusterConfig *cfg, SimClusterResult *res, BraidError *err);
+
+#endif
