@@ -16,7 +16,7 @@
 #include "worker/step_msg.h"
 #include "transport/tp_collective_mpi.h"
 
-enum { COORDINATOR_RANK = 0, TAG_STEP = 1 };
+enum { COORDINATOR_RANK = 0 };
 #define STATS_PERIOD_S 0.1
 
 /* What every rank of an instance holds for tensor parallelism. */
@@ -404,6 +404,25 @@ static void stop_peers(const WorkerRoleConfig *cfg, int tp_size, bool lost_ranks
 
 /* ---- the loops ---- */
 
+/* KV moves (kv_moves.h): this rank's mover, and with TP every rank's description (a collective the
+ * peers join in tp_peer_run). Failing leaves moves off on this instance, with the reason logged. */
+static void leader_moves_setup(Leader *L) {
+    const WorkerRoleConfig *cfg = L->cfg;
+    BraidError move_err;
+    KvMovesConfig mc = {.engine = &L->engine, .ctrl = &L->ctrl, .instance = cfg->instance, .tp_size = L->tp.tp_size,
+                        .tp_comm = cfg->tp_comm, .timeout_s = cfg->move_timeout_s > 0 ? cfg->move_timeout_s : 5.0};
+    if (kv_moves_create(&L->moves, &mc, &move_err)) LOG_INFO("leader", "%s", move_err.msg);
+    if (L->tp.tp_size <= 1) return;
+    WireBuf all = {0};
+    int every = kv_moves_gather(cfg->tp_comm, L->moves ? kv_moves_rank_desc(L->moves) : NULL, &all, &move_err);
+    if (L->moves && (every != 1 || kv_moves_set_ranks(L->moves, &all, &move_err))) {
+        LOG_INFO("leader", "KV moves off on instance %d: %s", cfg->instance, every < 0 ? move_err.msg : "a TP rank has no mover (see its log)");
+        kv_moves_destroy(L->moves);
+        L->moves = NULL;
+    }
+    wire_buf_free(&all);
+}
+
 static int leader_init(Leader *L, const WorkerRoleConfig *cfg, BraidError *err) {
     memset(L, 0, sizeof *L);
     L->cfg = cfg;
@@ -419,13 +438,8 @@ static int leader_init(Leader *L, const WorkerRoleConfig *cfg, BraidError *err) 
     }
     if (ok && engine_init(&L->engine, cfg->model, &ec, err)) ok = 0;
     if (ok) L->engine.sched.observer = (SchedObserver){.ctx = L, .on_cache_event = on_cache_event};
-    if (ok && cfg->kv_moves) {
-        BraidError move_err;
-        KvMovesConfig mc = {.engine = &L->engine, .ctrl = &L->ctrl, .instance = cfg->instance, .tp_size = L->tp.tp_size,
-                            .timeout_s = cfg->move_timeout_s > 0 ? cfg->move_timeout_s : 5.0};
-        if (kv_moves_create(&L->moves, &mc, &move_err)) LOG_INFO("leader", "%s", move_err.msg);
-    }
     if (!all_ranks_ok(cfg->tp_comm, ok) && ok) braid_error_set(err, "a TP peer of instance %d failed to set up (see its log)", cfg->instance), ok = 0;
+    if (ok && cfg->kv_moves) leader_moves_setup(L);
     return ok ? 0 : -1;
 }
 
@@ -542,6 +556,14 @@ int tp_peer_run(const WorkerRoleConfig *cfg, bool *lost_ranks, BraidError *err) 
     }
     if (!ok) LOG_ERROR("tp-peer", "instance %d: %s", cfg->instance, err->msg);
     ok = all_ranks_ok(cfg->tp_comm, ok) && ok;
+    /* KV moves: this rank's mover over its shard; the leader gathers every rank's description. */
+    KvMoveRank mover = {0};
+    if (ok && cfg->kv_moves) {
+        BraidError move_err;
+        if (kv_move_rank_init(&mover, &backend, &move_err)) LOG_INFO("tp-peer", "instance %d: KV moves off: %s", cfg->instance, move_err.msg);
+        if (kv_moves_gather(cfg->tp_comm, mover.mover ? &mover.desc : NULL, NULL, &move_err) < 0)
+            LOG_WARN("tp-peer", "instance %d: %s", cfg->instance, move_err.msg);
+    }
     int rc = 0;
     double idle_since = braid_now_seconds();
     for (;;) {
@@ -567,7 +589,9 @@ int tp_peer_run(const WorkerRoleConfig *cfg, bool *lost_ranks, BraidError *err) 
             break;
         }
         /* A peer that could not set up still has to drain steps; the leader refused to serve, so none come. */
-        if (ok) {
+        if (ok && m.kind == STEP_MOVE) {
+            rc = kv_move_rank_serve(&mover, &backend, &m, cfg->tp_comm, err);
+        } else if (ok) {
             ForwardOutput out = {0};
             rc = backend_apply_cache_ops(&backend, m.ops.ops, m.ops.n, err);
             if (rc) braid_error_wrap(err, "tp peer: the step's cache operations");
@@ -577,6 +601,7 @@ int tp_peer_run(const WorkerRoleConfig *cfg, bool *lost_ranks, BraidError *err) 
         if (rc) break;
         idle_since = braid_now_seconds();
     }
+    kv_move_rank_free(&mover);
     if (ok) backend_destroy(&backend);
     tp_teardown(&t);
     return rc;

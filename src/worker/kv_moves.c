@@ -7,11 +7,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "transport/control_msg.h"
-#include "transport/kv_mover.h"
 #include "transport/move_msg.h"
-
-/* Regions every lender registers, in this order: per tier, its K/V array then its positions. */
-enum { REGION_KV = 0, REGION_POS = 1, REGIONS_PER_TIER = 2 };
 
 typedef enum { IMPORT_ASKED = 0, IMPORT_READING } ImportState;
 
@@ -22,13 +18,16 @@ typedef struct {
     int source;           /* the lender's leader rank */
     double deadline;
     ImportState state;
-    /* While reading: the local prefix and the reserved blocks, held until the batch lands. */
+    /* While reading: the local prefix and the reserved blocks, held until every rank's reads land. */
     CacheIdentity id;
     bool have_id;
     KvCacheMatch match;
     int32_t *table;
     int n_blocks, n_held, n_local; /* blocks to end up with, blocks of table held now, blocks cached here before */
-    KvMoveBatch *batch;
+    KvMoveBatch *batch;   /* this rank's reads */
+    size_t bytes;         /* every rank's reads */
+    int peers_waiting;    /* TP peers that have not answered their MOVE plan */
+    bool peers_failed;
 } Import;
 
 typedef struct {
@@ -41,10 +40,8 @@ typedef struct {
 
 struct KvMoves {
     KvMovesConfig cfg;
-    KvMover *mover;
-    BackendKvMemory mem[2];
-    bool have_tier[2];
-    WireBuf desc; /* this rank's mover description, sent with every loan */
+    KvMoveRank self;   /* this (leader) rank's mover and shard */
+    WireBuf ranks;     /* every rank's description, in TP order (kv_moves_gather), sent with every loan */
     Import *imports;
     int n_imports, cap_imports;
     Lease *leases;
@@ -57,36 +54,33 @@ static KvCache *cache_of(KvMoves *mv) { return &mv->cfg.engine->sched.cache; }
 
 int kv_moves_create(KvMoves **out, const KvMovesConfig *cfg, BraidError *err) {
     *out = NULL;
-    if (cfg->tp_size > 1) return braid_error_set(err, "KV moves: instances of %d ranks do not move blocks yet (only --tp 1)", cfg->tp_size);
-    if (cfg->engine->sched.forkkv) return braid_error_set(err, "KV moves: not with --lora-cache shared (the base cache has residuals beside it)");
-    if (!cfg->engine->sched.cache_enabled) return braid_error_set(err, "KV moves: prefix caching is off");
+    if (cfg->engine->sched.forkkv) return braid_error_set(err, "KV moves off on instance %d: not with --lora-cache shared (the base cache has residuals beside it)", cfg->instance);
+    if (!cfg->engine->sched.cache_enabled) return braid_error_set(err, "KV moves off on instance %d: prefix caching is off", cfg->instance);
     KvMoves *mv = calloc(1, sizeof *mv);
     if (!mv) return braid_error_set(err, "KV moves: out of memory");
     mv->cfg = *cfg;
     mv->next_xfer = 1;
-    if (backend_kv_memory(&cfg->engine->backend, 0, &mv->mem[0], err)) goto fail;
-    mv->have_tier[0] = true;
-    BraidError host_err;
-    mv->have_tier[1] = backend_kv_memory(&cfg->engine->backend, 1, &mv->mem[1], &host_err) == 0;
-    if (kv_mover_create(&mv->mover, err)) goto fail;
-    for (int t = 0; t < 2 && mv->have_tier[t]; t++) {
-        int kv_region, pos_region;
-        if (kv_mover_register(mv->mover, mv->mem[t].kv, mv->mem[t].kv_bytes, &kv_region, err) ||
-            kv_mover_register(mv->mover, mv->mem[t].slot_pos, mv->mem[t].slot_pos_bytes, &pos_region, err))
-            goto fail;
-        if (kv_region != t * REGIONS_PER_TIER + REGION_KV || pos_region != t * REGIONS_PER_TIER + REGION_POS) {
-            braid_error_set(err, "KV moves: unexpected region numbering from the mover");
-            goto fail;
-        }
+    if (kv_move_rank_init(&mv->self, &cfg->engine->backend, err)) {
+        braid_error_wrap(err, "KV moves off on instance %d", cfg->instance);
+        free(mv);
+        return -1;
     }
-    if (kv_mover_describe(mv->mover, &mv->desc, err)) goto fail;
+    if (cfg->tp_size <= 1) { /* one rank: the list of descriptions is its own */
+        wire_put_i32(&mv->ranks, 1);
+        wire_put_u64(&mv->ranks, mv->self.desc.len);
+        wire_put(&mv->ranks, mv->self.desc.data, mv->self.desc.len);
+    }
     *out = mv;
     return 0;
-fail:
-    braid_error_wrap(err, "KV moves off on instance %d", cfg->instance);
-    kv_moves_destroy(mv);
-    return -1;
 }
+
+int kv_moves_set_ranks(KvMoves *mv, const WireBuf *all, BraidError *err) {
+    wire_buf_free(&mv->ranks);
+    wire_put(&mv->ranks, all->data, all->len);
+    return mv->ranks.failed ? braid_error_set(err, "KV moves: out of memory") : 0;
+}
+
+const WireBuf *kv_moves_rank_desc(const KvMoves *mv) { return &mv->self.desc; }
 
 /* ---- lending ---- */
 
@@ -136,8 +130,8 @@ static void lend(KvMoves *mv, int source, const MsgKvExport *ask) {
     mv->leases[mv->n_leases++] = l;
     mv->counters.lent_blocks += (uint64_t)n;
     MsgKvExported ans = {.xfer_id = ask->xfer_id, .n_blocks = n, .tiers = tiers, .blocks = blocks,
-                         .pool_blocks = {mv->mem[0].n_blocks, mv->have_tier[1] ? mv->mem[1].n_blocks : 0},
-                         .desc = mv->desc.data, .desc_len = mv->desc.len, .why = ""};
+                         .pool_blocks = {mv->self.mem[0].n_blocks, mv->self.have_tier[1] ? mv->self.mem[1].n_blocks : 0},
+                         .desc = mv->ranks.data, .desc_len = mv->ranks.len, .why = ""};
     send_exported(mv, source, &ans);
     free(tiers);
     free(blocks);
@@ -208,41 +202,48 @@ static void import_finish(KvMoves *mv, int at, int moved_tokens, bool failed, co
     ready(ctx, im.owner, moved_tokens);
 }
 
-/* Copies blocks [from, n) of the loan into table[from..n) of the device pool: per run of
- * consecutive ids on both sides, every layer's K and V and the slots' positions. */
-static int queue_reads(KvMoves *mv, Import *im, const MsgKvExported *loan, int peer, BraidError *err) {
-    const BackendKvMemory *dst = &mv->mem[0];
-    if (kv_mover_batch_begin(mv->mover, peer, &im->batch, err)) return -1;
-    size_t blb = dst->block_layer_bytes, pos_bytes = (size_t)dst->block_size * sizeof(int32_t);
-    for (int i = im->n_local; i < im->n_blocks;) {
-        int tier = loan->tiers[i], run = 1;
-        while (i + run < im->n_blocks && loan->tiers[i + run] == tier && loan->blocks[i + run] == loan->blocks[i] + run &&
-               im->table[i + run] == im->table[i] + run)
+/* The loan's blocks [from, n) into table[from..n), as runs of ids consecutive on both sides. */
+static int build_runs(const MsgKvExported *loan, const int32_t *table, int from, int n, MoveRun **out) {
+    MoveRun *runs = malloc(((size_t)(n - from) + 1) * sizeof *runs);
+    if (!runs) return -1;
+    int n_runs = 0;
+    for (int i = from; i < n;) {
+        int run = 1;
+        while (i + run < n && loan->tiers[i + run] == loan->tiers[i] && loan->blocks[i + run] == loan->blocks[i] + run &&
+               table[i + run] == table[i] + run)
             run++;
-        size_t src_n = (size_t)loan->pool_blocks[tier], sb = (size_t)loan->blocks[i], db = (size_t)im->table[i];
-        int kv_region = tier * REGIONS_PER_TIER + REGION_KV;
-        for (int kv = 0; kv < 2; kv++)
-            for (int l = 0; l < dst->n_layers; l++) {
-                size_t layer = (size_t)kv * dst->n_layers + l;
-                if (kv_mover_get(im->batch, kv_region, (layer * src_n + sb) * blb,
-                                 (uint8_t *)dst->kv + (layer * dst->n_blocks + db) * blb, run * blb, err))
-                    return -1;
-            }
-        if (kv_mover_get(im->batch, tier * REGIONS_PER_TIER + REGION_POS, sb * pos_bytes, (uint8_t *)dst->slot_pos + db * pos_bytes,
-                         run * pos_bytes, err))
-            return -1;
+        runs[n_runs++] = (MoveRun){.tier = loan->tiers[i], .src = loan->blocks[i], .dst = table[i], .count = run};
         i += run;
+    }
+    *out = runs;
+    return n_runs;
+}
+
+/* Each TP peer gets a MOVE plan: the operations just applied here, the runs, its lender rank. */
+static int send_move_plans(KvMoves *mv, const Import *im, const MsgKvExported *loan, const CacheOpList *ops, const MoveRun *runs, int n_runs,
+                           BraidError *err) {
+    for (int peer = 1; peer < mv->cfg.tp_size; peer++) {
+        const uint8_t *desc;
+        size_t len;
+        if (kv_move_desc_at(loan->desc, loan->desc_len, peer, &desc, &len, NULL))
+            return braid_error_set(err, "KV moves: the loan has no description for rank %d", peer);
+        StepMove plan = {.xfer_id = im->xfer_id, .lender_rank = im->source + peer, .pool_blocks = {loan->pool_blocks[0], loan->pool_blocks[1]},
+                         .desc = (uint8_t *)desc, .desc_len = len, .runs = (MoveRun *)runs, .n_runs = n_runs, .timeout_s = mv->cfg.timeout_s};
+        WireBuf b = {0};
+        step_msg_encode_move(&b, ops, &plan);
+        int rc = b.failed ? -1 : MPI_Send(b.data, (int)b.len, MPI_BYTE, peer, TAG_STEP, mv->cfg.tp_comm) == MPI_SUCCESS ? 0 : -1;
+        wire_buf_free(&b);
+        if (rc) return braid_error_set(err, "KV moves: sending a move plan to TP peer %d failed", peer);
     }
     return 0;
 }
 
-/* Runs the cache's pending operations now: a block a demotion just freed may be reserved for the
- * move, and its STORE must read the old contents before the reads overwrite them. */
-static int apply_pending_ops(KvMoves *mv, BraidError *err) {
-    CacheOpList ops = {0};
-    int rc = kv_cache_take_ops(cache_of(mv), &ops) ? braid_error_set(err, "KV moves: out of memory taking cache operations") : 0;
-    if (rc == 0 && ops.n > 0) rc = backend_apply_cache_ops(&mv->cfg.engine->backend, ops.ops, ops.n, err);
-    cache_ops_free(&ops);
+/* Runs the cache's pending operations now (into ops, for the TP peers too): a block a demotion just
+ * freed may be reserved for the move, and its STORE must read the old contents before the reads
+ * overwrite them. */
+static int apply_pending_ops(KvMoves *mv, CacheOpList *ops, BraidError *err) {
+    int rc = kv_cache_take_ops(cache_of(mv), ops) ? braid_error_set(err, "KV moves: out of memory taking cache operations") : 0;
+    if (rc == 0 && ops->n > 0) rc = backend_apply_cache_ops(&mv->cfg.engine->backend, ops->ops, ops->n, err);
     return rc;
 }
 
@@ -251,14 +252,14 @@ static int apply_pending_ops(KvMoves *mv, BraidError *err) {
 static int start_reads(KvMoves *mv, Import *im, const MsgKvExported *loan, const char **why, BraidError *err) {
     KvCache *c = cache_of(mv);
     const SchedRequest *r = im->req;
-    int peer;
     BraidError e;
+    int lender_ranks = 0;
+    const uint8_t *desc;
+    size_t desc_len;
     *why = "out of memory";
     if (loan->n_blocks == 0) return *why = "the lender had nothing to lend", 1;
-    if (kv_mover_connect(mv->mover, im->source, loan->desc, loan->desc_len, &peer, &e)) {
-        LOG_WARN("kv-moves", "instance %d: %s", mv->cfg.instance, e.msg);
-        return *why = "no connection to the lender", 1;
-    }
+    if (kv_move_desc_at(loan->desc, loan->desc_len, 0, &desc, &desc_len, &lender_ranks) || lender_ranks != mv->cfg.tp_size)
+        return *why = "the lender's TP degree differs from this instance's", 1;
     if (kv_cache_identity(c, r->tenant, r->adapter, r->workflow, r->agent, &im->id, &e)) return 1;
     im->have_id = true;
     if (kv_cache_match(c, &im->id, r->tokens, r->n_prompt, &im->match, &e)) return 1;
@@ -270,11 +271,22 @@ static int start_reads(KvMoves *mv, Import *im, const MsgKvExported *loan, const
     im->n_held = im->n_local = usable;
     if (kv_cache_reserve(c, im->n_blocks - usable, im->table + usable) != 0) return *why = "no free device blocks for the moved prefix", 1;
     im->n_held = im->n_blocks;
-    if (apply_pending_ops(mv, err)) return -1;
-    if (queue_reads(mv, im, loan, peer, &e)) {
+    MoveRun *runs = NULL;
+    CacheOpList ops = {0};
+    int n_runs = build_runs(loan, im->table, im->n_local, im->n_blocks, &runs), rc = 0;
+    if (n_runs < 0) rc = 1;
+    else if (apply_pending_ops(mv, &ops, err) || send_move_plans(mv, im, loan, &ops, runs, n_runs, err)) rc = -1;
+    else if (kv_move_rank_read(&mv->self, im->source, desc, desc_len, loan->pool_blocks, runs, n_runs, &im->batch, &e)) {
         LOG_WARN("kv-moves", "instance %d: %s", mv->cfg.instance, e.msg);
-        return *why = "the reads could not be queued", 1;
+        *why = "the reads could not be queued";
+        /* The peers were sent their plans: their answers still come, and find no import. */
+        rc = 1;
     }
+    cache_ops_free(&ops);
+    free(runs);
+    if (rc) return rc;
+    im->bytes = kv_mover_batch_bytes(im->batch); /* the peers add theirs when they answer */
+    im->peers_waiting = mv->cfg.tp_size - 1;
     im->state = IMPORT_READING;
     return 0;
 }
@@ -304,7 +316,7 @@ static void land(KvMoves *mv, int at, KvMoveReadyFn ready, void *ctx) {
     KvCache *c = cache_of(mv);
     BraidError e;
     int moved = im->n_blocks - im->n_local;
-    size_t bytes = kv_mover_batch_bytes(im->batch);
+    size_t bytes = im->bytes;
     if (kv_cache_commit(c, &im->id, im->req->tokens, im->n_blocks, im->table, &im->match.node, false, &e)) {
         send_release(mv, im->source, im->xfer_id);
         return import_finish(mv, at, 0, true, e.msg, ready, ctx);
@@ -317,15 +329,39 @@ static void land(KvMoves *mv, int at, KvMoveReadyFn ready, void *ctx) {
     import_finish(mv, at, moved * c->block_size, false, NULL, ready, ctx);
 }
 
+/* The TP peers' answers to MOVE plans (u64 xfer id, u8 ok, u64 bytes read). */
+static void collect_peer_answers(KvMoves *mv) {
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_MOVE_DONE, mv->cfg.tp_comm, &flag, &st) != MPI_SUCCESS || !flag) return;
+        uint8_t msg[17];
+        if (MPI_Recv(msg, sizeof msg, MPI_BYTE, st.MPI_SOURCE, TAG_MOVE_DONE, mv->cfg.tp_comm, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
+        WireReader rd = wire_reader(msg, sizeof msg);
+        uint64_t xfer_id = wire_get_u64(&rd);
+        uint8_t ok = wire_get_u8(&rd);
+        uint64_t bytes = wire_get_u64(&rd);
+        for (int i = 0; i < mv->n_imports; i++) {
+            Import *im = &mv->imports[i];
+            if (im->xfer_id != xfer_id || im->state != IMPORT_READING || im->peers_waiting == 0) continue;
+            im->peers_waiting--;
+            im->peers_failed |= !ok;
+            im->bytes += bytes;
+        }
+    }
+}
+
 void kv_moves_poll(KvMoves *mv, KvMoveReadyFn ready, void *ctx) {
     if (!mv) return;
-    kv_mover_progress(mv->mover);
+    kv_mover_progress(mv->self.mover);
+    if (mv->cfg.tp_size > 1) collect_peer_answers(mv);
     double now = braid_now_seconds();
     for (int i = mv->n_imports - 1; i >= 0; i--) {
         Import *im = &mv->imports[i];
         BraidError e;
         int st = im->state == IMPORT_READING ? kv_mover_poll(im->batch, &e) : 0;
-        if (st == 1) land(mv, i, ready, ctx);
+        if (st == 1 && im->peers_failed) st = -1, snprintf(e.msg, sizeof e.msg, "a TP peer's reads failed");
+        if (st == 1 && im->peers_waiting == 0) land(mv, i, ready, ctx);
         else if (st < 0) {
             send_release(mv, im->source, im->xfer_id);
             import_finish(mv, i, 0, true, e.msg, ready, ctx);
@@ -387,7 +423,7 @@ void kv_moves_destroy(KvMoves *mv) {
     while (mv->n_leases > 0) lease_end(mv, mv->n_leases - 1);
     free(mv->imports);
     free(mv->leases);
-    wire_buf_free(&mv->desc);
-    kv_mover_destroy(mv->mover);
+    wire_buf_free(&mv->ranks);
+    kv_move_rank_free(&mv->self);
     free(mv);
 }

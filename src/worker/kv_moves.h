@@ -21,10 +21,16 @@
  * KV_RELEASE ends, or a timeout when the importer went away; the answer carries the blocks' tiers
  * and ids and this rank's mover description (its device and host pools registered at creation).
  *
- * Scope: instances of one rank (--tp 1) on the CPU backend, whose pools are host memory. TP > 1
- * (rank-by-rank moves), the CUDA backend's GPU pools (NCCL or CUDA-aware UCX) and ForkKV's shared
- * base cache refuse at kv_moves_create with the reason, and the instance tells the coordinator it
- * takes no part in moves (READY). Not thread-safe: the leader's thread.
+ * Tensor parallelism: every rank of an instance has a mover over its own shard of the pools
+ * (KvMoveRank); at start-up the leader gathers its ranks' descriptions (kv_moves_gather) and lends
+ * them all. Moves go shard by shard, rank i to rank i: the borrowing leader sends each peer a MOVE
+ * plan (step_msg.h: the pending cache operations, the runs to read, the lender rank's description),
+ * reads its own shard, and lands the move once every peer answered that its reads landed
+ * (TAG_MOVE_DONE). Lender and borrower must have the same TP degree (else the borrower declines).
+ * Scope: the CPU backend, whose pools are host memory. The CUDA backend's GPU pools (NCCL or
+ * CUDA-aware UCX would be needed) and ForkKV's shared base cache refuse at kv_moves_create with the
+ * reason, and the instance tells the coordinator it takes no part in moves (READY). Not
+ * thread-safe: the leader's thread.
  */
 #ifndef BRAID_WORKER_KV_MOVES_H
 #define BRAID_WORKER_KV_MOVES_H
@@ -34,8 +40,11 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include <mpi.h>
+
 #include "transport/ctrl_endpoint.h"
 #include "worker/engine.h"
+#include "worker/kv_move_rank.h"
 
 typedef struct KvMoves KvMoves;
 
@@ -44,6 +53,7 @@ typedef struct {
     CtrlEndpoint *ctrl; /* the leader's control endpoint; other leaders are ranks on its communicator */
     int instance;       /* for logs */
     int tp_size;
+    MPI_Comm tp_comm;   /* the instance's ranks (MOVE plans to the peers when tp_size > 1) */
     double timeout_s;   /* an import not landed by then recomputes; a lease ends after 4x that */
 } KvMovesConfig;
 
@@ -55,8 +65,13 @@ typedef struct {
  * now sit in this instance's cache because of the move (0 when it failed). */
 typedef void (*KvMoveReadyFn)(void *ctx, void *owner, int moved_tokens);
 
-/* -1 with err when this instance cannot take part (the scope above, or UCX could not start). */
+/* -1 with err when this instance cannot take part (the scope above, or UCX could not start). With
+ * tp_size > 1 the moves are usable after kv_moves_set_ranks. */
 int kv_moves_create(KvMoves **out, const KvMovesConfig *cfg, BraidError *err);
+/* The descriptions of every rank of the instance, from kv_moves_gather (copied). */
+int kv_moves_set_ranks(KvMoves *mv, const WireBuf *all, BraidError *err);
+/* This leader rank's own description (what it gives kv_moves_gather). */
+const WireBuf *kv_moves_rank_desc(const KvMoves *mv);
 /* Ends every lease, abandons every import (their requests are not handed back). NULL ok. */
 void kv_moves_destroy(KvMoves *mv);
 /* A request with a pull hint: 1 when parked (the move started; owner comes back through the

@@ -65,11 +65,62 @@ static int consistent(const StepMsg *m, int n_tok, int n_pos, int n_slots, int n
     return 1;
 }
 
+void step_msg_encode_move(WireBuf *b, const CacheOpList *ops, const StepMove *mv) {
+    wire_put_u8(b, STEP_MOVE);
+    encode_ops(b, ops);
+    wire_put_u64(b, mv->xfer_id);
+    wire_put_i32(b, mv->lender_rank);
+    wire_put_i32(b, mv->pool_blocks[0]);
+    wire_put_i32(b, mv->pool_blocks[1]);
+    wire_put_u64(b, mv->desc_len);
+    wire_put(b, mv->desc, mv->desc_len);
+    wire_put_i32(b, mv->n_runs);
+    for (int i = 0; i < mv->n_runs; i++) {
+        wire_put_u8(b, mv->runs[i].tier);
+        wire_put_i32(b, mv->runs[i].src);
+        wire_put_i32(b, mv->runs[i].dst);
+        wire_put_i32(b, mv->runs[i].count);
+    }
+    wire_put_f64(b, mv->timeout_s);
+}
+
+static int decode_move(WireReader *r, StepMsg *m) {
+    StepMove *mv = &m->move;
+    if (decode_ops(r, &m->ops)) return -1;
+    mv->xfer_id = wire_get_u64(r);
+    mv->lender_rank = wire_get_i32(r);
+    mv->pool_blocks[0] = wire_get_i32(r);
+    mv->pool_blocks[1] = wire_get_i32(r);
+    uint64_t desc_len = wire_get_u64(r);
+    if (r->failed || desc_len > r->len - r->off || !(mv->desc = malloc(desc_len + 1))) return -1;
+    mv->desc_len = (size_t)desc_len;
+    wire_get(r, mv->desc, mv->desc_len);
+    mv->n_runs = wire_get_i32(r);
+    if (r->failed || mv->n_runs < 0 || (size_t)mv->n_runs > (r->len - r->off) / 13) return -1;
+    if (!(mv->runs = malloc(((size_t)mv->n_runs + 1) * sizeof *mv->runs))) return -1;
+    for (int i = 0; i < mv->n_runs; i++) {
+        MoveRun *run = &mv->runs[i];
+        run->tier = wire_get_u8(r);
+        run->src = wire_get_i32(r);
+        run->dst = wire_get_i32(r);
+        run->count = wire_get_i32(r);
+        if (run->tier > 1 || run->count < 1 || run->src < 1 || run->dst < 1 || run->src > mv->pool_blocks[run->tier] - run->count)
+            return -1;
+    }
+    mv->timeout_s = wire_get_f64(r);
+    return r->failed || r->off != r->len ? -1 : 0;
+}
+
 int step_msg_decode(WireReader *r, int block_size, StepMsg *m) {
     memset(m, 0, sizeof *m);
     m->kind = (StepKind)wire_get_u8(r);
     if (r->failed) return -1;
     if (m->kind == STEP_STOP || m->kind == STEP_STOP_LOST_RANKS) return r->off == r->len ? 0 : -1;
+    if (m->kind == STEP_MOVE) {
+        if (decode_move(r, m) == 0) return 0;
+        step_msg_free(m);
+        return -1;
+    }
     if (m->kind != STEP_FORWARD) return -1;
     int n_tok, n_pos, n_slots, n_start, n_ctx;
     m->tokens = wire_get_i32s(r, &n_tok);
@@ -105,5 +156,7 @@ void step_msg_free(StepMsg *m) {
     free(m->table_data);
     free(m->tables);
     cache_ops_free(&m->ops);
+    free(m->move.desc);
+    free(m->move.runs);
     memset(m, 0, sizeof *m);
 }

@@ -4,7 +4,8 @@
 #    by moving the blocks over UCX: usage.prompt_tokens_details.cached_tokens_remote > 0, /metrics
 #    counts the blocks and bytes moved in and lent, the events log has the planned move, and the
 #    greedy answer equals the one computed from scratch;
-#  - over the TCP transport (UCX_TLS=tcp) the same holds;
+#  - over the TCP transport (UCX_TLS=tcp) the same holds, and with two ranks per instance (--tp 2:
+#    shard by shard, rank i to rank i);
 #  - a frozen lender (SIGSTOP) makes the move time out: the request is recomputed on the cold
 #    instance, answers the same, and the failure is counted; the lender resumes and serves again;
 #  - --kv-moves off: the cold instance recomputes (no remote tokens, nothing moved);
@@ -74,6 +75,11 @@ stop_cluster shm
 UCX_TLS=tcp start_cluster tcp --instances 2 --router round-robin --kv-blocks 256 --threads 1 --events "$work/tcp-events.jsonl"
 moved_case tcp
 stop_cluster tcp
+
+# Two ranks per instance: the move goes shard by shard, rank i of the lender to rank i here.
+start_cluster tp2 --instances 2 --tp 2 --router round-robin --kv-blocks 256 --threads 1 --events "$work/tp2-events.jsonl"
+moved_case tp2
+stop_cluster tp2
 
 start_cluster off --instances 2 --router round-robin --kv-blocks 256 --threads 1 --kv-moves off
 ask off-first "Which depot does part 14 go to?"
