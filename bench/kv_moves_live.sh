@@ -4,7 +4,7 @@
 # round-robin, arms back to back in one run.
 #   bench/kv_moves_live.sh OUT
 # Environment (defaults in brackets): WORKLOADS [cross-tenant codegen], INSTANCES [1 2 4],
-# ARMS [cache:on cache:off round-robin:on round-robin:off] (router:moves; one instance runs the first
+# ARMS [cache:on cache:off balanced:on balanced:off round-robin:on round-robin:off] (router:moves; one instance runs the first
 # only), WORKFLOWS [8], CONCURRENCY [4], SCALE [0.5], MAX_TOKENS_CAP [24], KV_BLOCKS [256] per
 # instance, UCX_TLS (the transport; default UCX's choice), BRAID_BIN / BENCH_BIN (frozen binaries).
 # Writes OUT/<workload>-<n>-<router>-<moves>/ (braid-bench run results + metrics.txt), server logs,
@@ -19,7 +19,7 @@ out=${1:?usage: bench/kv_moves_live.sh OUT}
 mkdir -p "$out"
 WORKLOADS=${WORKLOADS:-cross-tenant codegen}
 INSTANCES=${INSTANCES:-1 2 4}
-ARMS=${ARMS:-cache:on cache:off round-robin:on round-robin:off}
+ARMS=${ARMS:-cache:on cache:off balanced:on balanced:off round-robin:on round-robin:off}
 WORKFLOWS=${WORKFLOWS:-8}
 CONCURRENCY=${CONCURRENCY:-4}
 SCALE=${SCALE:-0.5}
