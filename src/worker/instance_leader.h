@@ -8,6 +8,9 @@
  * step with the cache's events (blocks stored / removed per tier, with chained content hashes). With T > 1 it
  * sends each step's batch to its peers (step_msg.h) before running its own share of the forward.
  * A peer runs the same forward on its shard for every batch it receives, until a STOP.
+ * KV block moves (kv_moves.h): the leader also takes KV_EXPORT / KV_EXPORTED / KV_RELEASE from
+ * other leaders, parks a SUBMIT with a pull hint until its move is over, and sends its peers MOVE
+ * plans; a peer serves those with its own mover (kv_move_rank.h).
  * After SHUTDOWN the leader finishes every request it holds, then stops its peers and returns.
  * When SHUTDOWN says the job lost ranks (another instance died), both roles report it through
  * *lost_ranks so the caller skips MPI_Finalize, whose job-wide fence could wait for the dead forever.
