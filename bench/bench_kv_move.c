@@ -26,7 +26,9 @@
 
 #define LAYERS 30
 #define BLOCK_BYTES ((size_t)3 * 16 * 64 * 2) /* 3 KV heads x 16 slots x 64 dims x fp16 = 6 KiB */
-#define MAX_LIST 8
+#include "bench_list_arg.h"
+
+#define MAX_LIST BENCH_LIST_MAX
 enum { TAG_DESC = 1, TAG_DONE = 2 };
 
 typedef struct {
@@ -43,15 +45,6 @@ static size_t pool_offset(long pool_blocks, int kv, int layer, long block) {
     return (((size_t)kv * LAYERS + (size_t)layer) * (size_t)pool_blocks + (size_t)block) * BLOCK_BYTES;
 }
 
-static int parse_list(const char *s, long *out) {
-    int n = 0;
-    for (char *end; *s && n < MAX_LIST; s = *end ? end + 1 : end) {
-        out[n] = strtol(s, &end, 10);
-        if (end == s || out[n] <= 0) return -1;
-        n++;
-    }
-    return n;
-}
 
 static uint64_t next_rand(uint64_t *s) {
     *s ^= *s << 13;
@@ -244,7 +237,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int c, bad = size != 2;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (c == 'b') bad |= (n_moves = parse_list(optarg, moves)) <= 0;
+        if (c == 'b') bad |= (n_moves = bench_parse_list(optarg, moves)) <= 0;
         else if (c == 'p') bad |= (pool_blocks = strtol(optarg, NULL, 10)) <= 0;
         else if (c == 'r') bad |= (repeats = atoi(optarg)) <= 0;
         else if (c == 'l') bad |= (large_mib = strtol(optarg, NULL, 10)) <= 0;

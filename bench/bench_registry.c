@@ -21,17 +21,10 @@
 #include "coord/block_index.h"
 #include "coord/router.h"
 
-#define MAX_LIST 8
+#include "bench_list_arg.h"
 
-static int parse_list(const char *s, long *out) {
-    int n = 0;
-    for (char *end; *s && n < MAX_LIST; s = *end ? end + 1 : end) {
-        out[n] = strtol(s, &end, 10);
-        if (end == s || out[n] <= 0) return -1;
-        n++;
-    }
-    return n;
-}
+#define MAX_LIST BENCH_LIST_MAX
+
 
 typedef struct {
     double insert_ns, remove_ns, hit_ns, miss_ns, bytes_per_block;
@@ -130,8 +123,8 @@ int main(int argc, char **argv) {
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'b': n_blocks = parse_list(optarg, blocks); break;
-        case 'i': n_instances = parse_list(optarg, instances); break;
+        case 'b': n_blocks = bench_parse_list(optarg, blocks); break;
+        case 'i': n_instances = bench_parse_list(optarg, instances); break;
         case 'c': chain = atoi(optarg); break;
         case 'r': repeats = atoi(optarg); break;
         default:
