@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cache/content_hash.h"
+#include "common/grow.h"
 #include "cache/kv_cache.h"
 #include "coord/router.h"
 #include "sim/simulator.h"
@@ -42,17 +43,6 @@ static void on_event(void *ctx, const CacheEvent *ev) {
     if (ev->kind == CACHE_EVENT_STORED && ev->tier == CACHE_TIER_DEVICE) router_stored(&cl->router, cl->current, ev->hashes, ev->n_blocks);
     else if (ev->kind == CACHE_EVENT_REMOVED && ev->tiers_after == 0) router_evicted(&cl->router, cl->current, ev->hashes, ev->n_blocks);
     else if (ev->kind == CACHE_EVENT_CLEARED) router_cleared(&cl->router, cl->current);
-}
-
-static int grow(void **p, int *cap, int need, size_t size) {
-    if (need <= *cap) return 0;
-    int cap2 = *cap ? 2 * *cap : 64;
-    while (cap2 < need) cap2 *= 2;
-    void *q = realloc(*p, (size_t)cap2 * size);
-    if (!q) return -1;
-    *p = q;
-    *cap = cap2;
-    return 0;
 }
 
 /* Requests assigned to i and still running at time t. */
@@ -176,7 +166,7 @@ int sim_cluster_run(const Trace *t, const SimClusterConfig *cfg, SimClusterResul
         double finish = start + move_s + computed * cfg->prefill_s_per_token + r->output_tokens * cfg->decode_s_per_token;
         in->free_at = finish;
         in->served++;
-        if (grow((void **)&in->finish, &in->cap_finish, in->n_finish + 1, sizeof *in->finish)) {
+        if (braid_grow((void **)&in->finish, &in->cap_finish, in->n_finish + 1, sizeof *in->finish)) {
             rc = braid_error_set(err, "sim cluster: out of memory");
             break;
         }
