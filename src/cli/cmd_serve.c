@@ -692,9 +692,11 @@ static long decide_host_blocks(const ServeArgs *a, const BraidModel *model, int 
     return host_blocks;
 }
 
-/* control: the communicator the coordinator is rank 0 of (the world; a spawned leader's parent). */
+/* control: the communicator the coordinator is rank 0 of (the world; a spawned leader's parent).
+ * move_peers: whether other instances exist to move KV blocks with (a lone instance, or a spawned
+ * leader outside the world, starts no mover: its UCX progress thread would only take CPU time). */
 static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet *lora, int rank, int tp, MPI_Comm control,
-                      MPI_Comm tp_comm, long host_blocks, const RankBinding *binding, bool *lost_ranks) {
+                      MPI_Comm tp_comm, long host_blocks, const RankBinding *binding, bool move_peers, bool *lost_ranks) {
     /* A bound rank's threads stay inside its slice, one per hardware thread of it, unless --threads says otherwise. */
     cli_set_threads(a->threads ? (int)a->threads : binding->pus);
     WorkerRoleConfig cfg = {
@@ -706,7 +708,7 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet
                    .approx_window = (int)a->approx_window, .lora = lora, .lora_shared = a->lora.shared,
                    .residual_blocks = cli_residual_blocks(&a->lora, a->kv_blocks),
                    .pin_budget_blocks = (int)((a->pin_budget + a->block_size - 1) / a->block_size)},
-        .occupancy_log = a->occupancy_log, .occupancy_interval = a->occupancy_interval, .kv_moves = a->kv_moves,
+        .occupancy_log = a->occupancy_log, .occupancy_interval = a->occupancy_interval, .kv_moves = a->kv_moves && move_peers,
         .move_timeout_s = a->move_timeout};
     int tp_rank = (rank - 1) % tp;
     BraidError err;
@@ -796,7 +798,7 @@ static int run_respawned(const ServeArgs *a, MPI_Comm parent) {
         RankBinding unbound = {0}; /* not bound: its slice of cores may be another rank's */
         bool lost_ranks = true;    /* unused: a spawned leader never calls MPI_Finalize */
         rc = run_worker(a, &model, &lora, 1 + (int)a->respawned_instance, 1, parent, MPI_COMM_SELF, a->respawn_host_blocks, &unbound,
-                        &lost_ranks);
+                        false, &lost_ranks);
         lora_set_free(&lora);
     }
     braid_model_free(&model);
@@ -881,7 +883,7 @@ int cmd_serve(int argc, char **argv) {
             else rc = rank == 0 ? run_coordinator(&a, &model, &lora, (world - 1) / (int)a.tp, &stop, &predictor, binding_metrics, &access,
                                                   &ranks, a.restart_instances > 0 ? (const char *const *)respawn.args : NULL, &lost_ranks)
                                 : run_worker(&a, &model, &lora, rank, (int)a.tp, MPI_COMM_WORLD, tp_comm, host_blocks, &binding,
-                                             &lost_ranks);
+                                             (world - 1) / (int)a.tp > 1, &lost_ranks);
             lora_set_free(&lora);
             braid_model_free(&model);
         }

@@ -1,7 +1,8 @@
 /*
  * kv_mover.c — the UCX data plane of KV block moves (contract in kv_mover.h).
  *
- * One UCP context (RMA) and one single-threaded worker per mover. Registered regions keep their
+ * One UCP context (RMA; WAKEUP too where UCX offers it, so the progress thread can sleep on the
+ * worker's event fd when no peer reads) and one single-threaded worker per mover. Registered regions keep their
  * memory handle and packed remote key; a description is
  *   u64 magic, u64 address length, worker address, u64 region count,
  *   per region: u64 base, u64 length, u64 key length, packed key
@@ -15,6 +16,7 @@
  */
 #include "transport/kv_mover.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -103,6 +105,7 @@ struct KvMover {
     pthread_t progress_thread;
     bool have_thread;
     atomic_bool stop;
+    int wake_fd;                /* the worker's event fd (UCP_FEATURE_WAKEUP), or -1 where unsupported */
     ucp_address_t *addr;
     size_t addr_len;
     LocalRegion *regions;
@@ -256,7 +259,25 @@ static void peer_free(KvMover *m, Peer *p) {
     free(p);
 }
 
-/* Progresses the worker; naps 50 us while traffic is recent, 1 ms once it has been quiet ~10 ms. */
+/* Sleeps until the worker has something to progress (its event fd), at most WAKE_POLL_MS; false
+ * when it cannot (no event fd, or arming failed), so the caller naps instead. */
+#define WAKE_POLL_MS 100
+static bool wait_for_traffic(KvMover *m) {
+    if (m->wake_fd < 0) return false;
+    lock(m);
+    ucs_status_t st = ucp_worker_arm(m->worker);
+    unlock(m);
+    if (st == UCS_ERR_BUSY) return true; /* events arrived meanwhile: progress them now */
+    if (st != UCS_OK) return false;
+    struct pollfd pfd = {.fd = m->wake_fd, .events = POLLIN};
+    poll(&pfd, 1, WAKE_POLL_MS);
+    return true;
+}
+
+/* Progresses the worker: naps 50 us while traffic is recent; once it has been quiet ~10 ms it
+ * sleeps on the worker's event fd (no CPU time at all while no peer reads: on a machine whose
+ * cores the engine's threads use, a thread waking every millisecond costs them), or where the
+ * transports give no event fd, naps 1 ms. */
 static void *progress_loop(void *arg) {
     KvMover *m = arg;
     int quiet = 0;
@@ -268,6 +289,7 @@ static void *progress_loop(void *arg) {
             quiet = 0;
             continue;
         }
+        if (quiet >= 200 && wait_for_traffic(m)) continue;
         struct timespec ts = {0, quiet < 200 ? 50000 : 1000000};
         quiet++;
         nanosleep(&ts, NULL);
@@ -299,8 +321,14 @@ int kv_mover_create(KvMover **out, BraidError *err) {
         free(m);
         return braid_error_set(err, "kv_mover: reading the UCX configuration: %s", ucs_status_string(st));
     }
-    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_RMA};
+    /* With WAKEUP the progress thread can sleep on an event fd; a UCX without it still moves blocks. */
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP};
     st = ucp_init(&params, config, &m->ctx);
+    if (st != UCS_OK) {
+        params.features = UCP_FEATURE_RMA;
+        st = ucp_init(&params, config, &m->ctx);
+    }
+    bool wakeup = st == UCS_OK && (params.features & UCP_FEATURE_WAKEUP);
     ucp_config_release(config);
     if (st != UCS_OK) {
         free(m);
@@ -323,6 +351,8 @@ int kv_mover_create(KvMover **out, BraidError *err) {
     }
     m->addr = wa.address;
     m->addr_len = wa.address_length;
+    m->wake_fd = -1;
+    if (wakeup && ucp_worker_get_efd(m->worker, &m->wake_fd) != UCS_OK) m->wake_fd = -1;
     if (start_progress_thread(m)) {
         ucp_worker_release_address(m->worker, m->addr);
         ucp_worker_destroy(m->worker);
@@ -338,6 +368,11 @@ void kv_mover_destroy(KvMover *m) {
     if (!m) return;
     if (m->have_thread) { /* from here on this thread alone uses the worker */
         atomic_store(&m->stop, true);
+        if (m->wake_fd >= 0) {
+            lock(m);
+            ucp_worker_signal(m->worker); /* out of its poll now rather than at the next timeout */
+            unlock(m);
+        }
         pthread_join(m->progress_thread, NULL);
         pthread_mutex_destroy(&m->mu);
         m->have_thread = false;

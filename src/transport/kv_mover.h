@@ -12,8 +12,8 @@
  * batches are polled, never waited on, so a leader keeps stepping its engine while a move is in
  * flight. The owner does nothing per read: transports that emulate RMA with messages (TCP) need
  * the owner's worker to progress, and a progress thread of each mover does that (it naps 50 us while
- * traffic is recent, 1 ms when quiet), so an owner busy inside a long engine step still serves
- * reads. kv_mover_progress() progresses from the caller's thread too.
+ * traffic is recent; when quiet it sleeps on the worker's event fd, or naps 1 ms where UCX gives
+ * none), so an owner busy inside a long engine step still serves reads. kv_mover_progress() progresses from the caller's thread too.
  *
  * Transports are UCX's choice (UCX_TLS and the other UCX_* variables apply) among those that
  * support peer error handling: RDMA across nodes, TCP; on one machine with UCX 1.13 that is TCP over

@@ -29,8 +29,9 @@
  * (TAG_MOVE_DONE). Lender and borrower must have the same TP degree (else the borrower declines).
  * Scope: the CPU backend, whose pools are host memory. The CUDA backend's GPU pools (NCCL or
  * CUDA-aware UCX would be needed) and ForkKV's shared base cache refuse at kv_moves_create with the
- * reason, and the instance tells the coordinator it takes no part in moves (READY). Not
- * thread-safe: the leader's thread.
+ * reason, and the instance tells the coordinator it takes no part in moves (READY). A lone
+ * instance, and a leader respawned outside the world, start no mover at all (braid serve decides).
+ * Not thread-safe: the leader's thread.
  */
 #ifndef BRAID_WORKER_KV_MOVES_H
 #define BRAID_WORKER_KV_MOVES_H
