@@ -6,8 +6,14 @@
  * Prints one JSON line per batch size to stdout.
  *   bench_decode_parts --model PATH [--batch 1,16] [--ctx 150] [--threads 2] [--repeats 10] [--cpu-matmul fp32|int8]
  * The attention K/V hold fixed fp16 values, not a real prompt's: its cost depends on sizes only.
+ * It also times the floor a decode pass cannot go below on this machine: reading every weight byte
+ * the pass reads (layers and head), once in one parallel region (the streaming bandwidth) and once
+ * in one parallel region per matmul as the engine runs them (adding the fork/join cost), and prints
+ * the bytes and the bandwidths.
  */
 #include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +30,67 @@
 typedef struct {
     double layers_s, head_s, attention_s;
 } PartTimes;
+
+/* Folds bytes [begin, end) of p into a sum (8-byte words, several accumulators so the loads
+ * pipeline); the sum only keeps the compiler from dropping the reads. */
+static uint64_t fold_bytes(const uint8_t *p, size_t begin, size_t end) {
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    size_t i = begin;
+    for (; i + 32 <= end; i += 32) {
+        uint64_t w[4];
+        memcpy(w, p + i, sizeof w);
+        a += w[0];
+        b ^= w[1];
+        c += w[2];
+        d ^= w[3];
+    }
+    for (; i < end; i++) a += p[i];
+    return a + b + c + d;
+}
+
+/* The weight matrices of one decode pass, in the engine's order: every layer's seven, then the head. */
+static int pass_matrices(const ModelWeights *w, const WeightMatrix **out) {
+    int n = 0;
+    for (int l = 0; l < w->cfg.n_layers; l++) {
+        const LayerWeights *L = &w->layers[l];
+        const WeightMatrix *seven[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++) out[n++] = seven[i];
+    }
+    out[n++] = &w->output;
+    return n;
+}
+
+static size_t matrix_bytes(const WeightMatrix *m) { return (size_t)m->rows * m->row_bytes; }
+
+#define READ_CHUNK (64 * 1024)
+
+/* Seconds to read every byte of the pass's matrices: all in one parallel region (per_matmul false),
+ * or one parallel region per matrix (per_matmul true; Q/K/V and gate/up share one, as in the engine). */
+static double time_weight_read(const WeightMatrix **ms, int n, bool per_matmul, uint64_t *sink) {
+    uint64_t total = 0;
+    double t0 = braid_now_seconds();
+    if (!per_matmul) {
+#pragma omp parallel for schedule(static) reduction(+ : total)
+        for (int i = 0; i < n; i++) total += fold_bytes(ms[i]->data, 0, matrix_bytes(ms[i]));
+    } else {
+        for (int i = 0; i < n;) {
+            int group = (i % 7 == 0 && i + 3 <= n - 1) ? 3 : (i % 7 == 4 && i + 2 <= n - 1) ? 2 : 1;
+            size_t chunks[3], all = 0;
+            for (int g = 0; g < group; g++) all += chunks[g] = (matrix_bytes(ms[i + g]) + READ_CHUNK - 1) / READ_CHUNK;
+#pragma omp parallel for schedule(guided) reduction(+ : total)
+            for (size_t k = 0; k < all; k++) {
+                size_t c = k;
+                int g = 0;
+                while (c >= chunks[g]) c -= chunks[g++];
+                size_t end = (c + 1) * READ_CHUNK, bytes = matrix_bytes(ms[i + g]);
+                total += fold_bytes(ms[i + g]->data, c * READ_CHUNK, end < bytes ? end : bytes);
+            }
+            i += group;
+        }
+    }
+    *sink += total;
+    return braid_now_seconds() - t0;
+}
 
 /* One pass of every layer's matmuls over x (n_tokens, up to ff_dim wide), then the head. */
 static int time_matmuls(const ModelWeights *w, const float *x, int n, float *y[3], CpuMatmulMath math, CpuScratch *scratch,
@@ -148,6 +215,27 @@ int main(int argc, char **argv) {
         size_t per_layer = (size_t)n_blocks * pool.n_kv_heads * block_size * pool.head_dim;
         for (size_t i = 0; i < per_layer; i++) pool.k[l][i] = pool.v[l][i] = (uint16_t)(0x3000 + (i * 2654435761u) % 2000);
     }
+    /* The floor: reading the pass's weight bytes, best of --repeats. */
+    const WeightMatrix **ms = malloc(((size_t)cfg->n_layers * 7 + 1) * sizeof *ms);
+    if (!ms) {
+        fprintf(stderr, "bench_decode_parts: out of memory\n");
+        return 1;
+    }
+    int n_ms = pass_matrices(&model.weights, ms);
+    size_t weight_bytes = 0;
+    for (int i = 0; i < n_ms; i++) weight_bytes += matrix_bytes(ms[i]);
+    double read_one = 1e9, read_per = 1e9;
+    uint64_t sink = 0;
+    for (long r = 0; r < repeats; r++) {
+        double a = time_weight_read(ms, n_ms, false, &sink), b = time_weight_read(ms, n_ms, true, &sink);
+        if (a < read_one) read_one = a;
+        if (b < read_per) read_per = b;
+    }
+    printf("{\"threads\":%ld,\"weight_bytes\":%zu,\"read_one_region_ms\":%.3f,\"read_one_region_gb_s\":%.2f,"
+           "\"read_per_matmul_ms\":%.3f,\"read_per_matmul_gb_s\":%.2f,\"sink\":%llu}\n",
+           threads, weight_bytes, read_one * 1e3, weight_bytes / read_one / 1e9, read_per * 1e3, weight_bytes / read_per / 1e9,
+           (unsigned long long)(sink & 1));
+    free(ms);
     CpuScratch scratch = {0};
     int rc = 0;
     for (int bi = 0; bi < n_batches && rc == 0; bi++) {
