@@ -107,6 +107,10 @@ typedef struct EvictPolicy {
      * nodes valued above 0 are loaded, highest first. Asked of the device tier's instance. A policy
      * without it never prefetches. */
     double (*prefetch_value)(void *state, const struct RadixNode *node);
+    /* Optional, with prefetch_value: true for a node the policy holds worthless whatever the
+     * predictions say (PBKV's retired cache). A prefetch may take such nodes' device blocks as well
+     * as free ones (PBKV §4.3: the prefetch region is free space plus retired cache). */
+    bool (*reclaimable)(void *state, const struct RadixNode *node);
 } EvictPolicy;
 
 /* Least recently used: score = last access tick. */

@@ -81,10 +81,16 @@ static bool host_evictable(const RadixNode *n) {
 }
 
 /* The heap key: the policy's score, below every other node's when the node is decayed (a
- * client's DECAY outranks whatever the policy thinks the node is worth). */
-static double node_key(const KvCacheTier *tier, const RadixNode *n) {
+ * client's DECAY outranks whatever the policy thinks the node is worth). On the device, a node a
+ * prefetch loaded that no request has used yet, and whose host copy is still there, comes next:
+ * giving its blocks back costs no store and loses nothing (the host copy stays), so a prefetch only
+ * ever borrows blocks that would otherwise be free and can never make a request demote (and the
+ * host tier drop) what it would have kept without prefetching: PBKV's lower-bound argument (§4.3). */
+static double node_key(const KvCacheTier *tier, int t, const RadixNode *n) {
     double score = tier->policy->score(tier->state, n);
-    return n->meta.decayed ? score - 1e15 : score;
+    if (n->meta.decayed) return score - 1e15;
+    if (t == CACHE_TIER_DEVICE && n->meta.prefetched && on_tier(n, CACHE_ON_HOST)) return score - 1e14;
+    return score;
 }
 
 /* Puts n in, takes it out of, or re-keys it in each tier's heap, as its state now says. */
@@ -96,7 +102,7 @@ static void heap_refresh(KvCache *c, RadixNode *n) {
             heap_remove(&tier->heap, t, n);
             continue;
         }
-        n->heap_key[t] = node_key(tier, n);
+        n->heap_key[t] = node_key(tier, t, n);
         if (n->heap_pos[t] >= 0) {
             heap_sift_up(&tier->heap, t, n->heap_pos[t]);
             heap_sift_down(&tier->heap, t, n->heap_pos[t]);
@@ -117,7 +123,7 @@ static void membership_changed(KvCache *c, RadixNode *n) {
 
 static void heap_rebuild(KvCache *c, int t) {
     KvCacheTier *tier = &c->tiers[t];
-    for (int i = 0; i < tier->heap.n; i++) tier->heap.nodes[i]->heap_key[t] = node_key(tier, tier->heap.nodes[i]);
+    for (int i = 0; i < tier->heap.n; i++) tier->heap.nodes[i]->heap_key[t] = node_key(tier, t, tier->heap.nodes[i]);
     for (int i = tier->heap.n / 2 - 1; i >= 0; i--) heap_sift_down(&tier->heap, t, i);
 }
 
@@ -635,13 +641,49 @@ static bool prefetch_node(KvCache *c, RadixNode *n) {
     return true;
 }
 
-int kv_cache_prefetch(KvCache *c, int budget_blocks, int *loaded_out) {
+/* The blocks the ranked candidates would load, greedily, whole nodes, at most max_blocks (the
+ * first pass of a prefetch: how much room it wants). */
+static int wanted_blocks(PrefetchCtx *p, int max_blocks) {
+    int want = 0;
+    while (p->n > 0 && want < max_blocks) {
+        RadixNode *n = cand_pop(p);
+        if (n->n_blocks <= max_blocks - want) want += n->n_blocks;
+    }
+    return want;
+}
+
+/* Evicts the policy's reclaimable device nodes (retired cache, the heap's first victims) until
+ * `room` blocks beyond keep_free are free or none is left; they are demoted or dropped as any
+ * eviction would. Returns the free blocks beyond keep_free. */
+static int reclaim_for_prefetch(KvCache *c, int room, int keep_free) {
     KvCacheTier *dev = &c->tiers[CACHE_TIER_DEVICE];
-    int free_blocks = dev->pool.n_free, budget = budget_blocks < free_blocks ? budget_blocks : free_blocks, loaded = 0;
+    while (dev->pool.n_free - keep_free < room && dev->heap.n > 0 && dev->policy->reclaimable &&
+           dev->policy->reclaimable(dev->state, dev->heap.nodes[0]))
+        evict_device_node(c, dev->heap.nodes[0]);
+    return dev->pool.n_free - keep_free;
+}
+
+static void collect_all_candidates(PrefetchCtx *p) {
+    for (int i = 0; i < p->c->tree.n_roots; i++) collect_candidates(p, p->c->tree.roots[i].root);
+}
+
+int kv_cache_prefetch(KvCache *c, int max_blocks, int keep_free, int *loaded_out) {
+    KvCacheTier *dev = &c->tiers[CACHE_TIER_DEVICE];
+    int loaded = 0;
     if (loaded_out) *loaded_out = 0;
-    if (!c->host_enabled || !dev->policy->prefetch_value || budget <= 0 || c->tiers[CACHE_TIER_HOST].pool.n_cached == 0) return 0;
-    PrefetchCtx p = {.c = c, .policy = dev->policy, .state = dev->state, .limit = budget};
-    for (int i = 0; i < c->tree.n_roots; i++) collect_candidates(&p, c->tree.roots[i].root);
+    if (!c->host_enabled || !dev->policy->prefetch_value || max_blocks <= 0 || c->tiers[CACHE_TIER_HOST].pool.n_cached == 0) return 0;
+    /* Pass 1: how much the candidates want; room for it from free blocks, then retired cache. The
+     * candidates are collected again afterwards: reclaiming may demote or drop nodes. */
+    PrefetchCtx p = {.c = c, .policy = dev->policy, .state = dev->state, .limit = max_blocks};
+    collect_all_candidates(&p);
+    if (p.oom) return -1;
+    int want = wanted_blocks(&p, max_blocks);
+    if (want == 0) return 0;
+    int budget = reclaim_for_prefetch(c, want, keep_free);
+    if (budget > max_blocks) budget = max_blocks;
+    if (budget <= 0) return 0;
+    p = (PrefetchCtx){.c = c, .policy = dev->policy, .state = dev->state, .limit = budget};
+    collect_all_candidates(&p);
     while (p.n > 0 && loaded < budget) {
         RadixNode *n = cand_pop(&p);
         if (n->n_blocks > budget - loaded) continue; /* whole nodes only: a smaller one may still fit */

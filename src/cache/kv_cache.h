@@ -327,13 +327,17 @@ int kv_cache_predict(KvCache *c, const char *workflow, const char *current_agent
 /* Conservative prefetch from the host tier (PBKV §4.3). Candidates are host-only nodes whose parent
  * is on the device (or is a root), so loading one keeps the device set ancestor-closed; a loaded
  * node's host-only children become candidates in turn. They are ranked by the device policy's
- * prefetch_value (highest first, only values > 0) and loaded whole, greedily, while they fit in
- * min(budget_blocks, free device blocks): nothing is ever evicted or demoted for a prefetch. A
- * load is a load-back with no request: LOAD ops on the pending list, the node on both tiers, its
- * device blocks owned by the tree alone (evictable as any cached node). *loaded_out (may be NULL)
- * gets the blocks loaded. A policy without prefetch_value, or no host tier, loads nothing.
- * Returns 0, or -1 when out of memory (what was loaded before stays loaded and counted). */
-int kv_cache_prefetch(KvCache *c, int budget_blocks, int *loaded_out);
+ * prefetch_value (highest first, only values > 0) and loaded whole, greedily, at most max_blocks
+ * (the caller's copy budget), into the prefetch region: device blocks free beyond keep_free (what
+ * the caller's running requests still need), plus the policy's reclaimable nodes (retired cache),
+ * which are evicted for it first; active cache is never evicted or demoted for a prefetch. A load
+ * is a load-back with no request: LOAD ops on the pending list, the node on both tiers, its device
+ * blocks owned by the tree alone. Until a request uses it, such a node is the device's next victim
+ * after decayed and retired cache (its host copy stays, so giving it back costs nothing): a
+ * prefetch borrows room, it never displaces. *loaded_out (may be NULL) gets the blocks loaded. A
+ * policy without prefetch_value, or no host tier, loads nothing. Returns 0, or -1 when out of
+ * memory (what was loaded before stays loaded and counted). */
+int kv_cache_prefetch(KvCache *c, int max_blocks, int keep_free, int *loaded_out);
 /* Segment reuse (kv_segments.c). Finds, for tokens[from, n_tokens - 1) (the last token is always
  * computed: its logits pick the next one), the chunks the index holds that mode admits, and holds
  * their source blocks; plan is reset first. 0, or -1 when out of memory (nothing held). With the

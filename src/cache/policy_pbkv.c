@@ -23,8 +23,9 @@
  * Prefetch (§4.3): prefetch_value is the one-step Value(c) of Eq. 1, the sum over the node's active
  * workflows' uses of the step-1 predicted probability of the agents that used it (a retired or
  * never-predicted workflow adds 0). Kept per workflow next to the K-step weights. The cache ranks
- * host-only candidates by it; the guardrails (free device blocks only, pure-decode steps, a copy
- * cap per step) are the cache's and the scheduler's.
+ * host-only candidates by it; reclaimable marks retired cache, which a prefetch may take the room
+ * of besides free blocks. The guardrails (never active cache, prefetched nodes yield first,
+ * pure-decode steps, a copy cap per step) are the cache's and the scheduler's.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -111,6 +112,11 @@ static double pbkv_score(void *state, const RadixNode *node) {
     return floor(value / PBKV_VALUE_STEP) * PBKV_VALUE_STEP * PBKV_SCORE_UNIT + recency;
 }
 
+/* Retired cache (class 1 above): every workflow that used the node ended or moved past it. */
+static bool pbkv_reclaimable(void *state, const RadixNode *node) {
+    return pbkv_score(state, node) < PBKV_RETIRED_BASE / 2;
+}
+
 /* Eq. 1: Value(c) = sum over active w in c of A_w(c) . P_w^(1). */
 static double pbkv_prefetch_value(void *state, const RadixNode *node) {
     const PbkvState *s = state;
@@ -162,4 +168,5 @@ const EvictPolicy evict_policy_pbkv = {
     .on_prediction = pbkv_on_prediction,
     .on_workflow_forget = pbkv_on_workflow_forget,
     .prefetch_value = pbkv_prefetch_value,
+    .reclaimable = pbkv_reclaimable,
 };

@@ -1,5 +1,6 @@
 #include "sim/simulator.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -382,9 +383,10 @@ static int replay(const Trace *t, Replay *rp, WorkflowForecast *f, BeladyState *
         deliver_ends(c, f, t, &next_end, r->t);
         if (cfg->prefetch && i > 0) {
             /* The idle time before this arrival: what the forecasts made so far (the previous calls'
-             * workflows) expect next, into free device blocks only. */
+             * workflows) expect next, into free device blocks and retired cache only; no copy cap
+             * (the copies are charged as time). */
             int loaded = 0;
-            if (kv_cache_prefetch(c, kv_cache_free_blocks(c, CACHE_TIER_DEVICE), &loaded) || kv_cache_take_ops(c, &rp->ops)) {
+            if (kv_cache_prefetch(c, INT_MAX, 0, &loaded) || kv_cache_take_ops(c, &rp->ops)) {
                 rc = braid_error_set(err, "sim: out of memory prefetching");
                 break;
             }

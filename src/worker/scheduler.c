@@ -456,25 +456,23 @@ static int plan_prefill_chunk(const Scheduler *s, StepPlan *p, SchedRequest *r, 
     return 0;
 }
 
-/* PBKV's S = min(S_a, S_bw): free device blocks beyond what the running requests still need to
- * reach max_tokens (so a prefetch never forces a decode to evict), capped by the per-step copy
- * volume. */
-static int prefetch_budget(const Scheduler *s) {
+/* PBKV's S = min(S_a, S_bw): the blocks the running requests still need to reach max_tokens stay
+ * free (so a prefetch never forces a decode to evict); the cache finds the rest of S_a (free
+ * blocks beyond those, and retired cache); the per-step copy volume caps it. */
+static int prefetch_keep_free(const Scheduler *s) {
     int need = 0;
     for (int i = 0; i < s->n_running; i++) {
         const SchedRequest *r = s->running[i];
         int more = blocks_for(s, r->n_prompt + r->max_tokens) - r->n_blocks;
         if (more > 0) need += more;
     }
-    int room = kv_cache_free_blocks(&s->cache, CACHE_TIER_DEVICE) - need;
-    if (room > s->prefetch_max_blocks) room = s->prefetch_max_blocks;
-    return room > 0 ? room : 0;
+    return need;
 }
 
 static void prefetch(Scheduler *s) {
-    int budget = prefetch_budget(s), loaded = 0;
+    int budget = s->prefetch_max_blocks, loaded = 0;
     if (budget <= 0) return;
-    if (kv_cache_prefetch(&s->cache, budget, &loaded)) LOG_WARN("sched", "prefetch stopped: out of memory");
+    if (kv_cache_prefetch(&s->cache, budget, prefetch_keep_free(s), &loaded)) LOG_WARN("sched", "prefetch stopped: out of memory");
     if (loaded > 0) {
         s->counters.prefetch_steps++;
         event(s, "prefetch", NULL, "\"blocks\":%d,\"budget\":%d", loaded, budget);

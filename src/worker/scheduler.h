@@ -19,9 +19,9 @@
  * approx mode match through them, no other request is ever served them.
  * Prefetch (PBKV §4.3, when configured and the policy has prefetch_value): on a pure-decode step
  * (every entry a one-token decode and nothing waiting that could be admitted) the cache loads
- * host-tier nodes the policy expects the next calls to use into free device blocks, at most
- * min(free blocks - blocks the running requests still need to finish, prefetch_max_blocks); the
- * LOADs join the step's operations.
+ * host-tier nodes the policy expects the next calls to use, at most prefetch_max_blocks, into free
+ * device blocks beyond those the running requests still need to finish, or retired cache
+ * (kv_cache_prefetch); the LOADs join the step's operations.
  * The executor (engine.c) runs the plan, then calls sched_commit() and, per sampled token,
  * sched_append_token() / sched_finish().
  * Not thread-safe.

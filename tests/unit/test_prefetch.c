@@ -5,7 +5,8 @@
  * and a request that then matches it is a device hit and a prefetch hit, not a load-back; with no
  * free device blocks nothing is loaded and nothing is evicted for it; a retired or never-predicted
  * workflow's node, or one whose agent is not predicted, is never loaded; a node is loaded whole
- * or not at all; candidates go highest value first and a loaded node's children follow it; a
+ * or not at all; the prefetch region includes retired cache but never active cache; a prefetched
+ * node no request used yet is the first to give its blocks back (no store); candidates go highest value first and a loaded node's children follow it; a
  * prefetched node evicted unused counts as wasted. The cache's full check runs after every step.
  * Through the scheduler (no model: tokens are made up): prefetch happens on pure-decode steps only,
  * its LOADs ride in that step's plan, and the budget leaves the running requests' remaining blocks.
@@ -93,7 +94,7 @@ static void predict(KvCache *c, const char *workflow, const char *current, const
 
 static int prefetch(KvCache *c, int budget) {
     int loaded = -1;
-    assert_int_equal(kv_cache_prefetch(c, budget, &loaded), 0);
+    assert_int_equal(kv_cache_prefetch(c, budget, 0, &loaded), 0);
     check(c);
     return loaded;
 }
@@ -236,6 +237,55 @@ static void test_prefetched_unused_is_wasted(void **state) {
     assert_int_equal(call(&c, "w1", "coder", A, 2), 0);
     assert_int_equal(c.counters.host_hit_blocks, 2);
     assert_int_equal(c.counters.prefetch_hit_blocks, 0);
+    cache_ops_free(&stores);
+    kv_cache_free(&c);
+}
+
+/* The prefetch region includes retired cache (§4.3): with the device full of w2's active B and
+ * w3's retired C, A is loaded into C's room (C demoted, as any eviction would), B untouched. */
+static void test_prefetch_reclaims_retired_cache(void **state) {
+    (void)state;
+    KvCache c;
+    CacheOpList stores = {0};
+    demote_a(&c, &stores);
+    call(&c, "w3", "planner", C, 2); /* the device is full of B and C */
+    kv_cache_workflow_end(&c, "w3");
+    predict(&c, "w1", "planner", "coder", 0.9f);
+    assert_int_equal(prefetch(&c, 8), 2);
+    int d, h;
+    where(&c, A, 2, &d, &h);
+    assert_int_equal(d, 2);
+    where(&c, B, 2, &d, &h);
+    assert_int_equal(d, 2); /* active cache is never evicted for a prefetch */
+    where(&c, C, 2, &d, &h);
+    assert_int_equal(d, 0);
+    assert_int_equal(h, 2);
+    /* with nothing retired left, nothing more is taken: w3's C is back on the host only */
+    cache_ops_free(&stores);
+    kv_cache_free(&c);
+}
+
+/* A prefetched node no request used yet gives its blocks back first (its host copy stayed: no
+ * store): a request that needs room takes A's blocks, not w2's B, although A's predicted value is
+ * higher than B's. So a prefetch never makes a request demote what it would have kept. */
+static void test_prefetched_unused_yields_first(void **state) {
+    (void)state;
+    KvCache c;
+    CacheOpList stores = {0};
+    demote_a(&c, &stores);
+    predict(&c, "w1", "planner", "coder", 0.8f);
+    assert_int_equal(prefetch(&c, 8), 2); /* the device: B and A */
+    uint64_t stored = c.counters.stored_blocks;
+    const int32_t D[2] = {4000, 4100};
+    assert_int_equal(call(&c, "w4", "planner", D, 2), 0);
+    int d, h;
+    where(&c, B, 2, &d, &h);
+    assert_int_equal(d, 2);
+    where(&c, A, 2, &d, &h);
+    assert_int_equal(d, 0);
+    assert_int_equal(h, 2);
+    assert_int_equal(c.counters.stored_blocks, stored); /* A's host copy was there: nothing copied */
+    assert_int_equal(c.counters.prefetch_wasted_blocks, 2);
     cache_ops_free(&stores);
     kv_cache_free(&c);
 }
@@ -453,6 +503,8 @@ int main(void) {
         cmocka_unit_test(test_no_free_blocks_no_prefetch),
         cmocka_unit_test(test_retired_unknown_unpredicted_never_prefetched),
         cmocka_unit_test(test_prefetched_unused_is_wasted),
+        cmocka_unit_test(test_prefetch_reclaims_retired_cache),
+        cmocka_unit_test(test_prefetched_unused_yields_first),
         cmocka_unit_test(test_order_and_closure),
         cmocka_unit_test(test_sched_prefetches_on_pure_decode),
         cmocka_unit_test(test_sched_budget_leaves_running_room),
