@@ -90,6 +90,7 @@ typedef struct {
     CoordinatorConfig cfg;
     MPI_Comm world;
     Metrics *metrics;            /* borrowed */
+    long poll_nap_ns;            /* the MPI thread's next nap while requests are in flight (coordinator.c nap) */
     /* Shared with HTTP threads, under mu. */
     pthread_mutex_t mu;
     pthread_cond_t wake;         /* signalled when a command is queued */
