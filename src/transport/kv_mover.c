@@ -260,15 +260,14 @@ static void peer_free(KvMover *m, Peer *p) {
 }
 
 /* Sleeps until the worker has something to progress (its event fd), at most WAKE_POLL_MS; false
- * when it cannot (no event fd, or arming failed), so the caller naps instead. */
+ * when it cannot (no event fd, events already pending, or arming failed), so the caller naps instead. */
 #define WAKE_POLL_MS 100
 static bool wait_for_traffic(KvMover *m) {
     if (m->wake_fd < 0) return false;
     lock(m);
     ucs_status_t st = ucp_worker_arm(m->worker);
     unlock(m);
-    if (st == UCS_ERR_BUSY) return true; /* events arrived meanwhile: progress them now */
-    if (st != UCS_OK) return false;
+    if (st != UCS_OK) return false; /* UCS_ERR_BUSY: events arrived meanwhile; a nap, then progress (never a spin) */
     struct pollfd pfd = {.fd = m->wake_fd, .events = POLLIN};
     poll(&pfd, 1, WAKE_POLL_MS);
     return true;
