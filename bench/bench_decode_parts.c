@@ -12,7 +12,6 @@
  * the bytes and the bandwidths.
  */
 #include <getopt.h>
-#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,15 +47,21 @@ static uint64_t fold_bytes(const uint8_t *p, size_t begin, size_t end) {
     return a + b + c + d;
 }
 
-/* The weight matrices of one decode pass, in the engine's order: every layer's seven, then the head. */
-static int pass_matrices(const ModelWeights *w, const WeightMatrix **out) {
-    int n = 0;
+/* The weight matrices of one decode pass, in the engine's order (every layer's seven, then the
+ * head), and the engine's matmul calls over them: group[k] consecutive matrices share one parallel
+ * region (Q/K/V, output, gate/up, down; the head). Returns the matrix count; *n_groups the calls. */
+static int pass_matrices(const ModelWeights *w, const WeightMatrix **out, int *group, int *n_groups) {
+    static const int layer_groups[4] = {3, 1, 2, 1};
+    int n = 0, g = 0;
     for (int l = 0; l < w->cfg.n_layers; l++) {
         const LayerWeights *L = &w->layers[l];
         const WeightMatrix *seven[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < 7; i++) out[n++] = seven[i];
+        for (int i = 0; i < 4; i++) group[g++] = layer_groups[i];
     }
     out[n++] = &w->output;
+    group[g++] = 1;
+    *n_groups = g;
     return n;
 }
 
@@ -64,35 +69,33 @@ static size_t matrix_bytes(const WeightMatrix *m) { return (size_t)m->rows * m->
 
 #define READ_CHUNK (64 * 1024)
 
-/* Seconds to read every byte of the pass's matrices: all in one parallel region (per_matmul false),
- * or one parallel region per matrix (per_matmul true; Q/K/V and gate/up share one, as in the engine). */
-static double time_weight_read(const WeightMatrix **ms, int n, bool per_matmul, uint64_t *sink) {
+/* Reads every byte of ms[0..n) in one parallel region, READ_CHUNK pieces shared out by guided
+ * scheduling as the matmuls share their rows; first[i] is scratch for n + 1 chunk offsets. */
+static uint64_t read_region(const WeightMatrix *const *ms, int n, size_t *first) {
+    first[0] = 0;
+    for (int i = 0; i < n; i++) first[i + 1] = first[i] + (matrix_bytes(ms[i]) + READ_CHUNK - 1) / READ_CHUNK;
     uint64_t total = 0;
-    double t0 = braid_now_seconds();
-    if (!per_matmul) {
-#pragma omp parallel for schedule(static) reduction(+ : total)
-        for (int i = 0; i < n; i++) total += fold_bytes(ms[i]->data, 0, matrix_bytes(ms[i]));
-    } else {
-        for (int i = 0; i < n;) {
-            int group = (i % 7 == 0 && i + 3 <= n - 1) ? 3 : (i % 7 == 4 && i + 2 <= n - 1) ? 2 : 1;
-            size_t chunks[3], all = 0;
-            for (int g = 0; g < group; g++) all += chunks[g] = (matrix_bytes(ms[i + g]) + READ_CHUNK - 1) / READ_CHUNK;
 #pragma omp parallel for schedule(guided) reduction(+ : total)
-            for (size_t k = 0; k < all; k++) {
-                size_t c = k;
-                int g = 0;
-                while (c >= chunks[g]) c -= chunks[g++];
-                size_t end = (c + 1) * READ_CHUNK, bytes = matrix_bytes(ms[i + g]);
-                total += fold_bytes(ms[i + g]->data, c * READ_CHUNK, end < bytes ? end : bytes);
-            }
-            i += group;
+    for (size_t k = 0; k < first[n]; k++) {
+        int lo = 0, hi = n - 1; /* the matrix holding chunk k: the last i with first[i] <= k */
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (first[mid] <= k) lo = mid;
+            else hi = mid - 1;
         }
+        size_t begin = (k - first[lo]) * READ_CHUNK, bytes = matrix_bytes(ms[lo]);
+        total += fold_bytes(ms[lo]->data, begin, begin + READ_CHUNK < bytes ? begin + READ_CHUNK : bytes);
     }
-    *sink += total;
+    return total;
+}
+
+/* Seconds to read every byte of the pass's matrices, one parallel region per group of group[]. */
+static double time_weight_read(const WeightMatrix **ms, const int *group, int n_groups, size_t *first, uint64_t *sink) {
+    double t0 = braid_now_seconds();
+    for (int g = 0, at = 0; g < n_groups; at += group[g++]) *sink += read_region(ms + at, group[g], first);
     return braid_now_seconds() - t0;
 }
 
-/* One pass of every layer's matmuls over x (n_tokens, up to ff_dim wide), then the head. */
 static int time_matmuls(const ModelWeights *w, const float *x, int n, float *y[3], CpuMatmulMath math, CpuScratch *scratch,
                         PartTimes *t) {
     double t0 = braid_now_seconds();
@@ -216,18 +219,21 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < per_layer; i++) pool.k[l][i] = pool.v[l][i] = (uint16_t)(0x3000 + (i * 2654435761u) % 2000);
     }
     /* The floor: reading the pass's weight bytes, best of --repeats. */
-    const WeightMatrix **ms = malloc(((size_t)cfg->n_layers * 7 + 1) * sizeof *ms);
-    if (!ms) {
+    size_t n_max = (size_t)cfg->n_layers * 7 + 1;
+    const WeightMatrix **ms = malloc(n_max * sizeof *ms);
+    int *group = malloc(((size_t)cfg->n_layers * 4 + 1) * sizeof *group);
+    size_t *first = malloc((n_max + 1) * sizeof *first);
+    if (!ms || !group || !first) {
         fprintf(stderr, "bench_decode_parts: out of memory\n");
         return 1;
     }
-    int n_ms = pass_matrices(&model.weights, ms);
+    int n_groups, n_ms = pass_matrices(&model.weights, ms, group, &n_groups), all_in_one = n_ms;
     size_t weight_bytes = 0;
     for (int i = 0; i < n_ms; i++) weight_bytes += matrix_bytes(ms[i]);
     double read_one = 1e9, read_per = 1e9;
     uint64_t sink = 0;
     for (long r = 0; r < repeats; r++) {
-        double a = time_weight_read(ms, n_ms, false, &sink), b = time_weight_read(ms, n_ms, true, &sink);
+        double a = time_weight_read(ms, &all_in_one, 1, first, &sink), b = time_weight_read(ms, group, n_groups, first, &sink);
         if (a < read_one) read_one = a;
         if (b < read_per) read_per = b;
     }
@@ -236,6 +242,8 @@ int main(int argc, char **argv) {
            threads, weight_bytes, read_one * 1e3, weight_bytes / read_one / 1e9, read_per * 1e3, weight_bytes / read_per / 1e9,
            (unsigned long long)(sink & 1));
     free(ms);
+    free(group);
+    free(first);
     CpuScratch scratch = {0};
     int rc = 0;
     for (int bi = 0; bi < n_batches && rc == 0; bi++) {
