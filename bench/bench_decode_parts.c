@@ -5,6 +5,9 @@
  * --repeats passes over all the layers, since on a shared machine noise only ever adds time.
  * Prints one JSON line per batch size to stdout.
  *   bench_decode_parts --model PATH [--batch 1,16] [--ctx 150] [--threads 2] [--repeats 10] [--cpu-matmul fp32|int8]
+ *                      [--int8-layout packed|gguf]
+ * int8 reads the weights packed as the engine's int8 backend packs them (kernels/cpu/int8_pack.h);
+ * --int8-layout gguf keeps the file's layout, to compare the two.
  * The attention K/V hold fixed fp16 values, not a real prompt's: its cost depends on sizes only.
  * It also times the floor a decode pass cannot go below on this machine: reading every weight byte
  * the pass reads (layers and head), once in one parallel region (the streaming bandwidth) and once
@@ -20,6 +23,7 @@
 #include "cli/cli_common.h"
 #include "common/timeutil.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/int8_pack.h"
 #include "kernels/cpu/matmul.h"
 #include "model/model.h"
 #include "worker/kv_pool.h"
@@ -166,7 +170,7 @@ static int parse_batches(const char *text, int *batches, int *count) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: bench_decode_parts --model PATH [--batch N[,N...]] [--ctx N] [--threads N] [--repeats N] [--cpu-matmul fp32|int8]\n");
+    fprintf(stderr, "usage: bench_decode_parts --model PATH [--batch N[,N...]] [--ctx N] [--threads N] [--repeats N] [--cpu-matmul fp32|int8]\n                          [--int8-layout packed|gguf]\n");
 }
 
 int main(int argc, char **argv) {
@@ -177,15 +181,17 @@ int main(int argc, char **argv) {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"batch", required_argument, 0, 'b'},
                                          {"ctx", required_argument, 0, 'c'},   {"threads", required_argument, 0, 't'},
                                          {"repeats", required_argument, 0, 'r'}, {"cpu-matmul", required_argument, 0, 'a'},
-                                         {0, 0, 0, 0}};
+                                         {"int8-layout", required_argument, 0, 'l'}, {0, 0, 0, 0}};
+    bool packed_layout = true;
     int c;
-    while ((c = getopt_long(argc, argv, "m:b:c:t:r:a:", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:b:c:t:r:a:l:", opts, NULL)) != -1) {
         if (c == 'm') model_path = optarg;
         else if (c == 'b' && parse_batches(optarg, batches, &n_batches) == 0) continue;
         else if (c == 'c' && cli_parse_int("--ctx", optarg, 1, 1 << 15, &ctx) == 0) continue;
         else if (c == 't' && cli_parse_int("--threads", optarg, 1, 1024, &threads) == 0) continue;
         else if (c == 'r' && cli_parse_int("--repeats", optarg, 1, 1000, &repeats) == 0) continue;
         else if (c == 'a' && cpu_matmul_math_parse(optarg, &math) == 0) continue;
+        else if (c == 'l' && (strcmp(optarg, "packed") == 0 || strcmp(optarg, "gguf") == 0)) packed_layout = optarg[0] == 'p';
         else {
             usage();
             return 2;
@@ -198,6 +204,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_decode_parts: %s\n", err.msg);
         return 1;
     }
+    ModelWeights packed = {0};
+    packed_layout = packed_layout && math == CPU_MATMUL_INT8;
+    if (packed_layout && int8_pack_model(&model.weights, &packed, &err)) {
+        fprintf(stderr, "bench_decode_parts: %s\n", err.msg);
+        return 1;
+    }
+    const ModelWeights *weights = packed_layout ? &packed : &model.weights;
     const ModelConfig *cfg = &model.weights.cfg;
     int max_n = 1;
     for (int i = 0; i < n_batches; i++)
@@ -227,7 +240,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_decode_parts: out of memory\n");
         return 1;
     }
-    int n_groups, n_ms = pass_matrices(&model.weights, ms, group, &n_groups), all_in_one = n_ms;
+    int n_groups, n_ms = pass_matrices(weights, ms, group, &n_groups), all_in_one = n_ms;
     size_t weight_bytes = 0;
     for (int i = 0; i < n_ms; i++) weight_bytes += matrix_bytes(ms[i]);
     double read_one = 1e9, read_per = 1e9;
@@ -250,15 +263,15 @@ int main(int argc, char **argv) {
         int n = batches[bi];
         PartTimes best = {1e9, 1e9, 1e9}, t = {0, 0, 0};
         for (long r = 0; r < repeats && rc == 0; r++) {
-            rc = time_matmuls(&model.weights, x, n, y, math, &scratch, &t) || time_attention(cfg, &pool, n, (int)ctx, q, att, &t);
+            rc = time_matmuls(weights, x, n, y, math, &scratch, &t) || time_attention(cfg, &pool, n, (int)ctx, q, att, &t);
             if (t.layers_s < best.layers_s) best.layers_s = t.layers_s;
             if (t.head_s < best.head_s) best.head_s = t.head_s;
             if (t.attention_s < best.attention_s) best.attention_s = t.attention_s;
         }
         if (rc) break;
-        printf("{\"batch\":%d,\"ctx\":%ld,\"threads\":%ld,\"layers_matmul_ms\":%.3f,\"head_matmul_ms\":%.3f,\"attention_ms\":%.3f,"
+        printf("{\"batch\":%d,\"ctx\":%ld,\"threads\":%ld,\"math\":\"%s\",\"layout\":\"%s\",\"layers_matmul_ms\":%.3f,\"head_matmul_ms\":%.3f,\"attention_ms\":%.3f,"
                "\"sum_ms\":%.3f,\"sum_ms_per_token\":%.3f}\n",
-               n, ctx, threads, best.layers_s * 1e3, best.head_s * 1e3, best.attention_s * 1e3,
+               n, ctx, threads, math == CPU_MATMUL_INT8 ? "int8" : "fp32", packed_layout ? "packed" : "gguf", best.layers_s * 1e3, best.head_s * 1e3, best.attention_s * 1e3,
                (best.layers_s + best.head_s + best.attention_s) * 1e3, (best.layers_s + best.head_s + best.attention_s) * 1e3 / n);
         fflush(stdout);
     }
@@ -269,6 +282,7 @@ int main(int argc, char **argv) {
     free(q);
     free(att);
     for (int i = 0; i < 3; i++) free(y[i]);
+    model_weights_free(&packed);
     braid_model_free(&model);
     return rc ? 1 : 0;
 }

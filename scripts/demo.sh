@@ -46,6 +46,11 @@ echo "== POST /v1/chat/completions: \"What is the capital of France?\""
 curl -s "$url/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 48, "temperature": 0}' |
   python3 -c 'import json, sys; r = json.load(sys.stdin); print(r["choices"][0]["message"]["content"].strip()); print("usage:", json.dumps(r["usage"]))'
+# The first token of this answer is a near-tie for the 135M model (transformers: "The" 0.08 above
+# "L"), and the default int8 arithmetic tips it, as llama.cpp's does; show the fp32 one beside it.
+echo "== the same question in the fp32 arithmetic (braid generate --cpu-matmul fp32; the cluster runs int8)"
+build/braid generate --chat --prompt "What is the capital of France?" --max-tokens 48 --cpu-matmul fp32 2> /dev/null
+echo
 
 echo
 echo "== braid-bench run --workload codegen --workflows $workflows --concurrency 2 (short prompts: --scale 0.3)"

@@ -191,9 +191,10 @@ int cmd_generate(int argc, char **argv) {
         free(stdin_prompt);
         return 1;
     }
-    fprintf(stderr, "[generate] loaded %s (%d layers, %.1f MiB) in %.2f s, device %s, %d threads\n", model.weights.cfg.name,
+    fprintf(stderr, "[generate] loaded %s (%d layers, %.1f MiB) in %.2f s, device %s, %d threads%s\n", model.weights.cfg.name,
             model.weights.cfg.n_layers, (double)model.weights.total_bytes / (1 << 20), braid_now_seconds() - t0,
-            backend_kind_name(a.device), threads);
+            backend_kind_name(a.device), threads,
+            a.device == BACKEND_CUDA ? "" : a.cpu_matmul == CPU_MATMUL_INT8 ? ", int8 arithmetic" : ", fp32 arithmetic");
     TokenList prompt = {0};
     rc = build_prompt(&model, &a, text, &prompt, &err) || run_generation(&model, &a, &prompt, &err) ? 1 : 0;
     if (rc) fprintf(stderr, "braid generate: %s\n", err.msg);

@@ -17,13 +17,22 @@
 #include "model/gguf.h"
 #include "model/model_config.h"
 
-/* A matrix of `rows` output features, each a row of `cols` inputs stored in `type`. */
+/* How a matrix's bytes are arranged. */
+typedef enum {
+    WEIGHT_LAYOUT_GGUF = 0,  /* as stored in the file: row after row (the zero value) */
+    WEIGHT_LAYOUT_ROWS8 = 1, /* the CPU int8 kernels' packing: eight rows interleaved block by block
+                                (kernels/cpu/int8_pack.h); made by the CPU backend, never by the loader */
+} WeightLayout;
+
+/* A matrix of `rows` output features, each a row of `cols` inputs stored in `type`; row_bytes is
+ * the size of one row in that type whatever the layout. */
 typedef struct {
     uint32_t type;
     int64_t rows, cols;
     size_t row_bytes;
     const uint8_t *data;
     const char *name;
+    WeightLayout layout;
 } WeightMatrix;
 
 typedef struct {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/int8_pack.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec.h"
 #include "worker/backend.h"
@@ -18,6 +19,8 @@
 #include "worker/sampler.h"
 
 typedef struct {
+    ModelWeights packed; /* int8 arithmetic: the weights with their matrices packed for the int8
+                            kernels (kernels/cpu/int8_pack.h); zero in fp32 */
     KvPool kv;
     KvPool host; /* host tier (n_blocks == 0 when there is none) */
     ResidualPool res; /* ForkKV residuals (n_blocks == 0 when --lora-cache is not shared) */
@@ -123,6 +126,7 @@ static void cpu_destroy(Backend *b) {
     CpuBackend *cb = b->impl;
     if (!cb) return;
     forward_free(&cb->fwd);
+    model_weights_free(&cb->packed);
     kv_pool_destroy(&cb->kv);
     kv_pool_destroy(&cb->host);
     residual_pool_destroy(&cb->res);
@@ -165,11 +169,15 @@ int backend_cpu_create(Backend *b, BraidError *err) {
     if (rc == 0) rc = cpu_create_host_tier(cb, b, err);
     if (rc == 0 && b->cfg.residual_blocks > 0)
         rc = residual_pool_create(&cb->res, c, b->cfg.residual_blocks, b->cfg.block_size, b->cfg.residual_rank, err);
+    /* The int8 kernels read their own packing of the weights: a private copy of the matrices they
+     * take (the file's mapping stays for the embedding and anything else). */
+    if (rc == 0 && b->cfg.cpu_matmul == CPU_MATMUL_INT8 && int8_pack_model(b->weights, &cb->packed, err))
+        rc = braid_error_wrap(err, "cpu backend: packing the weights for the int8 arithmetic");
     if (rc) {
         cpu_destroy(b);
         return -1;
     }
-    forward_init(&cb->fwd, b->weights, &cb->kv);
+    forward_init(&cb->fwd, cb->packed.layers ? &cb->packed : b->weights, &cb->kv);
     cb->fwd.tp = b->cfg.tp;
     cb->fwd.math = b->cfg.cpu_matmul;
     cb->fwd.lora = b->cfg.lora;

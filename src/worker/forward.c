@@ -223,6 +223,11 @@ static int mlp_block(ForwardContext *ctx, int n, int layer, BraidError *err) {
     return 0;
 }
 
+/* The int8 head's candidates recomputed exactly per token (cpu_matmul_refine_top): the fp32
+ * winner of a near-tie is among int8's few largest logits, so 16 is ample and costs 16 row dots
+ * against the head's 49 152 on the default model. */
+#define FORWARD_INT8_HEAD_REFINE 16
+
 int forward_run(ForwardContext *ctx, const ForwardBatch *b, float *logits, BraidError *err) {
     const ModelWeights *w = ctx->weights;
     const ModelConfig *c = &w->cfg;
@@ -245,5 +250,7 @@ int forward_run(ForwardContext *ctx, const ForwardBatch *b, float *logits, Braid
                     c->dim, c->norm_eps);
     if (matmul(ctx, &w->output, ctx->final_hidden, b->n_logits, logits))
         return braid_error_set(err, "forward: out of memory in the output head");
+    if (cpu_matmul_takes_int8(&w->output, ctx->math))
+        cpu_matmul_refine_top(&w->output, ctx->final_hidden, b->n_logits, logits, FORWARD_INT8_HEAD_REFINE);
     return 0;
 }

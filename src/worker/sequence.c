@@ -20,8 +20,8 @@ int sequence_runner_init_math(SequenceRunner *r, const ModelWeights *weights, in
 }
 
 int sequence_runner_init_adapter(SequenceRunner *r, const ModelWeights *weights, const LoraSet *lora, int adapter, int max_context,
-                                 BackendKind device, BraidError *err) {
-    return sequence_runner_init_full(r, weights, lora, adapter, max_context, device, CPU_MATMUL_DEFAULT, err);
+                                 BackendKind device, CpuMatmulMath math, BraidError *err) {
+    return sequence_runner_init_full(r, weights, lora, adapter, max_context, device, math, err);
 }
 
 static int sequence_runner_init_full(SequenceRunner *r, const ModelWeights *weights, const LoraSet *lora, int adapter,

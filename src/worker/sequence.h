@@ -34,10 +34,10 @@ int sequence_runner_init(SequenceRunner *r, const ModelWeights *weights, int max
  * ignored on CUDA. */
 int sequence_runner_init_math(SequenceRunner *r, const ModelWeights *weights, int max_context, BackendKind device,
                               CpuMatmulMath math, BraidError *err);
-/* The same, running LoRA adapter `adapter` (1..lora->n) of `lora` (borrowed, outlives the runner);
- * adapter 0 is the base model. */
+/* The same, running LoRA adapter `adapter` (1..lora->n) of `lora` (borrowed, outlives the runner)
+ * in the CPU arithmetic `math`; adapter 0 is the base model. */
 int sequence_runner_init_adapter(SequenceRunner *r, const ModelWeights *weights, const LoraSet *lora, int adapter, int max_context,
-                                 BackendKind device, BraidError *err);
+                                 BackendKind device, CpuMatmulMath math, BraidError *err);
 void sequence_runner_free(SequenceRunner *r);
 void sequence_runner_reset(SequenceRunner *r);
 

@@ -161,7 +161,7 @@ static void test_engine_matches_sequence_runner(void **state) {
     SequenceRunner runner;
     BraidError err;
     int id = lora_set_find(&lora, "coder");
-    if (sequence_runner_init_adapter(&runner, &model.weights, &lora, id, shared_prompt.n + MAX_TOKENS + 1, BACKEND_CPU, &err))
+    if (sequence_runner_init_adapter(&runner, &model.weights, &lora, id, shared_prompt.n + MAX_TOKENS + 1, BACKEND_CPU, CPU_MATMUL_FP32, &err))
         fail_msg("%s", err.msg);
     float *logits = malloc((size_t)model.weights.cfg.vocab_size * sizeof *logits);
     assert_non_null(logits);

@@ -85,7 +85,7 @@ static void test_adapters_match_peft(void **state) {
         int n_greedy = (int)json_array_size(json_object_get(p, "greedy"));
         SequenceRunner runner;
         BraidError err;
-        if (sequence_runner_init_adapter(&runner, &fx->model.weights, &fx->lora, id, n + n_greedy + 1, BACKEND_CPU, &err))
+        if (sequence_runner_init_adapter(&runner, &fx->model.weights, &fx->lora, id, n + n_greedy + 1, BACKEND_CPU, CPU_MATMUL_FP32, &err))
             fail_msg("%s", err.msg);
         float *logits = malloc((size_t)n * vocab * sizeof *logits);
         assert_non_null(logits);

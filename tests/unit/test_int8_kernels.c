@@ -5,8 +5,11 @@
  *     the portable reference) equals,
  *     bit for bit, the canonical sequence computed here from integer block sums taken straight from
  *     the GGUF formats, including extreme weights and activations;
- *   - the result stays within the activation-rounding bound of the fp32 dot product;
- *   - cpu_matmul in int8 gives each token the same bits whatever batch it is in.
+ *   - the packed layout (int8_pack.h) keeps every value: its kernels and row views equal the
+ *     canonical sequence of the GGUF rows, padding rows give 0, rows dequantize as before;
+ *   - the result stays within the activation-rounding bound of the fp32 dot product, and
+ *     cpu_matmul_refine_top restores the exact order of near-tied rows;
+ *   - cpu_matmul in int8 gives each token the same bits whatever batch it is in, packed or not.
  * No model is loaded, so this runs under the sanitizers too; test_int8_engine.c compares the int8
  * engine with the fp32 one on the real model.
  */
@@ -21,6 +24,7 @@
 #include <string.h>
 
 #include "kernels/cpu/act_quant.h"
+#include "kernels/cpu/int8_pack.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_int8.h"
@@ -158,10 +162,11 @@ static void check_all_kernels(uint32_t type, const uint8_t *row, const uint8_t *
     float out_other[QUANT_INT8_MAX_GROUPS * 8], out_other2[QUANT_INT8_MAX_GROUPS * 8];
     for (int g = 0; g < a->n_groups; g++)
         for (int ng = 1; ng <= QUANT_INT8_MAX_GROUPS && g + ng <= a->n_groups; ng++) {
-            quant_int8_dot_groups(type, row, a, g, ng, out);
+            Int8Row view = quant_int8_row(type, row), other_view = quant_int8_row(type, other_row);
+            quant_int8_dot_groups(type, view, a, g, ng, out);
             /* the two-row kernel, with the row in either place */
-            quant_int8_dot_groups_rows2(type, row, other_row, a, g, ng, out_first, out_other);
-            quant_int8_dot_groups_rows2(type, other_row, row, a, g, ng, out_other2, out_second);
+            quant_int8_dot_groups_rows2(type, view, other_view, a, g, ng, out_first, out_other);
+            quant_int8_dot_groups_rows2(type, other_view, view, a, g, ng, out_other2, out_second);
             for (int l = 0; l < 8 * ng; l++) {
                 int t = g * 8 + l;
                 float want = t < a->n_tokens ? expected_value(type, row, a, t) : 0.0f;
@@ -288,6 +293,147 @@ static void test_close_to_fp32(void **state) {
     }
 }
 
+/* ---- the packed layout -------------------------------------------------------------------------- */
+
+/* A matrix of 13 rows (one full group of 8 and one padded group) packed: the eight-row kernel and
+ * the row views through the lane kernels equal the GGUF rows' canonical sequence, padding rows
+ * give 0, and every row dequantizes to the GGUF row's floats. */
+static void test_packed_layout_keeps_values(void **state) {
+    (void)state;
+    const int64_t rows = 13, cols = 96;
+    const int n_tokens = 11;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = TYPES[ti];
+        size_t row_bytes = tensor_row_bytes(type, cols);
+        uint8_t *data = malloc(rows * row_bytes);
+        float *x = malloc((size_t)n_tokens * cols * sizeof *x), got[96], want[96];
+        assert_non_null(data);
+        assert_non_null(x);
+        Int8Activations a = {0};
+        for (int trial = 0; trial < 6; trial++) {
+            bool extreme = trial % 3 == 2;
+            for (int64_t r = 0; r < rows; r++) random_row(type, data + r * row_bytes, cols, extreme && r % 2 == 0);
+            random_activations(x, n_tokens, cols, extreme);
+            assert_int_equal(act_quant_fill(&a, x, n_tokens, (int)cols), 0);
+            WeightMatrix w = {.type = type, .rows = rows, .cols = cols, .row_bytes = row_bytes, .data = data, .name = "test"};
+            WeightMatrix packed;
+            uint8_t *buffer;
+            BraidError err = {0};
+            assert_int_equal(int8_pack_matrix(&w, &packed, &buffer, &err), 0);
+            assert_int_equal(packed.layout, WEIGHT_LAYOUT_ROWS8);
+            /* every token count the kernel takes at once (1..4, and longer runs it splits) */
+            for (int64_t r0 = 0; r0 < rows; r0 += INT8_PACK_ROWS)
+                for (int first = 0; first < n_tokens; first++)
+                    for (int nt = 1; first + nt <= n_tokens; nt++) {
+                        float out[11][9];
+                        quant_int8_dot_packed8(type, int8_pack_group(&packed, r0), &a, first, nt, &out[0][0], 9);
+                        for (int i = 0; i < nt; i++)
+                            for (int k = 0; k < 8; k++) {
+                                float expect = r0 + k < rows ? expected_value(type, data + (r0 + k) * row_bytes, &a, first + i) : 0.0f;
+                                if (!same_bits(out[i][k], expect))
+                                    fail_msg("%s packed8 (%d tokens from %d) token %d row %lld: %.9g, expected %.9g",
+                                             tensor_type_name(type), nt, first, first + i, (long long)(r0 + k), out[i][k], expect);
+                            }
+                    }
+            for (int64_t r = 0; r < rows; r++) {
+                float lanes[16];
+                quant_int8_dot_groups(type, int8_pack_row(&packed, r), &a, 0, 2, lanes);
+                for (int t = 0; t < n_tokens; t++)
+                    if (!same_bits(lanes[t], expected_value(type, data + r * row_bytes, &a, t)))
+                        fail_msg("%s packed row view %lld token %d differs", tensor_type_name(type), (long long)r, t);
+                int8_pack_dequantize_row(&packed, r, got);
+                quant_dequantize_row(type, data + r * row_bytes, want, cols);
+                assert_memory_equal(got, want, cols * sizeof *got);
+            }
+            free(buffer);
+        }
+        act_quant_free(&a);
+        free(data);
+        free(x);
+    }
+    /* a type without int8 kernels is refused with its name */
+    WeightMatrix q4k = {.type = TENSOR_Q4_K, .rows = 8, .cols = 256, .row_bytes = tensor_row_bytes(TENSOR_Q4_K, 256), .name = "blk.0.ffn_down"};
+    WeightMatrix out;
+    uint8_t *buffer = NULL;
+    BraidError err = {0};
+    assert_int_equal(int8_pack_matrix(&q4k, &out, &buffer, &err), -1);
+    assert_non_null(strstr(err.msg, "blk.0.ffn_down"));
+}
+
+/* ---- the int8 head's near-ties refined in fp32 ------------------------------------------------- */
+
+/* A head whose 8 best rows differ from one another by a single quantized step (near-ties the
+ * 8-bit rounding of x can reorder) among 40 unrelated rows: after cpu_matmul_refine_top(8) the
+ * top values are the exact dots (double) and the argmax is the exact argmax, packed or not; the
+ * int8 values alone get some argmaxes wrong, so the refinement is what makes this hold. */
+static void test_refine_top_restores_near_ties(void **state) {
+    (void)state;
+    const int64_t rows = 48, cols = 256, near = 8;
+    const int trials = 400;
+    size_t row_bytes = tensor_row_bytes(TENSOR_Q8_0, cols);
+    uint8_t *data = malloc(rows * row_bytes);
+    float *x = malloc(cols * sizeof *x), *y = malloc(rows * sizeof *y), *deq = malloc(cols * sizeof *deq);
+    double *exact = malloc(rows * sizeof *exact);
+    assert_true(data && x && y && deq && exact);
+    int int8_wrong = 0;
+    for (int trial = 0; trial < trials; trial++) {
+        random_activations(x, 1, cols, false);
+        random_row(TENSOR_Q8_0, data, rows * cols, false);
+        /* row 0 leans towards x, so it and its near copies outscore the unrelated rows */
+        BlockQ8_0 *lead = (BlockQ8_0 *)data;
+        for (int64_t j = 0; j < cols; j++) lead[j / 32].qs[j % 32] = (int8_t)((x[j] >= 0 ? 1 : -1) * (int)(20 + rnd() % 100));
+        for (int64_t r = 1; r < near; r++) {
+            memcpy(data + r * row_bytes, data, row_bytes);
+            /* one step up on one element of block 0: copies r1, r2 differ by d·(x_j1 − x_j2), which
+             * int8 sees as d·d_x·(q_j1 − q_j2) */
+            BlockQ8_0 *blk = (BlockQ8_0 *)(data + r * row_bytes);
+            int j = (int)(rnd() % 32);
+            blk->qs[j] = (int8_t)(blk->qs[j] < 127 ? blk->qs[j] + 1 : blk->qs[j] - 1);
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            quant_dequantize_row(TENSOR_Q8_0, data + r * row_bytes, deq, cols);
+            double sum = 0.0;
+            for (int64_t j = 0; j < cols; j++) sum += (double)deq[j] * (double)x[j];
+            exact[r] = sum;
+        }
+        int64_t want = 0;
+        for (int64_t r = 1; r < rows; r++)
+            if (exact[r] > exact[want]) want = r;
+        WeightMatrix w = {.type = TENSOR_Q8_0, .rows = rows, .cols = cols, .row_bytes = row_bytes, .data = data, .name = "head"};
+        WeightMatrix packed;
+        uint8_t *buffer;
+        BraidError err = {0};
+        assert_int_equal(int8_pack_matrix(&w, &packed, &buffer, &err), 0);
+        CpuScratch scratch = {0};
+        for (int layout = 0; layout < 2; layout++) {
+            const WeightMatrix *m = layout ? &packed : &w;
+            assert_int_equal(cpu_matmul(m, x, 1, y, CPU_MATMUL_INT8, &scratch), 0);
+            int64_t got = 0;
+            for (int64_t r = 1; r < rows; r++)
+                if (y[r] > y[got]) got = r;
+            int8_wrong += (float)exact[got] != (float)exact[want];
+            cpu_matmul_refine_top(m, x, 1, y, (int)near);
+            got = 0;
+            for (int64_t r = 1; r < rows; r++)
+                if (y[r] > y[got]) got = r;
+            /* exact dots closer than a float's resolution tie: any of them is right */
+            if ((float)exact[got] != (float)exact[want])
+                fail_msg("trial %d (%s): refined argmax %lld, exact %lld", trial, layout ? "packed" : "GGUF", (long long)got,
+                         (long long)want);
+            for (int64_t r = 0; r < near; r++) assert_true(same_bits(y[r], (float)exact[r]));
+        }
+        cpu_scratch_free(&scratch);
+        free(buffer);
+    }
+    print_message("int8 head without refinement: %d of %d argmaxes wrong\n", int8_wrong, 2 * trials);
+    assert_true(int8_wrong > 0);
+    free(data);
+    free(x);
+    free(y);
+    free(deq);
+    free(exact);
+}
+
 /* ---- cpu_matmul: batch invariance -------------------------------------------------------------- */
 
 static void test_matmul_batch_invariant(void **state) {
@@ -307,20 +453,29 @@ static void test_matmul_batch_invariant(void **state) {
         assert_non_null(data);
         for (int64_t r = 0; r < rows; r++) random_row(type, data + r * row_bytes, cols, false);
         WeightMatrix w = {.type = type, .rows = rows, .cols = cols, .row_bytes = row_bytes, .data = data, .name = "test"};
+        WeightMatrix packed;
+        uint8_t *packed_data;
+        BraidError err = {0};
+        assert_int_equal(int8_pack_matrix(&w, &packed, &packed_data, &err), 0);
         CpuScratch scratch = {0};
         for (int t = 0; t < max_tokens; t++)
             assert_int_equal(cpu_matmul(&w, x + t * cols, 1, alone + t * rows, CPU_MATMUL_INT8, &scratch), 0);
-        static const int batches[] = {2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 23, 31, 32, 33, 40};
-        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
-            int n = batches[bi], first = max_tokens - n; /* the batch's tokens sit at other places than alone */
-            assert_int_equal(cpu_matmul(&w, x + first * cols, n, y, CPU_MATMUL_INT8, &scratch), 0);
-            for (int t = 0; t < n; t++)
-                for (int64_t r = 0; r < rows; r++)
-                    if (!same_bits(y[t * rows + r], alone[(first + t) * rows + r]))
-                        fail_msg("%s batch of %d: token %d row %lld differs from the token alone", tensor_type_name(type), n, t,
-                                 (long long)r);
-        }
+        static const int batches[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 23, 31, 32, 33, 40};
+        for (int layout = 0; layout < 2; layout++)
+            for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+                int n = batches[bi], first = max_tokens - n; /* the batch's tokens sit at other places than alone */
+                /* a packed matrix takes the int8 kernels whatever arithmetic is asked */
+                assert_int_equal(cpu_matmul(layout ? &packed : &w, x + first * cols, n, y, layout ? CPU_MATMUL_FP32 : CPU_MATMUL_INT8,
+                                            &scratch),
+                                 0);
+                for (int t = 0; t < n; t++)
+                    for (int64_t r = 0; r < rows; r++)
+                        if (!same_bits(y[t * rows + r], alone[(first + t) * rows + r]))
+                            fail_msg("%s %s batch of %d: token %d row %lld differs from the token alone", tensor_type_name(type),
+                                     layout ? "packed" : "GGUF", n, t, (long long)r);
+            }
         cpu_scratch_free(&scratch);
+        free(packed_data);
         free(data);
     }
     free(x);
@@ -332,6 +487,8 @@ int main(void) {
         cmocka_unit_test(test_activation_quantization),
         cmocka_unit_test(test_kernels_match_canonical_sequence),
         cmocka_unit_test(test_rows8_match_canonical_sequence),
+        cmocka_unit_test(test_packed_layout_keeps_values),
+        cmocka_unit_test(test_refine_top_restores_near_ties),
         cmocka_unit_test(test_close_to_fp32),
         cmocka_unit_test(test_matmul_batch_invariant),
     };

@@ -117,6 +117,7 @@ static void fill_token(Int8Activations *a, const float *x, int t) {
         size_t m = act_quant_meta_index(a, t, b);
         act_quant_block(x + (size_t)b * ACT_QUANT_BLOCK, q, &a->d[m], &a->sum[m]);
         a->dsum[m] = a->d[m] * (float)a->sum[m];
+        if (a->rows_only) continue;
         int8_t *dst = a->interleaved + ((size_t)g * a->nb + b) * ACT_QUANT_GROUP * ACT_QUANT_BLOCK + 4 * lane;
         for (int k = 0; k < ACT_QUANT_BLOCK / 4; k++) memcpy(dst + k * 32, q + 4 * k, 4);
     }
@@ -142,6 +143,13 @@ int act_quant_reserve(Int8Activations *a, int n_tokens, int cols) {
     a->cols = cols;
     a->nb = cols / ACT_QUANT_BLOCK;
     a->n_groups = n_groups;
+    a->rows_only = false;
+    return 0;
+}
+
+int act_quant_reserve_rows(Int8Activations *a, int n_tokens, int cols) {
+    if (act_quant_reserve(a, n_tokens, cols)) return -1;
+    a->rows_only = true;
     return 0;
 }
 

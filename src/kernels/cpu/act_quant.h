@@ -21,6 +21,7 @@
 #ifndef BRAID_KERNELS_CPU_ACT_QUANT_H
 #define BRAID_KERNELS_CPU_ACT_QUANT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +32,7 @@ typedef struct {
     int n_tokens, cols, nb, n_groups; /* shape of the last fill */
     int8_t *rows;        /* (n_groups*8, cols) */
     int8_t *interleaved; /* (n_groups, nb, 8 runs, 8 lanes, 4) */
+    bool rows_only;      /* filled by act_quant_reserve_rows: `interleaved` is not written */
     float *d;            /* (n_groups, nb, 8) block scale */
     float *dsum;         /* (n_groups, nb, 8) d · Σq */
     int32_t *sum;        /* (n_groups, nb, 8) Σq */
@@ -46,6 +48,10 @@ void act_quant_free(Int8Activations *a);
  * tokens included) fills token t from x (n_tokens, cols); distinct t may run concurrently. */
 int act_quant_reserve(Int8Activations *a, int n_tokens, int cols);
 void act_quant_token(Int8Activations *a, const float *x, int t);
+/* act_quant_reserve for callers that read only `rows`, d, sum and dsum of the real tokens (the
+ * packed kernels): act_quant_token then skips the interleaved layout, and padding tokens need not
+ * be filled. A single decode token is quantized once instead of eight times. */
+int act_quant_reserve_rows(Int8Activations *a, int n_tokens, int cols);
 
 /* One block: q[0..32) and d, Σq as above. Exposed for the tests' reference. */
 void act_quant_block(const float *x, int8_t *q, float *d, int32_t *sum);

@@ -11,12 +11,14 @@
  *                    and dotted with integer instructions (kernels/cpu/matmul_int8.h) at every batch
  *                    size, so a token's result never depends on its batch; other types take the
  *                    fp32 path. About 4x the multiply-adds per instruction of fp32, at the cost of
- *                    rounding each activation to 8 bits (as llama.cpp's q8 activations do).
+ *                    rounding each activation to 8 bits (as llama.cpp's q8 activations do). The
+ *                    default. A matrix packed for it (kernels/cpu/int8_pack.h) always takes it.
  * Threads: parallel inside (OpenMP); one CpuScratch per concurrent caller.
  */
 #ifndef BRAID_KERNELS_CPU_MATMUL_H
 #define BRAID_KERNELS_CPU_MATMUL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "kernels/cpu/act_quant.h"
@@ -27,12 +29,13 @@ typedef enum {
     CPU_MATMUL_INT8 = 1,
 } CpuMatmulMath;
 
-/* The arithmetic of braid generate / batch / serve when none is asked for: fp32. int8's top-1
- * agreement with transformers on the golden prompts ties llama.cpp's (97.05% vs 96.73% of all
- * positions, one fewer at clear margins; bench/RESULTS.md, issue 21) but within noise, and it tips
- * the demo's near-tie answer; it becomes the default once the side-by-side speed and a robust
- * agreement margin are measured on a quiet machine. */
-#define CPU_MATMUL_DEFAULT CPU_MATMUL_FP32
+/* The arithmetic of braid generate / batch / serve when none is asked for: int8. The issue-21 rule
+ * for a faster default: top-1 agreement with transformers on the golden prompts at least
+ * llama.cpp's. With the int8 head's top candidates refined in fp32 (cpu_matmul_refine_top) it is
+ * 97.63% of all positions against llama.cpp's 96.73%, and ahead at clear margins and greedy steps
+ * too (bench/RESULTS.md, issue 21); it decodes 1.4x llama.cpp single-stream on the 2-core VM, fp32
+ * 0.8x. fp32 stays one flag away (--cpu-matmul fp32): the closest to transformers (99.87%). */
+#define CPU_MATMUL_DEFAULT CPU_MATMUL_INT8
 
 typedef struct {
     float *panel;   /* dequantized weight rows for the sgemm path */
@@ -55,6 +58,21 @@ int cpu_matmul(const WeightMatrix *w, const float *x, int n_tokens, float *y, Cp
  * loop. */
 int cpu_matmul_shared_input(const WeightMatrix *const *ws, float *const *ys, int count, const float *x, int n_tokens,
                             CpuMatmulMath math, CpuScratch *scratch);
+
+/* Whether cpu_matmul(w, …, math) takes the int8 path: in int8 mode every matrix with integer
+ * kernels (others keep fp32), and a packed matrix (kernels/cpu/int8_pack.h) always. */
+bool cpu_matmul_takes_int8(const WeightMatrix *w, CpuMatmulMath math);
+
+/* Most values per token cpu_matmul_refine_top recomputes. */
+#define CPU_REFINE_MAX_TOP 32
+
+/* For each token t of y (n_tokens, w->rows) = x · Wᵀ already computed, recomputes the `top` largest
+ * values of y's row t from the dequantized weights and x in double precision, in place. What it is
+ * for: the int8 vocabulary head's near-ties. Rounding the activations to 8 bits moves a logit by
+ * ~1e-2, enough to swap two candidates the fp32 head tells apart; the candidates that can win are
+ * among the few largest, and refining only those restores the fp32 ordering at the price of
+ * `top` row dots per token. Deterministic per token, so batch-invariant. */
+void cpu_matmul_refine_top(const WeightMatrix *w, const float *x, int n_tokens, float *y, int top);
 
 /* "fp32" or "int8" (command-line flags); returns -1 for anything else. */
 int cpu_matmul_math_parse(const char *text, CpuMatmulMath *math);

@@ -1,5 +1,8 @@
 #include "kernels/cpu/matmul_int8.h"
 
+#include <string.h>
+
+#include "kernels/cpu/int8_pack.h"
 #include "kernels/cpu/quant_int8.h"
 
 /* Rows per unit of parallel work: a group's weights stay in L1 while a token chunk passes over it. */
@@ -50,35 +53,64 @@ static void store_tile(const ChunkTile *tile, float *y, int64_t rows, int64_t r0
     }
 }
 
-/* y[t, r] for rows [r0, r1) (at most ROW_GROUP) and every token; through the lane kernel two rows
- * at a time, since the pair shares the activation loads (measured ~10% faster per row); one or two
- * tokens go eight rows at a time with the rows in the lanes. */
+static Int8Row gguf_row(const WeightMatrix *w, int64_t r) { return quant_int8_row(w->type, w->data + (size_t)r * w->row_bytes); }
+
+/* One or two tokens against GGUF rows [r0, r1): eight rows per kernel call with the rows in the
+ * lanes (gathering their blocks), and any last rows short of eight one at a time. */
+static void few_tokens(const WeightMatrix *w, const Int8Activations *a, int64_t r0, int64_t r1, const TokenChunk *c,
+                       ChunkTile *tile) {
+    float lanes[8];
+    int64_t r = r0;
+    for (; r + 8 <= r1; r += 8)
+        for (int i = 0; i < c->count; i++) {
+            quant_int8_dot_rows8(w->type, w->data + (size_t)r * w->row_bytes, w->row_bytes, a, c->first + i, lanes);
+            for (int k = 0; k < 8; k++) tile->v[r - r0 + k][i] = lanes[k];
+        }
+    for (; r < r1; r++) quant_int8_dot_tokens(w->type, w->data + (size_t)r * w->row_bytes, a, c->first, c->count, tile->v[r - r0]);
+}
+
+/* Every token against the packed groups holding rows [r0, r1): a token's eight values come out
+ * contiguous, so they are stored straight into y (a padded last group through a small buffer). */
+static void packed_rows(const WeightMatrix *w, const Int8Activations *a, int64_t r0, int64_t r1, float *y) {
+    for (int64_t r = r0; r < r1; r += INT8_PACK_ROWS) {
+        const uint8_t *group = int8_pack_group(w, r);
+        if (r + INT8_PACK_ROWS <= w->rows) {
+            quant_int8_dot_packed8(w->type, group, a, 0, a->n_tokens, y + r, (size_t)w->rows);
+            continue;
+        }
+        float part[INT8_PACK_ROWS];
+        for (int t = 0; t < a->n_tokens; t++) {
+            quant_int8_dot_packed8(w->type, group, a, t, 1, part, INT8_PACK_ROWS);
+            memcpy(y + (size_t)t * (size_t)w->rows + r, part, (size_t)(w->rows - r) * sizeof *part);
+        }
+    }
+}
+
+/* Eight or sixteen tokens (one or two lane groups) against GGUF rows [r0, r1), two rows at a time:
+ * the pair shares the activation loads (measured ~10% faster per row). */
+static void token_groups(const WeightMatrix *w, const Int8Activations *a, int64_t r0, int64_t r1, const TokenChunk *c,
+                         ChunkTile *tile) {
+    int g = c->first / ACT_QUANT_GROUP;
+    int64_t r = r0;
+    for (; r + 2 <= r1; r += 2)
+        quant_int8_dot_groups_rows2(w->type, gguf_row(w, r), gguf_row(w, r + 1), a, g, c->n_groups, tile->v[r - r0],
+                                    tile->v[r + 1 - r0]);
+    if (r < r1) quant_int8_dot_groups(w->type, gguf_row(w, r), a, g, c->n_groups, tile->v[r - r0]);
+}
+
+/* y[t, r] for rows [r0, r1) (at most ROW_GROUP, r0 a multiple of it) and every token. */
 static void row_group(const WeightMatrix *w, const Int8Activations *a, int64_t r0, int64_t r1, float *y) {
     ChunkTile tile;
     /* One or two tokens pass over the weights faster than the prefetches pay (measured slower). */
     if (a->n_tokens >= ACT_QUANT_GROUP) prefetch_rows(w, r1, 2 * (r1 - r0));
+    if (w->layout == WEIGHT_LAYOUT_ROWS8) {
+        packed_rows(w, a, r0, r1, y);
+        return;
+    }
     for (int t = 0; t < a->n_tokens;) {
         TokenChunk c = next_chunk(t, a->n_tokens);
-        int64_t r = r0;
-        if (c.n_groups)
-            for (; r + 2 <= r1; r += 2) {
-                const uint8_t *row = w->data + (size_t)r * w->row_bytes;
-                quant_int8_dot_groups_rows2(w->type, row, row + w->row_bytes, a, c.first / ACT_QUANT_GROUP, c.n_groups,
-                                            tile.v[r - r0], tile.v[r + 1 - r0]);
-            }
-        else
-            for (; r + 8 <= r1; r += 8) {
-                float lanes[8];
-                for (int i = 0; i < c.count; i++) {
-                    quant_int8_dot_rows8(w->type, w->data + (size_t)r * w->row_bytes, w->row_bytes, a, c.first + i, lanes);
-                    for (int k = 0; k < 8; k++) tile.v[r - r0 + k][i] = lanes[k];
-                }
-            }
-        for (; r < r1; r++) {
-            const void *row = w->data + (size_t)r * w->row_bytes;
-            if (c.n_groups) quant_int8_dot_groups(w->type, row, a, c.first / ACT_QUANT_GROUP, c.n_groups, tile.v[r - r0]);
-            else quant_int8_dot_tokens(w->type, row, a, c.first, c.count, tile.v[r - r0]);
-        }
+        if (c.n_groups) token_groups(w, a, r0, r1, &c, &tile);
+        else few_tokens(w, a, r0, r1, &c, &tile);
         store_tile(&tile, y, w->rows, r0, r1 - r0, &c);
         t += c.count;
     }
@@ -86,8 +118,11 @@ static void row_group(const WeightMatrix *w, const Int8Activations *a, int64_t r
 
 int matmul_int8(const WeightMatrix *const *ws, float *const *ys, int count, const float *x, int n_tokens,
                 Int8Activations *acts) {
-    if (act_quant_reserve(acts, n_tokens, (int)ws[0]->cols)) return -1;
-    int padded_tokens = acts->n_groups * ACT_QUANT_GROUP;
+    bool all_packed = true;
+    for (int i = 0; i < count; i++) all_packed = all_packed && ws[i]->layout == WEIGHT_LAYOUT_ROWS8;
+    /* Packed matrices read the tokens' rows only: no interleaved copy, no padding tokens. */
+    if ((all_packed ? act_quant_reserve_rows : act_quant_reserve)(acts, n_tokens, (int)ws[0]->cols)) return -1;
+    int padded_tokens = all_packed ? n_tokens : acts->n_groups * ACT_QUANT_GROUP;
     int64_t n_units = 0;
     for (int i = 0; i < count; i++) n_units += (ws[i]->rows + ROW_GROUP - 1) / ROW_GROUP;
     /* One parallel region: the tokens are quantized, then (after the loop's barrier) the row groups

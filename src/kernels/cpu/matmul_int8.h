@@ -7,7 +7,9 @@
  * cols, a multiple of 32; x is (n_tokens, cols) fp32, ys[i] is (n_tokens, ws[i]->rows) fp32.
  * Each token's row of x is quantized to int8 blocks (kernels/cpu/act_quant.h) once, then every
  * weight row passes over the tokens eight or sixteen at a time (the row's blocks are unpacked
- * once for all of them) and over a short remainder one token at a time. Every y value follows
+ * once for all of them), and one or two tokens pass over eight rows at a time. Matrices may be in
+ * GGUF or packed layout (kernels/cpu/int8_pack.h); packed ones make the one- and two-token case
+ * several times faster (single-sequence decode), and the values are the same. Every y value follows
  * quant_int8.h's canonical sequence, so it is the same whatever the batch size, the token's place
  * in it, or the thread count.
  * Threads: one parallel loop (OpenMP) over groups of rows of all the matrices; `acts` is the

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu/int8_pack.h"
 #include "kernels/cpu/vec.h"
 #include "model/tensor_types.h"
 
@@ -27,45 +28,49 @@ bool quant_int8_supported(uint32_t type) {
 
 /* ---- the canonical sequence in portable C ------------------------------------------------------ */
 
+Int8Row quant_int8_row(uint32_t type, const void *row) {
+    return (Int8Row){.base = row, .block_stride = tensor_type_block_bytes(type), .d_at = 0, .m_at = 2,
+                     .run_at = type == TENSOR_Q4_1 ? 4 : 2, .run_stride = 4};
+}
+
+static float row_half(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return vec_half_to_float(h);
+}
+
+/* Byte j of block b's quantized values, through the row view's runs. */
+static uint8_t row_qs(Int8Row row, const uint8_t *blk, int j) { return blk[row.run_at + (uint32_t)(j / 4) * row.run_stride + (uint32_t)(j % 4)]; }
+
 /* Σ (nibble − bias) · x over one 4-bit block: element j in the low nibble of byte j, j+16 in the high. */
-static int32_t q4_block_isum(const uint8_t *qs, const int8_t *x, int bias) {
+static int32_t q4_block_isum(Int8Row row, const uint8_t *blk, const int8_t *x, int bias) {
     int32_t s = 0;
-    for (int j = 0; j < 16; j++) s += ((qs[j] & 0x0F) - bias) * x[j] + ((qs[j] >> 4) - bias) * x[j + 16];
+    for (int j = 0; j < 16; j++) s += ((row_qs(row, blk, j) & 0x0F) - bias) * x[j] + ((row_qs(row, blk, j) >> 4) - bias) * x[j + 16];
     return s;
 }
 
-static int32_t q8_block_isum(const int8_t *qs, const int8_t *x) {
+static int32_t q8_block_isum(Int8Row row, const uint8_t *blk, const int8_t *x) {
     int32_t s = 0;
-    for (int j = 0; j < 32; j++) s += qs[j] * x[j];
+    for (int j = 0; j < 32; j++) s += (int8_t)row_qs(row, blk, j) * x[j];
     return s;
 }
 
-float quant_int8_dot_reference(uint32_t type, const void *row, const Int8Activations *a, int token) {
+float quant_int8_dot_reference_row(uint32_t type, Int8Row row, const Int8Activations *a, int token) {
+    assert(quant_int8_supported(type));
     float acc = 0.0f, off = 0.0f;
     for (int b = 0; b < a->nb; b++) {
         const int8_t *x = a->rows + (size_t)token * a->cols + (size_t)b * ACT_QUANT_BLOCK;
+        const uint8_t *blk = row.base + (size_t)b * row.block_stride;
         size_t m = act_quant_meta_index(a, token, b);
-        switch (type) {
-        case TENSOR_Q4_0: {
-            const BlockQ4_0 *blk = (const BlockQ4_0 *)row + b;
-            acc = fmaf((float)q4_block_isum(blk->qs, x, 8), vec_half_to_float(blk->d) * a->d[m], acc);
-            break;
-        }
-        case TENSOR_Q4_1: {
-            const BlockQ4_1 *blk = (const BlockQ4_1 *)row + b;
-            acc = fmaf((float)q4_block_isum(blk->qs, x, 0), vec_half_to_float(blk->d) * a->d[m], acc);
-            off = fmaf(vec_half_to_float(blk->m), a->dsum[m], off);
-            break;
-        }
-        case TENSOR_Q8_0: {
-            const BlockQ8_0 *blk = (const BlockQ8_0 *)row + b;
-            acc = fmaf((float)q8_block_isum(blk->qs, x), vec_half_to_float(blk->d) * a->d[m], acc);
-            break;
-        }
-        default: assert(!"quant_int8_dot_reference: unsupported type"); return 0.0f;
-        }
+        int32_t isum = type == TENSOR_Q8_0 ? q8_block_isum(row, blk, x) : q4_block_isum(row, blk, x, type == TENSOR_Q4_0 ? 8 : 0);
+        acc = fmaf((float)isum, row_half(blk + row.d_at) * a->d[m], acc);
+        if (type == TENSOR_Q4_1) off = fmaf(row_half(blk + row.m_at), a->dsum[m], off);
     }
     return type == TENSOR_Q4_1 ? acc + off : acc;
+}
+
+float quant_int8_dot_reference(uint32_t type, const void *row, const Int8Activations *a, int token) {
+    return quant_int8_dot_reference_row(type, quant_int8_row(type, row), a, token);
 }
 
 #ifdef INT8_AVX2
@@ -145,6 +150,7 @@ INLINE __m256 broadcast_half(const void *p) {
 #ifdef INT8_DPBUSD
 INLINE __m256i u4_acc_add(__m256i acc, __m256i u, __m256i x) { return INT8_DPBUSD(acc, u, x); }
 INLINE __m256i u4_acc_finish(__m256i lo, __m256i hi) { return _mm256_add_epi32(lo, hi); }
+INLINE __m256i u4_acc_finish1(__m256i acc) { return acc; }
 #else
 /* int16 lanes: a pair of 4-bit products is at most 2·15·127 = 3810, four of them per chain fit */
 INLINE __m256i u4_acc_add(__m256i acc, __m256i u, __m256i x) { return _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, x)); }
@@ -152,16 +158,17 @@ INLINE __m256i u4_acc_finish(__m256i lo, __m256i hi) {
     const __m256i ones = _mm256_set1_epi16(1);
     return _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
 }
+/* one chain of up to eight runs (at most 8 · 3810 = 30480 per int16 lane) */
+INLINE __m256i u4_acc_finish1(__m256i acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
 #endif
 
-INLINE void q4_groups_rows2(const uint8_t *row0, const uint8_t *row1, size_t block_bytes, bool has_min, int bias_shift,
-                            const Int8Activations *a, int g0, int ng, float *out0, float *out1) {
+INLINE void q4_groups_rows2(Int8Row row0, Int8Row row1, bool has_min, int bias_shift, const Int8Activations *a, int g0,
+                            int ng, float *out0, float *out1) {
     const __m256i mask = _mm256_set1_epi8(0x0F);
-    const int qs = has_min ? 4 : 2;
     __m256 acc0[QUANT_INT8_MAX_GROUPS], acc1[QUANT_INT8_MAX_GROUPS], off0[QUANT_INT8_MAX_GROUPS], off1[QUANT_INT8_MAX_GROUPS];
     for (int i = 0; i < ng; i++) acc0[i] = acc1[i] = off0[i] = off1[i] = _mm256_setzero_ps();
     for (int b = 0; b < a->nb; b++) {
-        const uint8_t *blk0 = row0 + (size_t)b * block_bytes, *blk1 = row1 + (size_t)b * block_bytes;
+        const uint8_t *blk0 = row0.base + (size_t)b * row0.block_stride, *blk1 = row1.base + (size_t)b * row1.block_stride;
         const int8_t *x[QUANT_INT8_MAX_GROUPS];
         size_t m[QUANT_INT8_MAX_GROUPS];
         __m256i lo0[QUANT_INT8_MAX_GROUPS], hi0[QUANT_INT8_MAX_GROUPS], lo1[QUANT_INT8_MAX_GROUPS], hi1[QUANT_INT8_MAX_GROUPS];
@@ -171,7 +178,8 @@ INLINE void q4_groups_rows2(const uint8_t *row0, const uint8_t *row1, size_t blo
             lo0[i] = hi0[i] = lo1[i] = hi1[i] = _mm256_setzero_si256();
         }
         for (int k = 0; k < 4; k++) {
-            __m256i v0 = broadcast_run(blk0 + qs + 4 * k), v1 = broadcast_run(blk1 + qs + 4 * k);
+            __m256i v0 = broadcast_run(blk0 + row0.run_at + k * row0.run_stride);
+            __m256i v1 = broadcast_run(blk1 + row1.run_at + k * row1.run_stride);
             __m256i l0 = _mm256_and_si256(v0, mask), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), mask);
             __m256i l1 = _mm256_and_si256(v1, mask), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), mask);
             for (int i = 0; i < ng; i++) {
@@ -183,14 +191,14 @@ INLINE void q4_groups_rows2(const uint8_t *row0, const uint8_t *row1, size_t blo
                 hi1[i] = u4_acc_add(hi1[i], h1, xh);
             }
         }
-        const __m256 d0 = broadcast_half(blk0), d1 = broadcast_half(blk1);
+        const __m256 d0 = broadcast_half(blk0 + row0.d_at), d1 = broadcast_half(blk1 + row1.d_at);
         for (int i = 0; i < ng; i++) {
             acc0[i] = scale_step(unbias(u4_acc_finish(lo0[i], hi0[i]), a->sum + m[i], bias_shift), d0, a->d + m[i], acc0[i]);
             acc1[i] = scale_step(unbias(u4_acc_finish(lo1[i], hi1[i]), a->sum + m[i], bias_shift), d1, a->d + m[i], acc1[i]);
             if (has_min) {
                 const __m256 dsum = _mm256_loadu_ps(a->dsum + m[i]);
-                off0[i] = _mm256_fmadd_ps(broadcast_half(blk0 + 2), dsum, off0[i]);
-                off1[i] = _mm256_fmadd_ps(broadcast_half(blk1 + 2), dsum, off1[i]);
+                off0[i] = _mm256_fmadd_ps(broadcast_half(blk0 + row0.m_at), dsum, off0[i]);
+                off1[i] = _mm256_fmadd_ps(broadcast_half(blk1 + row1.m_at), dsum, off1[i]);
             }
         }
     }
@@ -202,11 +210,11 @@ INLINE void q4_groups_rows2(const uint8_t *row0, const uint8_t *row1, size_t blo
 
 /* The same for Q8_0: each weight run is broadcast and prepared (q8_prepare) once for every group;
  * two chains per (row, group) by run parity. */
-INLINE void q8_groups_rows2(const BlockQ8_0 *row0, const BlockQ8_0 *row1, const Int8Activations *a, int g0, int ng,
-                            float *out0, float *out1) {
+INLINE void q8_groups_rows2(Int8Row row0, Int8Row row1, const Int8Activations *a, int g0, int ng, float *out0, float *out1) {
     __m256 acc0[QUANT_INT8_MAX_GROUPS], acc1[QUANT_INT8_MAX_GROUPS];
     for (int i = 0; i < ng; i++) acc0[i] = acc1[i] = _mm256_setzero_ps();
     for (int b = 0; b < a->nb; b++) {
+        const uint8_t *blk0 = row0.base + (size_t)b * row0.block_stride, *blk1 = row1.base + (size_t)b * row1.block_stride;
         const int8_t *x[QUANT_INT8_MAX_GROUPS];
         size_t m[QUANT_INT8_MAX_GROUPS];
         __m256i s0[QUANT_INT8_MAX_GROUPS][2], s1[QUANT_INT8_MAX_GROUPS][2];
@@ -216,7 +224,8 @@ INLINE void q8_groups_rows2(const BlockQ8_0 *row0, const BlockQ8_0 *row1, const 
             s0[i][0] = s0[i][1] = s1[i][0] = s1[i][1] = _mm256_setzero_si256();
         }
         for (int k = 0; k < 8; k++) {
-            __m256i w0 = broadcast_run(row0[b].qs + 4 * k), w1 = broadcast_run(row1[b].qs + 4 * k);
+            __m256i w0 = broadcast_run(blk0 + row0.run_at + k * row0.run_stride);
+            __m256i w1 = broadcast_run(blk1 + row1.run_at + k * row1.run_stride);
             __m256i p0 = q8_prepare(w0), p1 = q8_prepare(w1);
             for (int i = 0; i < ng; i++) {
                 __m256i xv = _mm256_loadu_si256((const __m256i *)(x[i] + 32 * k));
@@ -224,7 +233,7 @@ INLINE void q8_groups_rows2(const BlockQ8_0 *row0, const BlockQ8_0 *row1, const 
                 s1[i][k & 1] = dot_q8_s8(s1[i][k & 1], p1, w1, xv);
             }
         }
-        const __m256 d0 = broadcast_half(&row0[b].d), d1 = broadcast_half(&row1[b].d);
+        const __m256 d0 = broadcast_half(blk0 + row0.d_at), d1 = broadcast_half(blk1 + row1.d_at);
         for (int i = 0; i < ng; i++) {
             __m256i isum0 = unbias(_mm256_add_epi32(s0[i][0], s0[i][1]), a->sum + m[i], Q8_BIAS_SHIFT);
             __m256i isum1 = unbias(_mm256_add_epi32(s1[i][0], s1[i][1]), a->sum + m[i], Q8_BIAS_SHIFT);
@@ -351,21 +360,114 @@ void quant_int8_dot_rows8(uint32_t type, const void *row0, size_t row_bytes, con
     }
 }
 
-void quant_int8_dot_groups(uint32_t type, const void *row, const Int8Activations *a, int first_group, int n_groups,
-                           float *out) {
+/* ---- AVX2, one token × a packed group of eight rows (lanes = rows, int8_pack.h) ------------------- */
+
+/* The token's run k of block b (four int8) repeated in all eight lanes. */
+INLINE __m256i token_run(const int8_t *x, int k) { return broadcast_run(x + 4 * k); }
+
+/* Q4_0 / Q4_1, NT tokens (1..4) from t0: per block, run k of the eight rows is one load, unpacked
+ * once for all NT tokens; its low nibbles meet each token's elements 4k..4k+3 and its high nibbles
+ * 16+4k..19+4k, each lane summing its own row in one int16 chain (eight runs of pairs of 4-bit
+ * products stay within int16: 8 · 3810). The eight rows' scales are one load. Q4_1's offset chain
+ * runs in a second pass over the blocks (the same fmaf sequence; fewer registers in the main loop). */
+INLINE void q4_packed8(const uint8_t *group, bool has_min, int bias_shift, const Int8Activations *a, int t0, int NT,
+                       float *out, size_t out_stride) {
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    const size_t chunk = INT8_PACK_ROWS * (has_min ? sizeof(BlockQ4_1) : sizeof(BlockQ4_0));
+    const size_t runs_at = has_min ? 4 * INT8_PACK_ROWS : 2 * INT8_PACK_ROWS;
+    __m256 acc[4];
+    for (int i = 0; i < NT; i++) acc[i] = _mm256_setzero_ps();
+    for (int b = 0; b < a->nb; b++) {
+        const uint8_t *c = group + (size_t)b * chunk;
+        __m256i lo[4], hi[4];
+        for (int k = 0; k < 4; k++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(c + runs_at + 32 * (size_t)k));
+            lo[k] = _mm256_and_si256(v, mask);
+            hi[k] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+        }
+        const __m256 d_w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)c));
+        for (int i = 0; i < NT; i++) {
+            const int8_t *x = a->rows + (size_t)(t0 + i) * a->cols + (size_t)b * ACT_QUANT_BLOCK;
+            size_t m = act_quant_meta_index(a, t0 + i, b);
+            __m256i s = _mm256_setzero_si256();
+            for (int k = 0; k < 4; k++) s = u4_acc_add(u4_acc_add(s, lo[k], token_run(x, k)), hi[k], token_run(x, k + 4));
+            __m256i isum = u4_acc_finish1(s);
+            if (bias_shift) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(a->sum[m] * (1 << bias_shift)));
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d_w, _mm256_set1_ps(a->d[m])), acc[i]);
+        }
+    }
+    for (int i = 0; i < NT; i++) {
+        if (has_min) {
+            __m256 off = _mm256_setzero_ps();
+            for (int b = 0; b < a->nb; b++)
+                off = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(group + (size_t)b * chunk + 2 * INT8_PACK_ROWS))),
+                                      _mm256_set1_ps(a->dsum[act_quant_meta_index(a, t0 + i, b)]), off);
+            acc[i] = _mm256_add_ps(acc[i], off);
+        }
+        _mm256_storeu_ps(out + (size_t)i * out_stride, acc[i]);
+    }
+}
+
+/* Q8_0, one token: eight runs per block, two chains by run parity. */
+INLINE void q8_packed8(const uint8_t *group, const Int8Activations *a, int token, float *out) {
+    const size_t chunk = INT8_PACK_ROWS * sizeof(BlockQ8_0), runs_at = 2 * INT8_PACK_ROWS;
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < a->nb; b++) {
+        const uint8_t *c = group + (size_t)b * chunk;
+        const int8_t *x = a->rows + (size_t)token * a->cols + (size_t)b * ACT_QUANT_BLOCK;
+        size_t m = act_quant_meta_index(a, token, b);
+        __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int k = 0; k < 8; k++) {
+            __m256i w = _mm256_loadu_si256((const __m256i *)(c + runs_at + 32 * (size_t)k));
+            s[k & 1] = dot_q8_s8(s[k & 1], q8_prepare(w), w, token_run(x, k));
+        }
+        __m256i isum = _mm256_add_epi32(s[0], s[1]);
+        if (Q8_BIAS_SHIFT) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(a->sum[m] * Q8_BIAS));
+        const __m256 d_w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)c));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d_w, _mm256_set1_ps(a->d[m])), acc);
+    }
+    _mm256_storeu_ps(out, acc);
+}
+
+void quant_int8_dot_packed8(uint32_t type, const uint8_t *group, const Int8Activations *a, int first_token, int n_tokens,
+                            float *out, size_t out_stride) {
+    for (int t = first_token, end = first_token + n_tokens; t < end;) {
+        int nt = end - t < 4 ? end - t : 4;
+        float *o = out + (size_t)(t - first_token) * out_stride;
+#define Q4(HAS_MIN, SHIFT)                                                                                             \
+    switch (nt) {                                                                                                      \
+    case 1: q4_packed8(group, HAS_MIN, SHIFT, a, t, 1, o, out_stride); break;                                         \
+    case 2: q4_packed8(group, HAS_MIN, SHIFT, a, t, 2, o, out_stride); break;                                         \
+    case 3: q4_packed8(group, HAS_MIN, SHIFT, a, t, 3, o, out_stride); break;                                         \
+    default: q4_packed8(group, HAS_MIN, SHIFT, a, t, 4, o, out_stride); break;                                        \
+    }
+        switch (type) {
+        case TENSOR_Q4_0: Q4(false, 3) break;
+        case TENSOR_Q4_1: Q4(true, 0) break;
+        case TENSOR_Q8_0:
+            for (int i = 0; i < nt; i++) q8_packed8(group, a, t + i, o + (size_t)i * out_stride);
+            break;
+        default: assert(!"quant_int8_dot_packed8: unsupported type"); return;
+        }
+#undef Q4
+        t += nt;
+    }
+}
+
+void quant_int8_dot_groups(uint32_t type, Int8Row row, const Int8Activations *a, int first_group, int n_groups, float *out) {
     /* The two-row kernel with the row twice: the models' row groups are even, so only an odd
      * remainder (and the tests) come here, and one kernel per type keeps one canonical sequence. */
     float same[QUANT_INT8_MAX_GROUPS * ACT_QUANT_GROUP];
     quant_int8_dot_groups_rows2(type, row, row, a, first_group, n_groups, out, same);
 }
 
-void quant_int8_dot_groups_rows2(uint32_t type, const void *row0, const void *row1, const Int8Activations *a,
-                                 int first_group, int n_groups, float *out0, float *out1) {
+void quant_int8_dot_groups_rows2(uint32_t type, Int8Row row0, Int8Row row1, const Int8Activations *a, int first_group,
+                                 int n_groups, float *out0, float *out1) {
     assert(n_groups >= 1 && n_groups <= QUANT_INT8_MAX_GROUPS);
 #define ROWS2(NG)                                                                                                      \
     switch (type) {                                                                                                    \
-    case TENSOR_Q4_0: q4_groups_rows2(row0, row1, sizeof(BlockQ4_0), false, 3, a, first_group, NG, out0, out1); return; \
-    case TENSOR_Q4_1: q4_groups_rows2(row0, row1, sizeof(BlockQ4_1), true, 0, a, first_group, NG, out0, out1); return;  \
+    case TENSOR_Q4_0: q4_groups_rows2(row0, row1, false, 3, a, first_group, NG, out0, out1); return;                   \
+    case TENSOR_Q4_1: q4_groups_rows2(row0, row1, true, 0, a, first_group, NG, out0, out1); return;                    \
     case TENSOR_Q8_0: q8_groups_rows2(row0, row1, a, first_group, NG, out0, out1); return;                             \
     default: assert(!"quant_int8_dot_groups_rows2: unsupported type"); return;                                         \
     }
@@ -394,14 +496,13 @@ void quant_int8_dot_tokens(uint32_t type, const void *row, const Int8Activations
 
 #else /* portable build: every kernel is the reference, one token at a time */
 
-void quant_int8_dot_groups(uint32_t type, const void *row, const Int8Activations *a, int first_group, int n_groups,
-                           float *out) {
+void quant_int8_dot_groups(uint32_t type, Int8Row row, const Int8Activations *a, int first_group, int n_groups, float *out) {
     for (int i = 0; i < n_groups * ACT_QUANT_GROUP; i++)
-        out[i] = quant_int8_dot_reference(type, row, a, first_group * ACT_QUANT_GROUP + i);
+        out[i] = quant_int8_dot_reference_row(type, row, a, first_group * ACT_QUANT_GROUP + i);
 }
 
-void quant_int8_dot_groups_rows2(uint32_t type, const void *row0, const void *row1, const Int8Activations *a,
-                                 int first_group, int n_groups, float *out0, float *out1) {
+void quant_int8_dot_groups_rows2(uint32_t type, Int8Row row0, Int8Row row1, const Int8Activations *a, int first_group,
+                                 int n_groups, float *out0, float *out1) {
     quant_int8_dot_groups(type, row0, a, first_group, n_groups, out0);
     quant_int8_dot_groups(type, row1, a, first_group, n_groups, out1);
 }
@@ -413,5 +514,14 @@ void quant_int8_dot_tokens(uint32_t type, const void *row, const Int8Activations
 
 void quant_int8_dot_rows8(uint32_t type, const void *row0, size_t row_bytes, const Int8Activations *a, int token, float *out) {
     for (int r = 0; r < 8; r++) out[r] = quant_int8_dot_reference(type, (const uint8_t *)row0 + (size_t)r * row_bytes, a, token);
+}
+
+void quant_int8_dot_packed8(uint32_t type, const uint8_t *group, const Int8Activations *a, int first_token, int n_tokens,
+                            float *out, size_t out_stride) {
+    WeightMatrix w = {.type = type, .rows = INT8_PACK_ROWS, .cols = (int64_t)a->cols, .row_bytes = (size_t)a->nb * tensor_type_block_bytes(type),
+                      .data = group, .layout = WEIGHT_LAYOUT_ROWS8};
+    for (int i = 0; i < n_tokens; i++)
+        for (int r = 0; r < INT8_PACK_ROWS; r++)
+            out[(size_t)i * out_stride + r] = quant_int8_dot_reference_row(type, int8_pack_row(&w, r), a, first_token + i);
 }
 #endif

@@ -33,15 +33,26 @@ bool quant_int8_supported(uint32_t type);
 /* Most token groups one quant_int8_dot_groups call takes. */
 #define QUANT_INT8_MAX_GROUPS 2
 
+/* Where one weight row's blocks lie, whatever the matrix layout: block b starts at
+ * base + b·block_stride; its fp16 scale is at + d_at, Q4_1's fp16 min at + m_at, and its k-th run
+ * of four quantized bytes (the GGUF block's qs[4k..4k+3]) at + run_at + k·run_stride. */
+typedef struct {
+    const uint8_t *base;
+    size_t block_stride;
+    uint32_t d_at, m_at, run_at, run_stride;
+} Int8Row;
+
+/* The view of a row stored as in GGUF (contiguous blocks). Packed rows: int8_pack_row. */
+Int8Row quant_int8_row(uint32_t type, const void *row);
+
 /* out[8·i + l] = value of token (first_group + i)·8 + l, for n_groups (1..QUANT_INT8_MAX_GROUPS)
  * groups of a; each block of the row is unpacked once for all of them. Padding lanes give 0. */
-void quant_int8_dot_groups(uint32_t type, const void *row, const Int8Activations *a, int first_group, int n_groups,
-                           float *out);
+void quant_int8_dot_groups(uint32_t type, Int8Row row, const Int8Activations *a, int first_group, int n_groups, float *out);
 
 /* quant_int8_dot_groups for two rows at once (out0 for row0, out1 for row1), the same values;
  * the rows share the activation loads. */
-void quant_int8_dot_groups_rows2(uint32_t type, const void *row0, const void *row1, const Int8Activations *a,
-                                 int first_group, int n_groups, float *out0, float *out1);
+void quant_int8_dot_groups_rows2(uint32_t type, Int8Row row0, Int8Row row1, const Int8Activations *a, int first_group,
+                                 int n_groups, float *out0, float *out1);
 
 /* out[i] = value of token first_token + i, for n_tokens (1..4) tokens taken one at a time. */
 void quant_int8_dot_tokens(uint32_t type, const void *row, const Int8Activations *a, int first_token, int n_tokens,
@@ -53,8 +64,18 @@ void quant_int8_dot_tokens(uint32_t type, const void *row, const Int8Activations
  * decode of a single sequence). */
 void quant_int8_dot_rows8(uint32_t type, const void *row0, size_t row_bytes, const Int8Activations *a, int token, float *out);
 
+/* out[i·out_stride + r] = value of token first_token + i (i < n_tokens) for row r of one group of
+ * a packed matrix (int8_pack.h), group pointing at the group's first chunk (a->nb chunks). The
+ * packing puts run k of the eight rows side by side in one 32-byte vector, so each lane
+ * accumulates its own row's block sum against the token's broadcast run: no horizontal sums, no
+ * scattered scale loads, and a token's eight values are one store. Up to four tokens share each
+ * block's unpacked weights. */
+void quant_int8_dot_packed8(uint32_t type, const uint8_t *group, const Int8Activations *a, int first_token, int n_tokens,
+                            float *out, size_t out_stride);
+
 /* The canonical sequence in portable C for token `token` of a (the tests' reference; the portable
- * build's kernels). */
+ * build's kernels), for a GGUF row or any row view. */
 float quant_int8_dot_reference(uint32_t type, const void *row, const Int8Activations *a, int token);
+float quant_int8_dot_reference_row(uint32_t type, Int8Row row, const Int8Activations *a, int token);
 
 #endif
