@@ -18,7 +18,8 @@ ok() { echo "ok   $*"; }
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 check() { local what=$1; shift; if "$@"; then ok "$what"; else fail "$what"; fi; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# a port below the ephemeral range, so no MPI rank of the job takes it first (free_port.py says why)
+free_port() { python3 "$root/tests/integration/free_port.py"; }
 
 # start_cluster NAME ARGS...: launches braid-local in its own session, waits (up to
 # $BRAID_TEST_READY_S seconds, default 180) for /health to answer 200.

@@ -44,13 +44,8 @@ def check(what, ok):
     return ok
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from free_port import free_port  # noqa: E402  (a port no MPI rank of the job can take first)
 
 PORT = free_port()
 URL = f"http://127.0.0.1:{PORT}"
