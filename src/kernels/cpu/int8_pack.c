@@ -7,8 +7,6 @@
 #include "kernels/cpu/quant.h"
 #include "model/tensor_types.h"
 
-size_t int8_pack_scale_bytes(uint32_t type) { return type == TENSOR_Q4_1 ? 4 * INT8_PACK_ROWS : 2 * INT8_PACK_ROWS; }
-
 size_t int8_pack_chunk_bytes(uint32_t type) { return INT8_PACK_ROWS * tensor_type_block_bytes(type); }
 
 bool int8_pack_supported(const WeightMatrix *w) {

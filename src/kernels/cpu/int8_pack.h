@@ -33,7 +33,7 @@
 #define INT8_PACK_ROWS 8
 
 /* Bytes of a chunk's scale header: the 8 fp16 scales, and Q4_1's 8 fp16 mins. */
-size_t int8_pack_scale_bytes(uint32_t type);
+static inline size_t int8_pack_scale_bytes(uint32_t type) { return type == TENSOR_Q4_1 ? 4 * INT8_PACK_ROWS : 2 * INT8_PACK_ROWS; }
 
 /* Bytes of one chunk (block b of a group's 8 rows): 8 GGUF blocks. */
 size_t int8_pack_chunk_bytes(uint32_t type);
@@ -56,7 +56,7 @@ static inline const uint8_t *int8_pack_group(const WeightMatrix *w, int64_t r) {
 static inline Int8Row int8_pack_row(const WeightMatrix *w, int64_t r) {
     int64_t lane = r % INT8_PACK_ROWS;
     size_t chunk = (size_t)INT8_PACK_ROWS * (w->row_bytes / (size_t)(w->cols / 32)); /* 8 blocks */
-    uint32_t scale_bytes = w->type == TENSOR_Q4_1 ? 4 * INT8_PACK_ROWS : 2 * INT8_PACK_ROWS;
+    uint32_t scale_bytes = (uint32_t)int8_pack_scale_bytes(w->type);
     return (Int8Row){.base = int8_pack_group(w, r - lane),
                      .block_stride = chunk,
                      .d_at = (uint32_t)(2 * lane),
