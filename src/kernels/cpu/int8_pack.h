@@ -51,14 +51,13 @@ static inline const uint8_t *int8_pack_group(const WeightMatrix *w, int64_t r) {
     return w->data + (size_t)r * w->row_bytes;
 }
 
-/* The view of row r of a packed matrix, for the kernels that take one row at a time (inline: the
- * batched matmul asks for one per row pair). */
+/* The view of row r of a packed matrix, for code that takes one row at a time (dequantization, the
+ * one-row kernels). */
 static inline Int8Row int8_pack_row(const WeightMatrix *w, int64_t r) {
     int64_t lane = r % INT8_PACK_ROWS;
-    size_t chunk = (size_t)INT8_PACK_ROWS * (w->row_bytes / (size_t)(w->cols / 32)); /* 8 blocks */
     uint32_t scale_bytes = (uint32_t)int8_pack_scale_bytes(w->type);
     return (Int8Row){.base = int8_pack_group(w, r - lane),
-                     .block_stride = chunk,
+                     .block_stride = int8_pack_chunk_bytes(w->type),
                      .d_at = (uint32_t)(2 * lane),
                      .m_at = (uint32_t)(2 * INT8_PACK_ROWS + 2 * lane),
                      .run_at = scale_bytes + 4 * (uint32_t)lane,

@@ -33,8 +33,8 @@ typedef enum {
  * for a faster default: top-1 agreement with transformers on the golden prompts at least
  * llama.cpp's. With the int8 head's top candidates refined in fp32 (cpu_matmul_refine_top) it is
  * 97.63% of all positions against llama.cpp's 96.73%, and ahead at clear margins and greedy steps
- * too (bench/RESULTS.md, issue 21); it decodes 1.4x llama.cpp single-stream on the 2-core VM, fp32
- * 0.8x. fp32 stays one flag away (--cpu-matmul fp32): the closest to transformers (99.87%). */
+ * too (bench/RESULTS.md, issue 21); it decodes 1.7x llama.cpp single-stream on the 2-core VM
+ * (best of 5 rounds), fp32 0.7-0.8x. fp32 stays one flag away (--cpu-matmul fp32): the closest to transformers (99.87%). */
 #define CPU_MATMUL_DEFAULT CPU_MATMUL_INT8
 
 typedef struct {

@@ -374,7 +374,7 @@ INLINE void q4_packed8(const uint8_t *group, bool has_min, int bias_shift, const
                        float *out, size_t out_stride) {
     const __m256i mask = _mm256_set1_epi8(0x0F);
     const size_t chunk = INT8_PACK_ROWS * (has_min ? sizeof(BlockQ4_1) : sizeof(BlockQ4_0));
-    const size_t runs_at = has_min ? 4 * INT8_PACK_ROWS : 2 * INT8_PACK_ROWS;
+    const size_t runs_at = int8_pack_scale_bytes(has_min ? TENSOR_Q4_1 : TENSOR_Q4_0);
     __m256 acc[4];
     for (int i = 0; i < NT; i++) acc[i] = _mm256_setzero_ps();
     for (int b = 0; b < a->nb; b++) {
@@ -410,7 +410,7 @@ INLINE void q4_packed8(const uint8_t *group, bool has_min, int bias_shift, const
 
 /* Q8_0, one token: eight runs per block, two chains by run parity. */
 INLINE void q8_packed8(const uint8_t *group, const Int8Activations *a, int token, float *out) {
-    const size_t chunk = INT8_PACK_ROWS * sizeof(BlockQ8_0), runs_at = 2 * INT8_PACK_ROWS;
+    const size_t chunk = INT8_PACK_ROWS * sizeof(BlockQ8_0), runs_at = int8_pack_scale_bytes(TENSOR_Q8_0);
     __m256 acc = _mm256_setzero_ps();
     for (int b = 0; b < a->nb; b++) {
         const uint8_t *c = group + (size_t)b * chunk;
