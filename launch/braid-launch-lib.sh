@@ -2,8 +2,8 @@
 # with --enable-recovery (sourced, not run). Under recovery a dead worker rank ends only its
 # instance, but mpirun no longer ends the job when rank 0 dies, and exits 0 whatever its ranks
 # return; these functions make up for both:
-#   launch_forward           trap handler: the first SIGINT/SIGTERM goes to the coordinator (it
-#                            drains and stops every rank), a second kills mpirun.
+#   launch_forward           trap handler: the first SIGINT/SIGTERM goes to the coordinator at once
+#                            (it stops accepting, drains and stops every rank), a second kills mpirun.
 #   launch_watch_coordinator rank 0 gone for 5 s while mpirun runs: stop mpirun (TERM, then KILL).
 #   launch_wait              waits for mpirun, watching the coordinator; sets `status` to the
 #                            server's exit status (rank 0's --exit-status-file; 1 when the job ended
@@ -18,9 +18,13 @@ launch_signalled=0
 launch_forward() {
   if [ "$launch_signalled" = 1 ]; then kill -KILL "$mpirun_pid" 2> /dev/null; return; fi
   launch_signalled=1
-  if [ -s "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2> /dev/null; then
+  # The signal first, with builtins only (no fork): until it lands the server still accepts; the
+  # coordinator stops accepting the moment it arrives (braid serve: a signal thread closes the
+  # listening socket and answers 503 from then on).
+  local coordinator=""
+  [ -s "$pid_file" ] && read -r coordinator < "$pid_file"
+  if [ -n "$coordinator" ] && kill -TERM "$coordinator" 2> /dev/null; then
     echo "$launcher: draining (a second signal aborts)" >&2
-    kill -TERM "$(cat "$pid_file")" 2> /dev/null
   else
     kill -TERM "$mpirun_pid" 2> /dev/null
   fi

@@ -10,11 +10,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
 # The cluster test drives the server with the official openai client, from a venv of its own; the
-# KV events test subscribes with pyzmq and msgpack from the same venv.
-if ! .venv-test/bin/python -c 'import openai, zmq, msgpack' 2> /dev/null; then
-  echo "[test] installing the openai client, pyzmq and msgpack into .venv-test"
+# KV events test subscribes with pyzmq and msgpack from the same venv; the agent-clients test runs
+# LangGraph's ReAct agent through langchain-openai.
+if ! .venv-test/bin/python -c 'import openai, zmq, msgpack, langgraph, langchain_openai' 2> /dev/null; then
+  echo "[test] installing the openai client, pyzmq, msgpack, langgraph and langchain-openai into .venv-test"
   [ -x .venv-test/bin/python ] || python3 -m venv .venv-test
-  .venv-test/bin/pip install -q "openai==3.54.0" "pyzmq==26.2.0" "msgpack==1.1.0"
+  .venv-test/bin/pip install -q "openai==3.54.0" "pyzmq==26.2.0" "msgpack==1.1.0" "langgraph==1.2.24" "langchain-openai==1.7.4"
 fi
 echo "[test] release build"
 ctest --test-dir build --output-on-failure -j2
@@ -24,7 +25,7 @@ cmake -S . -B build-asan -DBRAID_SANITIZE=ON -DBRAID_CUDA=OFF -DCMAKE_BUILD_TYPE
   || { cat build-asan.cmake.log; exit 1; }
 cmake --build build-asan -j"$(nproc)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j2 -E 'test_golden_logits|test_golden_lora|test_engine|test_int8_engine|cluster_integration|kv_events_integration|segment_reuse_integration|directives_integration|bench_driver_integration|rank_binding_integration|slurm_integration'
+  ctest --test-dir build-asan --output-on-failure -j2 -E 'test_golden_logits|test_golden_lora|test_engine|test_int8_engine|cluster_integration|agent_clients_integration|kv_events_integration|segment_reuse_integration|directives_integration|bench_driver_integration|rank_binding_integration|slurm_integration'
 
 echo "[test] libFuzzer, ${BRAID_FUZZ_SECONDS:-30} s per target"
 status=0

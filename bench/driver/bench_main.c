@@ -1,11 +1,13 @@
 /*
  * braid-bench — the load driver: replays request files and drives agent workloads against a Braid
- * server over HTTP, generates dry traces, and plots runs. This entry point dispatches subcommands;
+ * (or any OpenAI-compatible) server over HTTP, compares servers side by side, generates dry traces,
+ * and plots runs. This entry point dispatches subcommands;
  * each returns the exit status (0 ok, 1 runtime failure, 2 usage error) and prints its own --help.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "compare.h"
 #include "gen.h"
 #include "http_client.h"
 #include "plot.h"
@@ -20,6 +22,8 @@ static const char usage[] =
     "  run      drive a workload's agent workflows against a server; per-request log, summary, replayable trace\n"
     "  gen      write a workload's trace without a server (dry run with synthetic outputs)\n"
     "  plot     chart runs side by side: cache hit rate over time and the latency CDF (PNG, via gnuplot)\n"
+    "  compare  the same requests against several OpenAI-compatible servers in interleaved rounds: ratios\n"
+    "           to the first server with their spread, a table, a plot, vLLM-shaped JSON\n"
     "\n"
     "Run 'braid-bench <command> --help' for the options of one command.\n";
 
@@ -31,7 +35,7 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int (*run)(int, char **);
-    } commands[] = {{"replay", replay_main}, {"run", run_main}, {"gen", bench_gen_main}, {"plot", plot_main}};
+    } commands[] = {{"replay", replay_main}, {"run", run_main}, {"gen", bench_gen_main}, {"plot", plot_main}, {"compare", compare_main}};
     BraidError err;
     /* libcurl's global state must be set up before any thread exists. */
     if (http_client_global_init(&err)) {

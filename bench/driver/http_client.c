@@ -37,6 +37,12 @@ typedef struct {
     size_t raw_len;
     BraidError err;          /* why the stream was stopped from inside a callback */
     bool stream_failed;
+    bool got_response_byte;  /* any byte of an answer (status line, header or body) arrived */
+    bool new_socket;         /* libcurl opened a socket since the last send */
+    bool last_send_reused;   /* the latest send went out on a connection kept from before */
+    int sends;               /* sends libcurl made in this perform (more than one: it resent by itself) */
+    int *resends_left;       /* the request's resend budget (1), shared by libcurl's resends and ours */
+    bool resend_refused;     /* libcurl wanted to resend once more; the pre-request callback said no */
 } Exchange;
 
 /* ---- process-wide set-up ---- */
@@ -94,6 +100,20 @@ void http_result_free(HttpResult *r) {
     free(r->text);
     r->text = NULL;
     r->text_len = 0;
+    free(r->chunk_times);
+    r->chunk_times = NULL;
+    r->n_chunks = 0;
+}
+
+/* Appends one chunk arrival time; losing one to a failed allocation only thins the ITL samples. */
+static void note_chunk_time(HttpResult *r, double t) {
+    if ((r->n_chunks & (r->n_chunks - 1)) == 0) { /* 0, 1, 2, 4, ...: grow to the next power of two */
+        size_t cap = r->n_chunks ? 2 * (size_t)r->n_chunks : 8;
+        double *grown = realloc(r->chunk_times, cap * sizeof *grown);
+        if (!grown) return;
+        r->chunk_times = grown;
+    }
+    r->chunk_times[r->n_chunks++] = t;
 }
 
 /* ---- reading one chunk of the stream ---- */
@@ -128,6 +148,7 @@ static int read_choice(Exchange *x, const json_t *choice, double now) {
     const json_t *text = chunk_text(choice);
     if (text && json_string_length(text) > 0) {
         if (x->res->t_first_text == 0) x->res->t_first_text = now;
+        note_chunk_time(x->res, now);
         if (append_text(x, json_string_value(text), json_string_length(text))) return -1;
     }
     const json_t *finish = json_object_get(choice, "finish_reason");
@@ -168,6 +189,7 @@ static int on_sse_data(void *ctx, const char *payload, size_t len, BraidError *e
 static size_t on_header(char *line, size_t size, size_t nmemb, void *ctx) {
     Exchange *x = ctx;
     size_t n = size * nmemb;
+    x->got_response_byte = true;
     char buf[256];
     size_t k = n < sizeof buf - 1 ? n : sizeof buf - 1;
     memcpy(buf, line, k);
@@ -199,12 +221,39 @@ static void keep_raw(Exchange *x, const char *bytes, size_t n) {
 static size_t on_body(char *bytes, size_t size, size_t nmemb, void *ctx) {
     Exchange *x = ctx;
     size_t n = size * nmemb;
+    x->got_response_byte = true;
     if (!x->streaming || x->status != 200) {
         keep_raw(x, bytes, n);
         return n;
     }
     /* Returning less than n makes curl stop the transfer with CURLE_WRITE_ERROR. */
     return sse_reader_feed(&x->sse, bytes, n, on_sse_data, x, &x->err) ? 0 : n;
+}
+
+/* A new socket: the next send goes out on a fresh connection. */
+static int on_socket(void *ctx, curl_socket_t fd, curlsocktype purpose) {
+    (void)fd, (void)purpose;
+    ((Exchange *)ctx)->new_socket = true;
+    return CURL_SOCKOPT_OK;
+}
+
+/* Called before every send of the request, libcurl's own resends included. A send beyond the
+ * first is libcurl resending after a reused connection died before any byte of answer: it takes
+ * the request's one resend, and is refused (the transfer aborts) when that is spent. */
+static int on_before_send(void *ctx, char *primary_ip, char *local_ip, int primary_port, int local_port) {
+    (void)primary_ip, (void)local_ip, (void)primary_port, (void)local_port;
+    Exchange *x = ctx;
+    if (x->sends++ > 0) {
+        if (*x->resends_left <= 0) {
+            x->resend_refused = true;
+            return CURL_PREREQFUNC_ABORT;
+        }
+        (*x->resends_left)--;
+        x->res->connection_retries++;
+    }
+    x->last_send_reused = !x->new_socket;
+    x->new_socket = false;
+    return CURL_PREREQFUNC_OK;
 }
 
 /* ---- attempts ---- */
@@ -215,7 +264,15 @@ static void exchange_reset(Exchange *x) {
     free(x->raw);
     HttpResult *res = x->res;
     bool streaming = x->streaming;
-    *x = (Exchange){.res = res, .streaming = streaming, .retry_after_s = RETRY_AFTER_DEFAULT_S};
+    int *resends_left = x->resends_left;
+    *x = (Exchange){.res = res, .streaming = streaming, .retry_after_s = RETRY_AFTER_DEFAULT_S, .resends_left = resends_left};
+}
+
+/* Whether a failed attempt may go out again: it went out on a reused connection, no byte of an
+ * answer came, the failure is the connection's (not ours), and the resend is still unspent. */
+static bool safe_to_resend(CURLcode rc, const Exchange *x) {
+    bool connection_died = rc == CURLE_GOT_NOTHING || rc == CURLE_SEND_ERROR || rc == CURLE_RECV_ERROR;
+    return connection_died && !x->got_response_byte && x->last_send_reused && !x->resend_refused && *x->resends_left > 0;
 }
 
 /* Runs one POST of body (len bytes) to url. Returns the CURLcode; x holds what came back. */
@@ -235,7 +292,22 @@ static CURLcode perform(HttpClient *c, const char *url, const char *body, size_t
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L); /* no SIGALRM for timeouts: several clients share the process */
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-    return curl_easy_perform(h);
+    curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, on_socket);
+    curl_easy_setopt(h, CURLOPT_SOCKOPTDATA, x);
+    curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, on_before_send);
+    curl_easy_setopt(h, CURLOPT_PREREQDATA, x);
+    CURLcode rc = curl_easy_perform(h);
+    if (rc != CURLE_OK && safe_to_resend(rc, x)) {
+        /* The connection was closed under the request (an idle timeout racing it): once more on a
+         * fresh one. libcurl gives up on its own after a few such deaths over a handle's life. */
+        (*x->resends_left)--;
+        x->res->connection_retries++;
+        exchange_reset(x);
+        curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
+        rc = curl_easy_perform(h);
+        curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 0L);
+    }
+    return rc;
 }
 
 /* The message of an OpenAI error body, else the start of the body, else the bare status. */
@@ -250,6 +322,8 @@ static void describe_http_error(const Exchange *x, char *out, size_t cap) {
 
 static void describe_transport_error(const HttpClient *c, CURLcode rc, const Exchange *x, char *out, size_t cap) {
     if (rc == CURLE_WRITE_ERROR && x->err.msg[0]) text_copy(out, cap, x->err.msg);
+    else if (x->resend_refused)
+        snprintf(out, cap, "the connection died before any byte of the answer, again after the one resend on a fresh connection");
     else snprintf(out, cap, "%s: %s", curl_easy_strerror(rc), c->curl_error[0] ? c->curl_error : "no details");
 }
 
@@ -294,7 +368,8 @@ int http_client_complete(HttpClient *c, const char *path, json_t *body, HttpResu
         free(url), free(payload);
         return -1;
     }
-    Exchange x = {.res = out, .streaming = true};
+    int resends_left = 1;
+    Exchange x = {.res = out, .streaming = true, .resends_left = &resends_left};
     CURLcode rc;
     for (;;) {
         exchange_reset(&x);
@@ -319,7 +394,8 @@ int http_client_complete(HttpClient *c, const char *path, json_t *body, HttpResu
     return result;
 }
 
-int http_client_end_workflow(HttpClient *c, const char *workflow, BraidError *err) {
+int http_client_end_workflow(HttpClient *c, const char *workflow, int *status, BraidError *err) {
+    *status = 0;
     char *escaped = curl_easy_escape(c->curl, workflow, 0);
     size_t n = (escaped ? strlen(escaped) : 0) + 32;
     char *path = malloc(n);
@@ -334,9 +410,11 @@ int http_client_end_workflow(HttpClient *c, const char *workflow, BraidError *er
     free(path);
     if (!url) return braid_error_set(err, "workflow %s: out of memory building the end URL", workflow);
     HttpResult scratch = {0};
-    Exchange x = {.res = &scratch, .streaming = false};
+    int resends_left = 1;
+    Exchange x = {.res = &scratch, .streaming = false, .resends_left = &resends_left};
     exchange_reset(&x);
     CURLcode rc = perform(c, url, "", 0, &x);
+    *status = rc == CURLE_OK ? x.status : 0;
     int result = 0;
     if (rc != CURLE_OK || x.status != 200) {
         char why[320];

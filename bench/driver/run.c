@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "bench_args.h"
+#include "bench_metrics.h"
 #include "cli/cli_common.h"
 #include "prompt_trace.h"
 #include "run_driver.h"
@@ -20,7 +21,8 @@ static const char run_usage[] =
     "usage: braid-bench run --workload NAME [options]\n"
     "  Drives the workload's workflows against a running server through /v1/completions (greedy) and\n"
     "  records every request; each call waits its tool delay first; ended workflows are announced with\n"
-    "  POST /v1/workflows/{id}/end.\n"
+    "  POST /v1/workflows/{id}/end (optional: a server that answers 404/405 is warned about once and\n"
+    "  sent no more; that is no error).\n"
     "  --workload NAME       one of: %s\n"
     "  --url URL             the server (default http://127.0.0.1:8000)\n"
     "  --workflows N         workflows to run (default 8)\n"
@@ -38,6 +40,10 @@ static const char run_usage[] =
     "  --max-tokens-cap N    ask no call for more than N tokens (quick tests; default: the workload's max_tokens)\n"
     "  --noise on|off        codegen / factcheck: off runs the same workflows without their noise (wrong\n"
     "                        difficulty labels, flaky tests, double-checks, give-ups; default on)\n"
+    "  --slo-ttft-ms MS      goodput SLO: time to first token (from the request's own send)\n"
+    "  --slo-itl-ms MS       goodput SLO: the request's time per output token (vLLM's \"tpot\" SLO)\n"
+    "  --slo-e2el-ms MS      goodput SLO: end-to-end request latency\n"
+    "  --result-json FILE    also write the requests in the JSON shape `vllm bench serve --save-result` writes\n"
     "Writes DIR/requests.jsonl (per request: workflow, agent, t_send_s, ttft_ms, latency_ms, prompt_tokens,\n"
     "cached_tokens, completion_tokens, status), DIR/workflows.jsonl (per workflow: latency), DIR/summary.json\n"
     "and DIR/trace.jsonl (docs/TRACE_FORMAT.md; arrival times from the start of the run, successful\n"
@@ -48,6 +54,8 @@ typedef struct {
     WorkloadParams params;
     long concurrency, block_size, max_retries, max_tokens_cap;
     bool trace;
+    BenchSlo slo;
+    const char *result_json;
     char default_dir[256];
 } RunArgs;
 
@@ -72,7 +80,8 @@ static bool known_workload(const char *name) {
 
 static int parse_numbers(int opt, const char *arg, RunArgs *a);
 
-enum { O_WORKLOAD = 256, O_URL, O_WORKFLOWS, O_CONC, O_SEED, O_CONTEXT, O_FANOUT, O_SCALE, O_OUT, O_MODEL, O_BLOCK, O_NO_TRACE, O_RETRIES, O_CAP, O_NOISE };
+enum { O_WORKLOAD = 256, O_URL, O_WORKFLOWS, O_CONC, O_SEED, O_CONTEXT, O_FANOUT, O_SCALE, O_OUT, O_MODEL, O_BLOCK, O_NO_TRACE, O_RETRIES, O_CAP, O_NOISE, O_SLO_TTFT, O_SLO_ITL, O_SLO_E2EL,
+       O_RESULT_JSON };
 
 /* Returns 0 to run, 1 after --help, 2 on a usage error. */
 static int parse_args(int argc, char **argv, RunArgs *a) {
@@ -84,6 +93,8 @@ static int parse_args(int argc, char **argv, RunArgs *a) {
         {"model", required_argument, 0, O_MODEL}, {"block-size", required_argument, 0, O_BLOCK},
         {"no-trace", no_argument, 0, O_NO_TRACE}, {"max-retries", required_argument, 0, O_RETRIES},
         {"max-tokens-cap", required_argument, 0, O_CAP}, {"noise", required_argument, 0, O_NOISE},
+        {"slo-ttft-ms", required_argument, 0, O_SLO_TTFT}, {"slo-itl-ms", required_argument, 0, O_SLO_ITL},
+        {"slo-e2el-ms", required_argument, 0, O_SLO_E2EL}, {"result-json", required_argument, 0, O_RESULT_JSON},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (RunArgs){.url = "http://127.0.0.1:8000", .params = {.n_workflows = 8, .seed = 1, .scale = 1.0}, .concurrency = 4,
                    .block_size = 16, .max_retries = 100, .trace = true};
@@ -96,6 +107,7 @@ static int parse_args(int argc, char **argv, RunArgs *a) {
         case O_OUT: a->out_dir = optarg; break;
         case O_MODEL: a->model = optarg; break;
         case O_NO_TRACE: a->trace = false; break;
+        case O_RESULT_JSON: a->result_json = optarg; break;
         case 'h': print_usage(stdout); return 1;
         case '?': print_usage(stderr); return 2;
         default: if (parse_numbers(c, optarg, a)) return 2; break;
@@ -136,6 +148,9 @@ static int parse_numbers(int opt, const char *arg, RunArgs *a) {
     case O_BLOCK: return bench_parse_int("run", "--block-size", arg, 1, 1024, &a->block_size);
     case O_RETRIES: return bench_parse_int("run", "--max-retries", arg, 0, 1000000, &a->max_retries);
     case O_CAP: return bench_parse_int("run", "--max-tokens-cap", arg, 1, 1 << 24, &a->max_tokens_cap);
+    case O_SLO_TTFT: return bench_slo_parse("run", "--slo-ttft-ms", arg, &a->slo);
+    case O_SLO_ITL: return bench_slo_parse("run", "--slo-itl-ms", arg, &a->slo);
+    case O_SLO_E2EL: return bench_slo_parse("run", "--slo-e2el-ms", arg, &a->slo);
     case O_NOISE: {
         int on;
         if (bench_parse_on_off("run", "--noise", arg, &on)) return -1;
@@ -189,7 +204,7 @@ static int execute(const RunArgs *a, Workload *w, PromptTrace *trace) {
     if (rc) fprintf(stderr, "braid-bench run: %s\n", err.msg);
     RunReportContext ctx = {.workload = a->workload, .url = a->url, .model = trace ? cli_model_path(a->model) : "",
                             .dir = a->out_dir, .params = a->params, .concurrency = (int)a->concurrency, .max_tokens_cap = (int)a->max_tokens_cap,
-                            .block_size = (int)a->block_size};
+                            .block_size = (int)a->block_size, .slo = a->slo, .result_json = a->result_json};
     if (run_report_write(&ctx, &outcome, &err)) {
         fprintf(stderr, "braid-bench run: %s\n", err.msg);
         rc = -1;

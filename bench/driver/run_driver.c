@@ -123,6 +123,8 @@ static RequestRecord request_record(const Shared *sh, const CallTask *t, const H
     r.completion_tokens = res->completion_tokens > 0 ? res->completion_tokens : 0;
     r.has_ttft = !res->error[0] && res->t_first_text > 0;
     r.ttft_ms = r.has_ttft ? (res->t_first_text - res->t_send) * 1e3 : 0;
+    r.connection_retries = res->connection_retries;
+    if (bench_sample_from_result(res, &r.timing)) r.timing.n_itls = 0; /* out of memory: no ITL samples */
     return r;
 }
 
@@ -228,12 +230,38 @@ static void free_tasks(CallTask *tasks, int n) {
 
 /* ---- one workflow ---- */
 
+/* Whether to announce workflow ends: until a server answers 404 or 405, which says it has no such
+ * endpoint (workflow ends are Braid's extension, optional for any other server). */
+static bool workflow_ends_supported(Shared *sh) {
+    pthread_mutex_lock(&sh->mu);
+    bool supported = !sh->out->workflow_end_unsupported;
+    pthread_mutex_unlock(&sh->mu);
+    return supported;
+}
+
+static void mark_workflow_ends_unsupported(Shared *sh, int status) {
+    pthread_mutex_lock(&sh->mu);
+    bool first = !sh->out->workflow_end_unsupported;
+    sh->out->workflow_end_unsupported = true;
+    pthread_mutex_unlock(&sh->mu);
+    if (first)
+        fprintf(stderr, "\n[run] warning: the server answered %d to POST /v1/workflows/{id}/end: it does not take workflow ends; "
+                        "no more will be sent\n", status);
+}
+
 static void end_workflow(Slot *slot, const char *workflow) {
     Shared *sh = slot->sh;
     BraidError err;
     HttpClient *client = slot_client(slot, 0);
-    if (!client || http_client_end_workflow(client, workflow, &err))
-        note_problem(sh, &sh->out->workflow_end_errors, client ? err.msg : "no HTTP client to end a workflow");
+    int status = 0;
+    if (!workflow_ends_supported(sh)) {
+        /* an optional capability the server lacks: nothing to announce */
+    } else if (!client) {
+        note_problem(sh, &sh->out->workflow_end_errors, "no HTTP client to end a workflow");
+    } else if (http_client_end_workflow(client, workflow, &status, &err)) {
+        if (status == 404 || status == 405) mark_workflow_ends_unsupported(sh, status);
+        else note_problem(sh, &sh->out->workflow_end_errors, err.msg);
+    }
     if (sh->cfg->trace && prompt_trace_workflow_end(sh->cfg->trace, since_start(sh, braid_now_seconds()), workflow, &err))
         note_problem(sh, &sh->out->trace_errors, err.msg);
 }

@@ -4,7 +4,8 @@
  * At most `concurrency` workflows are active at once: one slot thread per active workflow takes
  * the next workflow, asks the workload for its next stage, runs the stage's calls concurrently
  * (one thread and connection each, e.g. a map-reduce fan-out), delivers the outputs and repeats
- * until the workflow ends, then POSTs /v1/workflows/{id}/end. Each call first waits its delay_s
+ * until the workflow ends, then POSTs /v1/workflows/{id}/end (an optional capability: after a 404
+ * or 405, warned about once on stderr, no more are sent and none counts as an error). Each call first waits its delay_s
  * (tool latency), then goes to /v1/completions with prompt, max_tokens (capped when asked),
  * temperature 0 and the Braid labels workflow_id, agent, tenant and adapter (non-empty ones only:
  * the server refuses an empty label; tenant and adapter are part of its cache key; the server
@@ -33,7 +34,8 @@ typedef struct {
 typedef struct {
     RunRecords records;
     double wall_s;             /* from the start to the last workflow's end */
-    int workflow_end_errors;   /* POST /v1/workflows/{id}/end that failed */
+    int workflow_end_errors;   /* POST /v1/workflows/{id}/end that failed (404/405 excepted) */
+    bool workflow_end_unsupported; /* the server answered 404/405 to a workflow end: none sent after that */
     int trace_errors;          /* trace lines that could not be written */
     int token_mismatches;      /* requests whose traced prompt length differs from the server's usage */
     char first_note[320];      /* the first of those problems, to show the user */

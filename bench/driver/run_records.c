@@ -15,7 +15,10 @@ static void *grow(void *items, int *cap, int need, size_t size) {
 
 int run_records_add_request(RunRecords *r, const RequestRecord *rec) {
     RequestRecord *grown = grow(r->requests, &r->cap_requests, r->n_requests + 1, sizeof *rec);
-    if (!grown) return -1;
+    if (!grown) {
+        free(rec->timing.itls_s);
+        return -1;
+    }
     r->requests = grown;
     r->requests[r->n_requests++] = *rec;
     if (rec->error[0]) {
@@ -36,6 +39,7 @@ int run_records_add_workflow(RunRecords *r, const WorkflowRecord *rec) {
 }
 
 void run_records_free(RunRecords *r) {
+    for (int i = 0; i < r->n_requests; i++) bench_sample_free(&r->requests[i].timing);
     free(r->requests);
     free(r->workflows);
     *r = (RunRecords){0};

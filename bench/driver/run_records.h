@@ -12,6 +12,8 @@
 
 #include <stdbool.h>
 
+#include "bench_metrics.h"
+
 typedef struct {
     char workflow[64], agent[32];
     double t_send_s;
@@ -21,7 +23,9 @@ typedef struct {
     int prompt_tokens, cached_tokens, completion_tokens;
     int status;                /* HTTP status; 0 when the server never answered */
     int retries;               /* 429s waited out */
+    int connection_retries;    /* resends after a dead reused connection */
     char error[200];           /* "" for a successful request */
+    BenchSample timing;        /* the request's own timings (TTFT, ITLs, E2EL, TPOT); its ITLs are owned */
 } RequestRecord;
 
 typedef struct {
@@ -39,7 +43,8 @@ typedef struct {
     long long prompt_tokens, cached_tokens; /* over successful requests */
 } RunRecords;
 
-/* Return 0, or -1 when out of memory (the record is then lost). */
+/* Return 0, or -1 when out of memory (the record is then lost). A request record's timing.itls_s
+ * passes to r (freed by run_records_free, or at once when the record is lost). */
 int run_records_add_request(RunRecords *r, const RequestRecord *rec);
 int run_records_add_workflow(RunRecords *r, const WorkflowRecord *rec);
 void run_records_free(RunRecords *r);

@@ -25,6 +25,32 @@ typedef struct {
 
 /* ---- summarizing ---- */
 
+/* The serving metrics over the run's requests (their timings borrowed, not copied). */
+static BenchMetrics run_metrics(const RunReportContext *ctx, const RunOutcome *o, BenchSample **samples_out) {
+    const RunRecords *rec = &o->records;
+    BenchSample *samples = malloc(((size_t)rec->n_requests + 1) * sizeof *samples);
+    int n = samples ? rec->n_requests : 0;
+    for (int i = 0; i < n; i++) samples[i] = rec->requests[i].timing;
+    BenchMetrics m = bench_metrics_compute(samples, n, o->wall_s, &ctx->slo);
+    if (samples_out) *samples_out = samples;
+    else free(samples);
+    return m;
+}
+
+static json_t *dist_json(const BenchDist *d) {
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "mean", d->mean, "median", d->median, "std", d->std, "p50", d->p50, "p90",
+                     d->p90, "p99", d->p99);
+}
+
+/* summary.json's "metrics": times in ms from each request's own send. */
+static json_t *metrics_json(const BenchMetrics *m) {
+    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:f, s:f, s:f, s:i}", "ttft_ms", dist_json(&m->ttft), "tpot_ms", dist_json(&m->tpot),
+                     "itl_ms", dist_json(&m->itl), "e2el_ms", dist_json(&m->e2el), "request_goodput",
+                     m->has_goodput ? json_real(m->request_goodput) : json_null(), "request_throughput", m->request_throughput,
+                     "output_throughput", m->output_throughput, "total_token_throughput", m->total_token_throughput,
+                     "connection_retries", m->connection_retries);
+}
+
 static AgentSummary *agent_slot(RunSummary *s, const char *agent) {
     for (int i = 0; i < s->n_agents; i++)
         if (strcmp(s->agents[i].agent, agent) == 0) return &s->agents[i];
@@ -99,6 +125,13 @@ static json_t *request_json(const RequestRecord *r) {
                           r->latency_ms, "prompt_tokens", r->prompt_tokens, "cached_tokens", r->cached_tokens,
                           "completion_tokens", r->completion_tokens, "status", r->status, "retries", r->retries);
     if (o && r->error[0]) json_object_set_new(o, "error", json_string(r->error));
+    if (o && !r->error[0]) {
+        double itl = 0;
+        for (int k = 0; k < r->timing.n_itls; k++) itl += r->timing.itls_s[k];
+        json_object_set_new(o, "itl_ms", r->timing.n_itls ? json_real(1e3 * itl / r->timing.n_itls) : json_null());
+        json_object_set_new(o, "tpot_ms", json_real(1e3 * r->timing.tpot_s));
+    }
+    if (o) json_object_set_new(o, "connection_retries", json_integer(r->connection_retries));
     return o;
 }
 
@@ -169,6 +202,9 @@ static json_t *summary_json(const RunReportContext *ctx, const RunOutcome *o, co
                              s->hit_rate, "generated_tok_s", s->tok_s, "req_s", s->req_s, "workflow_end_errors",
                              o->workflow_end_errors, "trace_errors", o->trace_errors, "token_mismatches", o->token_mismatches,
                              "agents", agents_json(s));
+    BenchMetrics m = run_metrics(ctx, o, NULL);
+    if (more) json_object_set_new(more, "metrics", metrics_json(&m));
+    if (more) json_object_set_new(more, "workflow_ends_supported", json_boolean(!o->workflow_end_unsupported));
     if (!j || !more || json_object_update(j, more)) {
         json_decref(j);
         j = NULL;
@@ -195,6 +231,14 @@ int run_report_write(const RunReportContext *ctx, RunOutcome *outcome, BraidErro
     if (rc == 0) rc = write_workflows(ctx->dir, rec, err);
     if (rc == 0) rc = write_summary(ctx, outcome, &s, err);
     free(s.agents);
+    if (rc == 0 && ctx->result_json) {
+        BenchSample *samples = NULL;
+        BenchMetrics m = run_metrics(ctx, outcome, &samples);
+        BenchRunInfo info = {.backend = "braid-bench", .base_url = ctx->url, .model = ctx->model, .max_concurrency = ctx->concurrency,
+                             .num_prompts = samples ? rec->n_requests : 0};
+        rc = bench_metrics_write_vllm_json(ctx->result_json, &info, &m, samples, info.num_prompts, &ctx->slo, err);
+        free(samples);
+    }
     return rc;
 }
 
@@ -236,6 +280,9 @@ void run_report_print(const RunReportContext *ctx, const RunOutcome *outcome) {
             s.prompt);
     fprintf(stderr, "  %-34s %.1f generated tok/s, %.2f req/s\n", "throughput", s.tok_s, s.req_s);
     fprintf(stderr, "  %-34s %.2f s\n", "wall time", s.wall_s);
+    BenchMetrics m = run_metrics(ctx, outcome, NULL);
+    bench_metrics_print(stderr, "run", &m);
+    if (outcome->workflow_end_unsupported) fprintf(stderr, "  %-34s not supported by the server (404/405); not sent\n", "workflow ends");
     print_agents(&s);
     print_problems(outcome);
     free(s.agents);

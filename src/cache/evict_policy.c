@@ -15,7 +15,7 @@ const EvictPolicy evict_policy_lru = {
     .score = lru_score,
 };
 
-static const EvictPolicy *const REGISTRY[] = {&evict_policy_lru, &evict_policy_pbkv, &evict_policy_kvflow};
+static const EvictPolicy *const REGISTRY[] = {&evict_policy_lru, &evict_policy_pbkv, &evict_policy_kvflow, &evict_policy_pbkv_lae};
 
 int evict_policy_list(const EvictPolicy *const **policies) {
     *policies = REGISTRY;

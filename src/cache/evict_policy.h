@@ -32,8 +32,11 @@ typedef enum { CACHE_TIER_DEVICE = 0, CACHE_TIER_HOST = 1, CACHE_N_TIERS = 2 } C
 /* Bits of CacheNodeMeta.tiers: where a node's blocks live (a node can be on both). */
 enum { CACHE_ON_DEVICE = 1u << CACHE_TIER_DEVICE, CACHE_ON_HOST = 1u << CACHE_TIER_HOST };
 
-#define CACHE_NODE_MAX_WORKFLOWS 4
-
+/* One active workflow's use of a node. A node lists every active workflow that used it (Eq. 2's
+ * W_act(c), exactly): the cache drops a workflow's uses when it ends (and an agent's when it
+ * branched away), so ended workflows cost nothing. The cache bounds the uses of all nodes together
+ * (KvCacheConfig.max_node_uses); only past that bound does a new use take the place of the node's
+ * least recent one (the approximation, counted in KvCacheCounters.uses_over_bound). */
 typedef struct {
     uint32_t workflow;   /* interned workflow id (kv_cache_identity), never 0 */
     uint64_t agent_mask; /* bit (agent id mod 64) set: that agent of the workflow used this node */
@@ -50,9 +53,9 @@ typedef struct {
     uint32_t share_scope;  /* Leyline SHARE: 0 private, else 1 + the cache's scope index (kv_hints.c) */
     uint8_t tiers;         /* CACHE_ON_DEVICE | CACHE_ON_HOST */
     uint64_t content_hash; /* chained hash of the node's last block */
-    int n_uses;            /* the most recent workflows first */
-    CacheNodeUse uses[CACHE_NODE_MAX_WORKFLOWS];
-    uint32_t workflows_seen; /* distinct workflows that used the node (counted when one joins `uses`) */
+    int n_uses, cap_uses;  /* active workflows that used the node */
+    CacheNodeUse *uses;    /* (n_uses) the most recent first; owned by the node (kv_cache.c grows it) */
+    uint32_t workflows_seen; /* workflows that used the node, ended ones included (counted when one joins `uses`) */
     bool prefetched;       /* on the device by kv_cache_prefetch and not yet acquired by a request */
     /* Its K/V came from approximate segment reuse (or were computed over such K/V): only requests
      * that accept approximate K/V (CacheIdentity.approx_ok) match it; an exact commit of the same
@@ -77,13 +80,23 @@ typedef struct {
 
 struct RadixNode;
 
+/* Run-time settings a policy may read at create (--pbkv-gamma); the zero value is every policy's
+ * defaults. A policy ignores what it has no use for. */
+typedef struct {
+    double gamma; /* PBKV's lookahead discount, in (0, 1]; 0 = the policy's default (PBKV_DEFAULT_GAMMA) */
+} EvictPolicyOptions;
+
+/* PBKV's default discount (the paper's setting, App. D). */
+#define PBKV_DEFAULT_GAMMA 0.7
+
 typedef enum { CACHE_RESCORE_NONE = 0, CACHE_RESCORE_WORKFLOW = 1, CACHE_RESCORE_ALL = 2 } CacheRescore;
 
 typedef struct EvictPolicy {
     const char *name;
     const char *description; /* one line, for --list-policies */
-    /* Optional: per-tier state. NULL create means the state is the one the cache was given. */
-    int (*create)(void **state, CacheTier tier, BraidError *err);
+    /* Optional: per-tier state. NULL create means the state is the one the cache was given.
+     * options is never NULL (the cache's KvCacheConfig.policy_options; read, not kept). */
+    int (*create)(void **state, CacheTier tier, const EvictPolicyOptions *options, BraidError *err);
     void (*destroy)(void *state);
     /* Required. Lower scores are evicted first. */
     double (*score)(void *state, const struct RadixNode *node);
@@ -117,6 +130,8 @@ typedef struct EvictPolicy {
 extern const EvictPolicy evict_policy_lru;
 /* PBKV (policy_pbkv.c): retired workflows' cache first, then the K-step lookahead score. */
 extern const EvictPolicy evict_policy_pbkv;
+/* PBKV-LAE (policy_pbkv.c): the lifecycle half alone: retired cache first, then LRU. */
+extern const EvictPolicy evict_policy_pbkv_lae;
 /* KVFlow baseline (policy_kvflow.c): farthest steps-to-execution first, from the predictions. */
 extern const EvictPolicy evict_policy_kvflow;
 /* Looks a policy up by name; NULL when unknown. */

@@ -14,6 +14,7 @@
 /* ---- eviction heaps: per tier, a min-heap of evictable nodes keyed by the policy's score ---- */
 
 static bool heap_less(const RadixNode *a, const RadixNode *b, int tier) {
+    if (a->heap_class[tier] != b->heap_class[tier]) return a->heap_class[tier] < b->heap_class[tier];
     if (a->heap_key[tier] != b->heap_key[tier]) return a->heap_key[tier] < b->heap_key[tier];
     return a->meta.last_access < b->meta.last_access; /* deterministic among equal scores */
 }
@@ -80,15 +81,18 @@ static bool host_evictable(const RadixNode *n) {
     return on_tier(n, CACHE_ON_DEVICE) || (n->lock_ref == 0 && n->n_children == 0);
 }
 
-/* The heap key: the policy's score, below every other node's when the node is decayed (a
- * client's DECAY outranks whatever the policy thinks the node is worth). On the device, a node a
+/* The heap key: the policy's score, in a class of its own below every other node's when the node
+ * is decayed (a client's DECAY outranks whatever the policy thinks the node is worth, under every
+ * policy: the class is compared before the score, so no score offset of a policy can cross it;
+ * among decayed nodes the policy's order holds). On the device, a node a
  * prefetch loaded that no request has used yet, and whose host copy is still there, comes next:
  * giving its blocks back costs no store and loses nothing (the host copy stays), so a prefetch only
  * ever borrows blocks that would otherwise be free and can never make a request demote (and the
  * host tier drop) what it would have kept without prefetching: PBKV's lower-bound argument (§4.3). */
-static double node_key(const KvCacheTier *tier, int t, const RadixNode *n) {
+static double node_key(const KvCacheTier *tier, int t, RadixNode *n) {
     double score = tier->policy->score(tier->state, n);
-    if (n->meta.decayed) return score - 1e15;
+    n->heap_class[t] = n->meta.decayed ? 0 : 1;
+    if (n->meta.decayed) return score;
     if (t == CACHE_TIER_DEVICE && n->meta.prefetched && on_tier(n, CACHE_ON_HOST)) return score - 1e14;
     return score;
 }
@@ -223,12 +227,18 @@ static void workflow_settle(KvCache *c, uint32_t wf) {
         workflow_reclaim(c, cache_names_oldest_idle(&c->names, CACHE_NAME_WORKFLOW));
 }
 
-/* Lists n under use->workflow; false when out of memory (the caller then does not keep the use). */
+/* Lists n under use->workflow; false when out of memory or at the bound on uses (the caller then
+ * does not keep the use). */
 static bool index_add(KvCache *c, RadixNode *n, CacheNodeUse *use) {
+    if (c->n_uses >= c->max_uses) {
+        c->counters.uses_over_bound++;
+        return false;
+    }
     KvCacheWorkflowNodes *l = workflow_nodes(c, use->workflow);
     if (!l || braid_grow((void **)&l->nodes, &l->cap, l->n + 1, sizeof *l->nodes)) return false;
     use->index_pos = l->n;
     l->nodes[l->n++] = n;
+    c->n_uses++;
     if (l->n == 1) cache_names_mark_busy(&c->names, CACHE_NAME_WORKFLOW, use->workflow);
     return true;
 }
@@ -245,6 +255,7 @@ static void index_remove(KvCache *c, const CacheNodeUse *use) {
     uint32_t wf = use->workflow;
     KvCacheWorkflowNodes *l = &c->by_workflow[wf];
     RadixNode *last = l->nodes[--l->n];
+    c->n_uses--;
     if (use->index_pos != l->n) {
         l->nodes[use->index_pos] = last;
         use_of(last, wf)->index_pos = use->index_pos;
@@ -256,23 +267,33 @@ static void index_forget_node(KvCache *c, RadixNode *n) {
     for (int i = 0; i < n->meta.n_uses; i++) index_remove(c, &n->meta.uses[i]);
 }
 
-/* Records that the identity's workflow (and agent) used node n; the most recent workflow first. */
+/* Records that the identity's workflow (and agent) used node n; the most recent workflow first.
+ * Every active workflow is kept (the node's uses grow); an ended one (a request still in flight
+ * when its workflow ended) is only counted in workflows_seen, since the end dropped its uses. At
+ * the bound on all nodes' uses (max_uses) the node's least recent use gives way to the new one;
+ * a node without uses then does not learn of the workflow (counted: uses_over_bound). */
 static void note_use(KvCache *c, RadixNode *n, const CacheIdentity *id) {
     if (!id || id->workflow == 0) return;
     CacheNodeMeta *m = &n->meta;
     int i = 0;
     while (i < m->n_uses && m->uses[i].workflow != id->workflow) i++;
-    CacheNodeUse use = i < m->n_uses ? m->uses[i] : (CacheNodeUse){.workflow = id->workflow};
     if (i == m->n_uses) {
-        if (!index_add(c, n, &use)) return; /* out of memory: the node does not learn of this workflow */
-        m->workflows_seen++;
-        if (m->n_uses < CACHE_NODE_MAX_WORKFLOWS) {
-            m->n_uses++;
-        } else {
-            i = CACHE_NODE_MAX_WORKFLOWS - 1; /* the oldest workflow gives way */
-            index_remove(c, &m->uses[i]);
+        if (c->by_workflow[id->workflow].ended) {
+            m->workflows_seen++;
+            return;
         }
+        if (c->n_uses >= c->max_uses && m->n_uses > 0) { /* past the bound: the least recent gives way */
+            c->counters.uses_over_bound++;
+            index_remove(c, &m->uses[m->n_uses - 1]);
+            i = --m->n_uses;
+        }
+        if (braid_grow((void **)&m->uses, &m->cap_uses, m->n_uses + 1, sizeof *m->uses)) return; /* out of memory: not learnt */
+        CacheNodeUse fresh = {.workflow = id->workflow};
+        if (!index_add(c, n, &fresh)) return; /* out of memory or at the bound: the node does not learn of it */
+        m->workflows_seen++;
+        m->uses[m->n_uses++] = fresh;
     }
+    CacheNodeUse use = m->uses[i];
     memmove(m->uses + 1, m->uses, (size_t)i * sizeof *m->uses);
     if (id->agent) use.agent_mask |= 1ull << (id->agent % 64);
     m->uses[0] = use;
@@ -582,13 +603,12 @@ typedef struct {
     KvCache *c;
     const EvictPolicy *policy;
     void *state;
-    int n, limit; /* candidates in the max-heap c->cands; nodes larger than limit blocks are skipped */
+    int n; /* candidates in the max-heap c->cands */
     bool oom;
 } PrefetchCtx;
 
 static void cand_push(PrefetchCtx *p, RadixNode *node) {
     KvCache *c = p->c;
-    if (node->n_blocks > p->limit) return;
     double v = p->policy->prefetch_value(p->state, node);
     if (!(v > 0)) return;
     if (braid_grow((void **)&c->cands, &c->cap_cands, p->n + 1, sizeof *c->cands)) {
@@ -641,13 +661,13 @@ static bool prefetch_node(KvCache *c, RadixNode *n) {
     return true;
 }
 
-/* The blocks the ranked candidates would load, greedily, whole nodes, at most max_blocks (the
- * first pass of a prefetch: how much room it wants). */
+/* The blocks the ranked candidates would load, greedily, at most max_blocks (the first pass of a
+ * prefetch: how much room it wants). */
 static int wanted_blocks(PrefetchCtx *p, int max_blocks) {
     int want = 0;
     while (p->n > 0 && want < max_blocks) {
         RadixNode *n = cand_pop(p);
-        if (n->n_blocks <= max_blocks - want) want += n->n_blocks;
+        want += n->n_blocks < max_blocks - want ? n->n_blocks : max_blocks - want;
     }
     return want;
 }
@@ -674,7 +694,7 @@ int kv_cache_prefetch(KvCache *c, int max_blocks, int keep_free, int *loaded_out
     if (!c->host_enabled || !dev->policy->prefetch_value || max_blocks <= 0 || c->tiers[CACHE_TIER_HOST].pool.n_cached == 0) return 0;
     /* Pass 1: how much the candidates want; room for it from free blocks, then retired cache. The
      * candidates are collected again afterwards: reclaiming may demote or drop nodes. */
-    PrefetchCtx p = {.c = c, .policy = dev->policy, .state = dev->state, .limit = max_blocks};
+    PrefetchCtx p = {.c = c, .policy = dev->policy, .state = dev->state};
     collect_all_candidates(&p);
     if (p.oom) return -1;
     int want = wanted_blocks(&p, max_blocks);
@@ -682,17 +702,22 @@ int kv_cache_prefetch(KvCache *c, int max_blocks, int keep_free, int *loaded_out
     int budget = reclaim_for_prefetch(c, want, keep_free);
     if (budget > max_blocks) budget = max_blocks;
     if (budget <= 0) return 0;
-    p = (PrefetchCtx){.c = c, .policy = dev->policy, .state = dev->state, .limit = budget};
+    p = (PrefetchCtx){.c = c, .policy = dev->policy, .state = dev->state};
     collect_all_candidates(&p);
     while (p.n > 0 && loaded < budget) {
         RadixNode *n = cand_pop(&p);
-        if (n->n_blocks > budget - loaded) continue; /* whole nodes only: a smaller one may still fit */
+        int room = budget - loaded;
+        /* The budget's last blocks go to the node's first ones: it is split there, and its rest stays
+         * on the host (a candidate of the next prefetch, its parent now on the device). */
+        if (n->n_blocks > room && (node_count_grow(c, 1) || !(n = radix_split(&c->tree, n, room)))) {
+            p.oom = true;
+            break;
+        }
         if (!prefetch_node(c, n)) {
             p.oom = true;
             break;
         }
         loaded += n->n_blocks;
-        p.limit = budget - loaded;
         for (int i = 0; i < n->n_children; i++) cand_push(&p, n->children[i]); /* all host-only: n was */
     }
     if (loaded_out) *loaded_out = loaded;
@@ -861,11 +886,33 @@ static void rescore(KvCache *c, int t, uint32_t workflow, CacheRescore what) {
     }
 }
 
+/* An ended workflow is in no node's W_act any more: its uses go from every node that lists it
+ * (each re-keyed), so a node counts exactly its active workflows and ended ones cost no memory. */
+static void drop_workflow_uses(KvCache *c, uint32_t wf) {
+    KvCacheWorkflowNodes *l = &c->by_workflow[wf];
+    while (l->n > 0) {
+        RadixNode *n = l->nodes[--l->n]; /* the list's last: no other entry moves */
+        c->n_uses--;
+        CacheNodeMeta *m = &n->meta;
+        for (int i = 0; i < m->n_uses; i++)
+            if (m->uses[i].workflow == wf) {
+                memmove(m->uses + i, m->uses + i + 1, (size_t)(m->n_uses - i - 1) * sizeof *m->uses);
+                m->n_uses--;
+                break;
+            }
+        heap_refresh(c, n);
+    }
+}
+
 void kv_cache_workflow_end(KvCache *c, const char *workflow) {
     uint32_t wf = cache_names_find(&c->names, CACHE_NAME_WORKFLOW, workflow);
     if (wf == 0 || (int)wf >= c->cap_workflows) return;
+    bool rebuild[CACHE_N_TIERS] = {false};
     for (int t = 0; t < CACHE_N_TIERS; t++)
-        if (c->tiers[t].policy->on_workflow_end) rescore(c, t, wf, c->tiers[t].policy->on_workflow_end(c->tiers[t].state, wf));
+        if (c->tiers[t].policy->on_workflow_end) rebuild[t] = c->tiers[t].policy->on_workflow_end(c->tiers[t].state, wf) == CACHE_RESCORE_ALL;
+    drop_workflow_uses(c, wf); /* re-keys the workflow's nodes: CACHE_RESCORE_WORKFLOW done */
+    for (int t = 0; t < CACHE_N_TIERS; t++)
+        if (rebuild[t]) heap_rebuild(c, t);
     c->by_workflow[wf].ended = true;
     workflow_settle(c, wf);
 }
@@ -963,6 +1010,9 @@ int kv_cache_init(KvCache *c, const KvCacheConfig *cfg, BraidError *err) {
     memset(c, 0, sizeof *c);
     c->block_size = cfg->block_size;
     c->max_idle_workflows = cfg->max_idle_workflows > 0 ? cfg->max_idle_workflows : KV_CACHE_MAX_IDLE_WORKFLOWS;
+    long blocks = (long)(cfg->device_blocks > 0 ? cfg->device_blocks : 0) + (cfg->host_blocks > 1 ? cfg->host_blocks : 0);
+    c->max_uses = cfg->max_node_uses > 0 ? cfg->max_node_uses
+                                         : (blocks * KV_CACHE_USES_PER_BLOCK > KV_CACHE_MIN_USES ? blocks * KV_CACHE_USES_PER_BLOCK : KV_CACHE_MIN_USES);
     c->clock = cfg->clock ? cfg->clock : braid_now_seconds;
     c->host_enabled = cfg->host_blocks > 1;
     int sizes[CACHE_N_TIERS] = {cfg->device_blocks, c->host_enabled ? cfg->host_blocks : 1};
@@ -985,7 +1035,7 @@ int kv_cache_init(KvCache *c, const KvCacheConfig *cfg, BraidError *err) {
             return -1;
         }
         if (policy->create) {
-            if (policy->create(&tier->state, (CacheTier)t, err)) {
+            if (policy->create(&tier->state, (CacheTier)t, &cfg->policy_options, err)) {
                 kv_cache_free(c);
                 return -1;
             }
@@ -1111,6 +1161,7 @@ static int check_heap_order(const KvCache *c, int t, BraidError *err) {
 /* A referenced workflow id still names its workflow; an ended one nothing refers to is gone. */
 static int check_workflow_id(const KvCache *c, uint32_t w, BraidError *err) {
     const KvCacheWorkflowNodes *l = &c->by_workflow[w];
+    if (l->ended && l->n > 0) return braid_error_set(err, "kv cache: ended workflow %u still listed as a use of %d nodes", w, l->n);
     bool live = *cache_names_get(&c->names, CACHE_NAME_WORKFLOW, w) != '\0', referred = l->holders > 0 || l->n > 0;
     if (referred && !live) return braid_error_set(err, "kv cache: workflow id %u reclaimed while %d nodes and %d requests name it", w, l->n, l->holders);
     if (live && l->ended && !referred) return braid_error_set(err, "kv cache: workflow id %u ended and unreferenced but not reclaimed", w);
@@ -1132,6 +1183,8 @@ int kv_cache_check(const KvCache *c, BraidError *err) {
     }
     long indexed = 0;
     for (int w = 0; w < c->cap_workflows; w++) indexed += c->by_workflow[w].n;
+    if (rc == 0 && indexed != c->n_uses) rc = braid_error_set(err, "kv cache: %ld workflow index entries, %ld uses counted", indexed, c->n_uses);
+    if (rc == 0 && c->n_uses > c->max_uses) rc = braid_error_set(err, "kv cache: %ld uses past the bound %ld", c->n_uses, c->max_uses);
     for (int w = 1; rc == 0 && w < c->cap_workflows; w++) rc = check_workflow_id(c, (uint32_t)w, err);
     if (rc == 0 && indexed != st.uses) rc = braid_error_set(err, "kv cache: %ld workflow index entries for %ld uses", indexed, st.uses);
     if (rc == 0 && c->tiers[CACHE_TIER_HOST].pool.n_in_use != 0)

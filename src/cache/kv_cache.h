@@ -37,7 +37,8 @@
  * Workflow and agent ids are reclaimed, so a long-running instance does not keep every name it ever
  * saw (cache_names.h): kv_cache_identity makes its caller a holder of the workflow id until
  * kv_cache_identity_release; a workflow id is reclaimed when the workflow ended and no holder and
- * no node names it (the policies forget it first: on_workflow_forget), and past
+ * no node names it (the end drops its uses from the nodes; the policies forget it first:
+ * on_workflow_forget), and past
  * max_idle_workflows ids that nothing refers to (workflows that never ended), the least recently
  * idle goes. Agent ids only ever count modulo 64 (agent masks), so agent names are bounded by
  * recency alone (KV_CACHE_MAX_AGENT_NAMES); a recycled agent id aliases like two agents sharing a
@@ -130,6 +131,9 @@ typedef struct {
     uint64_t pins, pin_expired_blocks, pin_revoked_blocks, decayed_blocks, directive_evicted_blocks;
     /* KV block moves: blocks lent to other instances (kv_cache_lend). */
     uint64_t lent_blocks;
+    /* Workflow uses of nodes not recorded (or recorded in place of a node's least recent one)
+     * because all nodes' uses together were at KvCache.max_uses: 0 while the counts are exact. */
+    uint64_t uses_over_bound;
 } KvCacheCounters;
 
 /* Segment reuse (paper 003): how a request may take chunks of other sequences at other offsets.
@@ -166,13 +170,21 @@ typedef struct {
  * agent names kept. */
 #define KV_CACHE_MAX_IDLE_WORKFLOWS 4096
 #define KV_CACHE_MAX_AGENT_NAMES 4096
+/* Default bound on the workflow uses of all nodes together (CacheNodeUse: 16 bytes on the node and
+ * a pointer in the workflow's list): this many per block of both pools, and at least the minimum.
+ * A node's uses are its active workflows (ended ones are dropped), so the bound is reached only
+ * when active workflows times the nodes each uses passes it. */
+#define KV_CACHE_USES_PER_BLOCK 16
+#define KV_CACHE_MIN_USES 65536
 
 typedef struct {
     int block_size;       /* tokens per block */
     int max_idle_workflows; /* 0 = KV_CACHE_MAX_IDLE_WORKFLOWS */
+    long max_node_uses;   /* bound on all nodes' workflow uses together; 0 = the default above */
     int device_blocks;    /* device pool size including the null block 0 */
     int host_blocks;      /* host pool size including its null block; <= 1 turns the host tier off */
     const EvictPolicy *policy; /* both tiers; NULL = LRU */
+    EvictPolicyOptions policy_options; /* handed to the policy's create (zero: its defaults) */
     void *policy_state;   /* for policies without create (e.g. the simulator's Belady) */
     double (*clock)(void); /* seconds, for TTLs and events; NULL = braid_now_seconds */
     /* Segment index (off when false): the chunker's anchor tokens (the chat template's control
@@ -247,6 +259,7 @@ typedef struct KvCache {
     KvCacheWorkflowNodes *by_workflow; /* (cap_workflows) indexed by interned workflow id */
     int cap_workflows;
     int max_idle_workflows;
+    long n_uses, max_uses;    /* workflow uses on all nodes (== index entries), and their bound */
     struct KvCachePrefetchCand *cands; /* (cap_cands) kv_cache_prefetch's candidate heap */
     int cap_cands;
     bool segments_on;
@@ -327,8 +340,9 @@ int kv_cache_predict(KvCache *c, const char *workflow, const char *current_agent
 /* Conservative prefetch from the host tier (PBKV §4.3). Candidates are host-only nodes whose parent
  * is on the device (or is a root), so loading one keeps the device set ancestor-closed; a loaded
  * node's host-only children become candidates in turn. They are ranked by the device policy's
- * prefetch_value (highest first, only values > 0) and loaded whole, greedily, at most max_blocks
- * (the caller's copy budget), into the prefetch region: device blocks free beyond keep_free (what
+ * prefetch_value (highest first, only values > 0) and loaded greedily, at most max_blocks (the
+ * caller's copy budget; a node longer than what is left is split there and its first blocks
+ * loaded, its rest staying a candidate), into the prefetch region: device blocks free beyond keep_free (what
  * the caller's running requests still need), plus the policy's reclaimable nodes (retired cache),
  * which are evicted for it first; active cache is never evicted or demoted for a prefetch. A load
  * is a load-back with no request: LOAD ops on the pending list, the node on both tiers, its device

@@ -44,7 +44,7 @@
  *     Nodes name agents by bit (agent id % 64) per workflow; agents sharing a bit share the
  *     smaller value.
  *   - A node's agents are the agents of its uses (every agent that matched or inserted through it,
- *     kept by the cache for up to CACHE_NODE_MAX_WORKFLOWS workflows), and its priority is the
+ *     kept by the cache for every active workflow), and its priority is the
  *     minimum over them, capped as above. That is KVFlow's "nearest agent wins" for a shared prefix;
  *     KVFlow's own tag placement (end node + inherited copies) cannot be reproduced from node
  *     metadata, and neither can its raising of a still-current parent to max(parent, evicted
@@ -83,7 +83,8 @@ typedef struct {
     bool forgot; /* entry_add forgot another workflow to stay in bounds: its nodes' scores moved */
 } KvflowState;
 
-static int kvflow_create(void **state, CacheTier tier, BraidError *err) {
+static int kvflow_create(void **state, CacheTier tier, const EvictPolicyOptions *options, BraidError *err) {
+    (void)options;
     KvflowState *s = calloc(1, sizeof *s);
     if (!s) return braid_error_set(err, "kvflow: out of memory");
     s->tier = tier;

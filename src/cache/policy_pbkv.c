@@ -15,7 +15,8 @@
  *      workflow at all) the least recently used goes first.
  * A workflow's agent that branched away from a node (its next call did not continue it) no longer
  * counts as a use of it (kv_cache.c forgets it), so the tail of an old prompt is retired cache.
- * gamma = 0.7, the paper's setting. A new prediction or a workflow end changes the scores of that
+ * gamma: PBKV_DEFAULT_GAMMA = 0.7, the paper's setting, unless EvictPolicyOptions.gamma says
+ * otherwise (--pbkv-gamma). The horizon K is the predictor's (the k of each prediction). A new prediction or a workflow end changes the scores of that
  * workflow's nodes only, so both ask the cache to re-key those (CACHE_RESCORE_WORKFLOW); evictions pop the heap.
  * Per-tier state: a table indexed by interned workflow id (ids are dense and small: the cache
  * recycles the ids of workflows nothing names any more, and on_workflow_forget clears the slot).
@@ -35,7 +36,6 @@
 #include "cache/radix_tree.h"
 #include "common/grow.h"
 
-#define PBKV_GAMMA 0.7
 /* Scores closer than this are one class, ordered by recency inside: differences of a few hundredths
  * between two workflows' probabilities are the predictor's smoothing, not information, and letting
  * them decide alone cost 1-3 points of hit rate on codegen and factcheck traces (seeds 1 and 5, see
@@ -59,12 +59,15 @@ typedef struct {
 typedef struct {
     PbkvWorkflow *workflows; /* indexed by interned workflow id */
     int cap;
+    double gamma;
 } PbkvState;
 
-static int pbkv_create(void **state, CacheTier tier, BraidError *err) {
+static int pbkv_create(void **state, CacheTier tier, const EvictPolicyOptions *options, BraidError *err) {
     (void)tier;
+    if (options->gamma < 0 || options->gamma > 1) return braid_error_set(err, "pbkv: gamma %g is outside (0, 1]", options->gamma);
     PbkvState *s = calloc(1, sizeof *s);
     if (!s) return braid_error_set(err, "pbkv: out of memory");
+    s->gamma = options->gamma > 0 ? options->gamma : PBKV_DEFAULT_GAMMA;
     *state = s;
     return 0;
 }
@@ -137,6 +140,7 @@ static CacheRescore pbkv_on_workflow_end(void *state, uint32_t workflow) {
 }
 
 static CacheRescore pbkv_on_prediction(void *state, const CachePrediction *p) {
+    const PbkvState *s = state;
     PbkvWorkflow *w = workflow_slot(state, p->workflow);
     if (!w) return CACHE_RESCORE_NONE; /* out of memory: the old prediction stays */
     w->known = true;
@@ -144,7 +148,7 @@ static CacheRescore pbkv_on_prediction(void *state, const CachePrediction *p) {
     w->n_agents = p->n_agents < PBKV_MAX_AGENTS ? p->n_agents : PBKV_MAX_AGENTS;
     for (int i = 0; i < w->n_agents; i++) {
         double v = 0, discount = 1;
-        for (int step = 0; step < p->k; step++, discount *= PBKV_GAMMA) v += discount * p->prob[(size_t)step * p->n_agents + i];
+        for (int step = 0; step < p->k; step++, discount *= s->gamma) v += discount * p->prob[(size_t)step * p->n_agents + i];
         w->agents[i] = p->agents[i];
         w->weight[i] = v;
         w->next[i] = p->k > 0 ? p->prob[i] : 0.0;
@@ -169,4 +173,26 @@ const EvictPolicy evict_policy_pbkv = {
     .on_workflow_forget = pbkv_on_workflow_forget,
     .prefetch_value = pbkv_prefetch_value,
     .reclaimable = pbkv_reclaimable,
+};
+
+/* ---- PBKV-LAE: the lifecycle half alone (the paper's ablation arm) ----
+ * Retired cache first (every workflow that used the node ended or moved past it: the cache keeps a
+ * node's active workflows only, so that is a node with workflows seen and no uses left), the
+ * popular before the private last, as pbkv; everything else by recency (LRU). No predictions, no
+ * per-workflow state, no prefetch. */
+static double lae_score(void *state, const RadixNode *node) {
+    (void)state;
+    const CacheNodeMeta *m = &node->meta;
+    double recency = (double)m->last_access;
+    if (m->workflows_seen > 0 && m->n_uses == 0) return PBKV_RETIRED_BASE + (double)m->workflows_seen * PBKV_POPULARITY_UNIT + recency;
+    return recency;
+}
+
+static bool lae_reclaimable(void *state, const RadixNode *node) { return lae_score(state, node) < PBKV_RETIRED_BASE / 2; }
+
+const EvictPolicy evict_policy_pbkv_lae = {
+    .name = "pbkv-lae",
+    .description = "PBKV-LAE (lifecycle only): retired workflows' cache first, then least recently used (no predictions)",
+    .score = lae_score,
+    .reclaimable = lae_reclaimable,
 };

@@ -35,6 +35,7 @@ static RadixNode *node_new(uint64_t ns, int n_blocks, int block_size) {
 }
 
 static void node_destroy(RadixNode *n) {
+    free(n->meta.uses);
     free(n->children);
     free(n->tokens);
     free(n->blocks);
@@ -84,7 +85,14 @@ static RadixNode *split_node(RadixTree *t, RadixNode *node, int k) {
     RadixNode *upper = node_new(node->ns, k, bs);
     if (!upper) return NULL;
     RadixNode *parent = node->parent;
+    /* The upper half starts with the node's metadata, its own copy of the uses included. */
+    CacheNodeUse *uses = NULL;
+    if (node->meta.n_uses > 0 && !(uses = malloc((size_t)node->meta.n_uses * sizeof *uses))) {
+        node_destroy(upper);
+        return NULL;
+    }
     if (add_child(upper, node)) {
+        free(uses);
         node_destroy(upper);
         return NULL;
     }
@@ -94,6 +102,9 @@ static RadixNode *split_node(RadixTree *t, RadixNode *node, int k) {
     SPLIT_ARRAY(hashes, 1);
     upper->lock_ref = node->lock_ref;
     upper->meta = node->meta;
+    upper->meta.uses = uses;
+    upper->meta.cap_uses = node->meta.n_uses;
+    if (uses) memcpy(uses, node->meta.uses, (size_t)node->meta.n_uses * sizeof *uses);
     upper->meta.content_hash = upper->hashes[k - 1];
     for (int i = 0; i < parent->n_children; i++)
         if (parent->children[i] == node) parent->children[i] = upper;
@@ -167,6 +178,11 @@ RadixNode *radix_add_leaf(RadixTree *t, RadixNode *parent, const int32_t *tokens
     }
     memcpy(leaf->tokens, tokens, (size_t)n_blocks * t->block_size * sizeof *tokens);
     return leaf;
+}
+
+RadixNode *radix_split(RadixTree *t, RadixNode *node, int k) {
+    assert(!radix_is_root(node) && k > 0 && k < node->n_blocks);
+    return split_node(t, node, k);
 }
 
 void radix_remove_leaf(RadixTree *t, RadixNode *n) {

@@ -6,7 +6,8 @@
  * Each edge carries whole blocks: block_size token ids per block, the chained content hash of each
  * block, and where the block's KV lives: a device block id and/or a host block id (meta.tiers says
  * which arrays are valid). Sequences are keyed by a namespace (interned tenant and adapter ids)
- * first. Children never share a first block. The tree owns its nodes; it knows nothing of pools,
+ * first. Children never share a first block. The tree owns its nodes (and frees a node's
+ * meta.uses with it); it knows nothing of pools,
  * locks' meaning or eviction order (kv_cache.c keeps those).
  * Not thread-safe.
  */
@@ -31,6 +32,9 @@ typedef struct RadixNode {
     int lock_ref;         /* active locks on this node or a descendant */
     int heap_pos[CACHE_N_TIERS]; /* index in each tier's eviction heap, -1 when not in it */
     double heap_key[CACHE_N_TIERS];
+    /* Compared before heap_key: 0 for a decayed node (Leyline DECAY goes before everything the
+     * policy ranks, whatever its scores), 1 otherwise. Set with heap_key (kv_cache.c node_key). */
+    uint8_t heap_class[CACHE_N_TIERS];
     int pin_pos;          /* index in the cache's pinned-node list, -1 when not pinned (kv_hints.c) */
     uint64_t ns;          /* namespace: (tenant id << 32) | adapter id */
     CacheNodeMeta meta;
@@ -47,7 +51,8 @@ typedef struct RadixTree {
     int block_size;
     RadixRoot *roots;
     int n_roots, cap_roots;
-    RadixSplitFn on_split; /* told after a node is split in two (may be NULL) */
+    RadixSplitFn on_split; /* told after a node is split in two: the upper half has a copy of its meta,
+                            * meta.uses its own array (may be NULL) */
     void *split_ctx;
 } RadixTree;
 
@@ -74,6 +79,10 @@ int radix_walk_while(RadixTree *tree, RadixNode *root, const int32_t *tokens, in
 /* A new leaf under parent with n_blocks blocks of tokens; arrays of ids and hashes are allocated,
  * uninitialized, meta zeroed. NULL when out of memory. */
 RadixNode *radix_add_leaf(RadixTree *tree, RadixNode *parent, const int32_t *tokens, int n_blocks);
+/* Splits node after its first k blocks (0 < k < n_blocks): a new upper node takes them, with a copy
+ * of the metadata, and node keeps the rest as its only child; on_split is told. Returns the upper
+ * node, NULL when out of memory (nothing changed). */
+RadixNode *radix_split(RadixTree *tree, RadixNode *node, int k);
 /* Unlinks a childless non-root node from its parent and frees it. */
 void radix_remove_leaf(RadixTree *tree, RadixNode *node);
 

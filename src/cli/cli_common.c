@@ -89,6 +89,26 @@ const EvictPolicy *cli_parse_policy(const char *cmd, const char *name, bool verb
     return NULL;
 }
 
+int cli_parse_pbkv_gamma(const char *cmd, const char *text, double *gamma, bool verbose) {
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !(v > 0 && v <= 1)) {
+        if (verbose) fprintf(stderr, "braid %s: --pbkv-gamma expects a discount in (0, 1] (the paper's: 0.7), got '%s'\n", cmd, text);
+        return -1;
+    }
+    *gamma = v;
+    return 0;
+}
+
+int cli_check_pbkv_gamma(const char *cmd, const EvictPolicy *policy, double gamma, bool verbose) {
+    if (gamma > 0 && policy != &evict_policy_pbkv) {
+        if (verbose) fprintf(stderr, "braid %s: --pbkv-gamma applies to --policy pbkv only (the policy is %s)\n", cmd, policy->name);
+        return -1;
+    }
+    return 0;
+}
+
 void cli_list_policies(FILE *out) {
     const EvictPolicy *const *all;
     int n = evict_policy_list(&all);
@@ -187,4 +207,13 @@ void cli_describe_host_tier(long host_blocks, size_t block_bytes, char *out, siz
     if (host_blocks <= 1) snprintf(out, cap, "host KV tier: off");
     else snprintf(out, cap, "host KV tier: %ld blocks (%.2f GiB per rank)", host_blocks - 1,
                   (double)(host_blocks - 1) * (double)block_bytes / GIB);
+}
+
+int cli_apply_chat_template(const char *cmd, BraidModel *model, const char *path, bool verbose) {
+    BraidError err;
+    if (path ? chat_template_load_file(&model->chat, path, NULL, NULL, &err) : chat_template_check(&model->chat, &err)) {
+        if (verbose) fprintf(stderr, "braid %s: %s%s\n", cmd, path ? "--chat-template: " : "", err.msg);
+        return -1;
+    }
+    return 0;
 }

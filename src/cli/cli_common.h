@@ -13,6 +13,7 @@
 
 #include "cache/evict_policy.h"
 #include "cache/kv_cache.h"
+#include "model/model.h"
 
 #define BRAID_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -26,6 +27,18 @@ int cli_parse_int(const char *flag, const char *text, long lo, long hi, long *ou
 int cli_parse_float(const char *flag, const char *text, double lo, double hi, double *out);
 /* Reads stdin to a malloc'd buffer (NUL-terminated; *len excludes the NUL). NULL on failure. */
 char *cli_read_stdin(size_t *len);
+
+/* ---- --chat-template FILE (generate, batch, serve) ---- */
+
+#define CLI_CHAT_TEMPLATE_USAGE \
+    "  --chat-template FILE     a Jinja chat template to use instead of the model's own (tokenizer.chat_template)\n"
+
+/* With path: replaces the model's chat template with the one in the file (keeping its BOS/EOS text
+ * and BOS handling). Without: checks that the model's own template compiled. Prints "braid CMD: ..."
+ * naming the file or tokenizer.chat_template, the construct and the line, and returns -1, when the
+ * file cannot be read or a template does not compile (printed when verbose: under mpirun every rank
+ * loads, rank 0 speaks). A model without any template passes (its chat renders fail clearly). */
+int cli_apply_chat_template(const char *cmd, BraidModel *model, const char *path, bool verbose);
 
 /* ---- cache flags ---- */
 
@@ -59,6 +72,20 @@ int cli_parse_segment_reuse(const char *cmd, const char *text, SegmentReuseMode 
 const EvictPolicy *cli_parse_policy(const char *cmd, const char *name, bool verbose);
 /* One line per registered policy: name, then its description. */
 void cli_list_policies(FILE *out);
+
+/* PBKV's run-time knobs (batch, serve; sim spells its own). --pbkv-gamma: the lookahead discount;
+ * --prefetch-blocks: S_bw, the most blocks one pure-decode step prefetches. */
+#define CLI_PBKV_FLAGS_USAGE                                                                                         \
+    "  --pbkv-gamma G           PBKV's lookahead discount gamma in (0, 1] (default 0.7, the paper's): a forecast's\n"  \
+    "                           step s weighs gamma^(s-1); only with --policy pbkv\n"                                  \
+    "  --prefetch-blocks N      S_bw: the most host-tier blocks one pure-decode step prefetches (default 8; 1 to\n"   \
+    "                           65536); only with prefetch on\n"
+
+/* --pbkv-gamma's value (in (0, 1]) into *gamma; -1 after an error message (when verbose). */
+int cli_parse_pbkv_gamma(const char *cmd, const char *text, double *gamma, bool verbose);
+/* --pbkv-gamma given (gamma > 0) with a policy that has no discount: -1 after an error message
+ * (when verbose). */
+int cli_check_pbkv_gamma(const char *cmd, const EvictPolicy *policy, double gamma, bool verbose);
 
 /* --host-kv-blocks / --host-kv-gib as given (at most one of them). */
 typedef struct {

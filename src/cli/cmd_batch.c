@@ -15,6 +15,8 @@
 #include "common/log.h"
 #include "sim/trace_writer.h"
 #include "common/float_b64.h"
+#include "cli/batch_chat.h"
+#include "grammar/grammar.h"
 #include "worker/engine.h"
 #include "worker/kv_pool.h"
 #include "worker/occupancy_log.h"
@@ -27,12 +29,14 @@ static const char batch_usage[] =
     "  --max-batch-tokens T     token budget per step, shared by prefill chunks and decodes (default 512)\n"
     "  --max-running N          most sequences in flight (default 64)\n"
     "  --cache radix|off        prefix cache (default radix)\n"
+    CLI_CHAT_TEMPLATE_USAGE
     CLI_CACHE_FLAGS_USAGE
     CLI_SEGMENT_FLAGS_USAGE
     "                           (in batch the mode applies to every line without its own \"segment_reuse\")\n"
     "  --prefetch on|off        load host-tier blocks the policy expects the next calls to use into free device\n"
     "                           blocks on pure-decode steps (PBKV's conservative prefetch; never evicts for it;\n"
     "                           default on when the policy can value them: pbkv)\n"
+    CLI_PBKV_FLAGS_USAGE
     "  --events PATH            JSONL log of cache decisions: per request hit, load, preempt, cancel; every\n"
     "                           cache event (blocks stored / removed per tier, with the reason and hashes)\n"
     "  --trace-out PATH         write a replayable trace (docs/TRACE_FORMAT.md) for braid sim\n"
@@ -52,14 +56,17 @@ static const char batch_usage[] =
     "                           throughput of fp32, top-1 agreement with transformers at llama.cpp's level) or\n"
     "                           fp32 (the closest to the transformers reference; the golden tests hold it to 5e-2)\n"
     "Input lines: {\"id\", \"prompt\" | \"messages\", \"max_tokens\", \"temperature\", \"top_p\", \"top_k\", \"seed\",\n"
-    "              \"tenant\", \"adapter\" (a --lora NAME), \"workflow_id\", \"agent\", \"segment_reuse\"}. Output lines, in input order:\n"
+    "              \"tenant\", \"adapter\" (a --lora NAME), \"workflow_id\", \"agent\", \"segment_reuse\",\n"
+    "              \"response_format\" ({\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {\"schema\": ...}})\n"
+    "              or \"grammar\" (a grammar spec: {\"schema\", \"prefix\", \"suffix\", \"min_items\", \"max_items\", \"separator\",\n"
+    "              \"trigger\"}; docs/STRUCTURED_OUTPUTS.md)}. Output lines, in input order:\n"
     "{\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", \"cached_tokens\" (device + host), \"cached_tokens_host\",\n"
     " \"segment_reused_tokens\" (prompt tokens whose K/V came from reused segments), \"ttft_ms\", \"latency_ms\", \"preemptions\", \"finish_reason\"} (+ \"error\" for a rejected request).\n"
     "Summary on stderr: prompt tokens served from the device tier, from the host tier, computed; demotions,\n"
     "load-backs and evictions per tier (counts).\n";
 
 typedef struct {
-    const char *model, *input, *output, *events_path, *trace_path, *hidden_path, *logits_path, *occupancy_path;
+    const char *model, *input, *output, *events_path, *trace_path, *hidden_path, *logits_path, *occupancy_path, *chat_template;
     double occupancy_interval;
     long kv_blocks, block_size, max_batch_tokens, max_running, threads;
     bool cache, no_graphs, trace_tokens;
@@ -69,6 +76,8 @@ typedef struct {
     CliHostTier host;
     CliLora lora;
     int prefetch; /* -1: on when the policy has prefetch_value; 0 off; 1 on */
+    long prefetch_blocks; /* --prefetch-blocks; 0 = the scheduler's default */
+    double pbkv_gamma;    /* --pbkv-gamma; 0 = the policy's default */
     SegmentReuseMode segment_reuse;
     long approx_window;
 } BatchArgs;
@@ -76,7 +85,7 @@ typedef struct {
 static int parse_args(int argc, char **argv, BatchArgs *a) {
     enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE, O_DEVICE, O_NO_GRAPHS,
            O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_LOGITS, O_TRACE_TOKENS, O_LORA, O_LORA_CACHE, O_RESIDUAL_BLOCKS,
-           O_OCCUPANCY, O_OCCUPANCY_INTERVAL };
+           O_OCCUPANCY, O_OCCUPANCY_INTERVAL, O_PBKV_GAMMA, O_PREFETCH_BLOCKS, O_CHAT_TEMPLATE };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
         {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
@@ -93,6 +102,8 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         {"lora", required_argument, 0, O_LORA}, {"lora-cache", required_argument, 0, O_LORA_CACHE},
         {"residual-blocks", required_argument, 0, O_RESIDUAL_BLOCKS},
         {"occupancy-log", required_argument, 0, O_OCCUPANCY}, {"occupancy-interval", required_argument, 0, O_OCCUPANCY_INTERVAL},
+        {"pbkv-gamma", required_argument, 0, O_PBKV_GAMMA}, {"prefetch-blocks", required_argument, 0, O_PREFETCH_BLOCKS},
+        {"chat-template", required_argument, 0, O_CHAT_TEMPLATE},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (BatchArgs){.prefetch = -1, .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
@@ -103,6 +114,7 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case O_MODEL: a->model = optarg; break;
+        case O_CHAT_TEMPLATE: a->chat_template = optarg; break;
         case O_IN: a->input = optarg; break;
         case O_OUT: a->output = optarg; break;
         case O_EVENTS: a->events_path = optarg; break;
@@ -152,6 +164,8 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
             }
             a->prefetch = strcmp(optarg, "on") == 0;
             break;
+        case O_PBKV_GAMMA: if (cli_parse_pbkv_gamma("batch", optarg, &a->pbkv_gamma, true)) return 2; break;
+        case O_PREFETCH_BLOCKS: if (cli_parse_int("--prefetch-blocks", optarg, 1, 65536, &a->prefetch_blocks)) return 2; break;
         case O_LORA: if (cli_parse_lora("batch", optarg, &a->lora, true)) return 2; break;
         case O_LORA_CACHE: if (cli_parse_lora_cache("batch", optarg, &a->lora, true)) return 2; break;
         case O_RESIDUAL_BLOCKS: if (cli_parse_residual_blocks("batch", optarg, &a->lora, true)) return 2; break;
@@ -168,6 +182,11 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         return 2;
     }
     if (a->prefetch < 0) a->prefetch = a->policy->prefetch_value != NULL;
+    if (cli_check_pbkv_gamma("batch", a->policy, a->pbkv_gamma, true)) return 2;
+    if (a->prefetch_blocks > 0 && !a->prefetch) {
+        fprintf(stderr, "braid batch: --prefetch-blocks caps the prefetch, which is off (policy %s)\n", a->policy->name);
+        return 2;
+    }
     if (cli_check_lora("batch", &a->lora, true)) return 2;
     return 0;
 }
@@ -204,7 +223,39 @@ static int load_directives(const BraidModel *m, const json_t *value, bool chat, 
     return rc;
 }
 
-static int load_request(const BraidModel *m, json_t *obj, int line, SegmentReuseMode default_segment_mode, SchedRequest *r) {
+/* A line's structured output: "response_format" (OpenAI's json_object / json_schema / text) or a raw
+ * "grammar" spec (grammar/grammar.h; a JSON object or its text), checked here so a bad one is this
+ * line's error; the engine compiles it against the vocabulary. */
+static int load_grammar(json_t *obj, SchedRequest *r) {
+    json_t *rf = json_object_get(obj, "response_format"), *g = json_object_get(obj, "grammar");
+    if (!rf && !g) return 0;
+    if (rf && g) return snprintf(r->error, sizeof r->error, "give either response_format or grammar, not both"), -1;
+    char why[400];
+    char *spec = NULL;
+    if (g && json_is_string(g)) {
+        spec = strdup(json_string_value(g));
+    } else if (g && json_is_object(g)) {
+        spec = json_dumps(g, JSON_COMPACT);
+    } else if (g) {
+        return snprintf(r->error, sizeof r->error, "grammar must be a grammar spec object or its JSON text"), -1;
+    } else {
+        char *text = json_dumps(rf, JSON_COMPACT | JSON_ENCODE_ANY);
+        spec = text ? grammar_spec_from_response_format(text, strlen(text), why, sizeof why) : NULL;
+        free(text);
+        if (!spec) return why[0] ? (snprintf(r->error, sizeof r->error, "%s", why), -1) : 0; /* "text": unconstrained */
+    }
+    if (!spec) return snprintf(r->error, sizeof r->error, "out of memory"), -1;
+    if (grammar_spec_check(spec, strlen(spec), why, sizeof why)) {
+        snprintf(r->error, sizeof r->error, "%s: %s", rf ? "response_format" : "grammar", why);
+        free(spec);
+        return -1;
+    }
+    r->grammar_spec = spec;
+    return 0;
+}
+
+static int load_request(const BraidModel *m, json_t *obj, int line, SegmentReuseMode default_segment_mode, SchedRequest *r,
+                        BatchChatMode *chat) {
     json_t *id = json_object_get(obj, "id"), *prompt = json_object_get(obj, "prompt"), *messages = json_object_get(obj, "messages");
     char idbuf[64];
     if (json_is_string(id)) r->id = strdup(json_string_value(id));
@@ -224,6 +275,7 @@ static int load_request(const BraidModel *m, json_t *obj, int line, SegmentReuse
     json_t *v = json_object_get(obj, "ignore_eos");
     if (v && !json_is_boolean(v)) return snprintf(r->error, sizeof r->error, "ignore_eos must be true or false"), -1;
     r->ignore_eos = json_is_true(v);
+    if (load_grammar(obj, r)) return -1;
     v = json_object_get(obj, "segment_reuse");
     int mode = v ? segment_reuse_parse(json_string_value(v)) : (int)default_segment_mode;
     if (mode < 0) return snprintf(r->error, sizeof r->error, "segment_reuse must be \"off\", \"exact\" or \"approx\""), -1;
@@ -246,18 +298,9 @@ static int load_request(const BraidModel *m, json_t *obj, int line, SegmentReuse
     if (json_is_string(prompt)) {
         rc = tokenizer_encode(&m->tokenizer, json_string_value(prompt), json_string_length(prompt), false, m->tokenizer.add_bos, &ids, &err);
     } else if (json_is_array(messages) && json_array_size(messages) > 0) {
-        size_t n = json_array_size(messages);
-        ChatMessage *msgs = calloc(n, sizeof *msgs);
-        for (size_t i = 0; msgs && i < n; i++) {
-            msgs[i].role = json_string_value(json_object_get(json_array_get(messages, i), "role"));
-            msgs[i].content = json_string_value(json_object_get(json_array_get(messages, i), "content"));
-        }
-        if (!msgs) return snprintf(r->error, sizeof r->error, "out of memory"), -1;
-        char *text = chat_template_render(&m->chat, msgs, (int)n, &err);
-        free(msgs);
-        if (!text) return snprintf(r->error, sizeof r->error, "%s", err.msg), -1;
-        rc = tokenizer_encode(&m->tokenizer, text, strlen(text), true, m->tokenizer.add_bos, &ids, &err);
-        free(text);
+        /* Chat lines read, render and get their tools' grammar exactly as the HTTP API's requests. */
+        if (batch_chat_load(m, obj, &ids, &r->grammar_spec, chat, r->error, sizeof r->error)) return free(ids.ids), -1;
+        rc = 0;
     } else {
         return snprintf(r->error, sizeof r->error, "each line needs a \"prompt\" string or a non-empty \"messages\" array"), -1;
     }
@@ -291,7 +334,7 @@ static void write_floats_line(FILE *f, const SchedRequest *r, const char *key, c
     free(b64);
 }
 
-static void write_result(FILE *out, const BraidModel *m, const SchedRequest *r, double t0) {
+static void write_result(FILE *out, const BraidModel *m, const SchedRequest *r, const BatchChatMode *chat, int index, double t0) {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(r->id ? r->id : ""));
     int n_out = r->n_tokens > r->n_prompt ? r->n_tokens - r->n_prompt : 0;
@@ -311,19 +354,23 @@ static void write_result(FILE *out, const BraidModel *m, const SchedRequest *r, 
     json_object_set_new(o, "finish_reason", json_string(r->finish_reason ? r->finish_reason : "error"));
     if (r->error[0]) json_object_set_new(o, "error", json_string(r->error));
     if (r->directive_outcomes) json_object_set_new(o, "directive_outcomes", json_loads(r->directive_outcomes, 0, NULL));
+    if (!r->error[0]) batch_chat_finish(chat, o, json_string_value(json_object_get(o, "text")), json_string_length(json_object_get(o, "text")),
+                                        (uint64_t)index);
     char *line = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
     fprintf(out, "%s\n", line);
     free(line);
     json_decref(o);
 }
 
-static int read_requests(const BraidModel *m, const char *path, SegmentReuseMode segment_mode, SchedRequest **out, int *n_out) {
+static int read_requests(const BraidModel *m, const char *path, SegmentReuseMode segment_mode, SchedRequest **out, BatchChatMode **chats_out,
+                         int *n_out) {
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(stderr, "braid batch: cannot open %s\n", path);
         return -1;
     }
     SchedRequest *reqs = NULL;
+    BatchChatMode *chats = NULL;
     int n = 0, cap = 0, line_no = 0;
     char *line = NULL;
     size_t line_cap = 0;
@@ -333,10 +380,13 @@ static int read_requests(const BraidModel *m, const char *path, SegmentReuseMode
         if (n == cap) {
             SchedRequest *grown = realloc(reqs, (size_t)(cap ? cap * 2 : 64) * sizeof *reqs);
             if (grown) reqs = grown;
-            if (!grown) {
+            BatchChatMode *grown_chats = grown ? realloc(chats, (size_t)(cap ? cap * 2 : 64) * sizeof *chats) : NULL;
+            if (grown_chats) chats = grown_chats;
+            if (!grown || !grown_chats) {
                 fprintf(stderr, "braid batch: out of memory reading %s at line %d\n", path, line_no);
                 for (int i = 0; i < n; i++) sched_request_free(&reqs[i]);
                 free(reqs);
+                free(chats);
                 free(line);
                 fclose(f);
                 return -1;
@@ -345,6 +395,7 @@ static int read_requests(const BraidModel *m, const char *path, SegmentReuseMode
         }
         SchedRequest *r = &reqs[n];
         memset(r, 0, sizeof *r);
+        memset(&chats[n], 0, sizeof chats[n]);
         json_error_t jerr;
         json_t *obj = json_loads(line, 0, &jerr);
         n++;
@@ -354,7 +405,7 @@ static int read_requests(const BraidModel *m, const char *path, SegmentReuseMode
             r->id = strdup(idbuf);
             snprintf(r->error, sizeof r->error, "line %d is not a JSON object: %s", line_no, obj ? "wrong type" : jerr.text);
         } else {
-            load_request(m, obj, line_no, segment_mode, r);
+            load_request(m, obj, line_no, segment_mode, r, &chats[n - 1]);
         }
         if (r->error[0]) {
             r->state = REQ_FINISHED;
@@ -365,6 +416,7 @@ static int read_requests(const BraidModel *m, const char *path, SegmentReuseMode
     free(line);
     fclose(f);
     *out = reqs;
+    *chats_out = chats;
     *n_out = n;
     return 0;
 }
@@ -398,6 +450,10 @@ static void print_summary(const Engine *e, const SchedRequest *reqs, int n, doub
             kv_cache_total(&e->sched.cache, CACHE_TIER_DEVICE), (unsigned long long)c->steps, (unsigned long long)c->pure_decode_steps,
             (unsigned long long)k->prefetched_blocks, (unsigned long long)k->prefetch_hit_blocks,
             (unsigned long long)k->prefetch_wasted_blocks, (unsigned long long)c->prefetch_steps);
+    if (e->constrained_tokens > 0)
+        fprintf(stderr, "[batch] structured outputs: %llu constrained tokens, %.1f ms of grammar work on the host (%.1f us per token, %.2f%% of the run)\n",
+                (unsigned long long)e->constrained_tokens, e->grammar_seconds * 1e3, e->grammar_seconds * 1e6 / (double)e->constrained_tokens,
+                100.0 * e->grammar_seconds / elapsed);
 }
 
 typedef struct {
@@ -420,12 +476,14 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, const LoraSe
     cli_describe_host_tier(host_blocks, block_bytes, tier, sizeof tier);
     bool prefetch = a->prefetch && host_blocks > 1;
     fprintf(stderr, "[batch] %s, eviction policy %s, prefetch %s\n", tier, a->policy->name, prefetch ? "on" : "off");
-    if (read_requests(model, a->input, a->segment_reuse, &reqs, &n)) return 1;
+    BatchChatMode *chats = NULL;
+    if (read_requests(model, a->input, a->segment_reuse, &reqs, &chats, &n)) return 1;
     Engine engine;
     BraidError err;
     EngineConfig cfg = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
                         .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
-                        .policy = a->policy, .prefetch = prefetch, .device = a->device, .cuda_graphs_off = a->no_graphs,
+                        .policy = a->policy, .policy_options = {.gamma = a->pbkv_gamma}, .prefetch = prefetch,
+                        .prefetch_max_blocks = (int)a->prefetch_blocks, .device = a->device, .cuda_graphs_off = a->no_graphs,
                         .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
                         .approx_window = (int)a->approx_window, .lora = lora, .lora_shared = a->lora.shared,
                         .residual_blocks = cli_residual_blocks(&a->lora, a->kv_blocks)};
@@ -461,7 +519,7 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, const LoraSe
     }
     occupancy_log_close(&occupancy, &engine.sched.cache);
     double elapsed = braid_now_seconds() - t0;
-    for (int i = 0; i < n; i++) write_result(files->out, model, &reqs[i], t0);
+    for (int i = 0; i < n; i++) write_result(files->out, model, &reqs[i], &chats[i], i, t0);
     for (int i = 0; files->trace && i < n; i++)
         if (!reqs[i].error[0]) write_trace_line(files->trace, &reqs[i], i, (int)a->block_size, model->weights.cfg.dim, a->trace_tokens);
     for (int i = 0; files->hidden && i < n; i++) write_floats_line(files->hidden, &reqs[i], "hidden", reqs[i].hidden, model->weights.cfg.dim);
@@ -472,6 +530,7 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, const LoraSe
 done:
     for (int i = 0; i < n; i++) sched_request_free(&reqs[i]);
     free(reqs);
+    free(chats);
     return rc;
 }
 
@@ -501,6 +560,9 @@ int cmd_batch(int argc, char **argv) {
         rc = 1;
     } else if (braid_model_load(cli_model_path(a.model), &model, &err)) {
         fprintf(stderr, "braid batch: %s\n", err.msg);
+        rc = 1;
+    } else if (cli_apply_chat_template("batch", &model, a.chat_template, true)) {
+        braid_model_free(&model);
         rc = 1;
     } else {
         LoraSet lora;

@@ -17,6 +17,7 @@ static const char generate_usage[] =
     "  --prompt TEXT       the prompt; '-' reads it from stdin\n"
     "  --chat              wrap the prompt as one user message in the model's chat template\n"
     "  --system TEXT       with --chat: a system message (default: the template's own, if any)\n"
+    "  --chat-template FILE  with --chat: a Jinja chat template instead of the model's own\n"
     "  --max-tokens N      most tokens to generate (default 128)\n"
     "  --temperature T     0 = greedy (default 0)\n"
     "  --top-p P           nucleus sampling mass in (0, 1] (default 1 = off)\n"
@@ -30,7 +31,7 @@ static const char generate_usage[] =
     "The completion alone goes to stdout; timings go to stderr.\n";
 
 typedef struct {
-    const char *model, *prompt, *system;
+    const char *model, *prompt, *system, *chat_template;
     BackendKind device;
     CpuMatmulMath cpu_matmul;
     int chat, ignore_eos, threads;
@@ -39,7 +40,7 @@ typedef struct {
 } GenerateArgs;
 
 static int parse_args(int argc, char **argv, GenerateArgs *a) {
-    enum { OPT_SYSTEM = 256, OPT_MAX, OPT_TEMP, OPT_TOPP, OPT_TOPK, OPT_SEED, OPT_IGNORE_EOS, OPT_THREADS, OPT_DEVICE, OPT_CPU_MATMUL };
+    enum { OPT_SYSTEM = 256, OPT_MAX, OPT_TEMP, OPT_TOPP, OPT_TOPK, OPT_SEED, OPT_IGNORE_EOS, OPT_THREADS, OPT_DEVICE, OPT_CPU_MATMUL, OPT_CHAT_TEMPLATE };
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'}, {"chat", no_argument, 0, 'c'},
         {"system", required_argument, 0, OPT_SYSTEM}, {"max-tokens", required_argument, 0, OPT_MAX},
@@ -47,6 +48,7 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
         {"top-k", required_argument, 0, OPT_TOPK}, {"seed", required_argument, 0, OPT_SEED},
         {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS}, {"threads", required_argument, 0, OPT_THREADS},
         {"device", required_argument, 0, OPT_DEVICE}, {"cpu-matmul", required_argument, 0, OPT_CPU_MATMUL},
+        {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     memset(a, 0, sizeof *a);
     a->max_tokens = 128;
@@ -64,6 +66,7 @@ static int parse_args(int argc, char **argv, GenerateArgs *a) {
         case 'p': a->prompt = optarg; break;
         case 'c': a->chat = 1; break;
         case OPT_SYSTEM: a->system = optarg; break;
+        case OPT_CHAT_TEMPLATE: a->chat_template = optarg; break;
         case OPT_MAX: if (cli_parse_int("--max-tokens", optarg, 1, 1 << 20, &a->max_tokens)) return 2; break;
         case OPT_TEMP: if (cli_parse_float("--temperature", optarg, 0, 100, &d)) return 2; a->sampling.temperature = (float)d; break;
         case OPT_TOPP: if (cli_parse_float("--top-p", optarg, 1e-6, 1, &d)) return 2; a->sampling.top_p = (float)d; break;
@@ -188,6 +191,11 @@ int cmd_generate(int argc, char **argv) {
     double t0 = braid_now_seconds();
     if (braid_model_load(cli_model_path(a.model), &model, &err)) {
         fprintf(stderr, "braid generate: %s\n", err.msg);
+        free(stdin_prompt);
+        return 1;
+    }
+    if ((a.chat || a.chat_template) && cli_apply_chat_template("generate", &model, a.chat_template, true)) {
+        braid_model_free(&model);
         free(stdin_prompt);
         return 1;
     }

@@ -44,7 +44,11 @@ static void print_model(const BraidModel *m, int list_all) {
     printf("feed-forward:     %d\n", c->ff_dim);
     printf("heads:            %d query, %d key/value (GQA group %d), head size %d\n", c->n_heads, c->n_kv_heads,
            c->n_heads / c->n_kv_heads, c->head_dim);
-    printf("context length:   %d\n", c->context_length);
+    printf("context length:   %d%s\n", c->context_length, c->sliding_window > 0 && c->sliding_window == c->context_length
+                                                                ? " (the file's attention sliding window)" : "");
+    if (c->qkv_bias || c->qk_norm)
+        printf("attention:        %s%s%s\n", c->qkv_bias ? "Q/K/V bias" : "", c->qkv_bias && c->qk_norm ? ", " : "",
+               c->qk_norm ? "per-head Q/K RMSNorm before RoPE" : "");
     printf("vocabulary:       %d\n", c->vocab_size);
     printf("rope:             base %g, %d of %d dims, pairing %s, position scale %g%s\n", c->rope_base, c->rope_dim,
            c->head_dim, rope_pairing_name(c->rope_pairing), c->rope_position_scale,
@@ -60,8 +64,9 @@ static void print_model(const BraidModel *m, int list_all) {
            tok->add_bos ? "yes" : "no");
     for (int i = 0; i < tok->n_stop; i++)
         printf(" %d (%.*s)", tok->stop_ids[i], (int)tok->pieces[tok->stop_ids[i]].len, tok->pieces[tok->stop_ids[i]].data);
-    printf("\nchat template:    %s%s\n", chat_template_kind_name(m->chat.kind),
-           m->chat.default_system ? " (with a default system prompt)" : "");
+    printf("\nchat template:    %s%s%s%s%s\n", chat_template_kind_name(m->chat.kind),
+           m->chat.default_system ? " (with a default system prompt)" : "", m->chat.reads_tools ? " (renders tools)" : "",
+           m->chat.error ? "; does not compile: " : "", m->chat.error ? m->chat.error : "");
 }
 
 int cmd_info(int argc, char **argv) {

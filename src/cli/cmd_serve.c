@@ -33,6 +33,7 @@ static const char serve_usage[] =
     "usage: mpirun -n 1+I*T braid serve [options]   (or launch/braid-local, which runs mpirun for you)\n"
     "Rank 0 serves the OpenAI-compatible HTTP API; ranks 1.. form I instances of T tensor-parallel ranks.\n"
     "  --model PATH             GGUF file (default: $BRAID_MODEL or " BRAID_DEFAULT_MODEL ")\n"
+    CLI_CHAT_TEMPLATE_USAGE
     "  --tp T                   ranks per instance (default 1); I = (ranks - 1) / T\n"
     "  --host ADDR              HTTP bind address (default 127.0.0.1); without --api-keys, a non-loopback address\n"
     "                           gets a start-up warning: anyone who reaches the port may call the API as any tenant\n"
@@ -66,6 +67,7 @@ static const char serve_usage[] =
     "  --prefetch on|off        load host-tier blocks the policy expects the next calls to use into free device\n"
     "                           blocks on pure-decode steps (PBKV's conservative prefetch; never evicts for it;\n"
     "                           default on when the policy can value them: pbkv)\n"
+    CLI_PBKV_FLAGS_USAGE
     "                           serve: --host-kv-blocks counts an instance's blocks (each of its T ranks holds a\n"
     "                           1/T share of every block), --host-kv-gib is per rank, and the default's 25% and\n"
     "                           the MemAvailable check cover all the worker ranks of a machine together\n"
@@ -98,6 +100,11 @@ static const char serve_usage[] =
     "                           are up, before the server reports ready (/health: \"warming\", 503); bad or stale\n"
     "                           lines are skipped with a logged reason; progress goes to the log\n"
     "  --warm-start-pin TTL     attach the directive {\"op\": \"pin\", \"ttl\": TTL} to each warm-start request\n"
+    "  --warm-start-heads K     the start-up warm start prefills at most K heads (default 512; 0 = no bound); the\n"
+    "                           server is ready once the bound is reached, the rest skipped and counted\n"
+    "                           (/metrics: braid_warm_start_heads_total{outcome=\"left_out\"}). With --api-keys, lines\n"
+    "                           of a tenant no key runs in are refused; skipped lines are summarised by reason\n"
+    "  --warm-start-tokens M    ... and at most M prompt tokens (default 262144; 0 = no bound)\n"
     CLI_OCCUPANCY_FLAGS_USAGE
     "                           serve: every instance's leader appends its samples to FILE (\"instance\" names it)\n"
     "  --trace-out PATH         replayable trace of served requests and workflow ends, for braid sim; workflow\n"
@@ -110,7 +117,7 @@ static const char serve_usage[] =
     "  --predictor-learn        keep a --predictor file learning online too (default: frozen; a graph predictor\n"
     "                           learns only its Markov counts online, for first calls)\n"
     "  --markov 1|2             order of the online predictor when there is no --predictor (default 1)\n"
-    "  --horizon K              forecast steps (default 4, at most 64)\n"
+    "  --horizon K              forecast steps: PBKV's lookahead K (default 4, at most 64); --pbkv-k K is the same\n"
     "  --workflow-idle-timeout S  a workflow with no request for S seconds is retired, as if it had ended\n"
     "                           (default 600; 0 = only POST /v1/workflows/{id}/end retires one)\n"
     "  --max-workflows N        workflows the tracker remembers (default 65536; retired ones go first)\n"
@@ -126,6 +133,13 @@ static const char serve_usage[] =
     "  --rewarm-heads K         a restarted instance is re-warmed with at most K heads (default 64; 0 = it comes\n"
     "                           back cold)\n"
     "  --rewarm-tokens M        ... and at most M prompt tokens (default 16384)\n"
+    "  --fair-share on|off      weighted fair sharing between tenants on each instance (default off): the least\n"
+    "                           served tenant's request is admitted first, and while several tenants have work\n"
+    "                           each gets its weighted part of a step's prefill budget (--api-keys weight=W,\n"
+    "                           default 1); off = first come, first served (see bench/RESULTS.md)\n"
+    "  --request-watchdog-s S   a request that gets no token while its instance's queue stands still for S seconds\n"
+    "                           (the instance lost it) is answered 500, logged and counted (/metrics:\n"
+    "                           braid_requests_watchdog_total; /health: requests_past_watchdog); default 300, 0 = off\n"
     "  --instance-timeout S     an instance whose leader sends nothing for S seconds is dead (default 60; 0 = only\n"
     "                           a rank's process exiting, seen on rank 0's host, counts). Each instance is a failure\n"
     "                           domain: the others keep serving, /health says \"degraded\". Needs mpirun\n"
@@ -150,6 +164,7 @@ static const char serve_usage[] =
 typedef struct {
     const char *model, *host, *served_name, *events_path, *pid_file, *trace_path, *predictor_path, *api_keys_path, *tls_cert, *tls_key;
     const char *exit_status_file;
+    const char *chat_template; /* --chat-template FILE; NULL: the model's own */
     const char *manifest_out, *warm_start, *warm_start_pin, *occupancy_log;
     long manifest_capacity;
     double occupancy_interval;
@@ -158,6 +173,9 @@ typedef struct {
     long max_connections, max_connections_per_client, http_timeout;
     long markov, horizon, max_workflows; /* markov 0: not given */
     double idle_timeout, instance_timeout;
+    double request_watchdog; /* --request-watchdog-s (request_watchdog.h); 0 = off */
+    bool fair_share;         /* --fair-share: weighted fair sharing between tenants on each instance (sched_fair.h) */
+    long warm_start_heads, warm_start_tokens; /* bounds of the start-up warm start (0 = none) */
     bool kv_moves;
     RouterMode router_mode;
     double move_gbps, move_prefill_tps, move_timeout;
@@ -167,6 +185,8 @@ typedef struct {
     const EvictPolicy *policy;
     CliHostTier host_tier;
     int prefetch; /* -1: on when the policy has prefetch_value; 0 off; 1 on */
+    long prefetch_blocks; /* --prefetch-blocks; 0 = the scheduler's default */
+    double pbkv_gamma;    /* --pbkv-gamma; 0 = the policy's default */
     RankBindMode bind;
     SegmentReuseMode segment_reuse;
     long approx_window;
@@ -179,16 +199,17 @@ typedef struct {
 } ServeArgs;
 
 static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
-    enum { O_MODEL = 256, O_TP, O_HOST, O_PORT, O_NAME, O_BLOCKS, O_BS, O_MBT, O_RUN, O_PENDING, O_BODY, O_CACHE, O_POLICY,
+    enum { O_MODEL = 256, O_CHAT_TEMPLATE, O_TP, O_HOST, O_PORT, O_NAME, O_BLOCKS, O_BS, O_MBT, O_RUN, O_PENDING, O_BODY, O_CACHE, O_POLICY,
            O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB,
            O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS, O_PREFETCH, O_BIND, O_API_KEYS, O_TLS_CERT,
            O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_PIN_BUDGET, O_INSTANCE_TIMEOUT, O_EXIT_STATUS, O_MAX_CONN, O_MAX_CONN_CLIENT, O_HTTP_TIMEOUT,
            O_KV_EVENTS_EP, O_KV_EVENTS_REPLAY, O_KV_EVENTS_TOPIC, O_LORA, O_LORA_CACHE, O_RESIDUAL_BLOCKS, O_MANIFEST_OUT, O_MANIFEST_CAPACITY,
            O_WARM_START, O_WARM_START_PIN, O_OCCUPANCY, O_OCCUPANCY_INTERVAL,
            O_RESTARTS, O_RESPAWNED, O_RESPAWN_HOST, O_REWARM_HEADS, O_REWARM_TOKENS, O_KV_MOVES, O_ROUTER, O_MOVE_GBPS,
-           O_MOVE_PREFILL, O_MOVE_TIMEOUT };
+           O_MOVE_PREFILL, O_MOVE_TIMEOUT, O_WATCHDOG, O_WARM_HEADS, O_WARM_TOKENS, O_FAIR_SHARE, O_PBKV_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS };
     static const struct option opts[] = {
-        {"model", required_argument, 0, O_MODEL}, {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
+        {"model", required_argument, 0, O_MODEL}, {"chat-template", required_argument, 0, O_CHAT_TEMPLATE},
+        {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
         {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
         {"max-batch-tokens", required_argument, 0, O_MBT}, {"max-running", required_argument, 0, O_RUN},
@@ -224,6 +245,10 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"kv-moves", required_argument, 0, O_KV_MOVES}, {"router", required_argument, 0, O_ROUTER},
         {"move-gbps", required_argument, 0, O_MOVE_GBPS}, {"move-prefill-tps", required_argument, 0, O_MOVE_PREFILL},
         {"move-timeout", required_argument, 0, O_MOVE_TIMEOUT},
+        {"request-watchdog-s", required_argument, 0, O_WATCHDOG}, {"warm-start-heads", required_argument, 0, O_WARM_HEADS},
+        {"warm-start-tokens", required_argument, 0, O_WARM_TOKENS}, {"fair-share", required_argument, 0, O_FAIR_SHARE},
+        {"pbkv-gamma", required_argument, 0, O_PBKV_GAMMA}, {"pbkv-k", required_argument, 0, O_PBKV_K},
+        {"prefetch-blocks", required_argument, 0, O_PREFETCH_BLOCKS},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
                      .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
@@ -235,7 +260,9 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
                      .manifest_capacity = MANIFEST_RECORDER_DEFAULT_CAPACITY, .occupancy_interval = 1.0,
                      .respawned_instance = -1, .rewarm_heads = WARM_START_DEFAULT_REWARM_HEADS,
                      .rewarm_tokens = WARM_START_DEFAULT_REWARM_TOKENS, .kv_moves = true, .router_mode = ROUTER_CACHE_AWARE,
-                     .move_gbps = MOVE_DEFAULT_LINK_GBPS, .move_prefill_tps = MOVE_DEFAULT_PREFILL_TPS, .move_timeout = 5.0};
+                     .move_gbps = MOVE_DEFAULT_LINK_GBPS, .move_prefill_tps = MOVE_DEFAULT_PREFILL_TPS, .move_timeout = 5.0,
+                     .request_watchdog = REQUEST_WATCHDOG_DEFAULT_S, .warm_start_heads = WARM_START_DEFAULT_HEADS,
+                     .warm_start_tokens = WARM_START_DEFAULT_TOKENS, .fair_share = false};
     int c;
     BraidError err;
     optind = 1;
@@ -245,6 +272,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         const char *flag = NULL;
         switch (c) {
         case O_MODEL: a->model = optarg; break;
+        case O_CHAT_TEMPLATE: a->chat_template = optarg; break;
         case O_HOST: a->host = optarg; break;
         case O_NAME: a->served_name = optarg; break;
         case O_EVENTS: a->events_path = optarg; break;
@@ -280,6 +308,13 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_RESTARTS: target = &a->restart_instances, flag = "--restart-instances", lo = 0, hi = 1000; break;
         case O_REWARM_HEADS: target = &a->rewarm_heads, flag = "--rewarm-heads", lo = 0, hi = 1 << 20; break;
         case O_REWARM_TOKENS: target = &a->rewarm_tokens, flag = "--rewarm-tokens", hi = 1L << 30; break;
+        case O_WARM_HEADS: target = &a->warm_start_heads, flag = "--warm-start-heads", lo = 0, hi = 1 << 24; break;
+        case O_WARM_TOKENS: target = &a->warm_start_tokens, flag = "--warm-start-tokens", lo = 0, hi = 1L << 40; break;
+        case O_WATCHDOG:
+            if (verbose ? cli_parse_float("--request-watchdog-s", optarg, 0, 1e7, &a->request_watchdog)
+                        : (a->request_watchdog = strtod(optarg, NULL), 0))
+                return 2;
+            break;
         case O_RESPAWNED: target = &a->respawned_instance, flag = "--respawned-instance", lo = 0, hi = 1 << 20; break;
         case O_RESPAWN_HOST: target = &a->respawn_host_blocks, flag = "--respawn-host-blocks", lo = 0, hi = 1L << 40; break;
         case O_PREDICTOR: a->predictor_path = optarg; break;
@@ -290,6 +325,9 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_MARKOV: target = &a->markov, flag = "--markov", hi = 2; break;
         case O_HORIZON: target = &a->horizon, flag = "--horizon", hi = 64; break;
         case O_MAX_WORKFLOWS: target = &a->max_workflows, flag = "--max-workflows"; break;
+        case O_PBKV_K: target = &a->horizon, flag = "--pbkv-k", hi = 64; break;
+        case O_PREFETCH_BLOCKS: target = &a->prefetch_blocks, flag = "--prefetch-blocks", hi = 65536; break;
+        case O_PBKV_GAMMA: if (cli_parse_pbkv_gamma("serve", optarg, &a->pbkv_gamma, verbose)) return 2; break;
         case O_IDLE:
             if (verbose ? cli_parse_float("--workflow-idle-timeout", optarg, 0, 1e9, &a->idle_timeout)
                         : (a->idle_timeout = strtod(optarg, NULL), 0))
@@ -328,6 +366,13 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_PIN_BUDGET: target = &a->pin_budget, flag = "--pin-budget", lo = 0, hi = 1 << 30; break;
         case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("serve", optarg, &a->host_tier, verbose)) return 2; break;
         case O_HOST_GIB: if (cli_parse_host_kv_gib("serve", optarg, &a->host_tier, verbose)) return 2; break;
+        case O_FAIR_SHARE:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                if (verbose) fprintf(stderr, "braid serve: --fair-share expects on or off, got '%s'\n", optarg);
+                return 2;
+            }
+            a->fair_share = strcmp(optarg, "on") == 0;
+            break;
         case O_KV_MOVES:
             if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
                 if (verbose) fprintf(stderr, "braid serve: --kv-moves expects on or off, got '%s'\n", optarg);
@@ -386,6 +431,11 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         return 2;
     }
     if (a->prefetch < 0) a->prefetch = a->policy->prefetch_value != NULL;
+    if (cli_check_pbkv_gamma("serve", a->policy, a->pbkv_gamma, verbose)) return 2;
+    if (a->prefetch_blocks > 0 && !a->prefetch) {
+        if (verbose) fprintf(stderr, "braid serve: --prefetch-blocks caps the prefetch, which is off (policy %s)\n", a->policy->name);
+        return 2;
+    }
     if (a->restart_instances > 0 && a->tp > 1) {
         if (verbose)
             fprintf(stderr, "braid serve: --restart-instances needs --tp 1: a restarted instance is one process spawned by rank 0 "
@@ -543,13 +593,14 @@ static void default_served_name(const char *path, char *out, size_t cap) {
  * request path the HTTP API uses. NULL when it cannot start (then the server is ready at once,
  * without the warm-up, and restarted instances come back cold). */
 static WarmStart *start_warm_start(const ServeArgs *a, Coordinator *coord, const BraidModel *model, const char *served_name,
-                                   const LoraSet *lora, ManifestRecorder *recorder, Metrics *metrics) {
+                                   const LoraSet *lora, ManifestRecorder *recorder, Metrics *metrics, const AuthKeys *keys) {
     WarmStartConfig wc = {.path = a->warm_start, .pin_ttl = a->warm_start_pin,
                           .generate = {.coord = coord, .model = model, .served_model = served_name, .lora = lora,
                                        .segment_reuse = (int)a->segment_reuse},
                           .recorder = recorder, .metrics = metrics,
                           .rewarm_max_heads = a->restart_instances > 0 ? (int)a->rewarm_heads : 0,
-                          .rewarm_max_tokens = a->rewarm_tokens};
+                          .rewarm_max_tokens = a->rewarm_tokens, .max_heads = a->warm_start_heads,
+                          .max_tokens = a->warm_start_tokens, .keys = keys};
     BraidError err;
     WarmStart *warm = warm_start_begin(&wc, &err);
     if (!warm) {
@@ -558,6 +609,9 @@ static WarmStart *start_warm_start(const ServeArgs *a, Coordinator *coord, const
     }
     return warm;
 }
+
+/* Coordinator on_drain: the first stop signal refuses new connections at once. */
+static void stop_accepting(void *http) { http_api_stop_accepting(http); }
 
 /* Takes *predictor over (NULL afterwards); borrows the access configuration. */
 static int run_coordinator(const ServeArgs *a, const BraidModel *model, const LoraSet *lora, int n_instances, const sigset_t *stop,
@@ -616,7 +670,8 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, const Lo
                             .send_forecasts = a->policy->on_prediction != NULL, .ranks = ranks,
                             .instance_timeout_s = a->instance_timeout, .kv_publisher = kv_publisher,
                             .warm_start = a->warm_start != NULL,
-                            .max_restarts = (int)a->restart_instances, .respawn_args = respawn_args};
+                            .max_restarts = (int)a->restart_instances, .respawn_args = respawn_args,
+                            .request_watchdog_s = a->request_watchdog, .keys = access->keys};
     int rc = 1;
     *predictor = NULL; /* cc.forecast holds it; coordinator_init takes it over, even when it fails */
     if (!metrics) agent_predictor_free(cc.forecast.predictor);
@@ -637,9 +692,11 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, const Lo
         fprintf(stderr, "braid serve: %s\n", err.msg);
         /* Let the instances load and stop cleanly: drain right away. */
         coord.draining = true;
+    } else {
+        coordinator_on_drain(&coord, stop_accepting, http); /* a stop signal closes the listening socket at once */
     }
     bool rewarms = a->restart_instances > 0 && a->rewarm_heads > 0;
-    WarmStart *warm = a->warm_start || rewarms ? start_warm_start(a, &coord, model, name, lora, manifest, metrics) : NULL;
+    WarmStart *warm = a->warm_start || rewarms ? start_warm_start(a, &coord, model, name, lora, manifest, metrics, access->keys) : NULL;
     if (coordinator_run(&coord, stop, &err)) fprintf(stderr, "braid serve: %s\n", err.msg);
     else rc = http ? 0 : 1;
     warm_start_end(warm);
@@ -703,11 +760,13 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet
         .model = model, .world = control, .tp_comm = tp_comm, .instance = (rank - 1) / tp,
         .engine = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
                    .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
-                   .policy = a->policy, .prefetch = a->prefetch != 0, .device = a->device,
+                   .policy = a->policy, .policy_options = {.gamma = a->pbkv_gamma}, .prefetch = a->prefetch != 0,
+                   .prefetch_max_blocks = (int)a->prefetch_blocks, .device = a->device,
                    .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
                    .approx_window = (int)a->approx_window, .lora = lora, .lora_shared = a->lora.shared,
                    .residual_blocks = cli_residual_blocks(&a->lora, a->kv_blocks),
-                   .pin_budget_blocks = (int)((a->pin_budget + a->block_size - 1) / a->block_size)},
+                   .pin_budget_blocks = (int)((a->pin_budget + a->block_size - 1) / a->block_size),
+                   .fair_share = a->fair_share},
         .occupancy_log = a->occupancy_log, .occupancy_interval = a->occupancy_interval, .kv_moves = a->kv_moves && move_peers,
         .move_timeout_s = a->move_timeout};
     int tp_rank = (rank - 1) % tp;
@@ -725,6 +784,10 @@ static int load_model_everywhere(const ServeArgs *a, int rank, BraidModel *model
     BraidError err;
     int ok = braid_model_load(cli_model_path(a->model), model, &err) == 0, all_ok = 0;
     if (!ok) fprintf(stderr, "braid serve: rank %d: %s\n", rank, err.msg);
+    if (ok && cli_apply_chat_template("serve", model, a->chat_template, rank == 0)) {
+        braid_model_free(model);
+        ok = 0;
+    }
     if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) all_ok = 0;
     if (ok && !all_ok) braid_model_free(model);
     return all_ok ? 0 : -1;

@@ -19,7 +19,8 @@ static const char sim_usage[] =
     "usage: braid sim --trace PATH --kv-tokens N [--host-kv-tokens H] [--policy NAME] [--block-size B]\n"
     "                 [--prefill-ms-per-token X] [--decode-ms-per-token Y] [--host-gbs G]\n"
     "                 [--host-latency-us L] [--kv-bytes-per-token K] [--predictor FILE | --markov 1|2]\n"
-    "                 [--predictor-learn] [--horizon K] [--prediction-noise L] [--cache-outputs] [--prefetch]\n"
+    "                 [--predictor-learn] [--horizon K | --pbkv-k K] [--pbkv-gamma G] [--prediction-noise L]\n"
+    "                 [--cache-outputs] [--prefetch [--prefetch-blocks N]]\n"
     "                 [--timeline FILE] [--hidden FILE] [--segment-reuse off|exact|approx [--approx-window W] [--model GGUF]]\n"
     "                 [--lora-cache separate|shared [--residual-tokens N] [--lora-rank R] [--kv-dim D]]\n"
     "                 [--instances N [--router cache|balanced|round-robin] [--moves on|off] [--link-gbps G]\n"
@@ -33,7 +34,9 @@ static const char sim_usage[] =
     "  --predictor FILE: a next-agent predictor trained by braid train-predictor, for the policies that\n"
     "            take predictions (pbkv, kvflow); without it a Markov predictor (--markov 1|2, default 1)\n"
     "            learns online from the trace as it replays. --predictor-learn keeps a trained one learning.\n"
-    "  --horizon: prediction steps K (default 4)\n"
+    "  --horizon, --pbkv-k: prediction steps K, PBKV's lookahead (default 4; 1 to 64)\n"
+    "  --pbkv-gamma: PBKV's lookahead discount gamma in (0, 1]: step s of a forecast weighs gamma^(s-1)\n"
+    "            (default 0.7, the paper's); only with --policy pbkv\n"
     "  --prediction-noise: the PBKV paper's App. E noise injection, L in [0, 1]: every forecast step reaches\n"
     "            the policy as (1 - L) P + L U, U uniform over the agents (default 0; 1 = no information)\n"
     "  --hidden FILE: the requests' prefill hidden states (braid batch --hidden-out), for a graph predictor\n"
@@ -41,7 +44,8 @@ static const char sim_usage[] =
     "  --prefetch: PBKV's conservative prefetch: between two requests (the idle time before the next\n"
     "            arrival; the replay has no decode steps) load the host-tier blocks the policy expects the\n"
     "            next calls to use into free device blocks, never evicting for them (pbkv; needs a host tier).\n"
-    "            Their copies are on no request's TTFT; reported as prefetched / used / wasted blocks\n"
+    "            Their copies are on no request's TTFT; reported as prefetched / used / wasted blocks.\n"
+    "            --prefetch-blocks N: at most N blocks per gap (the live S_bw per step; default: no cap)\n"
     "  --cache-outputs: also cache each request's generated blocks (unique to it), as the live engine\n"
     "            does; by default only prompt blocks are cached\n"
     "  --timeline FILE: write one JSON line per request in trace order (after a header line with the\n"
@@ -179,10 +183,10 @@ static void print_json(const SimConfig *cfg, const SimResult *r) {
                               (json_int_t)r->correct_next);
     if (o && tiers) json_object_update(o, tiers);
     json_decref(tiers);
-    json_t *pf = json_pack("{s:b, s:I, s:I, s:I, s:f, s:f}", "prefetch", cfg->prefetch, "prefetched_blocks", (json_int_t)r->prefetched_blocks,
+    json_t *pf = json_pack("{s:b, s:I, s:I, s:I, s:f, s:f, s:I}", "prefetch", cfg->prefetch, "prefetched_blocks", (json_int_t)r->prefetched_blocks,
                            "prefetch_hit_blocks", (json_int_t)r->prefetch_hit_blocks, "prefetch_wasted_blocks",
                            (json_int_t)r->prefetch_wasted_blocks, "prefetch_copy_s", r->prefetch_copy_s, "prediction_noise",
-                           cfg->prediction_noise);
+                           cfg->prediction_noise, "uses_over_bound", (json_int_t)r->uses_over_bound);
     if (o && pf) json_object_update(o, pf);
     json_decref(pf);
     json_t *seg = json_pack("{s:s, s:i, s:I}", "segment_reuse", segment_reuse_name((SegmentReuseMode)cfg->segment_reuse), "approx_window",
@@ -227,7 +231,8 @@ static int write_timeline(const char *path, const SimConfig *cfg, const Trace *t
 int cmd_sim(int argc, char **argv) {
     enum { O_OUTPUTS = 300, O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV, O_LEARN,
            O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_MODEL, O_NOISE,
-           O_LORA_CACHE, O_RESIDUAL, O_RANK, O_KV_DIM, O_INSTANCES, O_ROUTER, O_MOVES, O_LINK_GBPS, O_LINK_LAT, O_SLACK };
+           O_LORA_CACHE, O_RESIDUAL, O_RANK, O_KV_DIM, O_INSTANCES, O_ROUTER, O_MOVES, O_LINK_GBPS, O_LINK_LAT, O_SLACK,
+           O_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
@@ -246,6 +251,8 @@ int cmd_sim(int argc, char **argv) {
         {"router", required_argument, 0, O_ROUTER}, {"moves", required_argument, 0, O_MOVES},
         {"link-gbps", required_argument, 0, O_LINK_GBPS}, {"link-latency-us", required_argument, 0, O_LINK_LAT},
         {"route-slack", required_argument, 0, O_SLACK},
+        {"pbkv-gamma", required_argument, 0, O_GAMMA}, {"pbkv-k", required_argument, 0, O_PBKV_K},
+        {"prefetch-blocks", required_argument, 0, O_PREFETCH_BLOCKS},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     SimConfig cfg = sim_config_default();
     SimClusterConfig cluster = sim_cluster_config_default();
@@ -290,6 +297,12 @@ int cmd_sim(int argc, char **argv) {
         case O_WINDOW: if (cli_parse_int("--approx-window", optarg, 0, 1 << 20, &v)) return 2; cfg.approx_window = (int)v; break;
         case O_MODEL: model_path = optarg; break;
         case O_HORIZON: if (cli_parse_int("--horizon", optarg, 1, 64, &v)) return 2; cfg.horizon = (int)v; break;
+        case O_PBKV_K: if (cli_parse_int("--pbkv-k", optarg, 1, 64, &v)) return 2; cfg.horizon = (int)v; break;
+        case O_GAMMA: if (cli_parse_pbkv_gamma("sim", optarg, &cfg.pbkv_gamma, true)) return 2; break;
+        case O_PREFETCH_BLOCKS:
+            if (cli_parse_int("--prefetch-blocks", optarg, 1, 1 << 30, &v)) return 2;
+            cfg.prefetch_max_blocks = (int)v;
+            break;
         case O_NOISE: if (cli_parse_float("--prediction-noise", optarg, 0, 1, &d)) return 2; cfg.prediction_noise = d; break;
         case O_LORA_CACHE:
             if (sim_lora_cache_parse(optarg) < 0) {
@@ -338,6 +351,14 @@ int cmd_sim(int argc, char **argv) {
         return 2;
     }
     const EvictPolicy *policy = evict_policy_find(cfg.policy);
+    if (cfg.pbkv_gamma > 0 && policy != &evict_policy_pbkv) {
+        fprintf(stderr, "braid sim: --pbkv-gamma applies to --policy pbkv only (the policy is %s)\n", cfg.policy);
+        return 2;
+    }
+    if (cfg.prefetch_max_blocks > 0 && !cfg.prefetch) {
+        fprintf(stderr, "braid sim: --prefetch-blocks caps --prefetch, which is off\n");
+        return 2;
+    }
     if (cfg.prefetch && (!policy || !policy->prefetch_value)) {
         fprintf(stderr, "braid sim: --prefetch needs a policy that values host-tier blocks (pbkv); %s does not\n", cfg.policy);
         return 2;

@@ -33,13 +33,6 @@ static bool is_false(const json_t *v, const json_t *body) { return (void)body, j
 static bool is_empty_object(const json_t *v, const json_t *body) { return (void)body, json_is_object(v) && json_object_size(v) == 0; }
 static bool is_empty_string(const json_t *v, const json_t *body) { return (void)body, json_is_string(v) && json_string_length(v) == 0; }
 static bool is_string(const json_t *v, const json_t *body) { return (void)body, json_is_string(v); }
-static bool is_none_choice(const json_t *v, const json_t *body) { return (void)body, json_is_string(v) && strcmp(json_string_value(v), "none") == 0; }
-
-static bool is_text_format(const json_t *v, const json_t *body) {
-    (void)body;
-    const json_t *type = json_is_object(v) ? json_object_get(v, "type") : NULL;
-    return json_object_size(v) == 1 && json_is_string(type) && strcmp(json_string_value(type), "text") == 0;
-}
 
 /* best_of = n: one choice per sequence is what Braid does anyway. */
 static bool is_best_of_n(const json_t *v, const json_t *body) {
@@ -76,13 +69,12 @@ static const FieldRule rules[] = {
     {"presence_penalty", BOTH, FIELD_NEUTRAL, is_zero, "presence_penalty is not supported; only 0 is accepted"},
     {"repetition_penalty", BOTH, FIELD_NEUTRAL, is_one, "repetition_penalty is not supported; only 1 is accepted"},
     {"logit_bias", BOTH, FIELD_NEUTRAL, is_empty_object, "logit_bias is not supported; only an empty object is accepted"},
-    {"response_format", CHAT, FIELD_NEUTRAL, is_text_format,
-     "response_format is not supported beyond {\"type\": \"text\"}: Braid has no constrained (JSON) decoding"},
-    {"tool_choice", CHAT, FIELD_NEUTRAL, is_none_choice, "tool_choice must be \"none\": the served model's chat template has no tool support"},
-    {"parallel_tool_calls", CHAT, FIELD_NEUTRAL, is_false, "parallel_tool_calls is not supported: the served model's chat template has no tool support"},
-    {"tools", CHAT, FIELD_REFUSED, NULL, "tools are not supported: the served model's chat template has no tool support"},
-    {"functions", CHAT, FIELD_REFUSED, NULL, "functions are not supported: the served model's chat template has no tool support"},
-    {"function_call", CHAT, FIELD_REFUSED, NULL, "function_call is not supported: the served model's chat template has no tool support"},
+    {"response_format", CHAT, FIELD_READ, NULL, NULL},
+    {"tool_choice", CHAT, FIELD_READ, NULL, NULL},
+    {"parallel_tool_calls", CHAT, FIELD_READ, NULL, NULL},
+    {"tools", CHAT, FIELD_READ, NULL, NULL},
+    {"functions", CHAT, FIELD_REFUSED, NULL, "functions (deprecated by OpenAI) is not supported; send tools instead"},
+    {"function_call", CHAT, FIELD_REFUSED, NULL, "function_call (deprecated by OpenAI) is not supported; send tool_choice instead"},
     {"echo", COMPLETION, FIELD_NEUTRAL, is_false, "echo is not supported; only false is accepted"},
     {"suffix", COMPLETION, FIELD_NEUTRAL, is_empty_string, "suffix is not supported; only an empty suffix is accepted"},
     {"best_of", COMPLETION, FIELD_NEUTRAL, is_best_of_n, "best_of is not supported; only best_of equal to n is accepted"},

@@ -3,10 +3,10 @@
  *
  * The rule (issue 22): a field Braid does not honour is a 400 naming it, never silently ignored.
  * Each known field is one of: read by api_request.c (honoured); accepted only at the value that
- * changes nothing (frequency_penalty 0, logit_bias {}, response_format {"type":"text"},
- * tool_choice "none", echo false, suffix "", best_of equal to n, ...), any other value a 400
- * saying what is supported; or refused outright (tools: no chat template Braid renders has tool
- * support; functions, function_call). Any field not in the table is a 400 "unknown field".
+ * changes nothing (frequency_penalty 0, logit_bias {}, echo false, suffix "", best_of equal to n,
+ * ...), any other value a 400 saying what is supported; or refused outright (functions and
+ * function_call, OpenAI's deprecated forms of tools / tool_choice, which are read). Any field not in
+ * the table is a 400 "unknown field".
  * `user` is accepted: in OpenAI's API it is an opaque end-user label with no effect on the output.
  *
  * Thread-safety: pure; any thread.

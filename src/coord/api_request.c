@@ -8,6 +8,7 @@
  */
 #include "coord/api_request.h"
 #include "coord/api_directives.h"
+#include "coord/api/api_tools.h"
 
 #include "cache/kv_cache.h"
 #include "coord/api_fields.h"
@@ -301,7 +302,7 @@ static int read_parts_cache_control(const json_t *parts, const char *path, doubl
     return 0;
 }
 
-static int read_content(const json_t *msg, const char *path, const char *role, char **out, ApiError *err) {
+static int read_content(const json_t *msg, const char *path, const char *role, char **out, bool *is_null, ApiError *err) {
     char param[48];
     snprintf(param, sizeof param, "%s.content", path);
     const json_t *v = present(msg, "content");
@@ -309,6 +310,7 @@ static int read_content(const json_t *msg, const char *path, const char *role, c
         /* An assistant turn that only made tool calls carries no text; every other turn must. */
         if (strcmp(role, "assistant") != 0)
             return api_error_set(err, 400, param, NULL, "%s is required for role %s (only assistant messages may omit it)", param, role);
+        *is_null = true;
         *out = strdup("");
         return *out ? 0 : out_of_memory(err);
     }
@@ -317,17 +319,22 @@ static int read_content(const json_t *msg, const char *path, const char *role, c
     return type_error(err, param, "a string, null or an array of text parts", v);
 }
 
-/* A message holds role and content only: the chat template renders nothing else, so a field such as
- * name or tool_calls would be silently dropped; it is refused instead, by name. Null reads as absent,
- * as everywhere in the body (clients echo back "tool_calls": null, "refusal": null). */
+/* A message holds role, content, cache_control and the tool fields (api_tools.h); the chat template
+ * renders nothing else, so any other field would be silently dropped: it is refused instead, by
+ * name. Null reads as absent, as everywhere in the body (clients echo back "refusal": null). */
 static int check_message_fields(const json_t *msg, const char *path, ApiError *err) {
+    static const char *const fields[] = {"role", "content", "cache_control", "tool_calls", "tool_call_id", "name"};
     const char *key;
     json_t *value;
     json_object_foreach((json_t *)msg, key, value) {
-        if (json_is_null(value) || strcmp(key, "role") == 0 || strcmp(key, "content") == 0 || strcmp(key, "cache_control") == 0) continue;
+        bool known = json_is_null(value);
+        for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !known; i++) known = strcmp(key, fields[i]) == 0;
+        if (known) continue;
         char param[96];
         snprintf(param, sizeof param, "%s.%.*s", path, quote_len(key), key);
-        return api_error_set(err, 400, param, NULL, "%s is not supported: a message holds only role and content", param);
+        return api_error_set(err, 400, param, NULL,
+                             "%s is not supported: a message holds role, content, name, tool_calls, tool_call_id and cache_control",
+                             param);
     }
     return 0;
 }
@@ -337,7 +344,8 @@ static int read_message(const json_t *msg, size_t index, ApiMessage *out, ApiErr
     snprintf(path, sizeof path, "messages[%zu]", index);
     if (!json_is_object(msg)) return type_error(err, path, "an object with role and content", msg);
     if (read_role(msg, path, &out->role, err)) return -1;
-    if (read_content(msg, path, out->role, &out->content, err)) return -1;
+    if (read_content(msg, path, out->role, &out->content, &out->content_null, err)) return -1;
+    if (api_message_read_tools(msg, path, out, err)) return -1;
     const json_t *cc = present(msg, "cache_control"), *content = present(msg, "content");
     char param[64];
     snprintf(param, sizeof param, "%s.cache_control", path);
@@ -360,7 +368,7 @@ static int read_messages(const json_t *body, ApiRequest *r, ApiError *err) {
         r->n_messages++; /* counted before it is filled, so a failure half-way still frees its role */
         if (read_message(json_array_get(v, i), i, &r->messages[i], err)) return -1;
     }
-    return 0;
+    return api_tools_check_conversation(r, err);
 }
 
 /* ---- completion prompt ---- */
@@ -567,6 +575,10 @@ static int check_label(const char *param, const char *what, const char *s, size_
     return 0;
 }
 
+int api_request_check_label(const char *param, const char *what, const char *s, size_t n, ApiError *err) {
+    return check_label(param, what, s, n, err);
+}
+
 static int read_label(const json_t *body, const char *key, char **out, ApiError *err) {
     const json_t *v = present(body, key);
     if (!v) return 0;
@@ -629,6 +641,7 @@ static int read_fields(const json_t *body, ApiKind kind, const char *served, Api
     if (read_bool(body, "ignore_eos", "ignore_eos", &r->ignore_eos, err) || read_logprobs(body, r, err)) return -1;
     if (read_segment_reuse(body, r, err) || read_labels(body, r, err)) return -1;
     if (api_directives_parse(present(body, "directives"), &r->directives, &r->n_directives, err)) return -1;
+    if (kind == API_CHAT && api_tools_read(body, r, err)) return -1;
     return api_fields_check(body, kind, err);
 }
 
@@ -655,7 +668,11 @@ void api_request_free(ApiRequest *r) {
     for (int i = 0; i < r->n_messages; i++) {
         free(r->messages[i].role);
         free(r->messages[i].content);
+        api_message_free_tools(&r->messages[i]);
     }
+    json_decref(r->tools);
+    json_decref(r->response_schema);
+    free(r->tool_choice_name);
     free(r->messages);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);

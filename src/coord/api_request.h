@@ -6,10 +6,10 @@
  * with an HTTP status (400 for a malformed or out-of-range field, 404 for a model this server does
  * not serve) and a message naming the field and what was wrong. No field is silently ignored: every
  * top-level field is either honoured, accepted only at the value that changes nothing (a
- * frequency_penalty of 0, response_format {"type":"text"}, tool_choice "none", echo false, ...), or
- * a 400 naming it (tools, a json response_format, unknown fields); `user` is accepted as the opaque
- * end-user label it is in OpenAI's API. Inside a message only role and content are read, and any
- * other non-null field is a 400 naming it.
+ * frequency_penalty of 0, echo false, ...), or a 400 naming it (unknown fields); `user` is accepted
+ * as the opaque end-user label it is in OpenAI's API. Tools, tool_choice and response_format are
+ * read by api_tools.h. Inside a message role, content, name, tool_calls and tool_call_id are read,
+ * and any other non-null field is a 400 naming it.
  * Invalid UTF-8 is rejected by the JSON parser, so every string in an ApiRequest is valid UTF-8
  * without embedded NULs. The body-size limit (413) is the HTTP layer's job, not this module's.
  *
@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 /* Limits a request body must respect (exported so the tests and docs can quote them). */
 #define API_MAX_MESSAGES 4096     /* chat turns in one request */
 #define API_MAX_STOPS 4           /* stop strings, as in OpenAI */
@@ -44,8 +46,21 @@ typedef enum { API_CHAT = 0, API_COMPLETION = 1 } ApiKind;
 typedef struct {
     char *role;    /* one of system, developer, user, assistant, tool */
     char *content; /* never NULL: a null assistant content reads as "" */
+    bool content_null;  /* the client sent no content (an assistant turn that only called tools) */
     double cache_ttl_s; /* cache_control on the message or one of its parts: pin through it for this long; 0 = none */
+    /* Tool calling (api_tools.h): an assistant turn's calls, normalized to [{id, type: "function",
+     * function: {name, arguments}}] with arguments parsed into a JSON object, as chat templates read
+     * them (a reference the message owns, NULL when none); a tool turn's tool_call_id; the optional
+     * participant / function name. */
+    json_t *tool_calls;
+    char *tool_call_id, *name;
 } ApiMessage;
+
+/* tool_choice: what the model may do with the request's tools. */
+typedef enum { API_TOOL_CHOICE_NONE = 0, API_TOOL_CHOICE_AUTO, API_TOOL_CHOICE_REQUIRED, API_TOOL_CHOICE_NAMED } ApiToolChoice;
+
+/* response_format: free text, any JSON object, or JSON following a schema. */
+typedef enum { API_FORMAT_TEXT = 0, API_FORMAT_JSON_OBJECT, API_FORMAT_JSON_SCHEMA } ApiResponseFormat;
 
 /* One completion prompt: text, or token ids (then text is NULL). Ids are only checked to be
  * non-negative here; the caller checks them against its vocabulary. */
@@ -79,6 +94,16 @@ typedef struct {
     char *workflow_id, *agent, *tenant, *adapter; /* Braid extensions, NULL when absent */
     struct ApiDirective *directives; /* cache directives (api_directives.h), n_directives of them */
     int n_directives;
+    /* Tools and structured outputs (chat only; api_tools.h). tools: the validated OpenAI tools array
+     * (a reference the request owns), NULL when none; tool_choice defaults to auto with tools and
+     * none without; tool_choice_name: the function a named tool_choice forces. response_schema: the
+     * json_schema's schema (a reference), NULL unless response_format is json_schema. */
+    json_t *tools;
+    ApiToolChoice tool_choice;
+    char *tool_choice_name;
+    bool parallel_tool_calls;    /* default true */
+    ApiResponseFormat response_format;
+    json_t *response_schema;
 } ApiRequest;
 
 typedef struct {
@@ -115,6 +140,11 @@ char *api_error_json(const ApiError *err);
  * unchanged. Returns 0 or -1. */
 int api_request_apply_headers(ApiRequest *r, const char *workflow, const char *agent, const char *tenant, const char *adapter,
                               ApiError *err);
+
+/* The label check the body and the headers get, for a label from elsewhere (a workflow id in a URL
+ * path, already percent-decoded): 1..API_MAX_LABEL_BYTES bytes of valid UTF-8 without control
+ * characters, else a 400 naming param (what: how the message names the source). 0 or -1. */
+int api_request_check_label(const char *param, const char *what, const char *s, size_t n, ApiError *err);
 
 /* The seed the request samples with: its `seed` when it gave one (so it reproduces), else a fresh
  * draw from the OS's entropy (getrandom) mixed with `salt`, which the caller makes distinct per

@@ -44,6 +44,24 @@ static char *dump(json_t *o) {
     return s;
 }
 
+/* A whole answer's message: content (null when the answer is only tool calls) and tool_calls. */
+static json_t *message_json(const ApiChoice *c) {
+    json_t *m = json_pack("{s:s, s:o}", "role", "assistant", "content", c->text ? json_stringn(c->text, c->len) : json_null());
+    if (m && c->tool_calls && json_array_size(c->tool_calls) > 0) json_object_set(m, "tool_calls", (json_t *)c->tool_calls);
+    return m;
+}
+
+/* A chunk's tool-call deltas: each call whole, with its index, as the official clients reassemble them. */
+static json_t *tool_call_deltas(const json_t *calls) {
+    json_t *list = json_array();
+    for (size_t i = 0; list && i < json_array_size(calls); i++) {
+        json_t *call = json_deep_copy(json_array_get(calls, i));
+        if (call) json_object_set_new(call, "index", json_integer((json_int_t)i));
+        json_array_append_new(list, call);
+    }
+    return list;
+}
+
 static json_t *finish_json(const char *finish_reason) { return finish_reason ? json_string(finish_reason) : json_null(); }
 
 static json_t *logprobs_json(json_t *logprobs) { return logprobs ? logprobs : json_null(); }
@@ -53,8 +71,7 @@ char *api_response_full(const ApiResponseHead *h, const ApiChoice *choices, int 
     for (int i = 0; i < n; i++) {
         const ApiChoice *c = &choices[i];
         json_t *choice = json_object();
-        if (h->kind == API_CHAT)
-            json_object_set_new(choice, "message", json_pack("{s:s, s:s%}", "role", "assistant", "content", c->text, c->len));
+        if (h->kind == API_CHAT) json_object_set_new(choice, "message", message_json(c));
         json_object_set_new(choice, "index", json_integer(c->index));
         if (h->kind == API_COMPLETION) json_object_set_new(choice, "text", json_stringn(c->text, c->len));
         json_object_set_new(choice, "logprobs", logprobs_json(c->logprobs));
@@ -73,7 +90,8 @@ char *api_response_chunk(const ApiResponseHead *h, bool with_role, const ApiChoi
     if (h->kind == API_CHAT) {
         json_t *delta = json_object();
         if (with_role) json_object_set_new(delta, "role", json_string("assistant"));
-        if (c->len || !c->finish_reason) json_object_set_new(delta, "content", json_stringn(c->text, c->len));
+        if (c->text && (c->len || (!c->finish_reason && !c->tool_calls))) json_object_set_new(delta, "content", json_stringn(c->text, c->len));
+        if (c->tool_calls) json_object_set_new(delta, "tool_calls", tool_call_deltas(c->tool_calls));
         json_object_set_new(choice, "delta", delta);
     } else {
         json_object_set_new(choice, "text", json_stringn(c->text, c->len));

@@ -42,10 +42,12 @@ typedef struct {
 /* One choice of an answer or chunk. logprobs is a reference the call takes over (NULL: null). */
 typedef struct {
     int index;
-    const char *text;        /* may be empty */
+    const char *text;        /* may be empty; NULL (chat): the message's content is null (only tool calls) */
     size_t len;
     const char *finish_reason; /* NULL = not yet (chunks) */
     json_t *logprobs;
+    const json_t *tool_calls;  /* chat: [{id, type, function: {name, arguments}}] (borrowed), NULL = none;
+                                  a chunk sends them as deltas with their index */
 } ApiChoice;
 
 /* The whole answer with n choices (each choice's logprobs reference is taken over). */

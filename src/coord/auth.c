@@ -29,6 +29,10 @@ struct AuthKey {
     bool any_adapter;
     char **shares;   /* NULL-terminated; NULL when none */
     int segment_reuse; /* segment_reuse=: the tenant's opt-in (0 off, 1 exact, 2 approx); -1 when not given */
+    int index;         /* position in the file's keys (auth_key_index) */
+    int max_concurrent; /* max_concurrent=: requests in flight at once; 0 = no limit */
+    double rate;       /* rate=: requests per second; 0 = no limit */
+    double weight;     /* weight=: share in the instances' fair scheduling (default 1) */
 };
 
 struct AuthKeys {
@@ -105,13 +109,38 @@ static int parse_list(const LineCtx *l, const char *field, const char *s, size_t
     return 0;
 }
 
+/* weight= (0.01 .. 1000), rate= (requests per second, 0.001 .. 1e6) or max_concurrent= (1 .. 1e6). */
+static int parse_limit(const LineCtx *l, AuthKey *k, const char *name, size_t name_len, const char *value, size_t value_len) {
+    char text[32] = "", *end = NULL;
+    if (value_len > 0 && value_len < sizeof text) memcpy(text, value, value_len);
+    double v = text[0] ? strtod(text, &end) : 0;
+    bool number = text[0] && end && *end == '\0';
+    if (name_len == 6) { /* weight */
+        if (k->weight > 0) return braid_error_set(l->err, "api-keys %s line %d: weight= given twice", l->source, l->line);
+        if (!number || !(v >= 0.01 && v <= 1000)) return braid_error_set(l->err, "api-keys %s line %d: weight= must be a number in [0.01, 1000]", l->source, l->line);
+        k->weight = v;
+    } else if (name_len == 4) { /* rate */
+        if (k->rate > 0) return braid_error_set(l->err, "api-keys %s line %d: rate= given twice", l->source, l->line);
+        if (!number || !(v >= 0.001 && v <= 1e6))
+            return braid_error_set(l->err, "api-keys %s line %d: rate= must be requests per second in [0.001, 1e6]", l->source, l->line);
+        k->rate = v;
+    } else {
+        if (k->max_concurrent > 0) return braid_error_set(l->err, "api-keys %s line %d: max_concurrent= given twice", l->source, l->line);
+        if (!number || !(v >= 1 && v <= 1e6) || v != (double)(int)v)
+            return braid_error_set(l->err, "api-keys %s line %d: max_concurrent= must be a whole number in [1, 1000000]", l->source, l->line);
+        k->max_concurrent = (int)v;
+    }
+    (void)name;
+    return 0;
+}
+
 /* The index-th NAME=VALUE field after the key. */
 static int parse_field(const LineCtx *l, AuthKey *k, int index, const char *s, size_t n) {
     const char *eq = memchr(s, '=', n);
     size_t name_len = eq ? (size_t)(eq - s) : n, value_len = eq ? n - name_len - 1 : 0;
     const char *value = eq ? eq + 1 : NULL;
     if (!eq)
-        return braid_error_set(l->err, "api-keys %s line %d: field %d is not NAME=VALUE (expected tenant=, adapters=, shares=, segment_reuse=)",
+        return braid_error_set(l->err, "api-keys %s line %d: field %d is not NAME=VALUE (expected tenant=, adapters=, shares=, segment_reuse=, weight=, max_concurrent=, rate=)",
                                l->source, l->line, index);
     if (name_len == 6 && strncmp(s, "tenant", 6) == 0) {
         if (k->tenant) return braid_error_set(l->err, "api-keys %s line %d: tenant= given twice", l->source, l->line);
@@ -134,6 +163,9 @@ static int parse_field(const LineCtx *l, AuthKey *k, int index, const char *s, s
             return braid_error_set(l->err, "api-keys %s line %d: segment_reuse= must be off, exact or approx", l->source, l->line);
         return 0;
     }
+    if ((name_len == 6 && strncmp(s, "weight", 6) == 0) || (name_len == 4 && strncmp(s, "rate", 4) == 0) ||
+        (name_len == 14 && strncmp(s, "max_concurrent", 14) == 0))
+        return parse_limit(l, k, s, name_len, value, value_len);
     if (name_len == 6 && strncmp(s, "shares", 6) == 0) {
         if (k->shares) return braid_error_set(l->err, "api-keys %s line %d: shares= given twice", l->source, l->line);
         return parse_list(l, "shares", value, value_len, &k->shares);
@@ -141,9 +173,9 @@ static int parse_field(const LineCtx *l, AuthKey *k, int index, const char *s, s
     /* The name is quoted only when it looks like one: a mistyped line could hold part of a key. */
     bool quotable = name_len > 0 && name_len <= 16 && strspn(s, "abcdefghijklmnopqrstuvwxyz_-") >= name_len;
     if (!quotable)
-        return braid_error_set(l->err, "api-keys %s line %d: field %d has an unknown name (expected tenant=, adapters=, shares=, segment_reuse=)",
+        return braid_error_set(l->err, "api-keys %s line %d: field %d has an unknown name (expected tenant=, adapters=, shares=, segment_reuse=, weight=, max_concurrent=, rate=)",
                                l->source, l->line, index);
-    return braid_error_set(l->err, "api-keys %s line %d: unknown field '%.*s' (expected tenant=, adapters=, shares=, segment_reuse=)", l->source,
+    return braid_error_set(l->err, "api-keys %s line %d: unknown field '%.*s' (expected tenant=, adapters=, shares=, segment_reuse=, weight=, max_concurrent=, rate=)", l->source,
                            l->line, (int)name_len, s);
 }
 
@@ -215,6 +247,8 @@ static int add_line(AuthKeys *keys, const LineCtx *l, const char *s, const char 
         key_free(&k);
         return braid_error_set(l->err, "api-keys %s: out of memory", l->source);
     }
+    k.index = keys->n;
+    if (k.weight <= 0) k.weight = 1.0;
     keys->keys[keys->n++] = k;
     return 0;
 }
@@ -319,6 +353,23 @@ static bool in_list(char *const *list, const char *name) {
 
 bool auth_key_allows_tenant(const AuthKey *key, const char *tenant) {
     return strcmp(key->tenant, tenant) == 0 || in_list(key->shares, tenant);
+}
+
+int auth_key_index(const AuthKey *key) { return key->index; }
+int auth_key_max_concurrent(const AuthKey *key) { return key->max_concurrent; }
+double auth_key_rate(const AuthKey *key) { return key->rate; }
+double auth_key_weight(const AuthKey *key) { return key->weight; }
+
+double auth_keys_tenant_weight(const AuthKeys *keys, const char *tenant) {
+    for (int i = 0; keys && tenant && i < keys->n; i++)
+        if (strcmp(keys->keys[i].tenant, tenant) == 0) return keys->keys[i].weight;
+    return 1.0;
+}
+
+bool auth_keys_knows_tenant(const AuthKeys *keys, const char *tenant) {
+    for (int i = 0; keys && tenant && i < keys->n; i++)
+        if (auth_key_allows_tenant(&keys->keys[i], tenant)) return true;
+    return false;
 }
 
 bool auth_key_allows_adapter(const AuthKey *key, const char *adapter) { return key->any_adapter || in_list(key->adapters, adapter); }

@@ -6,13 +6,17 @@
  *
  *     # comment lines and blank lines are skipped
  *     KEY tenant=NAME [adapters=A,B,...|*] [shares=NS,NS,...] [segment_reuse=off|exact|approx]
+ *         [weight=W] [max_concurrent=N] [rate=R]
  *
  * KEY is 16 to AUTH_MAX_KEY_BYTES characters of RFC 6750's b64token alphabet (A-Z a-z 0-9 - . _ ~
  * + / and trailing =), what `Authorization: Bearer KEY` carries. tenant= is required: every request
  * made with the key runs in that tenant's cache namespace. adapters= lists the adapters a request
  * may name (`*`: any); without it the key may name none. shares= lists other tenant names whose
  * namespace a request may ask for explicitly (a shared `public` prefix pool, say). segment_reuse=
- * is the tenant's segment-reuse opt-in (auth_key_segment_reuse). A malformed line
+ * is the tenant's segment-reuse opt-in (auth_key_segment_reuse). weight= is the key's tenant's share
+ * in the instances' fair scheduling (default 1; the first key of a tenant decides); max_concurrent=
+ * and rate= (requests per second) limit the key's own requests: past them the key gets 429 with
+ * Retry-After (key_limiter.h), never another key. A malformed line
  * is an error naming the file and line, never quoting the key.
  *
  * Lookup compares the presented key with every configured key, each over AUTH_MAX_KEY_BYTES bytes,
@@ -53,6 +57,17 @@ const AuthKey *auth_keys_authenticate(const AuthKeys *keys, const char *authoriz
 const char *auth_key_tenant(const AuthKey *key);
 /* Whether a request made with `key` may run in tenant's namespace: its own, or one it shares. */
 bool auth_key_allows_tenant(const AuthKey *key, const char *tenant);
+/* The key's position in the file (0-based; a stable index for per-key state), max_concurrent= (0:
+ * no limit), rate= in requests per second (0: no limit) and weight= (1 when not given). */
+int auth_key_index(const AuthKey *key);
+int auth_key_max_concurrent(const AuthKey *key);
+double auth_key_rate(const AuthKey *key);
+double auth_key_weight(const AuthKey *key);
+/* The weight= of the first key whose tenant is `tenant`; 1 when none (or keys NULL). */
+double auth_keys_tenant_weight(const AuthKeys *keys, const char *tenant);
+/* Whether some key's requests may run in tenant's namespace (its own tenant or one it shares);
+ * false for NULL. A warm start refuses manifest lines of any other tenant. */
+bool auth_keys_knows_tenant(const AuthKeys *keys, const char *tenant);
 /* Whether a request made with `key` may name this adapter. */
 bool auth_key_allows_adapter(const AuthKey *key, const char *adapter);
 /* The key's segment_reuse= (0 off, 1 exact, 2 approx: kv_cache.h SegmentReuseMode), -1 when the

@@ -35,9 +35,11 @@ void coord_request_release(CoordRequest *r) {
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r->prompt);
+    free(r->grammar);
     free(r->hidden);
     free(r->block_hashes);
     free(r->workflow);
+    free(r->workflow_key);
     free(r->agent);
     free(r->tenant);
     free(r->adapter);

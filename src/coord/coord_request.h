@@ -36,8 +36,12 @@ typedef struct CoordRequest {
     uint64_t *block_hashes; /* chained hashes of the prompt's full blocks (seeded by
                                content_hash_namespace(tenant, adapter)), for routing */
     int n_hashes;
-    char *workflow, *agent, *tenant, *adapter; /* NULL when not given; sent to the instance as they are */
+    char *workflow, *agent, *tenant, *adapter; /* NULL when not given; sent to the instance as they are (the
+                                                  workflow as its namespaced key, workflow_key) */
+    char *workflow_key;     /* the workflow in its tenant's namespace (coordinator_workflow_key): what
+                               routing, forecasts and the instances see; set by coordinator_submit */
     CacheDirectives directives; /* resolved cache directives (directive_plan.h), sent with the SUBMIT */
+    char *grammar;          /* the output's grammar spec (grammar.h's JSON text), NULL = unconstrained */
     bool restartable;       /* no partial answer ever reaches the client (not streamed, no stop strings read
                                as tokens arrive): generation may start over if its instance dies */
     double t_submit;
@@ -65,6 +69,7 @@ typedef struct CoordRequest {
     int error_status;       /* an error finish: the HTTP status to answer (0: 500); set before the finish */
     int instance;
     bool cancel_requested;  /* MPI thread only: the client's cancel was sent to the instance */
+    double t_progress;      /* MPI thread only: dispatched, or its latest token (request_watchdog.h) */
     int refs;
 } CoordRequest;
 

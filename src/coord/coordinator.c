@@ -58,6 +58,15 @@ int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm worl
         workflow_forecast_free(&c->forecast);
         return c->restarts_on ? -1 : braid_error_set(err, "coordinator: out of memory");
     }
+    if (request_watchdog_init(&c->watchdog, cfg->n_instances, cfg->request_watchdog_s)) {
+        if (c->restarts_on) instance_restarts_free(&c->restarts);
+        free(c->reviving), free(c->ever_ready), free(c->can_move), free(c->block_bytes);
+        instance_health_free(&c->health);
+        router_free(&c->router);
+        free(c->status);
+        workflow_forecast_free(&c->forecast);
+        return braid_error_set(err, "coordinator: out of memory");
+    }
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->wake, NULL);
     ctrl_init(&c->ctrl, world);
@@ -85,12 +94,14 @@ void coordinator_free(Coordinator *c) {
     for (int i = 0; i < c->n_queue; i++) {
         coord_request_release(c->queue[i].req);
         free(c->queue[i].workflow);
+        free(c->queue[i].tenant);
     }
     free(c->queue);
     for (int i = 0; i < c->n_table; i++) coord_request_release(c->table[i]);
     free(c->table);
     router_free(&c->router);
     instance_health_free(&c->health);
+    request_watchdog_free(&c->watchdog);
     if (c->restarts_on) instance_restarts_free(&c->restarts);
     free(c->reviving);
     free(c->ever_ready);
@@ -115,7 +126,21 @@ static int enqueue_locked(Coordinator *c, CoordCommand cmd) {
 /* Until every instance has either come up or died. */
 static bool loading_locked(const Coordinator *c) { return c->ready_instances + c->dead_instances < c->cfg.n_instances; }
 
+char *coordinator_workflow_key(const char *tenant, const char *workflow) {
+    if (!workflow) return NULL;
+    if (!tenant || !tenant[0]) return strdup(workflow);
+    size_t n = strlen(tenant) + strlen(workflow) + 32;
+    char *key = malloc(n);
+    if (key) snprintf(key, n, "%zu:%s/%s", strlen(tenant), tenant, workflow);
+    return key;
+}
+
 SubmitResult coordinator_submit(Coordinator *c, CoordRequest *req) {
+    /* Routing, forecasts and the instances see the workflow in its tenant's namespace. */
+    if (req->workflow && !req->workflow_key && !(req->workflow_key = coordinator_workflow_key(req->tenant, req->workflow))) {
+        metrics_count_rejected(c->metrics);
+        return SUBMIT_BUSY;
+    }
     pthread_mutex_lock(&c->mu);
     SubmitResult rc = SUBMIT_OK;
     if (c->draining || c->failed || loading_locked(c) || c->dead_instances == c->cfg.n_instances) rc = SUBMIT_UNAVAILABLE;
@@ -144,13 +169,27 @@ void coordinator_cancel(Coordinator *c, uint64_t req_id) {
     pthread_mutex_unlock(&c->mu);
 }
 
-int coordinator_workflow_end(Coordinator *c, const char *workflow) {
-    char *copy = strdup(workflow);
+int coordinator_workflow_end(Coordinator *c, const char *tenant, const char *workflow) {
+    char *copy = strdup(workflow), *owner = tenant && tenant[0] ? strdup(tenant) : NULL;
+    bool ok = copy && (owner || !tenant || !tenant[0]);
     pthread_mutex_lock(&c->mu);
-    int rc = copy ? enqueue_locked(c, (CoordCommand){.kind = CMD_WORKFLOW_END, .workflow = copy}) : -1;
+    int rc = ok ? enqueue_locked(c, (CoordCommand){.kind = CMD_WORKFLOW_END, .workflow = copy, .tenant = owner}) : -1;
     pthread_mutex_unlock(&c->mu);
-    if (rc) free(copy);
+    if (rc) free(copy), free(owner);
     return rc;
+}
+
+void coordinator_on_drain(Coordinator *c, void (*fn)(void *ctx), void *ctx) {
+    c->on_drain = fn;
+    c->on_drain_ctx = ctx;
+}
+
+void coordinator_watchdog_status(Coordinator *c, double *timeout_s, uint64_t *failed, uint64_t *last_id) {
+    pthread_mutex_lock(&c->mu);
+    *timeout_s = c->cfg.request_watchdog_s > 0 ? c->cfg.request_watchdog_s : 0;
+    *failed = c->watchdog_failed;
+    *last_id = c->watchdog_last_id;
+    pthread_mutex_unlock(&c->mu);
 }
 
 const char *coordinator_state(Coordinator *c) {
@@ -296,7 +335,7 @@ static int send_forecast(Coordinator *c, const CoordRequest *r, const AgentPredi
     int rc = 0;
     if (!c->cfg.send_forecasts || p->k == 0) return 0;
     WireBuf b = {0};
-    if (encode_forecast(&b, r->workflow, r->agent, p)) {
+    if (encode_forecast(&b, r->workflow_key, r->agent, p)) {
         LOG_WARN("coord", "req %llu: workflow %s: out of memory encoding its forecast", (unsigned long long)r->id, r->workflow);
     } else {
         for (int i = 0; i < c->cfg.n_instances && rc == 0; i++) {
@@ -317,7 +356,7 @@ static int send_forecast(Coordinator *c, const CoordRequest *r, const AgentPredi
 }
 
 static bool is_workflow_call(const Coordinator *c, const CoordRequest *r) {
-    return c->have_forecast && r->workflow && r->workflow[0] && r->agent && r->agent[0];
+    return c->have_forecast && r->workflow_key && r->workflow_key[0] && r->agent && r->agent[0];
 }
 
 static int forecast_call(Coordinator *c, const CoordRequest *r, BraidError *err) {
@@ -325,7 +364,7 @@ static int forecast_call(Coordinator *c, const CoordRequest *r, BraidError *err)
     const AgentPrediction *p;
     BraidError ferr;
     int rc = 0;
-    if (workflow_forecast_call(&c->forecast, r->workflow, r->agent, server_seconds(c), &p, &ferr))
+    if (workflow_forecast_call(&c->forecast, r->workflow_key, r->agent, server_seconds(c), &p, &ferr))
         LOG_WARN("coord", "req %llu: workflow %s: no forecast: %s", (unsigned long long)r->id, r->workflow, ferr.msg);
     else
         rc = send_forecast(c, r, p, err);
@@ -359,7 +398,7 @@ static void on_hidden(Coordinator *c, WireReader *rd) {
     } else if (r && want > 0) {
         const AgentPrediction *p;
         BraidError err;
-        if (workflow_forecast_refine(&c->forecast, r->workflow, text, &p, &err))
+        if (workflow_forecast_refine(&c->forecast, r->workflow_key, text, &p, &err))
             LOG_WARN("coord", "req %llu: workflow %s: no forecast: %s", (unsigned long long)r->id, r->workflow, err.msg);
         else if (p && send_forecast(c, r, p, &err))
             LOG_ERROR("coord", "workflow %s: sending its forecast: %s", r->workflow, err.msg);
@@ -406,10 +445,11 @@ static int expire_workflows(Coordinator *c, BraidError *err) {
 static int send_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
     MsgSubmit m = {.req_id = r->id, .max_tokens = r->max_tokens, .temperature = r->temperature, .top_p = r->top_p,
                    .top_k = r->top_k, .seed = r->seed, .ignore_eos = r->ignore_eos, .tenant = r->tenant, .adapter = r->adapter,
-                   .workflow = r->workflow, .agent = r->agent, .tokens = r->prompt, .n_tokens = r->n_prompt,
+                   .workflow = r->workflow_key, .agent = r->agent, .tokens = r->prompt, .n_tokens = r->n_prompt,
                    .want_hidden = wants_hidden(c, r), .segment_mode = r->segment_mode,
-                   .want_logprobs = r->want_logprobs, .logprobs_top = r->logprobs_top, .directives = r->directives,
-                   .pull_rank = r->pull_source >= 0 ? leader_rank(c, r->pull_source) : -1, .pull_blocks = r->pull_source >= 0 ? r->pull_blocks : 0};
+                   .want_logprobs = r->want_logprobs, .logprobs_top = r->logprobs_top, .directives = r->directives, .grammar = r->grammar,
+                   .pull_rank = r->pull_source >= 0 ? leader_rank(c, r->pull_source) : -1, .pull_blocks = r->pull_source >= 0 ? r->pull_blocks : 0,
+                   .tenant_weight = (float)auth_keys_tenant_weight(c->cfg.keys, r->tenant)};
     WireBuf b = {0};
     msg_submit_encode(&b, &m);
     return send_to_instance(c, r->instance, MSG_SUBMIT, &b, err);
@@ -433,7 +473,7 @@ static void plan_move(Coordinator *c, CoordRequest *r, const RouteDecision *d) {
 }
 
 static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
-    RouteDecision d = router_pick(&c->router, r->block_hashes, r->n_hashes, r->workflow);
+    RouteDecision d = router_pick(&c->router, r->block_hashes, r->n_hashes, r->workflow_key);
     if (r->pin_instance >= 0 && r->pin_instance < c->cfg.n_instances && !c->router.down[r->pin_instance])
         d = (RouteDecision){.instance = r->pin_instance, .matched_blocks = r->n_hashes, .reason = "pinned", .source = -1}; /* an n > 1 sibling (where its prompt's KV is) or a re-warm head */
     if (d.instance < 0) { /* every instance died after this request was accepted */
@@ -447,8 +487,9 @@ static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
         return 0;
     }
     r->instance = d.instance;
+    r->t_progress = braid_now_seconds();
     c->table[c->n_table++] = r; /* ids grow monotonically, so appending keeps the table sorted */
-    router_assigned(&c->router, d.instance, r->workflow);
+    router_assigned(&c->router, d.instance, r->workflow_key);
     log_route(c, r, d);
     plan_move(c, r, &d);
     if (forecast_call(c, r, err)) return -1;
@@ -464,15 +505,22 @@ static int dispatch_cancel(Coordinator *c, uint64_t id, BraidError *err) {
     return send_to_instance(c, c->table[at]->instance, MSG_CANCEL, &b, err);
 }
 
-static int dispatch_workflow_end(Coordinator *c, const char *workflow, BraidError *err) {
-    router_workflow_ended(&c->router, workflow);
+static int dispatch_workflow_end(Coordinator *c, const char *tenant, const char *workflow, BraidError *err) {
+    char *key = coordinator_workflow_key(tenant, workflow);
+    if (!key) {
+        LOG_WARN("coord", "workflow %s: out of memory ending it; it retires when idle", workflow);
+        return 0;
+    }
+    router_workflow_ended(&c->router, key);
     if (c->cfg.trace && trace_write_workflow_end(c->cfg.trace, braid_now_seconds() - c->t_start, workflow))
         LOG_WARN("coord", "workflow %s: could not write its trace line", workflow);
     if (c->have_forecast) {
-        workflow_forecast_end(&c->forecast, workflow, server_seconds(c));
+        workflow_forecast_end(&c->forecast, key, server_seconds(c));
         publish_workflow_metrics(c);
     }
-    return send_workflow_end(c, workflow, err);
+    int rc = send_workflow_end(c, key, err);
+    free(key);
+    return rc;
 }
 
 /* Takes the queued commands in one swap so HTTP threads wait on the mutex only for that. */
@@ -488,9 +536,10 @@ static int drain_commands(Coordinator *c, BraidError *err) {
         CoordCommand *cmd = &cmds[i];
         if (rc == 0 && cmd->kind == CMD_SUBMIT) rc = dispatch_submit(c, cmd->req, err);
         else if (rc == 0 && cmd->kind == CMD_CANCEL) rc = dispatch_cancel(c, cmd->req_id, err);
-        else if (rc == 0 && cmd->kind == CMD_WORKFLOW_END) rc = dispatch_workflow_end(c, cmd->workflow, err);
+        else if (rc == 0 && cmd->kind == CMD_WORKFLOW_END) rc = dispatch_workflow_end(c, cmd->tenant, cmd->workflow, err);
         else if (cmd->kind == CMD_SUBMIT) fail_request(c, cmd->req, "coordinator failed"), coord_request_release(cmd->req);
         free(cmd->workflow);
+        free(cmd->tenant);
     }
     free(cmds);
     return n > 0 ? (rc ? -1 : 1) : 0;
@@ -545,6 +594,7 @@ static void on_ready(Coordinator *c, int instance, WireReader *rd) {
         LOG_INFO("coord", "instance %d %s (%d KV blocks%s); %d of %d up", instance, revived ? "restarted" : "ready", m.n_blocks,
                  revived ? (c->on_restarted ? ", empty cache: re-warming it" : ", empty cache") : "", up, c->cfg.n_instances);
         if (revived) {
+            request_watchdog_instance_reset(&c->watchdog, instance);
             router_instance_up(&c->router, instance);
             metrics_instance_restarted(c->metrics, instance);
             if (c->on_restarted) c->on_restarted(c->on_restarted_ctx, instance);
@@ -561,6 +611,7 @@ static void on_tokens(Coordinator *c, WireReader *rd) {
     for (int i = 0; i < m.n; i++) {
         int at = table_find(c, m.req_ids[i]);
         const TokenLogprob *lp = m.has_logprob[i] ? &m.logprobs[i] : NULL;
+        if (at >= 0) c->table[at]->t_progress = now;
         if (at >= 0 && coord_request_push_token(c->table[at], m.tokens[i], lp, now))
             LOG_WARN("coord", "req %llu: out of memory storing a token", (unsigned long long)m.req_ids[i]);
     }
@@ -582,8 +633,16 @@ static void trace_finished(Coordinator *c, const CoordRequest *r, const MsgFinis
 
 static void on_finish(Coordinator *c, int instance, WireReader *rd) {
     MsgFinish m;
-    if (msg_finish_decode(rd, &m)) return;
+    if (msg_finish_decode(rd, &m)) {
+        LOG_WARN("coord", "instance %d: malformed finish message (%zu bytes) dropped; the request watchdog answers its request", instance,
+                 rd->len);
+        return;
+    }
+    request_watchdog_finished(&c->watchdog, instance, braid_now_seconds());
     int at = table_find(c, m.req_id);
+    if (at >= 0 && m.reason == FINISH_ERROR)
+        LOG_WARN("coord", "req %llu: instance %d answered it with an error: %s", (unsigned long long)m.req_id, instance,
+                 m.error && m.error[0] ? m.error : "no reason given");
     if (at >= 0) {
         trace_finished(c, c->table[at], &m);
         CoordUsage u = {.prompt_tokens = m.prompt_tokens, .cached_tokens = m.cached_tokens, .cached_tokens_host = m.cached_tokens_host,
@@ -603,6 +662,8 @@ static void on_finish(Coordinator *c, int instance, WireReader *rd) {
 static void on_stats(Coordinator *c, int instance, WireReader *rd) {
     MsgStats m;
     if (msg_stats_decode(rd, &m)) return;
+    request_watchdog_stats(&c->watchdog, instance, m.computed_prompt_tokens + m.cached_prompt_tokens_device + m.cached_prompt_tokens_host,
+                           braid_now_seconds());
     InstanceStats s = {.waiting = m.waiting, .running = m.running, .pool_used_blocks = m.pool_used_blocks,
                        .pool_total_blocks = m.pool_total_blocks, .host_used_blocks = m.host_used_blocks,
                        .host_total_blocks = m.host_total_blocks, .cached_prompt_tokens_device = m.cached_prompt_tokens_device,
@@ -747,11 +808,12 @@ static bool can_start_over(CoordRequest *r) {
 
 /* Sends the request to a live instance again; 1 when none is left, -1 on an MPI error. */
 static int route_again(Coordinator *c, CoordRequest *r, int from, BraidError *err) {
-    RouteDecision d = router_pick(&c->router, r->block_hashes, r->n_hashes, r->workflow);
+    RouteDecision d = router_pick(&c->router, r->block_hashes, r->n_hashes, r->workflow_key);
     if (d.instance < 0) return 1;
     coord_request_restart(r);
     r->instance = d.instance;
-    router_assigned(&c->router, d.instance, r->workflow);
+    r->t_progress = braid_now_seconds();
+    router_assigned(&c->router, d.instance, r->workflow_key);
     log_route(c, r, d);
     plan_move(c, r, &d);
     LOG_INFO("coord", "req %llu: instance %d died before any of its answer went out; routed again to instance %d", (unsigned long long)r->id,
@@ -848,6 +910,44 @@ static void restart_due_instance(Coordinator *c) {
     LOG_WARN("coord", "instance %d: new leader spawned (restart %d of %d); loading", i, c->restarts.restarts[i], c->restarts.max_restarts);
 }
 
+/* ---- MPI thread: the request watchdog ---- */
+
+/* A routed request on a live instance with no token and no queue movement past the watchdog: its
+ * instance lost it (or holds it stuck). It is answered 500 so the client, the in-flight gauge and a
+ * drain are not left waiting; the instance is told to cancel it in case it still holds it (its
+ * late FINISH then finds no request and is dropped). */
+static int check_watchdog(Coordinator *c, BraidError *err) {
+    double now = braid_now_seconds();
+    if (!request_watchdog_due(&c->watchdog, now)) return 0;
+    for (int at = 0; at < c->n_table;) {
+        CoordRequest *r = c->table[at];
+        if (instance_health_is_dead(&c->health, r->instance) || !request_watchdog_expired(&c->watchdog, r->instance, r->t_progress, now)) {
+            at++;
+            continue;
+        }
+        double idle = request_watchdog_idle_s(&c->watchdog, r->instance, r->t_progress, now);
+        LOG_ERROR("coord", "req %llu: no token and no queue movement on instance %d for %.1f s (--request-watchdog-s %.0f); answered 500",
+                  (unsigned long long)r->id, r->instance, idle, c->cfg.request_watchdog_s);
+        char why[200];
+        snprintf(why, sizeof why, "request %llu made no progress for %.0f s on instance %d (request watchdog); it was cancelled",
+                 (unsigned long long)r->id, idle, r->instance);
+        WireBuf b = {0};
+        wire_put_u64(&b, r->id);
+        int instance = r->instance;
+        if (send_to_instance(c, instance, MSG_CANCEL, &b, err)) return -1;
+        router_finished(&c->router, instance);
+        if (c->router.load[instance] == 0) metrics_instance_idle(c->metrics, instance);
+        pthread_mutex_lock(&c->mu);
+        c->watchdog_failed++;
+        c->watchdog_last_id = r->id;
+        pthread_mutex_unlock(&c->mu);
+        metrics_count_watchdog(c->metrics);
+        fail_request(c, r, why);
+        table_remove(c, at);
+    }
+    return 0;
+}
+
 static int check_instances(Coordinator *c, BraidError *err) {
     int dead;
     while ((dead = instance_health_next_dead(&c->health, braid_now_seconds())) >= 0)
@@ -875,8 +975,41 @@ static void fail_everything(Coordinator *c, const char *why) {
     for (int i = 0; i < n; i++) {
         if (cmds[i].kind == CMD_SUBMIT) fail_request_status(c, cmds[i].req, 503, text), coord_request_release(cmds[i].req);
         free(cmds[i].workflow);
+        free(cmds[i].tenant);
     }
     free(cmds);
+}
+
+/* ---- the stop signals ---- */
+
+typedef struct {
+    Coordinator *c;
+    const sigset_t *signals;
+    bool exiting; /* under c->mu: coordinator_run is returning; the next signal ends the thread */
+} SignalWatch;
+
+/* Waits for SIGINT / SIGTERM and starts the drain the moment one arrives: "draining" at once (new
+ * requests get 503), then the on_drain hook (the HTTP server stops accepting). Later signals are
+ * logged only; the launcher turns a second one into an abort. */
+static void *signal_watch_main(void *arg) {
+    SignalWatch *w = arg;
+    Coordinator *c = w->c;
+    for (;;) {
+        int sig = 0;
+        if (sigwait(w->signals, &sig)) continue;
+        pthread_mutex_lock(&c->mu);
+        bool exiting = w->exiting, first = !c->draining;
+        if (!exiting) c->draining = true;
+        pthread_cond_signal(&c->wake);
+        pthread_mutex_unlock(&c->mu);
+        if (exiting) return NULL;
+        if (!first) {
+            LOG_INFO("coord", "signal %d: already draining", sig);
+            continue;
+        }
+        LOG_INFO("coord", "signal %d: draining (new requests get 503, no new connections), then shutting down", sig);
+        if (c->on_drain) c->on_drain(c->on_drain_ctx);
+    }
 }
 
 /* ---- MPI thread: the loop ---- */
@@ -943,8 +1076,12 @@ static void nap(Coordinator *c) {
 
 int coordinator_run(Coordinator *c, const sigset_t *stop_signals, BraidError *err) {
     int rc = 0;
+    SignalWatch watch = {.c = c, .signals = stop_signals};
+    pthread_t watcher;
+    bool watching = pthread_create(&watcher, NULL, signal_watch_main, &watch) == 0;
+    if (!watching) LOG_WARN("coord", "cannot start the signal thread; stop signals are polled by the MPI loop");
     while (rc == 0 && !drained(c)) {
-        if (stop_requested(stop_signals)) {
+        if (!watching && stop_requested(stop_signals)) {
             pthread_mutex_lock(&c->mu);
             c->draining = true;
             pthread_mutex_unlock(&c->mu);
@@ -952,7 +1089,8 @@ int coordinator_run(Coordinator *c, const sigset_t *stop_signals, BraidError *er
         int worked = drain_commands(c, err);
         int got = worked < 0 ? -1 : poll_messages(c, err);
         announce_when_started(c); /* also after a warm start, which ends on another thread */
-        if (worked < 0 || got < 0 || check_instances(c, err) || expire_workflows(c, err) || ctrl_progress(&c->ctrl, err)) {
+        if (worked < 0 || got < 0 || check_instances(c, err) || check_watchdog(c, err) || expire_workflows(c, err) ||
+            ctrl_progress(&c->ctrl, err)) {
             rc = -1;
             break;
         }
@@ -964,6 +1102,14 @@ int coordinator_run(Coordinator *c, const sigset_t *stop_signals, BraidError *er
     if (failed && rc == 0) rc = braid_error_set(err, "%s", c->failure);
     pthread_mutex_unlock(&c->mu);
     if (rc) fail_everything(c, err->msg);
+    if (watching) {
+        pthread_mutex_lock(&c->mu);
+        watch.exiting = true;
+        pthread_mutex_unlock(&c->mu);
+        /* Blocked in every thread: it stays pending for the watcher's sigwait. */
+        pthread_kill(watcher, sigismember(stop_signals, SIGTERM) == 1 ? SIGTERM : SIGINT);
+        pthread_join(watcher, NULL);
+    }
     BraidError shutdown_err;
     shutdown_instances(c, &shutdown_err);
     return rc;

@@ -6,14 +6,21 @@
  * never touch MPI: they call coordinator_submit / _cancel / _workflow_end, which only queue a
  * command under a mutex. The MPI loop drains that queue, routes (router.h) and sends SUBMITs,
  * polls the leaders' messages (READY, TOKENS, FINISH, STATS, KV events) and updates the requests
- * and the metrics. SIGINT / SIGTERM (blocked in every thread and polled here) start a drain: new
- * requests get 503, in-flight ones finish, then every leader gets SHUTDOWN and the loop returns.
+ * and the metrics. SIGINT / SIGTERM (blocked in every thread; a thread of coordinator_run's waits for
+ * them) start a drain the moment they arrive: the state is "draining" (new requests get 503), the
+ * on_drain hook stops accepting connections, in-flight requests finish, then every leader gets
+ * SHUTDOWN and the loop returns.
+ * Every accepted request ends with an answer within a bound: a leader that cannot take a SUBMIT
+ * answers it with an error FINISH, and the progress watchdog (request_watchdog.h) fails a request
+ * that gets neither a token nor queue movement for cfg.request_watchdog_s (500).
  * Workflow forecasts: the MPI thread owns a WorkflowForecast (src/predict/workflow_forecast.h:
  * the workflow tracker and the next-agent predictor). Every routed request with a workflow id and
  * an agent is a call: recorded, learned from, forecast; a non-empty forecast goes to every leader
  * as PREDICT ahead of the request's SUBMIT (when the instances' policy takes predictions). A
  * workflow end (POST /v1/workflows/{id}/end) retires it; once a second, workflows idle longer than
- * the timeout retire too and every leader gets WORKFLOW_END for them.
+ * the timeout retire too and every leader gets WORKFLOW_END for them. Workflow ids live in their
+ * tenant's namespace (coordinator_workflow_key): routing, forecasts and the leaders see the
+ * namespaced key, so one tenant can neither end nor steer another's workflow of the same id.
  * Failure domains: each instance lives or dies whole (instance_health.h: a rank's process gone,
  * or its leader silent past --instance-timeout). A dead instance leaves routing and the router's
  * block index; what is left of it on this host is killed; its requests that have streamed nothing
@@ -34,12 +41,14 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "coord/auth.h"
 #include "coord/coord_request.h"
 #include "coord/instance_health.h"
 #include "coord/instance_restart.h"
 #include "coord/kv_event_publisher.h"
 #include "coord/metrics.h"
 #include "coord/move_plan.h"
+#include "coord/request_watchdog.h"
 #include "coord/router.h"
 #include "predict/workflow_forecast.h"
 #include "transport/ctrl_endpoint.h"
@@ -50,7 +59,8 @@ typedef struct {
     CoordCommandKind kind;
     CoordRequest *req;  /* SUBMIT (a reference the command holds) */
     uint64_t req_id;    /* CANCEL */
-    char *workflow;     /* WORKFLOW_END */
+    char *workflow;     /* WORKFLOW_END: the id as the client named it */
+    char *tenant;       /* WORKFLOW_END: its tenant (NULL: none); the key is coordinator_workflow_key's */
 } CoordCommand;
 
 typedef struct {
@@ -75,6 +85,12 @@ typedef struct {
      * tp must be 1), as `braid respawn_args... --respawned-instance I` (see instance_restart.h). */
     int max_restarts;
     const char *const *respawn_args;
+    /* --request-watchdog-s: a routed request with no token and no queue movement on its (live)
+     * instance for this long is answered 500 (request_watchdog.h); <= 0: off. */
+    double request_watchdog_s;
+    /* --api-keys (borrowed; NULL = none): each tenant's weight= goes with its requests to the
+     * instances' fair sharing (sched_fair.h). */
+    const AuthKeys *keys;
 } CoordinatorConfig;
 
 /* One instance as /health reports it. */
@@ -132,6 +148,11 @@ typedef struct {
     BraidError *expiry_err;
     void (*on_restarted)(void *ctx, int instance); /* a restarted instance is ready (NULL: nobody listens) */
     void *on_restarted_ctx;
+    void (*on_drain)(void *ctx); /* a stop signal arrived: stop accepting connections (NULL: none) */
+    void *on_drain_ctx;
+    RequestWatchdog watchdog;    /* MPI thread only */
+    uint64_t watchdog_failed;    /* (under mu) requests the watchdog answered 500 */
+    uint64_t watchdog_last_id;   /* (under mu) the latest of them */
 } Coordinator;
 
 int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm world, Metrics *metrics, BraidError *err);
@@ -147,7 +168,13 @@ bool coordinator_lost_ranks(const Coordinator *c);
 /* Any thread. Takes a reference to req when accepted (SUBMIT_OK); assigns req->id. */
 SubmitResult coordinator_submit(Coordinator *c, CoordRequest *req);
 void coordinator_cancel(Coordinator *c, uint64_t req_id);
-int coordinator_workflow_end(Coordinator *c, const char *workflow);
+/* Any thread: ends the workflow `workflow` of `tenant` (NULL or "": none). Workflow ids live in
+ * their tenant's namespace: two tenants' "w1" are two workflows, and a key ends only its own. */
+int coordinator_workflow_end(Coordinator *c, const char *tenant, const char *workflow);
+/* The namespaced key a workflow id of a tenant is routed, forecast and ended under: the id itself
+ * without a tenant, else "<bytes of tenant>:<tenant>/<id>" (unambiguous whatever either holds).
+ * malloc'd; NULL when out of memory or workflow is NULL. */
+char *coordinator_workflow_key(const char *tenant, const char *workflow);
 /* Any thread: "ready", "degraded" (some instances died, the rest serve), "loading", "warming" (up,
  * a warm start still prefilling; requests are served meanwhile), "draining" or "failed" (start-up
  * failed, or no instance is left). */
@@ -160,6 +187,12 @@ void coordinator_warming_done(Coordinator *c);
 /* Before coordinator_run: fn(ctx, i) is called on the MPI thread each time a restarted instance i
  * reports ready (and is back in routing). fn must return at once (queue work, never wait on it). */
 void coordinator_on_instance_restarted(Coordinator *c, void (*fn)(void *ctx, int instance), void *ctx);
+/* Before coordinator_run: fn(ctx) is called once, on a signal-waiting thread, the moment the first
+ * SIGINT / SIGTERM arrives (after the state became "draining"); e.g. the HTTP server stops accepting. */
+void coordinator_on_drain(Coordinator *c, void (*fn)(void *ctx), void *ctx);
+/* Any thread: the watchdog's bound in seconds (0: off), the requests it failed since start-up and
+ * the latest one's id (0: none), for /health. */
+void coordinator_watchdog_status(Coordinator *c, double *timeout_s, uint64_t *failed, uint64_t *last_id);
 /* Any thread: the smallest instance KV pool in tokens and the block size (0 before ready). */
 void coordinator_pool(Coordinator *c, int *pool_tokens, int *block_size);
 

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -17,6 +18,8 @@
 #include "coord/http_generate.h"
 #include "coord/http_internal.h"
 #include "coord/http_manifest.h"
+#include "coord/key_limiter.h"
+#include "common/timeutil.h"
 
 struct HttpApi {
     HttpApiConfig cfg;
@@ -26,6 +29,7 @@ struct HttpApi {
     pthread_mutex_t mu;
     int open_requests; /* requests whose response is not completely sent yet */
     _Atomic uint64_t seed_counter; /* makes every unseeded request's seed distinct (api_request_sampling_seed) */
+    KeyLimiter *limiter;           /* the keys' max_concurrent= / rate= (key_limiter.h); NULL without keys */
 };
 
 /* The body of one request, collected across MHD's upload callbacks. */
@@ -34,6 +38,7 @@ typedef struct {
     size_t len, cap;
     bool too_large;
     size_t header_bytes; /* request line and headers, as received */
+    int limit_slot;      /* the key whose limiter slot this request holds (auth_key_index), -1 none */
 } RequestBody;
 
 static enum MHD_Result send_text(struct MHD_Connection *conn, int status, const char *type, char *body) {
@@ -71,9 +76,16 @@ static enum MHD_Result handle_health(HttpApi *api, struct MHD_Connection *conn) 
         json_array_append_new(list, one);
     }
     free(status);
+    /* Requests the progress watchdog had to answer: each one an instance lost (or held stuck). */
+    double watchdog_s;
+    uint64_t past_watchdog, last_past;
+    coordinator_watchdog_status(api->cfg.coord, &watchdog_s, &past_watchdog, &last_past);
+    json_t *watchdog = json_pack("{s:f, s:I}", "timeout_s", watchdog_s, "requests_past_watchdog", (json_int_t)past_watchdog);
+    if (watchdog && last_past) json_object_set_new(watchdog, "last_request_id", json_integer((json_int_t)last_past));
     return http_send_json(conn, serving ? 200 : 503,
-                          dump(json_pack("{s:s, s:i, s:i, s:o*}", "status", state, "instances", n, "instances_alive", alive,
-                                         "instance_states", list)));
+                          dump(json_pack("{s:s, s:i, s:i, s:o*, s:I, s:o*}", "status", state, "instances", n, "instances_alive", alive,
+                                         "instance_states", list, "requests_past_watchdog", (json_int_t)past_watchdog,
+                                         "request_watchdog", watchdog)));
 }
 
 /* max_model_len is what one request (prompt + max_tokens) may reach: the context, or the KV pool
@@ -103,17 +115,32 @@ static enum MHD_Result handle_metrics(HttpApi *api, struct MHD_Connection *conn)
     return send_text(conn, 200, "text/plain; version=0.0.4; charset=utf-8", metrics_render(api->cfg.metrics));
 }
 
-/* POST /v1/workflows/{id}/end */
-static enum MHD_Result handle_workflow_end(HttpApi *api, struct MHD_Connection *conn, const char *url) {
-    const char *prefix = "/v1/workflows/", *suffix = "/end";
+/* The tenant whose workflow a POST /v1/workflows/{id}/end ends: with API keys the key's own, or
+ * one it shares named by X-Braid-Tenant (403 otherwise); without keys the X-Braid-Tenant header's
+ * (the tenant its requests named), else none. *tenant borrows from key or conn. 0, or -1 with e. */
+static int workflow_end_tenant(struct MHD_Connection *conn, const AuthKey *key, const char **tenant, ApiError *e) {
+    const char *named = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Braid-Tenant");
+    if (named && api_request_check_label("tenant", "header X-Braid-Tenant", named, strlen(named), e)) return -1;
+    *tenant = named;
+    if (!key) return 0;
+    if (named && !auth_key_allows_tenant(key, named))
+        return api_error_set(e, 403, "tenant", "tenant_not_allowed", "this API key belongs to tenant '%s' and does not share tenant '%.64s'",
+                             auth_key_tenant(key), named);
+    if (!named) *tenant = auth_key_tenant(key);
+    return 0;
+}
+
+/* POST /v1/workflows/{id}/end. The id (percent-decoded by libmicrohttpd) is checked like a
+ * workflow_id in a body or header; it names a workflow in the caller's tenant's namespace only. */
+static enum MHD_Result handle_workflow_end(HttpApi *api, struct MHD_Connection *conn, const char *url, const AuthKey *key) {
+    const char *prefix = "/v1/workflows/", *suffix = "/end", *tenant = NULL;
     size_t n = strlen(url) - strlen(prefix) - strlen(suffix);
     ApiError e;
-    if (n == 0 || n > 256) {
-        api_error_set(&e, 400, "workflow_id", NULL, "the workflow id in the path must be 1 to 256 bytes");
+    if (api_request_check_label("workflow_id", "the workflow id in the path", url + strlen(prefix), n, &e) ||
+        workflow_end_tenant(conn, key, &tenant, &e))
         return http_send_error(api->cfg.metrics, conn, NULL, &e);
-    }
     char *id = strndup(url + strlen(prefix), n);
-    if (!id || coordinator_workflow_end(api->cfg.coord, id)) {
+    if (!id || coordinator_workflow_end(api->cfg.coord, tenant, id)) {
         free(id);
         api_error_set(&e, 503, NULL, NULL, "the server is out of memory");
         return http_send_error(api->cfg.metrics, conn, NULL, &e);
@@ -155,6 +182,29 @@ static int check_content_type(struct MHD_Connection *conn, ApiError *e) {
                          (int)(n > 64 ? 64 : n), type);
 }
 
+/* A key past its own max_concurrent= or rate=: 429 with the Retry-After the limiter computed. */
+static enum MHD_Result send_key_limited(HttpApi *api, struct MHD_Connection *conn, const char *endpoint, const AuthKey *key,
+                                       KeyLimitResult why, double retry_after_s) {
+    ApiError e;
+    if (why == KEY_LIMIT_CONCURRENCY)
+        api_error_set(&e, 429, NULL, "rate_limit_exceeded", "this API key already has %d requests in flight (its max_concurrent=); retry when one ends",
+                      auth_key_max_concurrent(key));
+    else
+        api_error_set(&e, 429, NULL, "rate_limit_exceeded", "this API key is over its rate of %g requests per second (its rate=); retry shortly",
+                      auth_key_rate(key));
+    metrics_record_request(api->cfg.metrics, endpoint, 429, 0, -1, 0, 0, 0);
+    char *body = api_error_json(&e), retry[32];
+    if (!body) return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) return free(body), MHD_NO;
+    snprintf(retry, sizeof retry, "%.0f", ceil(retry_after_s > 1 ? retry_after_s : 1));
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry);
+    enum MHD_Result rc = MHD_queue_response(conn, 429, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
 /* The completion endpoints and POST /v1/workflows/{id}/end. */
 static enum MHD_Result route_post(HttpApi *api, struct MHD_Connection *conn, const char *url, bool post, RequestBody *body) {
     ApiError e;
@@ -167,8 +217,16 @@ static enum MHD_Result route_post(HttpApi *api, struct MHD_Connection *conn, con
         api_error_set(&e, 413, NULL, NULL, "request body exceeds %zu bytes", api->cfg.max_body_bytes);
         return http_send_error(api->cfg.metrics, conn, endpoint, &e);
     }
-    if (!endpoint) return handle_workflow_end(api, conn, url);
+    if (!endpoint) return handle_workflow_end(api, conn, url, key);
     if (check_content_type(conn, &e)) return http_send_error(api->cfg.metrics, conn, endpoint, &e);
+    /* The key's own limits; the slot is released when the answer has been sent (on_completed). */
+    if (key && api->limiter && (auth_key_max_concurrent(key) > 0 || auth_key_rate(key) > 0)) {
+        double retry_after;
+        KeyLimitResult lim = key_limiter_acquire(api->limiter, auth_key_index(key), auth_key_max_concurrent(key), auth_key_rate(key),
+                                                 braid_now_seconds(), &retry_after);
+        if (lim != KEY_LIMIT_OK) return send_key_limited(api, conn, endpoint, key, lim, retry_after);
+        body->limit_slot = auth_key_index(key);
+    }
     return http_generate(&api->generate, conn, chat ? API_CHAT : API_COMPLETION, key, body->data ? body->data : "", body->len);
 }
 
@@ -211,6 +269,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!body) {
         /* First call: headers only. An announced body over the limit is refused without reading it. */
         if (!(body = calloc(1, sizeof *body))) return MHD_NO;
+        body->limit_slot = -1;
         pthread_mutex_lock(&api->mu);
         api->open_requests++;
         pthread_mutex_unlock(&api->mu);
@@ -252,6 +311,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)(api->cfg.timeout_s * 3));
     RequestBody *body = *con_cls;
     if (body) {
+        if (body->limit_slot >= 0) key_limiter_release(api->limiter, body->limit_slot);
         free(body->data);
         pthread_mutex_lock(&api->mu);
         api->open_requests--;
@@ -313,13 +373,20 @@ HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err) {
                                           .served_model = cfg->served_model, .lora = cfg->lora, .seed_counter = &api->seed_counter,
                                           .segment_reuse = cfg->segment_reuse, .manifest = cfg->manifest};
     pthread_mutex_init(&api->mu, NULL);
+    if (cfg->keys && !(api->limiter = key_limiter_create(auth_keys_count(cfg->keys)))) {
+        pthread_mutex_destroy(&api->mu);
+        free(api);
+        return braid_error_set(err, "http: out of memory"), NULL;
+    }
     bool tls = cfg->tls_cert_pem && cfg->tls_key_pem;
     if (tls && !MHD_is_feature_supported(MHD_FEATURE_TLS)) {
+        key_limiter_destroy(api->limiter);
         free(api);
         return braid_error_set(err, "http: --tls-cert/--tls-key given, but this libmicrohttpd was built without TLS"), NULL;
     }
     raise_fd_limit();
     if (!(api->daemon = start_daemon(api, tls))) {
+        key_limiter_destroy(api->limiter);
         free(api);
         return braid_error_set(err, "http: cannot start the HTTP server%s",
                                tls ? " (the --tls-cert / --tls-key PEM was refused, or they do not match)" : ""),
@@ -330,6 +397,7 @@ HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err) {
                           .line_timeout_s = api->cfg.timeout_s, .hand_over = add_connection, .hand_over_ctx = api};
     if (!(api->front_door = front_door_start(&fc, err))) {
         MHD_stop_daemon(api->daemon);
+        key_limiter_destroy(api->limiter);
         free(api);
         return NULL;
     }
@@ -350,10 +418,20 @@ int http_api_quiesce(HttpApi *api, double timeout_s) {
     return open;
 }
 
+void http_api_stop_accepting(HttpApi *api) {
+    if (!api) return;
+    pthread_mutex_lock(&api->mu);
+    FrontDoor *d = api->front_door;
+    api->front_door = NULL;
+    pthread_mutex_unlock(&api->mu);
+    front_door_stop(d); /* closes the listening socket: new connections are refused */
+}
+
 void http_api_stop(HttpApi *api) {
     if (!api) return;
-    front_door_stop(api->front_door); /* no new connections; then the daemon ends the open ones */
+    http_api_stop_accepting(api); /* no new connections; then the daemon ends the open ones */
     MHD_stop_daemon(api->daemon);
+    key_limiter_destroy(api->limiter);
     pthread_mutex_destroy(&api->mu);
     free(api);
 }

@@ -76,6 +76,10 @@ HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err);
  * step: requests have finished, their answers may still be on the way). Returns how many remain. */
 int http_api_quiesce(HttpApi *api, double timeout_s);
 /* Stops accepting and waits for every connection thread to end. */
+/* Any thread, idempotent (a drain's first signal; http_api_stop too): closes the listening
+ * socket, so new connections are refused at once; connections already accepted are served (a
+ * draining coordinator answers their new requests 503). */
+void http_api_stop_accepting(HttpApi *api);
 void http_api_stop(HttpApi *api);
 
 #endif

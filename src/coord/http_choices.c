@@ -10,6 +10,8 @@
 #include <time.h>
 
 #include "cache/content_hash.h"
+#include "coord/api/api_tools.h"
+#include "coord/api/chat_render.h"
 #include "coord/http_directives.h"
 #include "common/timeutil.h"
 #include "transport/control_msg.h"
@@ -30,7 +32,7 @@ static int copy_prompt_ids(const BraidModel *m, const ApiPrompt *p, const char *
 }
 
 /* The token ids of prompt `which` (completions) or of the rendered chat. */
-static int tokenize_prompt(const BraidModel *m, const ApiRequest *a, int which, TokenList *ids, ApiError *e) {
+static int tokenize_prompt(const BraidModel *m, const ApiRequest *a, ToolSyntax syntax, int which, TokenList *ids, ApiError *e) {
     BraidError err;
     if (a->kind == API_COMPLETION) {
         const ApiPrompt *p = &a->prompts[which];
@@ -42,12 +44,8 @@ static int tokenize_prompt(const BraidModel *m, const ApiRequest *a, int which, 
             return api_error_set(e, 400, "prompt", NULL, "cannot tokenize %s: %s", param, err.msg);
         return 0;
     }
-    ChatMessage *msgs = calloc((size_t)a->n_messages, sizeof *msgs);
-    if (!msgs) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
-    for (int i = 0; i < a->n_messages; i++) msgs[i] = (ChatMessage){.role = a->messages[i].role, .content = a->messages[i].content};
-    char *text = chat_template_render(&m->chat, msgs, a->n_messages, &err);
-    free(msgs);
-    if (!text) return api_error_set(e, 400, "messages", NULL, "cannot apply the chat template: %s", err.msg);
+    char *text = api_chat_render(&m->chat, syntax, a, a->n_messages, e);
+    if (!text) return -1;
     int rc = tokenizer_encode(&m->tokenizer, text, strlen(text), true, m->tokenizer.add_bos, ids, &err);
     free(text);
     if (rc) return api_error_set(e, 400, "messages", NULL, "cannot tokenize the messages: %s", err.msg);
@@ -92,9 +90,9 @@ static int resolve_segment_reuse(const HttpGenerateContext *ctx, const ApiReques
 
 /* The request for choice `index`, owning a copy of the prompt's ids. */
 static CoordRequest *build_request(const HttpGenerateContext *ctx, const ApiRequest *a, const TokenList *ids, int max_tokens,
-                                   int segment_mode, const CacheDirectives *directives, int index, ApiError *e) {
+                                   int segment_mode, const CacheDirectives *directives, const char *grammar, int index, ApiError *e) {
     CoordRequest *r = coord_request_create();
-    if (r && cache_directives_copy(&r->directives, directives)) {
+    if (r && (cache_directives_copy(&r->directives, directives) || (grammar && !(r->grammar = strdup(grammar))))) {
         coord_request_release(r);
         r = NULL;
     }
@@ -144,28 +142,27 @@ void choices_free(const HttpGenerateContext *ctx, ChoiceSet *set, bool cancel) {
         text_stream_free(&c->ts);
         free(c->tokens);
         free(c->logprobs);
+        tool_parse_free(&c->parse);
     }
     free(set->c);
     memset(set, 0, sizeof *set);
 }
 
-/* Tokenizes every prompt once and builds n requests for each. */
-int choices_build(const HttpGenerateContext *ctx, const ApiRequest *a, ChoiceSet *set, ApiError *e) {
-    int prompts = a->kind == API_CHAT ? 1 : a->n_prompts, segment_mode = 0;
-    if (resolve_segment_reuse(ctx, a, &segment_mode, e)) return -1;
+static int build_choices(const HttpGenerateContext *ctx, const ApiRequest *a, int prompts, int segment_mode, const char *grammar,
+                         ChoiceSet *set, ApiError *e) {
     set->per_prompt = a->n;
     if (!(set->c = calloc((size_t)prompts * (size_t)a->n, sizeof *set->c))) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
     for (int p = 0; p < prompts; p++) {
         TokenList ids = {0};
         CacheDirectives directives = {0};
-        int max_tokens = 0, rc = tokenize_prompt(ctx->model, a, p, &ids, e);
+        int max_tokens = 0, rc = tokenize_prompt(ctx->model, a, set->syntax, p, &ids, e);
         if (rc == 0 && ids.n == 0) rc = api_error_set(e, 400, a->kind == API_CHAT ? "messages" : "prompt", NULL, "the prompt is empty");
         if (rc == 0) rc = http_plan_directives(ctx, a, &ids, &directives, e);
         if (rc == 0) rc = resolve_max_tokens(ctx, a, ids.n, &max_tokens, e);
         for (int j = 0; rc == 0 && j < a->n; j++) {
             Choice *c = &set->c[set->n];
             c->index = p * a->n + j;
-            if (!(c->r = build_request(ctx, a, &ids, max_tokens, segment_mode, &directives, c->index, e))) rc = -1;
+            if (!(c->r = build_request(ctx, a, &ids, max_tokens, segment_mode, &directives, grammar, c->index, e))) rc = -1;
             else set->n++;
         }
         cache_directives_free(&directives);
@@ -173,6 +170,24 @@ int choices_build(const HttpGenerateContext *ctx, const ApiRequest *a, ChoiceSet
         if (rc) return -1;
     }
     return 0;
+}
+
+/* Tokenizes every prompt once and builds n requests for each. */
+int choices_build(const HttpGenerateContext *ctx, const ApiRequest *a, ChoiceSet *set, ApiError *e) {
+    int prompts = a->kind == API_CHAT ? 1 : a->n_prompts, segment_mode = 0;
+    if (resolve_segment_reuse(ctx, a, &segment_mode, e)) return -1;
+    char *grammar = NULL;
+    if (a->kind == API_CHAT) {
+        set->syntax = api_chat_tool_syntax(&ctx->model->chat);
+        /* Answers are parsed for calls when calls are allowed; in generic mode always, since the
+         * reply is the agreed JSON object even when it may only answer. */
+        set->tools = api_tools_offered(a) && (a->tool_choice != API_TOOL_CHOICE_NONE || set->syntax == TOOL_SYNTAX_GENERIC);
+        set->max_calls = a->parallel_tool_calls ? TOOL_MAX_PARALLEL_CALLS : 1;
+        if (tool_format_grammar(set->syntax, a, &grammar, e)) return -1;
+    }
+    int rc = build_choices(ctx, a, prompts, segment_mode, grammar, set, e);
+    free(grammar);
+    return rc;
 }
 
 static int submit_one(const HttpGenerateContext *ctx, Choice *c, ApiError *e) {
@@ -243,6 +258,7 @@ static void wait_progress(Choice *c) {
 }
 
 const char *choice_finish_reason(const Choice *c) {
+    if (c->parsed && c->parse.calls) return "tool_calls";
     if (c->ts.stopped) return "stop";
     return c->r->finish_reason == FINISH_LENGTH ? "length" : "stop";
 }
@@ -301,6 +317,24 @@ void choice_advance(const HttpGenerateContext *ctx, const ApiRequest *a, Choice 
 }
 
 bool choice_done(const Choice *c) { return c->ts.stopped || c->progress.finished; }
+
+const ToolParse *choice_tool_parse(const ChoiceSet *set, Choice *c) {
+    if (!set->tools) return NULL;
+    if (!c->parsed) {
+        /* Ids derive from the request's id and sampling seed (a fresh draw unless the client seeded
+         * it), so they differ between answers, and between server runs, and are stable within one. */
+        uint64_t seed = c->r->seed ^ (c->r->id * 0x100 + (uint64_t)c->index);
+        if (tool_parse(set->syntax, c->ts.text ? c->ts.text : "", c->ts.len, set->max_calls, seed, &c->parse)) return NULL;
+        c->parsed = true;
+    }
+    return &c->parse;
+}
+
+size_t choice_tool_streamable(const ChoiceSet *set, const Choice *c) {
+    if (!set->tools) return c->ts.ready;
+    size_t safe = tool_parse_streamable(set->syntax, c->ts.text ? c->ts.text : "", c->ts.ready);
+    return safe < c->ts.ready ? safe : c->ts.ready;
+}
 
 /* The choice's logprobs for the tokens whose text starts before text_limit (NULL: none asked). */
 json_t *choice_logprobs(const HttpGenerateContext *ctx, const ApiRequest *a, Choice *c, size_t text_limit) {

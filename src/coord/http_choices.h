@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "coord/api/tool_parse.h"
 #include "coord/api_logprobs.h"
 #include "coord/api_request.h"
 #include "coord/api_response.h"
@@ -46,11 +47,16 @@ typedef struct {
     int cap;
     Progress progress;
     LogprobCursor lp;
+    ToolParse parse;         /* with tools: the answer split into content and calls, once done */
+    bool parsed;
 } Choice;
 
 typedef struct {
     Choice *c;
     int n, per_prompt;       /* n = prompts x per_prompt */
+    bool tools;              /* the model is offered tools: answers are parsed for calls (tool_parse.h) */
+    ToolSyntax syntax;       /* the served template's tool syntax */
+    int max_calls;
 } ChoiceSet;
 
 /* Builds every choice of the request (nothing submitted yet). 0, or -1 with e set (4xx / 503);
@@ -72,8 +78,13 @@ bool choice_done(const Choice *c);
 /* Whether the choice failed, with its error copied into error (cap bytes) and the HTTP status to
  * answer in *status (503 when its instance died, else 500). */
 bool choice_failed(const Choice *c, char *error, size_t cap, int *status);
-/* "stop" or "length". */
+/* "stop", "length", or "tool_calls" when the answer made calls (after choice_tool_parse). */
 const char *choice_finish_reason(const Choice *c);
+/* With tools, once the choice is done: its answer split into content and calls (parsed once; NULL
+ * when the set has no tools or out of memory). */
+const ToolParse *choice_tool_parse(const ChoiceSet *set, Choice *c);
+/* With tools, while streaming: how many bytes of the choice's text may go out as content now. */
+size_t choice_tool_streamable(const ChoiceSet *set, const Choice *c);
 /* The logprobs object for the choice's tokens whose text starts before text_limit, after those
  * already rendered; NULL when the request asked for none. */
 json_t *choice_logprobs(const HttpGenerateContext *ctx, const ApiRequest *a, Choice *c, size_t text_limit);

@@ -4,18 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coord/api/chat_render.h"
 #include "coord/directive_plan.h"
-#include "model/chat_template.h"
 
 /* Bytes the rendering of messages[0..k] shares with the whole prompt's: where message k ends. */
 static int message_end(const BraidModel *m, const ApiRequest *a, int k, const char *full, size_t *end, ApiError *e) {
-    ChatMessage *msgs = calloc((size_t)k + 1, sizeof *msgs);
-    if (!msgs) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
-    for (int i = 0; i <= k; i++) msgs[i] = (ChatMessage){.role = a->messages[i].role, .content = a->messages[i].content};
-    BraidError err;
-    char *text = chat_template_render(&m->chat, msgs, k + 1, &err);
-    free(msgs);
-    if (!text) return api_error_set(e, 400, "messages", NULL, "cannot apply the chat template: %s", err.msg);
+    char *text = api_chat_render(&m->chat, api_chat_tool_syntax(&m->chat), a, k + 1, e);
+    if (!text) return -1;
     size_t n = 0;
     while (text[n] && text[n] == full[n]) n++;
     free(text);
@@ -33,15 +28,7 @@ static int cache_control_pins(const BraidModel *m, const ApiRequest *a, Directiv
             free(full);
             return api_error_set(e, 400, "messages", NULL, "at most %d messages may carry cache_control", API_MAX_CACHE_CONTROL);
         }
-        if (!full) {
-            ChatMessage *msgs = calloc((size_t)a->n_messages, sizeof *msgs);
-            if (!msgs) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
-            for (int i = 0; i < a->n_messages; i++) msgs[i] = (ChatMessage){.role = a->messages[i].role, .content = a->messages[i].content};
-            BraidError err;
-            full = chat_template_render(&m->chat, msgs, a->n_messages, &err);
-            free(msgs);
-            if (!full) return api_error_set(e, 400, "messages", NULL, "cannot apply the chat template: %s", err.msg);
-        }
+        if (!full && !(full = api_chat_render(&m->chat, api_chat_tool_syntax(&m->chat), a, a->n_messages, e))) return -1;
         DirectivePin *p = &pins[(*n_pins)++];
         p->ttl_s = a->messages[k].cache_ttl_s;
         p->message = k;
@@ -64,5 +51,13 @@ int http_plan_directives(const HttpGenerateContext *ctx, const ApiRequest *a, To
         return api_error_set(e, 400, "directives", NULL, "directives apply to one prompt; send a single prompt with them");
     /* Replacements are tokenized as the prompt was: chat text with control tokens, completion text without. */
     bool parse_special = a->kind == API_CHAT;
-    return directive_plan(&ctx->model->tokenizer, parse_special, ids, a->directives, a->n_directives, pins, n_pins, out, e);
+    if (directive_plan(&ctx->model->tokenizer, parse_special, ids, a->directives, a->n_directives, pins, n_pins, out, e)) return -1;
+    /* The empty-prompt check ran on the prompt as sent; a splice may still remove every token (an
+     * instance cannot run an empty prompt). */
+    if (ids->n == 0) {
+        cache_directives_free(out);
+        memset(out, 0, sizeof *out);
+        return api_error_set(e, 400, "directives", NULL, "the directives' splices leave an empty prompt; keep at least one token");
+    }
+    return 0;
 }

@@ -56,8 +56,10 @@ static enum MHD_Result send_whole(const HttpGenerateContext *ctx, struct MHD_Con
     for (int i = 0; i < set->n; i++) {
         Choice *c = &set->c[i];
         out[i] = (ApiChoice){.index = c->index, .text = c->ts.text ? c->ts.text : "", .len = c->ts.len,
-                             .finish_reason = choice_finish_reason(c),
                              .logprobs = choice_logprobs(ctx, a, c, c->ts.stopped ? c->ts.len : SIZE_MAX)};
+        const ToolParse *tp = choice_tool_parse(set, c);
+        if (tp) out[i].text = tp->content, out[i].len = tp->content_len, out[i].tool_calls = tp->calls;
+        out[i].finish_reason = choice_finish_reason(c);
     }
     ApiUsage u = choices_usage(set);
     choices_record_metrics(ctx, endpoint, set, 200, true);
@@ -83,9 +85,10 @@ static enum MHD_Result answer_whole(const HttpGenerateContext *ctx, struct MHD_C
 
 /* ---- streaming ---- */
 
-/* Each choice streams in turn (role, text, finish), then the usage chunk and [DONE]; the choices
- * generate concurrently on the instances meanwhile, so a later choice's text is mostly ready. */
-typedef enum { PHASE_ROLE, PHASE_TEXT, PHASE_FINISH, PHASE_USAGE, PHASE_DONE, PHASE_END } StreamPhase;
+/* Each choice streams in turn (role, text, with tools the rest of the content and the calls, finish),
+ * then the usage chunk and [DONE]; the choices generate concurrently on the instances meanwhile, so
+ * a later choice's text is mostly ready. */
+typedef enum { PHASE_ROLE, PHASE_TEXT, PHASE_TOOLS, PHASE_FINISH, PHASE_USAGE, PHASE_DONE, PHASE_END } StreamPhase;
 
 typedef struct {
     const HttpGenerateContext *ctx;
@@ -117,14 +120,25 @@ static char *error_event(int status, const char *message) {
     return api_error_json(&e);
 }
 
+/* The next piece of text the client may have: all that is ready, or with tools only what cannot
+ * belong to a call (tool_parse.h). */
+static const char *take_text(Stream *s, Choice *c, size_t *len) {
+    if (!s->set.tools) return text_stream_take(&c->ts, len);
+    size_t safe = choice_tool_streamable(&s->set, c);
+    *len = safe > c->ts.emitted ? safe - c->ts.emitted : 0;
+    const char *piece = c->ts.text ? c->ts.text + c->ts.emitted : "";
+    c->ts.emitted += *len;
+    return piece;
+}
+
 /* The next text chunk of the current choice, or false when the choice has no more text. */
 static bool next_text_event(Stream *s) {
     Choice *c = &s->set.c[s->cur];
     while (s->phase == PHASE_TEXT) {
         choice_advance(s->ctx, &s->req, c, true);
-        if (choice_done(c)) s->phase = PHASE_FINISH;
+        if (choice_done(c)) s->phase = s->set.tools ? PHASE_TOOLS : PHASE_FINISH;
         size_t len;
-        const char *piece = text_stream_take(&c->ts, &len);
+        const char *piece = take_text(s, c, &len);
         bool lp_due = s->req.logprobs >= 0 && api_logprobs_pending(c->progress.n_tokens, c->ts.emitted, &c->lp);
         if (len || lp_due) {
             ApiChoice ch = {.index = c->index, .text = piece, .len = len, .logprobs = choice_logprobs(s->ctx, &s->req, c, c->ts.emitted)};
@@ -132,6 +146,20 @@ static bool next_text_event(Stream *s) {
         }
     }
     return false;
+}
+
+/* With tools, once the choice is done: the content not yet sent and the calls, in one chunk. The
+ * content streamed so far is a prefix of the parsed content (tool_parse.h). */
+static bool tools_event(Stream *s) {
+    Choice *c = &s->set.c[s->cur];
+    s->phase = PHASE_FINISH;
+    const ToolParse *tp = choice_tool_parse(&s->set, c);
+    if (!tp) return false;
+    size_t sent = c->ts.emitted < tp->content_len ? c->ts.emitted : tp->content_len;
+    size_t rest = tp->content ? tp->content_len - sent : 0;
+    if (!rest && !tp->calls) return false;
+    ApiChoice ch = {.index = c->index, .text = rest ? tp->content + sent : NULL, .len = rest, .tool_calls = tp->calls};
+    return set_event(s, api_response_chunk(&s->head, false, &ch)), true;
 }
 
 /* Produces the next SSE event into s->out; false when the stream is over. */
@@ -148,6 +176,9 @@ static bool next_event(Stream *s) {
         /* fall through */
     case PHASE_TEXT:
         if (next_text_event(s)) return true;
+        /* fall through */
+    case PHASE_TOOLS:
+        if (tools_event(s)) return true; /* nothing to send without tools */
         /* fall through */
     case PHASE_FINISH: {
         s->phase = ++s->cur < s->set.n ? PHASE_ROLE : PHASE_USAGE;

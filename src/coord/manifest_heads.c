@@ -26,24 +26,53 @@ typedef struct {
 
 static bool same_name(const char *a, const char *b) { return strcmp(a ? a : "", b ? b : "") == 0; }
 
-/* The reason a parsed line cannot be warmed for this model, or NULL when it can. */
-static const char *check_line(const ManifestLine *l, int vocab_size, uint64_t model_seed, char *why, size_t cap) {
+/* Why a parsed line cannot be warmed for this model (into why), or -1 when it can. */
+static int check_line(const ManifestLine *l, int vocab_size, uint64_t model_seed, const ManifestTenantFilter *filter, char *why,
+                      size_t cap) {
     for (int i = 0; i < l->n_tokens; i++)
         if (l->tokens[i] >= vocab_size) {
             snprintf(why, cap, "token id %d at chunk_tokens[%d] is outside the vocabulary [0, %d)", l->tokens[i], i, vocab_size);
-            return why;
+            return MANIFEST_SKIP_VOCAB;
         }
     uint64_t expected = manifest_chunk_hash(model_seed, l->tenant, l->adapter, l->tokens, l->n_tokens);
     if (expected != l->content_hash) {
         snprintf(why, cap, "stale: content_hash %016" PRIx64 " is not this model's hash of its tokens (%016" PRIx64 ")", l->content_hash,
                  expected);
-        return why;
+        return MANIFEST_SKIP_STALE;
     }
-    return NULL;
+    if (filter && filter->allows && !filter->allows(filter->ctx, l->tenant)) {
+        snprintf(why, cap, "tenant '%.64s' is not one any API key runs in", l->tenant ? l->tenant : "");
+        return MANIFEST_SKIP_TENANT;
+    }
+    return -1;
+}
+
+static void count_skip(ManifestHeads *out, int reason, int line_no, const char *why) {
+    ManifestSkips *s = &out->skips[reason];
+    if (s->count++ == 0) {
+        s->first_line = line_no;
+        snprintf(s->first_why, sizeof s->first_why, "%.*s", (int)sizeof s->first_why - 1, why);
+    }
+    out->skipped++;
+}
+
+void manifest_heads_skip_summary(const ManifestHeads *h, char *buf, size_t cap) {
+    static const char *const names[MANIFEST_SKIP_REASONS] = {"invalid", "outside the vocabulary", "stale", "of an unknown tenant"};
+    size_t at = 0;
+    if (cap) buf[0] = '\0';
+    for (int r = 0; r < MANIFEST_SKIP_REASONS && at < cap; r++) {
+        const ManifestSkips *s = &h->skips[r];
+        if (s->count == 0) continue;
+        int n = snprintf(buf + at, cap - at, "%s%d %s (first: line %d, %s)", at ? "; " : "", s->count, names[r], s->first_line,
+                         s->first_why);
+        if (n < 0) break;
+        at += (size_t)n;
+    }
 }
 
 /* Reads and checks every line; the valid ones go into ch->lines. */
-static int read_lines(FILE *f, int vocab_size, uint64_t model_seed, Chains *ch, ManifestHeads *out, BraidError *err) {
+static int read_lines(FILE *f, int vocab_size, uint64_t model_seed, const ManifestTenantFilter *filter, Chains *ch, ManifestHeads *out,
+                      BraidError *err) {
     char *text = NULL, why[256];
     size_t text_cap = 0;
     ssize_t len;
@@ -53,10 +82,10 @@ static int read_lines(FILE *f, int vocab_size, uint64_t model_seed, Chains *ch, 
         if (strspn(text, " \t\r\n") == (size_t)len) continue;
         out->lines++;
         ManifestLine l;
-        const char *problem = manifest_line_parse(text, (size_t)len, &l, why, sizeof why) ? why : check_line(&l, vocab_size, model_seed, why, sizeof why);
-        if (problem) {
-            LOG_WARN("warm-start", "manifest line %d skipped: %s", line_no, problem);
-            out->skipped++;
+        int reason = manifest_line_parse(text, (size_t)len, &l, why, sizeof why) ? MANIFEST_SKIP_INVALID
+                                                                                : check_line(&l, vocab_size, model_seed, filter, why, sizeof why);
+        if (reason >= 0) {
+            count_skip(out, reason, line_no, why);
             manifest_line_free(&l);
         } else if (braid_grow((void **)&ch->lines, &ch->cap, ch->n + 1, sizeof *ch->lines)) {
             manifest_line_free(&l);
@@ -124,6 +153,7 @@ static int build_head(const Chains *ch, int end, ManifestHead *h) {
     h->tokens = malloc((size_t)h->n_tokens * sizeof *h->tokens);
     if (!h->tokens || (last->tenant && !(h->tenant = strdup(last->tenant))) || (last->adapter && !(h->adapter = strdup(last->adapter))))
         return -1;
+    h->count = last->count;
     for (int i = end; i >= 0; i = ch->parent[i], h->n_chunks++)
         memcpy(h->tokens + ch->lines[i].position, ch->lines[i].tokens, (size_t)ch->lines[i].n_tokens * sizeof *h->tokens);
     return 0;
@@ -151,9 +181,19 @@ static int collect_heads(const Chains *ch, ManifestHeads *out, BraidError *err) 
 }
 
 int manifest_heads_read(FILE *f, int vocab_size, uint64_t model_seed, ManifestHeads *out, BraidError *err) {
+    return manifest_heads_read_filtered(f, vocab_size, model_seed, NULL, out, err);
+}
+
+int manifest_heads_read_filtered(FILE *f, int vocab_size, uint64_t model_seed, const ManifestTenantFilter *filter, ManifestHeads *out,
+                                 BraidError *err) {
     memset(out, 0, sizeof *out);
     Chains ch = {0};
-    int rc = read_lines(f, vocab_size, model_seed, &ch, out, err);
+    int rc = read_lines(f, vocab_size, model_seed, filter, &ch, out, err);
+    if (rc == 0 && out->skipped > 0) {
+        char summary[1024];
+        manifest_heads_skip_summary(out, summary, sizeof summary);
+        LOG_WARN("warm-start", "manifest: %d of %d lines skipped: %s", out->skipped, out->lines, summary);
+    }
     size_t n = (size_t)ch.n + 1;
     if (rc == 0 && (!(ch.by_hash = malloc(n * sizeof *ch.by_hash)) || !(ch.by_position = malloc(n * sizeof *ch.by_position)) || !(ch.parent = malloc(n * sizeof *ch.parent)) ||
                     !(ch.chained = calloc(n, 1)) || !(ch.extended = calloc(n, 1)) || !(ch.dead = calloc(n, 1))))

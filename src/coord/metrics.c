@@ -59,6 +59,8 @@ typedef struct {
     unsigned long long instance_failures;
     unsigned long long instance_restarts;
     unsigned long long rewarms, rewarm_heads, rewarm_prompt_tokens;
+    unsigned long long watchdog;
+    WarmStartMetrics warm_start;
     RegistryMetrics registry;
 } MetricsTotals;
 
@@ -232,6 +234,20 @@ void metrics_count_rejected(Metrics *m) {
     if (!m) return;
     pthread_mutex_lock(&m->lock);
     m->totals.rejected++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_count_watchdog(Metrics *m) {
+    if (!m) return;
+    pthread_mutex_lock(&m->lock);
+    m->totals.watchdog++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void metrics_set_warm_start(Metrics *m, const WarmStartMetrics *w) {
+    if (!m || !w) return;
+    pthread_mutex_lock(&m->lock);
+    m->totals.warm_start = *w;
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -607,6 +623,19 @@ static void render_instance_sums(TextOut *o, const InstanceStats *instances, int
     }
 }
 
+/* The start-up warm start: heads by outcome, manifest lines skipped by reason. */
+static void render_warm_start(TextOut *o, const WarmStartMetrics *w) {
+    out_family(o, "braid_warm_start_heads_total", "counter", "Start-up warm start heads by outcome (left_out: past --warm-start-heads / -tokens).");
+    out_printf(o, "braid_warm_start_heads_total{outcome=\"warmed\"} %lld\n", w->warmed);
+    out_printf(o, "braid_warm_start_heads_total{outcome=\"refused\"} %lld\n", w->refused);
+    out_printf(o, "braid_warm_start_heads_total{outcome=\"left_out\"} %lld\n", w->left_out);
+    out_family(o, "braid_warm_start_lines_skipped_total", "counter", "Start-up warm start manifest lines skipped, by reason.");
+    out_printf(o, "braid_warm_start_lines_skipped_total{reason=\"invalid\"} %lld\n", w->skipped_invalid);
+    out_printf(o, "braid_warm_start_lines_skipped_total{reason=\"vocabulary\"} %lld\n", w->skipped_vocab);
+    out_printf(o, "braid_warm_start_lines_skipped_total{reason=\"stale\"} %lld\n", w->skipped_stale);
+    out_printf(o, "braid_warm_start_lines_skipped_total{reason=\"unknown_tenant\"} %lld\n", w->skipped_tenant);
+}
+
 /* Which instances are alive (1) or dead (0), how many are, how many died and came back since start-up. */
 static void render_liveness(TextOut *o, const MetricsTotals *t, const bool *down, int n_instances) {
     int alive = 0;
@@ -636,6 +665,10 @@ static void render_all(TextOut *o, const MetricsTotals *t, const InstanceStats *
     render_scalar(o, "braid_requests_queued", "gauge", "Requests waiting in the coordinator's queue.", t->queued);
     render_counter(o, "braid_requests_rejected_total", "Requests rejected with 429 because the queue was full.",
                    t->rejected);
+    render_counter(o, "braid_requests_watchdog_total",
+                   "Requests answered 500 by the progress watchdog (no token and no queue movement for --request-watchdog-s).",
+                   t->watchdog);
+    render_warm_start(o, &t->warm_start);
     render_scalar(o, "braid_registry_blocks", "gauge", "Block hashes the coordinator's registry holds (all instances).",
                   (long long)t->registry.blocks);
     render_scalar(o, "braid_registry_bytes", "gauge", "Bytes the coordinator's registry has allocated.",

@@ -123,6 +123,15 @@ int metrics_set_static_text(Metrics *m, const char *text);
 
 /* Requests rejected with 429 because the queue was full. */
 void metrics_count_rejected(Metrics *m);
+/* One request the coordinator's progress watchdog answered 500 (braid_requests_watchdog_total). */
+void metrics_count_watchdog(Metrics *m);
+/* The start-up warm start's outcome (braid_warm_start_heads_total{outcome=warmed|refused|left_out}
+ * and braid_warm_start_lines_skipped_total{reason=...}, reasons as manifest_heads.h counts them). */
+typedef struct {
+    long long warmed, refused, left_out;
+    long long skipped_invalid, skipped_vocab, skipped_stale, skipped_tenant;
+} WarmStartMetrics;
+void metrics_set_warm_start(Metrics *m, const WarmStartMetrics *w);
 
 /* Renders the Prometheus text exposition format (version 0.0.4) into a malloc'd NUL-terminated
  * string; caller frees. NULL on out of memory. */

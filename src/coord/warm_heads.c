@@ -71,7 +71,7 @@ WarmTotals warm_heads_send(const WarmHeadsJob *job, const ManifestHeads *m) {
     WarmTotals t = {0};
     long long sent_tokens = 0;
     char why[400];
-    int i = 0;
+    int i = 0, total = job->max_heads > 0 && job->max_heads < m->n_heads ? job->max_heads : m->n_heads; /* what progress counts to */
     for (; i < m->n_heads && may_continue(job); i++) {
         const ManifestHead *h = &m->heads[i];
         if ((job->max_heads > 0 && i >= job->max_heads) || (job->max_tokens > 0 && sent_tokens + h->n_tokens > job->max_tokens)) break;
@@ -82,8 +82,8 @@ WarmTotals warm_heads_send(const WarmHeadsJob *job, const ManifestHeads *m) {
             LOG_WARN("warm-start", "%s: head %d (%d tokens, tenant '%s') not warmed: %s", job->label, i + 1, h->n_tokens,
                      h->tenant ? h->tenant : "", why);
         }
-        if (progress_due(i + 1, m->n_heads))
-            LOG_INFO("warm-start", "%s: %d/%d heads, %d skipped, %d refused, %lld prompt tokens sent", job->label, i + 1, m->n_heads,
+        if (progress_due(i + 1, total))
+            LOG_INFO("warm-start", "%s: %d/%d heads, %d skipped, %d refused, %lld prompt tokens sent", job->label, i + 1, total,
                      m->skipped, t.refused, sent_tokens);
     }
     t.left = m->n_heads - i;

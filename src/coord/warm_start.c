@@ -27,14 +27,20 @@ struct WarmStart {
     int n_instances;
 };
 
+/* ManifestTenantFilter: with API keys, only tenants some key runs in (a tenantless line's namespace
+ * is one no keyed request reaches). */
+static bool tenant_known(void *ctx, const char *tenant) { return auth_keys_knows_tenant(ctx, tenant); }
+
 /* The heads of a manifest text read from f; label names the source in the log. 0 heads when it
  * cannot be read (logged). */
 static void read_heads(WarmStart *w, FILE *f, const char *label, ManifestHeads *heads) {
     const BraidModel *model = w->cfg.generate.model;
     BraidError err;
+    ManifestTenantFilter filter = {.allows = tenant_known, .ctx = (void *)w->cfg.keys};
     memset(heads, 0, sizeof *heads);
     if (!f) LOG_ERROR("warm-start", "cannot read %s; nothing from it is warmed", label);
-    else if (manifest_heads_read(f, model->weights.cfg.vocab_size, engine_model_seed(&model->weights.cfg), heads, &err))
+    else if (manifest_heads_read_filtered(f, model->weights.cfg.vocab_size, engine_model_seed(&model->weights.cfg),
+                                          w->cfg.keys ? &filter : NULL, heads, &err))
         LOG_ERROR("warm-start", "%s: %s; nothing from it is warmed", label, err.msg);
     if (f) fclose(f);
 }
@@ -54,22 +60,60 @@ static bool wait_for_instances(WarmStart *w) {
     }
 }
 
+/* Most counted first; file order among equals (qsort is not stable: the index breaks ties). */
+typedef struct {
+    long long count;
+    int index;
+} HeadOrder;
+
+static int by_count_desc(const void *a, const void *b) {
+    const HeadOrder *x = a, *y = b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Puts the hottest heads first, so a bounded warm start warms what clients send most. Left in file
+ * order when out of memory. */
+static void order_hottest_first(ManifestHeads *heads) {
+    int n = heads->n_heads;
+    HeadOrder *order = n > 1 ? malloc((size_t)n * sizeof *order) : NULL;
+    ManifestHead *sorted = order ? malloc((size_t)n * sizeof *sorted) : NULL;
+    if (sorted) {
+        for (int i = 0; i < n; i++) order[i] = (HeadOrder){.count = heads->heads[i].count, .index = i};
+        qsort(order, (size_t)n, sizeof *order, by_count_desc);
+        for (int i = 0; i < n; i++) sorted[i] = heads->heads[order[i].index];
+        free(heads->heads);
+        heads->heads = sorted;
+    }
+    free(order);
+}
+
 static void warm_at_start_up(WarmStart *w) {
     ManifestHeads heads;
     read_file_heads(w, &heads);
-    LOG_INFO("warm-start", "%s: %d prompt heads from %d lines (%d skipped); waiting for the instances", w->path, heads.n_heads,
-             heads.lines, heads.skipped);
+    order_hottest_first(&heads);
+    LOG_INFO("warm-start", "%s: %d prompt heads from %d lines (%d skipped); warming at most %lld heads, %lld tokens once the instances are up",
+             w->path, heads.n_heads, heads.lines, heads.skipped, w->cfg.max_heads, w->cfg.max_tokens);
+    WarmTotals t = {.left = heads.n_heads};
     if (heads.n_heads > 0 && wait_for_instances(w)) {
         double t0 = braid_now_seconds();
         WarmHeadsJob job = {.generate = &w->cfg.generate, .label = "warm start", .pin_ttl = w->pin_ttl, .pin_instance = -1,
-                            .stop = &w->stop};
-        WarmTotals t = warm_heads_send(&job, &heads);
+                            .max_heads = w->cfg.max_heads > 0 && w->cfg.max_heads < (1 << 30) ? (int)w->cfg.max_heads : 0,
+                            .max_tokens = w->cfg.max_tokens, .stop = &w->stop};
+        t = warm_heads_send(&job, &heads);
         LOG_INFO("warm-start",
-                 "warm start done in %.1f s: %d heads warmed (%lld prompt tokens, %lld of them already cached), %d refused; "
+                 "warm start done in %.1f s: %d heads warmed (%lld prompt tokens, %lld of them already cached), %d refused, "
+                 "%d left out (past --warm-start-heads %lld / --warm-start-tokens %lld, or stopped); "
                  "manifest lines: %d read, %d skipped, %d duplicate, %d unchained%s",
-                 braid_now_seconds() - t0, t.warmed, t.prompt_tokens, t.cached_tokens, t.refused, heads.lines, heads.skipped,
-                 heads.duplicates, heads.unchained, w->pin_ttl ? "; heads pinned" : "");
+                 braid_now_seconds() - t0, t.warmed, t.prompt_tokens, t.cached_tokens, t.refused, t.left, w->cfg.max_heads,
+                 w->cfg.max_tokens, heads.lines, heads.skipped, heads.duplicates, heads.unchained, w->pin_ttl ? "; heads pinned" : "");
     }
+    WarmStartMetrics wm = {.warmed = t.warmed, .refused = t.refused, .left_out = t.left,
+                           .skipped_invalid = heads.skips[MANIFEST_SKIP_INVALID].count,
+                           .skipped_vocab = heads.skips[MANIFEST_SKIP_VOCAB].count,
+                           .skipped_stale = heads.skips[MANIFEST_SKIP_STALE].count,
+                           .skipped_tenant = heads.skips[MANIFEST_SKIP_TENANT].count};
+    metrics_set_warm_start(w->cfg.metrics, &wm);
     manifest_heads_free(&heads);
     coordinator_warming_done(w->cfg.generate.coord);
 }

@@ -3,11 +3,14 @@
  * prefills a manifest's prompt heads once the instances are up, before the server reports ready
  * (paper 004, App. S); and an instance brought back by --restart-instances is re-warmed on its own.
  *
- * Start-up: the thread reads the manifest (manifest_heads.h: bad and stale lines skipped with a
- * logged reason, never fatal; an unreadable file is logged and warms nothing), waits until every
- * instance is up, then sends every head (warm_heads.h) wherever the router puts it. Meanwhile the
- * coordinator's state is "warming" (/health 503, the ready line waits); at the end
- * coordinator_warming_done.
+ * Start-up: the thread reads the manifest (manifest_heads.h: bad and stale lines skipped, and with
+ * API keys the lines of a tenant no key runs in; one summary line by reason, never fatal; an
+ * unreadable file is logged and warms nothing), waits until every instance is up, then sends the
+ * heads, most counted first (warm_heads.h), wherever the router puts them — at most max_heads heads
+ * and max_tokens prompt tokens, so a huge manifest cannot keep the server "warming" for hours: the
+ * rest is left out and counted. Meanwhile the coordinator's state is "warming" (/health 503, the
+ * ready line waits); at the end coordinator_warming_done, and the outcome goes to /metrics
+ * (metrics_set_warm_start).
  * Re-warm: the coordinator calls warm_start_instance_restarted from its MPI thread when a respawned
  * leader reports ready; that only queues the instance (the MPI loop never waits on a warm-up). The
  * thread then takes the hot heads it knows — the manifest recorder's current table, chunks counted
@@ -26,6 +29,7 @@
 #define BRAID_COORD_WARM_START_H
 
 #include "common/error.h"
+#include "coord/auth.h"
 #include "coord/http_generate.h"
 #include "coord/manifest_recorder.h"
 #include "coord/metrics.h"
@@ -33,6 +37,8 @@
 #define WARM_START_REWARM_MIN_COUNT 2
 #define WARM_START_DEFAULT_REWARM_HEADS 64
 #define WARM_START_DEFAULT_REWARM_TOKENS 16384
+#define WARM_START_DEFAULT_HEADS 512
+#define WARM_START_DEFAULT_TOKENS 262144
 
 typedef struct {
     const char *path;             /* the --warm-start manifest (borrowed); NULL = no start-up warm start */
@@ -42,6 +48,9 @@ typedef struct {
     Metrics *metrics;             /* re-warm counters (borrowed); NULL = none */
     int rewarm_max_heads;         /* a restarted instance gets at most this many heads; 0 = no re-warm */
     long long rewarm_max_tokens;  /* ... and at most this many prompt tokens; <= 0 = no bound */
+    long long max_heads;          /* the start-up warm start sends at most this many heads; <= 0 = no bound */
+    long long max_tokens;         /* ... and at most this many prompt tokens; <= 0 = no bound */
+    const AuthKeys *keys;         /* --api-keys (borrowed): lines of other tenants are refused; NULL = all taken */
 } WarmStartConfig;
 
 typedef struct WarmStart WarmStart;

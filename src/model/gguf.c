@@ -210,7 +210,7 @@ static int read_tensor_info(Cursor *c, GgufTensor *t, uint64_t index) {
     if (!tensor_type_supported(t->type))
         return braid_error_set(c->err,
                                "tensor '%s' has type %s (id %u), which Braid does not support "
-                               "(supported: F32 F16 BF16 Q4_0 Q4_1 Q8_0 Q4_K Q6_K)",
+                               "(supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q5_K Q6_K)",
                                t->name, tensor_type_name(t->type), t->type);
     size_t row = tensor_row_bytes(t->type, t->ne[0]);
     if (row == 0)

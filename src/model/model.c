@@ -18,6 +18,8 @@ int braid_model_load(const char *path, BraidModel *m, BraidError *err) {
         braid_model_free(m);
         return -1;
     }
+    /* The tokenizer adds BOS itself when the model wants one: a template's {{ bos_token }} is dropped. */
+    m->chat.strip_bos = m->tokenizer.add_bos;
     return 0;
 }
 

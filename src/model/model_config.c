@@ -54,13 +54,47 @@ static int read_rope_scaling(const GgufFile *f, ModelConfig *cfg, BraidError *er
                                 "scaling comes from the rope_freqs tensor)", type);
 }
 
+static const struct {
+    const char *name;
+    ModelArch kind;
+} known_archs[] = {{"llama", MODEL_ARCH_LLAMA}, {"qwen2", MODEL_ARCH_QWEN2}, {"qwen3", MODEL_ARCH_QWEN3}};
+
+const char *model_arch_supported_list(void) { return "llama, qwen2, qwen3"; }
+
+static int read_arch(const GgufFile *f, ModelConfig *cfg, BraidError *err) {
+    GgufString s;
+    if (gguf_get_string(f, "general.architecture", &s) != 0)
+        return braid_error_set(err, "model: general.architecture is missing (supported: %s)", model_arch_supported_list());
+    for (size_t i = 0; i < sizeof known_archs / sizeof known_archs[0]; i++)
+        if (s.len == strlen(known_archs[i].name) && memcmp(s.data, known_archs[i].name, s.len) == 0) {
+            snprintf(cfg->arch, sizeof cfg->arch, "%s", known_archs[i].name);
+            cfg->arch_kind = known_archs[i].kind;
+            return 0;
+        }
+    int shown = s.len > 64 ? 64 : (int)s.len;
+    return braid_error_set(err, "model: architecture '%.*s' is not supported (supported: %s)", shown, s.data,
+                           model_arch_supported_list());
+}
+
+/* Per-architecture structure: RoPE pairing, Q/K/V bias, Q/K norm, head size. */
+static int read_arch_layout(const GgufFile *f, ModelConfig *cfg, BraidError *err) {
+    /* GGUF writers permute llama's Q/K rows for interleaved pairs; qwen2/qwen3 stay in HF's NEOX order. */
+    cfg->rope_pairing = cfg->arch_kind == MODEL_ARCH_LLAMA ? ROPE_PAIRING_INTERLEAVED : ROPE_PAIRING_HALF_SPLIT;
+    cfg->qkv_bias = cfg->arch_kind == MODEL_ARCH_QWEN2 || gguf_find_tensor(f, "blk.0.attn_q.bias") != NULL;
+    cfg->qk_norm = cfg->arch_kind == MODEL_ARCH_QWEN3;
+    int value_length = optional_int(f, cfg->arch, "attention.value_length", cfg->head_dim);
+    if (value_length != cfg->head_dim)
+        return braid_error_set(err, "model: %s.attention.value_length %d differs from the key length %d (not supported)",
+                               cfg->arch, value_length, cfg->head_dim);
+    cfg->sliding_window = optional_int(f, cfg->arch, "attention.sliding_window", 0);
+    if (cfg->sliding_window > 0 && cfg->sliding_window < cfg->context_length) cfg->context_length = cfg->sliding_window;
+    return 0;
+}
+
 int model_config_from_gguf(const GgufFile *f, ModelConfig *cfg, BraidError *err) {
     memset(cfg, 0, sizeof *cfg);
-    copy_gguf_string(f, "general.architecture", cfg->arch, sizeof cfg->arch, "");
     copy_gguf_string(f, "general.name", cfg->name, sizeof cfg->name, "(unnamed)");
-    if (strcmp(cfg->arch, "llama") != 0)
-        return braid_error_set(err, "model: architecture '%s' is not supported (Braid runs the llama family)",
-                               cfg->arch[0] ? cfg->arch : "(missing general.architecture)");
+    if (read_arch(f, cfg, err)) return -1;
     if (require_int(f, cfg->arch, "block_count", &cfg->n_layers, err) ||
         require_int(f, cfg->arch, "embedding_length", &cfg->dim, err) ||
         require_int(f, cfg->arch, "feed_forward_length", &cfg->ff_dim, err) ||
@@ -72,7 +106,6 @@ int model_config_from_gguf(const GgufFile *f, ModelConfig *cfg, BraidError *err)
     cfg->rope_dim = optional_int(f, cfg->arch, "rope.dimension_count", cfg->head_dim);
     cfg->rope_base = (float)optional_float(f, cfg->arch, "rope.freq_base", 10000.0);
     cfg->norm_eps = (float)optional_float(f, cfg->arch, "attention.layer_norm_rms_epsilon", 1e-5);
-    cfg->rope_pairing = ROPE_PAIRING_INTERLEAVED;
     const GgufValue *tokens = gguf_find(f, "tokenizer.ggml.tokens");
     cfg->vocab_size = optional_int(f, cfg->arch, "vocab_size", tokens && tokens->type == GGUF_TYPE_ARRAY ? (int)tokens->arr.count : 0);
     if (cfg->n_heads % cfg->n_kv_heads != 0)
@@ -81,6 +114,7 @@ int model_config_from_gguf(const GgufFile *f, ModelConfig *cfg, BraidError *err)
         return braid_error_set(err, "model: RoPE dimension %d must be even and at most the head size %d", cfg->rope_dim, cfg->head_dim);
     if (cfg->vocab_size <= 0) return braid_error_set(err, "model: vocabulary size unknown (no tokenizer.ggml.tokens)");
     if (cfg->rope_base <= 0.0f) return braid_error_set(err, "model: rope.freq_base %g must be positive", cfg->rope_base);
+    if (read_arch_layout(f, cfg, err)) return -1;
     return read_rope_scaling(f, cfg, err);
 }
 

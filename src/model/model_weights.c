@@ -62,6 +62,13 @@ static int load_layer(const GgufFile *f, const ModelConfig *c, int l, ModelWeigh
         load_matrix(f, LAYER_NAME("ffn_up.weight"), c->ff_dim, c->dim, &L->w_up, err) ||
         load_matrix(f, LAYER_NAME("ffn_down.weight"), c->dim, c->ff_dim, &L->w_down, err))
         return -1;
+    if (c->qkv_bias && (load_vector(f, LAYER_NAME("attn_q.bias"), q_dim, w, &L->bq, err) ||
+                        load_vector(f, LAYER_NAME("attn_k.bias"), kv_dim, w, &L->bk, err) ||
+                        load_vector(f, LAYER_NAME("attn_v.bias"), kv_dim, w, &L->bv, err)))
+        return -1;
+    if (c->qk_norm && (load_vector(f, LAYER_NAME("attn_q_norm.weight"), c->head_dim, w, &L->q_norm, err) ||
+                       load_vector(f, LAYER_NAME("attn_k_norm.weight"), c->head_dim, w, &L->k_norm, err)))
+        return -1;
 #undef LAYER_NAME
     return 0;
 }

@@ -5,6 +5,8 @@
  * as F16/BF16). Matrix data stays in the GGUF mapping, quantized, and is read by the kernels in its
  * stored type; the GgufFile must outlive the ModelWeights.
  * Checks every tensor's presence, type and shape against the config and fails with the tensor name.
+ * Biases (qwen2's attn_{q,k,v}.bias) and per-head Q/K norm weights (qwen3's attn_{q,k}_norm) are
+ * fp32 vectors like the norms, NULL when the architecture has none.
  * Thread-safety: read-only after load.
  */
 #ifndef BRAID_MODEL_MODEL_WEIGHTS_H
@@ -43,6 +45,10 @@ typedef struct {
     WeightMatrix wo;        /* (dim, n_heads*head_dim) */
     WeightMatrix w_gate, w_up; /* (ff_dim, dim) */
     WeightMatrix w_down;    /* (dim, ff_dim) */
+    const float *bq;        /* (n_heads*head_dim) Q bias added after the projection, or NULL (cfg.qkv_bias) */
+    const float *bk, *bv;   /* (n_kv_heads*head_dim) K / V biases, or NULL */
+    const float *q_norm;    /* (head_dim) RMSNorm weight of every Q head before RoPE, or NULL (cfg.qk_norm) */
+    const float *k_norm;    /* (head_dim) the same for every K head */
 } LayerWeights;
 
 typedef struct {

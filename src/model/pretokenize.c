@@ -9,7 +9,7 @@ int pretokenizer_from_name(const char *name, PreTokenizerKind *kind) {
     static const struct { const char *name; PreTokenizerKind kind; } known[] = {
         {"default", PRETOKENIZER_GPT2}, {"gpt2", PRETOKENIZER_GPT2},         {"gpt-2", PRETOKENIZER_GPT2},
         {"smollm", PRETOKENIZER_SMOLLM}, {"llama3", PRETOKENIZER_LLAMA3}, {"llama-bpe", PRETOKENIZER_LLAMA3},
-        {"llama-v3", PRETOKENIZER_LLAMA3},
+        {"llama-v3", PRETOKENIZER_LLAMA3}, {"qwen2", PRETOKENIZER_QWEN2},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(name, known[i].name) == 0) {
@@ -23,6 +23,7 @@ const char *pretokenizer_name(PreTokenizerKind kind) {
     switch (kind) {
     case PRETOKENIZER_SMOLLM: return "smollm";
     case PRETOKENIZER_LLAMA3: return "llama3";
+    case PRETOKENIZER_QWEN2: return "qwen2";
     default: return "gpt2";
     }
 }
@@ -96,7 +97,8 @@ static int match_gpt2(const CodePoints *t, int i, int end) {
 
 static int is_newline(uint32_t c) { return c == '\r' || c == '\n'; }
 
-static int match_llama3(const CodePoints *t, int i, int end) {
+/* llama3's expression, whose number alternative is \p{N}{1,max_digits} (qwen2: single digits). */
+static int match_llama3(const CodePoints *t, int i, int end, int max_digits) {
     int e = match_contraction(t, i, end, 1);
     if (e > i) return e;
     UnicodeClass c = t->cls[i];
@@ -104,10 +106,10 @@ static int match_llama3(const CodePoints *t, int i, int end) {
     if (c == UCLASS_LETTER) return run_of(t, i, end, UCLASS_LETTER);
     if (c != UCLASS_NUMBER && !is_newline(t->cp[i]) && i + 1 < end && t->cls[i + 1] == UCLASS_LETTER)
         return run_of(t, i + 1, end, UCLASS_LETTER);
-    /* \p{N}{1,3} */
+    /* \p{N}{1,3} (llama3), \p{N} (qwen2) */
     if (c == UCLASS_NUMBER) {
         e = i;
-        while (e < end && e < i + 3 && t->cls[e] == UCLASS_NUMBER) e++;
+        while (e < end && e < i + max_digits && t->cls[e] == UCLASS_NUMBER) e++;
         return e;
     }
     /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
@@ -128,7 +130,9 @@ static int match_llama3(const CodePoints *t, int i, int end) {
 static int emit_words(const CodePoints *t, int begin, int end, PreTokenizerKind kind, const char *text,
                       PretokenizeWordFn fn, void *user) {
     for (int i = begin; i < end;) {
-        int e = kind == PRETOKENIZER_LLAMA3 ? match_llama3(t, i, end) : match_gpt2(t, i, end);
+        int e = kind == PRETOKENIZER_LLAMA3 ? match_llama3(t, i, end, 3)
+                : kind == PRETOKENIZER_QWEN2  ? match_llama3(t, i, end, 1)
+                                              : match_gpt2(t, i, end);
         int rc = fn(user, text + t->off[i], t->off[e] - t->off[i]);
         if (rc) return rc;
         i = e;

@@ -7,6 +7,8 @@
  *   smollm  every \p{N} code point is its own word, the rest split as gpt2
  *   llama3  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
  *           \s*[\r\n]+|\s+(?!\S)|\s+
+ *   qwen2   llama3 with single digits: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
+ *           ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+   (Qwen2, Qwen2.5, Qwen3)
  * Pure functions, thread-safe.
  */
 #ifndef BRAID_MODEL_PRETOKENIZE_H
@@ -15,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { PRETOKENIZER_GPT2, PRETOKENIZER_SMOLLM, PRETOKENIZER_LLAMA3 } PreTokenizerKind;
+typedef enum { PRETOKENIZER_GPT2, PRETOKENIZER_SMOLLM, PRETOKENIZER_LLAMA3, PRETOKENIZER_QWEN2 } PreTokenizerKind;
 
 /* Maps a tokenizer.ggml.pre name to a splitter; returns -1 for names Braid does not know. */
 int pretokenizer_from_name(const char *name, PreTokenizerKind *kind);

@@ -9,19 +9,22 @@ typedef struct {
     int supported;
 } TensorTypeInfo;
 
+_Static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block is 22 bytes in GGUF");
+_Static_assert(sizeof(BlockQ5_K) == 176, "Q5_K block is 176 bytes in GGUF");
+
 static const TensorTypeInfo type_table[] = {
     {0, "F32", 1, 4, 1},
     {1, "F16", 1, 2, 1},
     {2, "Q4_0", QK4_0, sizeof(BlockQ4_0), 1},
     {3, "Q4_1", QK4_1, sizeof(BlockQ4_1), 1},
-    {6, "Q5_0", 0, 0, 0},
+    {6, "Q5_0", QK5_0, sizeof(BlockQ5_0), 1},
     {7, "Q5_1", 0, 0, 0},
     {8, "Q8_0", QK8_0, sizeof(BlockQ8_0), 1},
     {9, "Q8_1", 0, 0, 0},
     {10, "Q2_K", 0, 0, 0},
     {11, "Q3_K", 0, 0, 0},
     {12, "Q4_K", QK_K, sizeof(BlockQ4_K), 1},
-    {13, "Q5_K", 0, 0, 0},
+    {13, "Q5_K", QK_K, sizeof(BlockQ5_K), 1},
     {14, "Q6_K", QK_K, sizeof(BlockQ6_K), 1},
     {15, "Q8_K", 0, 0, 0},
     {16, "IQ2_XXS", 0, 0, 0},

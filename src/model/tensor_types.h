@@ -16,14 +16,17 @@ typedef enum {
     TENSOR_F16 = 1,
     TENSOR_Q4_0 = 2,
     TENSOR_Q4_1 = 3,
+    TENSOR_Q5_0 = 6,
     TENSOR_Q8_0 = 8,
     TENSOR_Q4_K = 12,
+    TENSOR_Q5_K = 13,
     TENSOR_Q6_K = 14,
     TENSOR_BF16 = 30,
 } TensorType;
 
 #define QK4_0 32
 #define QK4_1 32
+#define QK5_0 32
 #define QK8_0 32
 #define QK_K 256
 
@@ -31,6 +34,12 @@ typedef enum {
 typedef struct { uint16_t d; uint8_t qs[QK4_0 / 2]; } BlockQ4_0;
 typedef struct { uint16_t d; uint16_t m; uint8_t qs[QK4_1 / 2]; } BlockQ4_1;
 typedef struct { uint16_t d; int8_t qs[QK8_0]; } BlockQ8_0;
+/* Q5_0: element j's low 4 bits are qs[j] low nibble (j < 16) or qs[j-16] high nibble; its 5th bit is
+ * bit j of qh (little-endian u32); value = d * (q - 16). */
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } BlockQ5_0;
+/* Q5_K: Q4_K's d, dmin and 12 bytes of 6-bit scales/mins, then qh (bit i of qh[l] is the 5th bit of
+ * element 32i + l) and Q4_K's nibble layout in qs. */
+typedef struct { uint16_t d; uint16_t dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } BlockQ5_K;
 typedef struct { uint16_t d; uint16_t dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; } BlockQ4_K;
 typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; } BlockQ6_K;
 

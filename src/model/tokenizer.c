@@ -137,7 +137,7 @@ int tokenizer_load(const GgufFile *f, Tokenizer *tok, BraidError *err) {
     gguf_get_string(f, "tokenizer.ggml.pre", &pre);
     snprintf(tok->pre_name, sizeof tok->pre_name, "%.*s", (int)(pre.len < 31 ? pre.len : 31), pre.data);
     if (tok->kind == TOKENIZER_BPE && pretokenizer_from_name(tok->pre_name, &tok->pre))
-        return braid_error_set(err, "tokenizer: pre-tokenizer '%s' is not supported (gpt2, smollm, llama3 are)", tok->pre_name);
+        return braid_error_set(err, "tokenizer: pre-tokenizer '%s' is not supported (gpt2, smollm, llama3 / llama-bpe, qwen2 are)", tok->pre_name);
     if (load_vocab(f, tok, err) || (tok->kind == TOKENIZER_BPE && load_merges(f, tok, err)) || collect_specials(tok, err)) {
         tokenizer_free(tok);
         return -1;

@@ -58,6 +58,10 @@ static int shard_layer(ModelWeights *shard, const LayerWeights *L, const TpShard
     out->wv = slice_rows(&L->wv, (int64_t)r->kv_head_lo * head_dim, (int64_t)r->kv_head_hi * head_dim);
     out->w_gate = slice_rows(&L->w_gate, r->ff_lo, r->ff_hi);
     out->w_up = slice_rows(&L->w_up, r->ff_lo, r->ff_hi);
+    /* A bias follows its projection's output rows; per-head norm weights are the same for every head. */
+    if (L->bq) out->bq = L->bq + (size_t)r->head_lo * head_dim;
+    if (L->bk) out->bk = L->bk + (size_t)r->kv_head_lo * head_dim;
+    if (L->bv) out->bv = L->bv + (size_t)r->kv_head_lo * head_dim;
     if (slice_cols(shard, &L->wo, (int64_t)r->head_lo * head_dim, (int64_t)r->head_hi * head_dim, &out->wo, err) ||
         slice_cols(shard, &L->w_down, r->ff_lo, r->ff_hi, &out->w_down, err))
         return -1;

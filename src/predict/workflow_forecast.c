@@ -4,7 +4,7 @@
 
 int workflow_forecast_init(WorkflowForecast *f, const WorkflowForecastConfig *cfg, BraidError *err) {
     memset(f, 0, sizeof *f);
-    f->horizon = cfg->horizon > 0 ? cfg->horizon : 4;
+    f->horizon = cfg->horizon > 0 ? cfg->horizon : WORKFLOW_FORECAST_DEFAULT_HORIZON;
     f->learn = cfg->predictor ? cfg->learn : true;
     f->predictor = cfg->predictor;
     if (!f->predictor && agent_predictor_create(&f->predictor, cfg->kind ? cfg->kind : PREDICTOR_MARKOV1, err)) return -1;

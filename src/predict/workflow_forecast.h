@@ -15,6 +15,9 @@
 #include "predict/agent_predictor.h"
 #include "predict/workflow_tracker.h"
 
+/* PBKV's lookahead K when nothing sets it (braid sim / serve --horizon, --pbkv-k). */
+#define WORKFLOW_FORECAST_DEFAULT_HORIZON 4
+
 typedef struct {
     WorkflowTracker *tracker;
     AgentPredictor *predictor;
@@ -30,7 +33,7 @@ typedef struct {
     AgentPredictor *predictor; /* taken over; NULL = a new Markov-`kind` predictor learning online */
     PredictorKind kind;        /* when predictor is NULL (default Markov-1) */
     bool learn;                /* with a given predictor: keep learning online too */
-    int horizon;               /* default 4 */
+    int horizon;               /* 0 = WORKFLOW_FORECAST_DEFAULT_HORIZON */
     int max_workflows;         /* default 65536 */
     double idle_timeout_s;     /* <= 0: workflows retire only by an explicit end */
 } WorkflowForecastConfig;

@@ -325,7 +325,7 @@ static int forecast_call(KvCache *c, WorkflowForecast *f, const SimConfig *cfg, 
 
 static int forecast_init(const SimConfig *cfg, WorkflowForecast *f, BraidError *err) {
     WorkflowForecastConfig fc = {.kind = cfg->predictor_kind == 2 ? PREDICTOR_MARKOV2 : PREDICTOR_MARKOV1, .learn = cfg->predictor_learn,
-                                 .horizon = cfg->horizon > 0 ? cfg->horizon : 4};
+                                 .horizon = cfg->horizon > 0 ? cfg->horizon : WORKFLOW_FORECAST_DEFAULT_HORIZON};
     if (cfg->predictor_path && agent_predictor_load(&fc.predictor, cfg->predictor_path, err)) return -1;
     return workflow_forecast_init(f, &fc, err);
 }
@@ -383,10 +383,10 @@ static int replay(const Trace *t, Replay *rp, WorkflowForecast *f, BeladyState *
         deliver_ends(c, f, t, &next_end, r->t);
         if (cfg->prefetch && i > 0) {
             /* The idle time before this arrival: what the forecasts made so far (the previous calls'
-             * workflows) expect next, into free device blocks and retired cache only; no copy cap
-             * (the copies are charged as time). */
-            int loaded = 0;
-            if (kv_cache_prefetch(c, INT_MAX, 0, &loaded) || kv_cache_take_ops(c, &rp->ops)) {
+             * workflows) expect next, into free device blocks and retired cache only; at most
+             * prefetch_max_blocks (default no cap: the copies are charged as time). */
+            int loaded = 0, budget = cfg->prefetch_max_blocks > 0 ? cfg->prefetch_max_blocks : INT_MAX;
+            if (kv_cache_prefetch(c, budget, 0, &loaded) || kv_cache_take_ops(c, &rp->ops)) {
                 rc = braid_error_set(err, "sim: out of memory prefetching");
                 break;
             }
@@ -461,6 +461,7 @@ static void copy_counters(const KvCache *cache, const SimResidualPool *residual,
     res->prefetched_blocks = k->prefetched_blocks;
     res->prefetch_hit_blocks = k->prefetch_hit_blocks;
     res->prefetch_wasted_blocks = k->prefetch_wasted_blocks;
+    res->uses_over_bound = k->uses_over_bound;
     if (residual) res->residual_evicted_blocks = sim_residual_counters(residual)->device_evicted_blocks;
     res->hit_rate = res->prompt_tokens ? (double)res->cached_tokens / (double)res->prompt_tokens : 0.0;
 }
@@ -489,7 +490,7 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
     }
     KvCacheConfig cc = {.block_size = tpb, .device_blocks = cfg->kv_tokens / bs + 1,
                         .host_blocks = cfg->host_kv_tokens > 0 ? cfg->host_kv_tokens / bs + 1 : 0, .policy = policy,
-                        .policy_state = belady ? &bstate : NULL, .segments = cfg->segment_reuse != 0,
+                        .policy_options = {.gamma = cfg->pbkv_gamma}, .policy_state = belady ? &bstate : NULL, .segments = cfg->segment_reuse != 0,
                         .anchor_tokens = cfg->anchor_tokens, .n_anchor_tokens = cfg->n_anchor_tokens,
                         .approx_window = cfg->approx_window};
     KvCache cache;

@@ -44,7 +44,8 @@ typedef struct {
     const char *predictor_path;
     int predictor_kind;       /* 1 or 2 (default 1) */
     bool predictor_learn;
-    int horizon;              /* K (default 4) */
+    int horizon;              /* K (0 = WORKFLOW_FORECAST_DEFAULT_HORIZON) */
+    double pbkv_gamma;        /* PBKV's discount gamma in (0, 1]; 0 = PBKV_DEFAULT_GAMMA */
     /* The PBKV paper's App. E noise injection, lambda in [0, 1]: each forecast step reaches the
      * policy as (1 - lambda) P + lambda U, U uniform over the agents the predictor knows (END
      * keeps (1 - lambda) of its mass). 0 = the forecasts as predicted; 1 = no information. */
@@ -56,8 +57,10 @@ typedef struct {
      * steps; this stands for the idle time before the next arrival) host-tier nodes the policy
      * expects the next calls to use are loaded into free device blocks, never evicting anything.
      * Their copy time is on no request's TTFT (reported as prefetch_copy_s). Needs a policy with
-     * prefetch_value (pbkv) and a host tier; otherwise nothing is prefetched. */
+     * prefetch_value (pbkv) and a host tier; otherwise nothing is prefetched. prefetch_max_blocks:
+     * the most blocks one such gap loads (the live S_bw per step; 0 = no cap). */
     bool prefetch;
+    int prefetch_max_blocks;
     bool timeline;            /* fill SimResult.timeline, one row per request */
     /* Segment reuse (kv_cache.h SegmentReuseMode; 0 = off): the replay then runs the cache on the
      * trace's token ids (every request line needs "tokens") with the chunker's anchors (the model's
@@ -110,6 +113,7 @@ typedef struct {
     uint64_t prefetched_blocks, prefetch_hit_blocks, prefetch_wasted_blocks;
     double prefetch_copy_s;
     uint64_t predicted_calls, correct_next; /* step-1 top-1 accuracy of the forecasts, as they happened */
+    uint64_t uses_over_bound; /* KvCacheCounters.uses_over_bound: 0 while every node counted all its active workflows */
     double modeled_latency_s; /* sum over requests */
     double mean_ttft_s;
     double hit_rate;          /* cached prompt tokens / prompt tokens */

@@ -42,6 +42,8 @@ void msg_submit_encode(WireBuf *b, const MsgSubmit *m) {
     wire_put_directives(b, &m->directives);
     wire_put_i32(b, m->pull_rank);
     wire_put_i32(b, m->pull_blocks);
+    wire_put_str(b, m->grammar);
+    wire_put_f32(b, m->tenant_weight);
 }
 
 int msg_submit_decode(WireReader *r, MsgSubmit *m) {
@@ -65,6 +67,9 @@ int msg_submit_decode(WireReader *r, MsgSubmit *m) {
     if (wire_get_directives(r, &m->directives)) r->failed = true;
     m->pull_rank = wire_get_i32(r);
     m->pull_blocks = wire_get_i32(r);
+    m->grammar = wire_get_str(r);
+    m->tenant_weight = wire_get_f32(r);
+    if (!(m->tenant_weight > 0 && m->tenant_weight < 1e30f)) m->tenant_weight = 1.0f;
     if (reader_ok(r) || m->n_tokens == 0 || m->logprobs_top < 0 || m->logprobs_top > TOKEN_LOGPROB_MAX_TOP) {
         msg_submit_free(m);
         return -1;
@@ -78,6 +83,7 @@ void msg_submit_free(MsgSubmit *m) {
     free(m->workflow);
     free(m->agent);
     free(m->tokens);
+    free(m->grammar);
     cache_directives_free(&m->directives);
     memset(m, 0, sizeof *m);
 }

@@ -71,6 +71,13 @@ typedef struct {
     /* A KV move the router chose (kv_moves.h): the leader rank of the instance that holds a longer
      * cached prefix of the prompt than this one, and how many blocks of it (0 blocks = no move). */
     int32_t pull_rank, pull_blocks;
+    /* Structured output: a grammar spec (grammar/grammar.h; JSON text the coordinator checked with
+     * grammar_spec_check), NULL or "" = unconstrained. The leader compiles it against its
+     * vocabulary; one that does not compile finishes the request with FINISH_ERROR and the reason. */
+    char *grammar;
+    /* The tenant's weight in the instance's fair sharing (the key file's weight=; sched_fair.h);
+     * <= 0 or not finite reads as 1. */
+    float tenant_weight;
 } MsgSubmit;
 
 /* Wire form: i32 n, n x u64 request ids, n x i32 tokens, then per token a u8 flag and, when it is

@@ -73,6 +73,13 @@ typedef struct {
      * to hidden + row * dim as fp32 (CUDA: from bf16). NULL want_hidden = none. */
     float *hidden;               /* (n_logits, dim) host */
     const uint8_t *want_hidden;
+    /* Grammar masks (grammar/grammar.h): rows flagged in want_mask allow only the tokens whose bits
+     * are set in mask + row * mask_words (bit t of word t / 32); their argmax is taken over those
+     * tokens only (CPU on the host, CUDA on the device before the ids are copied back). The logits
+     * copied to `logits` stay the model's raw ones. NULL want_mask = no masks. */
+    const uint32_t *mask;
+    const uint8_t *want_mask;
+    int mask_words;
 } ForwardOutput;
 
 typedef struct BackendOps BackendOps;

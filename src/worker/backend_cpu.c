@@ -1,6 +1,7 @@
 /*
  * backend_cpu.c — the CPU backend: fp16 paged KV pool and the forward pass of worker/forward.c in
  * the configured matmul arithmetic (fp32 or int8 activations), with argmax taken on the host.
+ * Q5_0 matrices are re-encoded exactly as Q8_0 first (kernels/cpu/weight_widen.h).
  * The host KV tier is a second KvPool in ordinary memory; cache operations are block copies
  * between the two pools, or a rotation of one device block's keys in place (ROTATE, with the
  * forward's own RoPE angles: cpu_rope_angles of the position difference), done synchronously, so
@@ -12,6 +13,7 @@
 #include "kernels/cpu/int8_pack.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec.h"
+#include "kernels/cpu/weight_widen.h"
 #include "worker/backend.h"
 #include "worker/forward.h"
 #include "worker/kv_pool.h"
@@ -19,6 +21,8 @@
 #include "worker/sampler.h"
 
 typedef struct {
+    ModelWeights widened; /* the weights with their Q5_0 matrices re-encoded as Q8_0, the same values
+                             (kernels/cpu/weight_widen.h); zero when the model has none */
     ModelWeights packed; /* int8 arithmetic: the weights with their matrices packed for the int8
                             kernels (kernels/cpu/int8_pack.h); zero in fp32 */
     KvPool kv;
@@ -53,7 +57,9 @@ static int cpu_forward(Backend *b, const ForwardBatch *batch, ForwardOutput *out
 #pragma omp parallel for schedule(static) if (batch->n_logits >= 4)
     for (int i = 0; i < batch->n_logits; i++) {
         const float *row = logits + (size_t)i * vocab;
-        out->argmax[i] = sampler_argmax(row, vocab);
+        out->argmax[i] = out->want_mask && out->want_mask[i]
+                             ? sampler_argmax_masked(row, vocab, out->mask + (size_t)i * out->mask_words)
+                             : sampler_argmax(row, vocab);
         if (!direct && out->logits && out->want_logits[i]) memcpy(out->logits + (size_t)i * vocab, row, (size_t)vocab * sizeof(float));
     }
     size_t dim = (size_t)b->weights->cfg.dim;
@@ -127,6 +133,7 @@ static void cpu_destroy(Backend *b) {
     if (!cb) return;
     forward_free(&cb->fwd);
     model_weights_free(&cb->packed);
+    model_weights_free(&cb->widened);
     kv_pool_destroy(&cb->kv);
     kv_pool_destroy(&cb->host);
     residual_pool_destroy(&cb->res);
@@ -157,6 +164,9 @@ int backend_cpu_create(Backend *b, BraidError *err) {
     if (c->head_dim > CPU_ROPE_MAX_HEAD_DIM)
         return braid_error_set(err, "cpu backend: head_dim %d exceeds the %d the KV rotation supports", c->head_dim,
                                CPU_ROPE_MAX_HEAD_DIM);
+    if (b->cfg.residual_blocks > 0 && c->qk_norm)
+        return braid_error_set(err, "cpu backend: ForkKV (--lora-cache shared) cannot split %s's normalized keys into base and "
+                                    "residual parts (per-head K norm); use --lora-cache separate", c->arch);
     if (b->cfg.lora && b->cfg.lora->n > 0 && b->cfg.tp && b->cfg.tp->size > 1)
         return braid_error_set(err, "cpu backend: LoRA adapters (--lora) are not sharded for tensor parallelism yet; use --tp 1");
     CpuBackend *cb = calloc(1, sizeof *cb);
@@ -169,15 +179,19 @@ int backend_cpu_create(Backend *b, BraidError *err) {
     if (rc == 0) rc = cpu_create_host_tier(cb, b, err);
     if (rc == 0 && b->cfg.residual_blocks > 0)
         rc = residual_pool_create(&cb->res, c, b->cfg.residual_blocks, b->cfg.block_size, b->cfg.residual_rank, err);
+    /* Q5_0 matrices have no fast kernels: re-encoded exactly as Q8_0, they take Q8_0's (both arithmetics). */
+    if (rc == 0 && weight_widen_model(b->weights, &cb->widened, err))
+        rc = braid_error_wrap(err, "cpu backend: re-encoding Q5_0 weights as Q8_0");
+    const ModelWeights *base = cb->widened.layers ? &cb->widened : b->weights;
     /* The int8 kernels read their own packing of the weights: a private copy of the matrices they
      * take (the file's mapping stays for the embedding and anything else). */
-    if (rc == 0 && b->cfg.cpu_matmul == CPU_MATMUL_INT8 && int8_pack_model(b->weights, &cb->packed, err))
+    if (rc == 0 && b->cfg.cpu_matmul == CPU_MATMUL_INT8 && int8_pack_model(base, &cb->packed, err))
         rc = braid_error_wrap(err, "cpu backend: packing the weights for the int8 arithmetic");
     if (rc) {
         cpu_destroy(b);
         return -1;
     }
-    forward_init(&cb->fwd, cb->packed.layers ? &cb->packed : b->weights, &cb->kv);
+    forward_init(&cb->fwd, cb->packed.layers ? &cb->packed : base, &cb->kv);
     cb->fwd.tp = b->cfg.tp;
     cb->fwd.math = b->cfg.cpu_matmul;
     cb->fwd.lora = b->cfg.lora;

@@ -84,6 +84,11 @@ typedef struct {
     GraphLadder ladder;
     DecodeGraph graphs[GRAPH_LADDER_MAX];
     CudaLora lora; /* adapters and the ForkKV residual pool (n_ids == 0: none loaded) */
+    /* Grammar masks (made at the first step that has any): (cap_masks, mask_words) bitmasks and
+     * their logit rows, on the device and pinned on the host for the upload. */
+    uint32_t *mask_dev, *mask_host;
+    int32_t *mask_rows_dev, *mask_rows_host;
+    int cap_masks, mask_words;
 } CudaBackend;
 
 /* What one launch of the kernel sequence covers. */
@@ -278,6 +283,8 @@ static int encode_layer(CudaBackend *cb, const Backend *b, int l, const StepShap
     CUDA_TRY(cuda_rmsnorm(cb->x, NULL, n, c->dim, L->attn_norm, c->norm_eps, cb->xb, st), "attention norm");
     if (gemm(cb, L->wqkv, qkv_dim, c->dim, cb->xb, n, cb->qkv, true, false, err)) return -1;
     if (s->adapted && cuda_lora_project(&cb->lora, l, cb->xb, cb->qkv, st, err)) return -1;
+    CUDA_TRY(cuda_qkv_bias_norm(cb->qkv, n, c->n_heads, c->n_kv_heads, c->head_dim, L->bqkv, L->q_norm, L->k_norm, c->norm_eps, st),
+             "QKV bias and Q/K norm");
     CUDA_TRY(cuda_rope_kv_store(cb->qkv, m + cb->meta.positions, m + cb->meta.slots, n, &rope, cb->q, cb->k_cache[l],
                                 cb->v_cache[l], b->cfg.block_size, st), "RoPE and KV store");
     CUDA_TRY(cuda_attention_prefill(&att, m + cb->meta.tiles, s->n_tiles, st), "prefill attention");
@@ -426,12 +433,45 @@ static int copy_hidden(CudaBackend *cb, const Backend *b, const ForwardBatch *fb
     return 0;
 }
 
+/* Grammar masks: the flagged rows' bitmasks go up, their disallowed logits become -inf, and the
+ * argmax runs again over the rows (after the raw logits were queued for copying, so the host
+ * still gets the model's own). */
+static int apply_masks(CudaBackend *cb, const Backend *b, const ForwardBatch *fb, const ForwardOutput *out, BraidError *err) {
+    int n = 0, words = out->mask_words, vocab = b->weights->cfg.vocab_size;
+    for (int i = 0; out->want_mask && i < fb->n_logits; i++) n += out->want_mask[i] != 0;
+    if (n == 0) return 0;
+    if (n > cb->cap_masks || words != cb->mask_words) {
+        cudaStreamSynchronize(cb->stream);
+        cudaFree(cb->mask_dev);
+        cudaFree(cb->mask_rows_dev);
+        cudaFreeHost(cb->mask_host);
+        cudaFreeHost(cb->mask_rows_host);
+        cb->mask_dev = NULL, cb->mask_rows_dev = NULL, cb->mask_host = NULL, cb->mask_rows_host = NULL, cb->cap_masks = 0;
+        int cap = n > b->cfg.max_seqs ? n : b->cfg.max_seqs;
+        CUDA_TRY(cudaMalloc((void **)&cb->mask_dev, (size_t)cap * words * 4), "grammar masks");
+        CUDA_TRY(cudaMalloc((void **)&cb->mask_rows_dev, (size_t)cap * 4), "grammar masks");
+        CUDA_TRY(cudaMallocHost((void **)&cb->mask_host, (size_t)cap * words * 4), "pinned grammar masks");
+        CUDA_TRY(cudaMallocHost((void **)&cb->mask_rows_host, (size_t)cap * 4), "pinned grammar masks");
+        cb->cap_masks = cap;
+        cb->mask_words = words;
+    }
+    for (int i = 0, k = 0; i < fb->n_logits; i++) {
+        if (!out->want_mask[i]) continue;
+        memcpy(cb->mask_host + (size_t)k * words, out->mask + (size_t)i * words, (size_t)words * 4);
+        cb->mask_rows_host[k++] = i;
+    }
+    cudaStream_t st = cb->stream;
+    CUDA_TRY(cudaMemcpyAsync(cb->mask_dev, cb->mask_host, (size_t)n * words * 4, cudaMemcpyHostToDevice, st), "grammar mask upload");
+    CUDA_TRY(cudaMemcpyAsync(cb->mask_rows_dev, cb->mask_rows_host, (size_t)n * 4, cudaMemcpyHostToDevice, st), "grammar mask upload");
+    CUDA_TRY(cuda_apply_token_mask(cb->logits, vocab, cb->mask_dev, words, cb->mask_rows_dev, n, st), "grammar mask");
+    CUDA_TRY(cuda_argmax(cb->logits, fb->n_logits, vocab, cb->argmax_scratch, cb->argmax_dev, st), "masked argmax");
+    return 0;
+}
+
 static int copy_results(CudaBackend *cb, const Backend *b, const ForwardBatch *fb, ForwardOutput *out, BraidError *err) {
     size_t vocab = (size_t)b->weights->cfg.vocab_size;
     cudaStream_t st = cb->stream;
     if (fb->n_logits == 0) return 0;
-    CUDA_TRY(cudaMemcpyAsync(cb->argmax_host, cb->argmax_dev, (size_t)fb->n_logits * 4, cudaMemcpyDeviceToHost, st),
-             "copying token ids");
     if (out->logits && !out->want_logits) {
         CUDA_TRY(cudaMemcpyAsync(out->logits, cb->logits, (size_t)fb->n_logits * vocab * 4, cudaMemcpyDeviceToHost, st),
                  "copying logits");
@@ -441,6 +481,9 @@ static int copy_results(CudaBackend *cb, const Backend *b, const ForwardBatch *f
                 CUDA_TRY(cudaMemcpyAsync(out->logits + i * vocab, cb->logits + i * vocab, vocab * 4, cudaMemcpyDeviceToHost, st),
                          "copying logits");
     }
+    if (apply_masks(cb, b, fb, out, err)) return -1;
+    CUDA_TRY(cudaMemcpyAsync(cb->argmax_host, cb->argmax_dev, (size_t)fb->n_logits * 4, cudaMemcpyDeviceToHost, st),
+             "copying token ids");
     if (copy_hidden(cb, b, fb, out, err)) return -1;
     CUDA_TRY(cudaStreamSynchronize(st), "finishing the step");
     memcpy(out->argmax, cb->argmax_host, (size_t)fb->n_logits * 4);
@@ -584,6 +627,10 @@ static void cuda_destroy(Backend *b) {
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     cudaFreeHost(cb->meta_host);
     cudaFreeHost(cb->argmax_host);
+    cudaFree(cb->mask_dev);
+    cudaFree(cb->mask_rows_dev);
+    cudaFreeHost(cb->mask_host);
+    cudaFreeHost(cb->mask_rows_host);
     for (int l = 0; cb->k_cache && l < cb->w.n_layers; l++) {
         cudaFree(cb->k_cache[l]);
         cudaFree(cb->v_cache[l]);
@@ -610,7 +657,7 @@ static int check_shape(const Backend *b, BraidError *err) {
     const ModelConfig *c = &b->weights->cfg;
     if (!cuda_kernels_shape_supported(c->head_dim, c->n_heads, c->n_kv_heads))
         return braid_error_set(err, "cuda backend: unsupported attention shape (head_dim %d, %d heads, %d KV heads); "
-                                    "supported: head_dim 64 or 128 with 1, 2, 3, 4 or 8 query heads per KV head",
+                                    "supported: head_dim 64 or 128 with 1 to 8 query heads per KV head",
                                c->head_dim, c->n_heads, c->n_kv_heads);
     if (c->dim % 8 || c->ff_dim % 8)
         return braid_error_set(err, "cuda backend: model widths must be multiples of 8 (dim %d, ff %d)", c->dim, c->ff_dim);
@@ -650,6 +697,9 @@ static int create_lora(CudaBackend *cb, const Backend *b, BraidError *err) {
 
 int backend_cuda_create(Backend *b, BraidError *err) {
     if (check_shape(b, err)) return -1;
+    if (b->cfg.residual_blocks > 0 && b->weights->cfg.qk_norm)
+        return braid_error_set(err, "cuda backend: ForkKV (--lora-cache shared) cannot split %s's normalized keys into base and "
+                                    "residual parts (per-head K norm); use --lora-cache separate", b->weights->cfg.arch);
     if (b->cfg.tp && b->cfg.tp->size > 1)
         return braid_error_set(err, "cuda backend: tensor parallelism (--tp > 1) runs on the CPU backend only so far; use --device cpu");
     CudaBackend *cb = calloc(1, sizeof *cb);

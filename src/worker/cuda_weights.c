@@ -52,14 +52,31 @@ static int upload_vector(float **dst, const float *src, int n, size_t *total, co
     return e == cudaSuccess ? 0 : cuda_fail(e, what, err);
 }
 
-static int upload_layer(CudaLayerWeights *cl, const LayerWeights *L, int dim, uint64_t seed, size_t *total, BraidError *err) {
+/* The Q, K and V biases as one (q_dim + 2 kv_dim) vector, matching the fused QKV matrix's rows. */
+static int upload_qkv_bias(CudaLayerWeights *cl, const LayerWeights *L, size_t *total, BraidError *err) {
+    if (!L->bq && !L->bk && !L->bv) return 0;
+    int64_t q = L->wq.rows, kv = L->wk.rows, n = q + 2 * kv;
+    float *host = calloc((size_t)n, sizeof *host);
+    if (!host) return braid_error_set(err, "cuda: out of host memory for the QKV bias");
+    if (L->bq) memcpy(host, L->bq, (size_t)q * sizeof *host);
+    if (L->bk) memcpy(host + q, L->bk, (size_t)kv * sizeof *host);
+    if (L->bv) memcpy(host + q + kv, L->bv, (size_t)kv * sizeof *host);
+    int rc = upload_vector(&cl->bqkv, host, (int)n, total, "QKV bias", err);
+    free(host);
+    return rc;
+}
+
+static int upload_layer(CudaLayerWeights *cl, const LayerWeights *L, const ModelConfig *c, uint64_t seed, size_t *total,
+                        BraidError *err) {
     const WeightMatrix *qkv[] = {&L->wq, &L->wk, &L->wv}, *gate_up[] = {&L->w_gate, &L->w_up};
     const WeightMatrix *wo[] = {&L->wo}, *down[] = {&L->w_down};
     return upload_stacked(&cl->wqkv, qkv, 3, seed + 1, total, err) || upload_stacked(&cl->wo, wo, 1, seed + 2, total, err) ||
            upload_stacked(&cl->w_gate_up, gate_up, 2, seed + 3, total, err) ||
            upload_stacked(&cl->w_down, down, 1, seed + 4, total, err) ||
-           upload_vector(&cl->attn_norm, L->attn_norm, dim, total, "attn_norm", err) ||
-           upload_vector(&cl->ffn_norm, L->ffn_norm, dim, total, "ffn_norm", err);
+           upload_vector(&cl->attn_norm, L->attn_norm, c->dim, total, "attn_norm", err) ||
+           upload_vector(&cl->ffn_norm, L->ffn_norm, c->dim, total, "ffn_norm", err) || upload_qkv_bias(cl, L, total, err) ||
+           (L->q_norm && upload_vector(&cl->q_norm, L->q_norm, c->head_dim, total, "attn_q_norm", err)) ||
+           (L->k_norm && upload_vector(&cl->k_norm, L->k_norm, c->head_dim, total, "attn_k_norm", err));
 }
 
 /* The CPU backend's inverse frequencies (worker/forward.c via cpu_rope_angles), computed once. */
@@ -84,7 +101,7 @@ int cuda_weights_upload(CudaWeights *cw, const ModelWeights *w, uint64_t seed, B
     if (!cw->layers) return braid_error_set(err, "cuda: out of memory");
     cw->n_layers = c->n_layers;
     for (int l = 0; l < c->n_layers; l++)
-        if (upload_layer(&cw->layers[l], &w->layers[l], c->dim, seed + 16 * (uint64_t)l, &cw->bytes, err))
+        if (upload_layer(&cw->layers[l], &w->layers[l], c, seed + 16 * (uint64_t)l, &cw->bytes, err))
             return braid_error_wrap(err, "uploading layer %d", l);
     const WeightMatrix *embd[] = {&w->token_embd}, *out[] = {&w->output};
     if (upload_stacked(&cw->token_embd, embd, 1, seed + 9001, &cw->bytes, err)) return -1;
@@ -105,6 +122,7 @@ void cuda_weights_free(CudaWeights *cw) {
             CudaLayerWeights *cl = &cw->layers[l];
             cudaFree(cl->wqkv); cudaFree(cl->wo); cudaFree(cl->w_gate_up); cudaFree(cl->w_down);
             cudaFree(cl->attn_norm); cudaFree(cl->ffn_norm);
+            cudaFree(cl->bqkv); cudaFree(cl->q_norm); cudaFree(cl->k_norm);
         }
     free(cw->layers);
     if (cw->output != cw->token_embd) cudaFree(cw->output);

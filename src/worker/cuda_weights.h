@@ -2,7 +2,8 @@
  * cuda_weights.h — the model's weights on a CUDA device, in bf16, laid out for the forward pass.
  *
  * Q/K/V are fused into one (q_dim + 2 kv_dim, dim) matrix and gate/up into one (2 ff, dim)
- * matrix, so each becomes one GEMM. Norm weights and RoPE inverse frequencies are fp32. Weights
+ * matrix, so each becomes one GEMM. Norm weights, Q/K/V biases (fused like the matrix) and RoPE
+ * inverse frequencies are fp32. Weights
  * come from the GGUF views (dequantized and rounded to bf16 on the host, one matrix at a time) or,
  * for a synthetic model (data == NULL), are generated on the device from a seed.
  * Owns: all device allocations (free with cuda_weights_free). Needs a current CUDA device.
@@ -19,6 +20,8 @@
 typedef struct {
     uint16_t *wqkv, *wo, *w_gate_up, *w_down;
     float *attn_norm, *ffn_norm;
+    float *bqkv;           /* (q_dim + 2 kv_dim) fused Q|K|V bias (qwen2), or NULL */
+    float *q_norm, *k_norm; /* (head_dim) per-head Q/K RMSNorm weights (qwen3), or NULL */
 } CudaLayerWeights;
 
 typedef struct {

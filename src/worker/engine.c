@@ -4,6 +4,9 @@
 #include <string.h>
 
 #include "common/grow.h"
+#include "common/timeutil.h"
+#include "grammar/grammar.h"
+#include "worker/grammar_tokens.h"
 #include "worker/sched_forkkv.h"
 
 CpuMatmulMath engine_cpu_matmul(const EngineConfig *cfg) { return cfg->cpu_matmul_fp32 ? CPU_MATMUL_FP32 : CPU_MATMUL_INT8; }
@@ -15,12 +18,13 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
     const ModelConfig *mc = &model->weights.cfg;
     SchedConfig sc = {.device_blocks = cfg->n_blocks, .host_blocks = cfg->host_blocks, .block_size = cfg->block_size,
                       .max_batch_tokens = cfg->max_batch_tokens, .max_running = cfg->max_running,
-                      .cache_enabled = cfg->cache_enabled, .policy = cfg->policy, .prefetch = cfg->prefetch,
+                      .cache_enabled = cfg->cache_enabled, .policy = cfg->policy, .policy_options = cfg->policy_options,
+                      .prefetch = cfg->prefetch, .prefetch_max_blocks = cfg->prefetch_max_blocks,
                       .segments = cfg->segment_reuse != SEGMENT_REUSE_OFF, .anchor_tokens = model->tokenizer.special_ids,
                       .n_anchor_tokens = model->tokenizer.n_special, .approx_window = cfg->approx_window,
                       .model_seed = engine_model_seed(mc), .flops_per_token = engine_prefill_flops_per_token(mc),
                       .pin_budget_blocks = cfg->pin_budget_blocks, .lora_shared = cfg->lora_shared,
-                      .residual_blocks = cfg->residual_blocks};
+                      .residual_blocks = cfg->residual_blocks, .fair_share = cfg->fair_share};
     if (sched_init(&e->sched, &sc, err)) return -1;
     BackendConfig bc = backend_config_default(cfg->device, &model->weights.cfg, cfg->n_blocks, cfg->block_size,
                                               cfg->max_batch_tokens);
@@ -48,6 +52,9 @@ void engine_free(Engine *e) {
     plan_free(&e->plan);
     free(e->tokens); free(e->positions); free(e->slots); free(e->res_slots); free(e->res_tables); free(e->seq_start); free(e->seq_ctx); free(e->logit_rows);
     free(e->seq_adapter); free(e->tables); free(e->logits); free(e->argmax); free(e->want_logits); free(e->want_hidden); free(e->hidden);
+    grammar_cache_free(e->grammar_cache); /* matchers still held by requests free the rest */
+    grammar_vocab_free(e->grammar_vocab);
+    free(e->masks); free(e->want_mask); free(e->masked_row);
     memset(e, 0, sizeof *e);
 }
 
@@ -74,6 +81,32 @@ static int refuse(SchedRequest *r, const char *why) {
     return -1;
 }
 
+/* Compiled grammar specs an engine keeps (with their mask caches) for requests that repeat them. */
+#define ENGINE_GRAMMAR_CACHE 64
+
+/* Compiles the request's grammar spec against the model's vocabulary (made on first use). */
+static int attach_grammar(Engine *e, SchedRequest *r, char *why, size_t why_len) {
+    if (!e->grammar_vocab) {
+        BraidError err;
+        if (!(e->grammar_vocab = grammar_vocab_from_tokenizer(&e->model->tokenizer, &err))) {
+            snprintf(why, why_len, "%s", err.msg);
+            return -1;
+        }
+        e->mask_words = grammar_mask_words(grammar_vocab_size(e->grammar_vocab));
+        if (!(e->grammar_cache = grammar_cache_create(e->grammar_vocab, ENGINE_GRAMMAR_CACHE))) {
+            snprintf(why, why_len, "grammar: out of memory");
+            return -1;
+        }
+    }
+    char msg[400];
+    r->grammar = grammar_cache_matcher(e->grammar_cache, r->grammar_spec, strlen(r->grammar_spec), msg, sizeof msg);
+    if (!r->grammar) {
+        snprintf(why, why_len, "grammar: %s", msg);
+        return -1;
+    }
+    return 0;
+}
+
 int engine_submit(Engine *e, SchedRequest *r) {
     if (r->segment_mode > e->cfg.segment_reuse) r->segment_mode = (uint8_t)e->cfg.segment_reuse;
     int context = e->model->weights.cfg.context_length;
@@ -88,6 +121,7 @@ int engine_submit(Engine *e, SchedRequest *r) {
         return refuse(r, why);
     }
     if (sampler_init(&r->sampler, e->model->weights.cfg.vocab_size, r->sampling.seed)) return refuse(r, "out of memory");
+    if (r->grammar_spec && r->grammar_spec[0] && !r->grammar && attach_grammar(e, r, why, sizeof why)) return refuse(r, why);
     return sched_add(&e->sched, r);
 }
 
@@ -153,6 +187,7 @@ static int build_batch(Engine *e, ForwardBatch *b) {
                                        (pe->req->want_first_logits && first);
             /* The prompt's last token: its hidden state, when the request wants it. */
             e->want_hidden[n_logits] = pe->req->want_hidden && !pe->req->hidden && pe->req->n_tokens == pe->req->n_prompt;
+            if (e->want_mask) e->want_mask[n_logits] = pe->req->grammar != NULL;
             e->logit_rows[n_logits++] = t - 1;
         }
     }
@@ -194,11 +229,71 @@ static int record_logprobs(SchedRequest *r, const float *logits, int vocab, int3
     return 0;
 }
 
+/* Room for one mask per sampled row (grammar requests only make masks). */
+static int reserve_masks(Engine *e, int rows, BraidError *err) {
+    if (rows <= e->cap_mask_rows) return 0;
+    free(e->masks);
+    free(e->want_mask);
+    e->masks = malloc((size_t)rows * e->mask_words * sizeof *e->masks);
+    e->want_mask = calloc((size_t)rows, 1);
+    if (!e->masked_row) e->masked_row = malloc((size_t)e->model->weights.cfg.vocab_size * sizeof *e->masked_row);
+    if (!e->masks || !e->want_mask || !e->masked_row) {
+        free(e->masks);
+        free(e->want_mask);
+        e->masks = NULL;
+        e->want_mask = NULL;
+        e->cap_mask_rows = 0;
+        return braid_error_set(err, "engine: out of memory for %d grammar masks", rows);
+    }
+    e->cap_mask_rows = rows;
+    return 0;
+}
+
+/* Fills the mask of every sampled row of a request with a grammar. A matcher that cannot go on (no
+ * token allowed, an internal limit) clears the row's flag and leaves its message in the request's
+ * error; the request then ends with it after the forward. */
+static void fill_masks(Engine *e, int n_logits) {
+    for (int i = 0, row = 0; i < e->plan.n && row < n_logits; i++) {
+        PlanEntry *pe = &e->plan.entries[i];
+        if (!pe->sample) continue;
+        SchedRequest *r = pe->req;
+        if (e->want_mask[row]) {
+            int allowed = grammar_matcher_fill_mask(r->grammar, e->masks + (size_t)row * e->mask_words);
+            if (allowed <= 0) {
+                e->want_mask[row] = 0;
+                snprintf(r->error, sizeof r->error, "%s",
+                         allowed < 0 ? grammar_matcher_error(r->grammar) : "grammar: no token of the vocabulary can continue the output");
+            }
+        }
+        row++;
+    }
+}
+
+/* The token a constrained row takes: the backend's masked argmax (greedy), or a draw from the
+ * masked logits; a draw that lands on a disallowed token (rounding at the end of the
+ * distribution) falls back to the masked argmax. */
+static int32_t sample_masked(Engine *e, SchedRequest *r, int row, bool sampled) {
+    const uint32_t *mask = e->masks + (size_t)row * e->mask_words;
+    int vocab = e->model->weights.cfg.vocab_size;
+    if (!sampled) return e->argmax[row];
+    const float *raw = e->logits + (size_t)row * vocab;
+    memcpy(e->masked_row, raw, (size_t)vocab * sizeof *raw);
+    sampler_apply_mask(e->masked_row, vocab, mask);
+    int32_t token = sampler_sample(&r->sampler, e->masked_row, &r->sampling);
+    return sampler_mask_allows(mask, token) ? token : sampler_argmax_masked(raw, vocab, mask);
+}
+
 static void after_sample(Engine *e, SchedRequest *r, int32_t token) {
     Scheduler *s = &e->sched;
     if (r->n_tokens == r->n_prompt) r->t_first_token = s->clock();
-    if (!r->ignore_eos && tokenizer_is_stop(&e->model->tokenizer, token)) {
+    if ((!r->ignore_eos || r->grammar) && tokenizer_is_stop(&e->model->tokenizer, token)) {
         sched_finish(s, r, "stop");
+        return;
+    }
+    if (r->grammar && grammar_matcher_accept_token(r->grammar, token)) {
+        snprintf(r->error, sizeof r->error, "grammar: the sampled token %d does not continue the output%s%s", (int)token,
+                 grammar_matcher_error(r->grammar)[0] ? ": " : "", grammar_matcher_error(r->grammar));
+        sched_finish(s, r, "error");
         return;
     }
     if (sched_append_token(r, token)) {
@@ -207,17 +302,31 @@ static void after_sample(Engine *e, SchedRequest *r, int32_t token) {
         return;
     }
     e->generated_tokens++;
-    if (r->n_tokens - r->n_prompt >= r->max_tokens) sched_finish(s, r, "length");
+    if (r->grammar) e->constrained_tokens++;
+    /* A complete output that nothing but end-of-generation may follow ends here: the step that
+     * would only sample EOS is saved. */
+    if (r->grammar && grammar_matcher_is_terminated(r->grammar)) sched_finish(s, r, "stop");
+    else if (r->n_tokens - r->n_prompt >= r->max_tokens) sched_finish(s, r, "length");
 }
 
 int engine_step(Engine *e, BraidError *err) {
     int n = sched_plan(&e->sched, &e->plan, err);
     if (n <= 0) return n;
     if (reserve(e, e->plan.n_tokens, e->plan.n, err)) return -1;
+    bool constrained = false;
+    for (int i = 0; i < e->plan.n; i++) constrained |= e->plan.entries[i].sample && e->plan.entries[i].req->grammar;
+    if (constrained && reserve_masks(e, e->plan.n, err)) return -1;
     ForwardBatch batch;
+    uint8_t *want_mask = e->want_mask;
+    if (!constrained) e->want_mask = NULL; /* build_batch flags no rows */
     int n_logits = build_batch(e, &batch);
+    e->want_mask = want_mask;
+    double t_grammar = constrained ? braid_now_seconds() : 0.0;
+    if (constrained) fill_masks(e, n_logits);
+    if (constrained) e->grammar_seconds += braid_now_seconds() - t_grammar;
     ForwardOutput out = {.argmax = e->argmax, .logits = e->logits, .want_logits = e->want_logits, .hidden = e->hidden,
-                         .want_hidden = e->want_hidden};
+                         .want_hidden = e->want_hidden, .mask = constrained ? e->masks : NULL,
+                         .want_mask = constrained ? e->want_mask : NULL, .mask_words = e->mask_words};
     /* The plan's block operations come before its forward (a LOAD feeds it, a STORE saves a block it
      * may overwrite). Applied here first, so a list this backend refuses never reaches the peers. */
     if (backend_apply_cache_ops(&e->backend, e->plan.ops.ops, e->plan.ops.n, err))
@@ -230,8 +339,16 @@ int engine_step(Engine *e, BraidError *err) {
         PlanEntry *pe = &e->plan.entries[i];
         if (!pe->sample) continue;
         SchedRequest *r = pe->req;
-        int32_t token = e->want_logits[row] ? sampler_sample(&r->sampler, e->logits + (size_t)row * vocab, &r->sampling)
-                                            : e->argmax[row];
+        if (r->grammar && !(constrained && e->want_mask[row])) { /* its matcher could not go on */
+            sched_finish(&e->sched, r, "error");
+            row++;
+            continue;
+        }
+        bool sampled = r->sampling.temperature > 0.0f;
+        double t0 = r->grammar ? braid_now_seconds() : 0.0;
+        int32_t token = r->grammar ? sample_masked(e, r, row, sampled)
+                        : sampled ? sampler_sample(&r->sampler, e->logits + (size_t)row * vocab, &r->sampling)
+                                  : e->argmax[row];
         keep_hidden(e, r, row);
         keep_first_logits(e, r, row);
         if (record_logprobs(r, e->logits + (size_t)row * vocab, (int)vocab, token)) {
@@ -242,6 +359,7 @@ int engine_step(Engine *e, BraidError *err) {
         }
         row++;
         after_sample(e, r, token);
+        if (t0 > 0.0) e->grammar_seconds += braid_now_seconds() - t0;
     }
 #ifndef NDEBUG
     /* Debug builds verify the pool accounting and the tree after every step. */

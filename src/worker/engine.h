@@ -5,7 +5,11 @@
  * copies, host-tier stores and loads) on the backend, turns the plan into a ForwardBatch (token ids,
  * positions, slots through each sequence's block table), runs the forward pass, samples the next
  * token of every sequence whose last token was computed, and applies stop rules (end-of-turn
- * tokens, max_tokens, context length). `braid batch` drives it offline; the cluster's instance
+ * tokens, max_tokens, context length). A request with a grammar spec (SchedRequest.grammar_spec)
+ * samples under its token mask: computed on the host before the forward, applied by the backend
+ * to the greedy argmax (CPU host / CUDA device) or to a masked copy of the logits for sampled
+ * requests; the matcher then takes the token, and the request stops ("stop") as soon as the
+ * grammar is complete and nothing but end-of-generation could follow. `braid batch` drives it offline; the cluster's instance
  * leader will drive the same loop from MPI messages.
  * Owns: the scheduler and the backend (KV memory, forward scratch) on the configured device. Borrows the model and the requests.
  * Not thread-safe.
@@ -22,7 +26,9 @@ typedef struct {
     int host_blocks;     /* host KV tier blocks including the null block; 0 = no host tier */
     bool cache_enabled;
     const EvictPolicy *policy;
+    EvictPolicyOptions policy_options; /* --pbkv-gamma; zero: the policy's defaults */
     bool prefetch;       /* host-tier prefetch on pure-decode steps, when the policy has prefetch_value */
+    int prefetch_max_blocks; /* S_bw (--prefetch-blocks); 0 = SCHED_PREFETCH_MAX_BLOCKS_PER_STEP */
     BackendKind device;  /* BACKEND_CPU (the zero value) or BACKEND_CUDA */
     bool cuda_graphs_off; /* CUDA: launch decode steps directly instead of replaying graphs */
     /* CPU: fp32 activations in every matmul. The zero value serves with int8 activations and
@@ -51,6 +57,9 @@ typedef struct {
      * caches per adapter (the namespace above). Needs adapters; CPU and CUDA backends. */
     bool lora_shared;
     int residual_blocks;
+    /* Weighted fair sharing between tenants in admission and the prefill budget (sched_fair.h);
+     * false: first come, first served. */
+    bool fair_share;
 } EngineConfig;
 
 typedef struct {
@@ -68,6 +77,18 @@ typedef struct {
     uint8_t *want_hidden; /* (cap_seqs) */
     float *hidden;        /* (cap_seqs, dim) hidden states the forward copied */
     uint64_t generated_tokens;
+    /* Structured outputs: the model's vocabulary for grammar masks (made at the first request with
+     * a grammar, shared read-only by all their matchers), each sampled row's mask
+     * (cap_seqs, mask_words) and whether the row has one, and a masked copy of one logit row for
+     * sampled (temperature > 0) requests. */
+    struct GrammarVocab *grammar_vocab;
+    struct GrammarCache *grammar_cache; /* compiled specs and their mask caches, shared by requests with the same spec */
+    uint32_t *masks;
+    uint8_t *want_mask;
+    int cap_mask_rows, mask_words;
+    float *masked_row;
+    uint64_t constrained_tokens; /* tokens sampled under a grammar mask */
+    double grammar_seconds;      /* host time in grammar work: masks, masked sampling, matcher steps */
 } Engine;
 
 int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, BraidError *err);
@@ -80,7 +101,8 @@ double engine_prefill_flops_per_token(const ModelConfig *cfg);
 /* A seed naming what makes K/V comparable (dimensions, vocabulary, RoPE): chunk hashes include it. */
 uint64_t engine_model_seed(const ModelConfig *cfg);
 /* Prepares and queues a request (prompt already tokenized into req->tokens / n_prompt). A request
- * that cannot run (no room in the context, an adapter not loaded) is finished with an error and -1;
+ * that cannot run (no room in the context, an adapter not loaded, a grammar spec that does not
+ * compile: its message names why) is finished with an error and -1;
  * a segment mode above the engine's is lowered to it. */
 int engine_submit(Engine *e, SchedRequest *req);
 /* Runs one step; returns the number of sequences in it (0 when idle), -1 on error. */

@@ -170,6 +170,23 @@ static int tp_reduce(ForwardContext *ctx, float *partial, int n, BraidError *err
     return tp_allreduce_sum_f32(ctx->tp, partial, (size_t)n * ctx->weights->cfg.dim, err);
 }
 
+/* Between the projections (and any LoRA deltas) and RoPE: the Q/K/V biases (qwen2), then RMSNorm
+ * over head_dim of every Q and K head (qwen3), as HF's Qwen2/Qwen3 attention orders them. */
+static void qkv_bias_and_norm(ForwardContext *ctx, const LayerWeights *L, int n) {
+    const ModelConfig *c = &ctx->weights->cfg;
+    if (!L->bq && !L->bk && !L->bv && !L->q_norm && !L->k_norm) return;
+    int hd = c->head_dim, q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
+#pragma omp parallel for schedule(static) if (n >= 8)
+    for (int t = 0; t < n; t++) {
+        float *q = ctx->q + (size_t)t * q_dim, *k = ctx->k + (size_t)t * kv_dim, *v = ctx->v + (size_t)t * kv_dim;
+        if (L->bq) cpu_add_inplace(q, L->bq, q_dim);
+        if (L->bk) cpu_add_inplace(k, L->bk, kv_dim);
+        if (L->bv) cpu_add_inplace(v, L->bv, kv_dim);
+        for (int h = 0; L->q_norm && h < c->n_heads; h++) cpu_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm, hd, c->norm_eps);
+        for (int h = 0; L->k_norm && h < c->n_kv_heads; h++) cpu_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm, hd, c->norm_eps);
+    }
+}
+
 static int attention_block(ForwardContext *ctx, const ForwardBatch *b, int layer, BraidError *err) {
     const ModelWeights *w = ctx->weights;
     const ModelConfig *c = &w->cfg;
@@ -181,6 +198,7 @@ static int attention_block(ForwardContext *ctx, const ForwardBatch *b, int layer
     if (cpu_matmul_shared_input(qkv, qkv_out, 3, ctx->xb, n, ctx->math, &ctx->scratch))
         return braid_error_set(err, "forward: out of memory in layer %d QKV", layer);
     for (int p = LORA_PROJ_Q; p <= LORA_PROJ_V; p++) lora_forward_add(ctx->lora, b, c, layer, (LoraProj)p, ctx->xb, qkv_out[p]);
+    qkv_bias_and_norm(ctx, L, n);
     if (b->res_block_tables) {
         lora_forward_residual(ctx->lora, b, c, layer, ctx->xb, ctx->res->rank, ctx->k_res, ctx->v_res);
         ResidualLayerView res = residual_pool_layer(ctx->res, layer);

@@ -2,7 +2,7 @@
  * forward.h — the llama forward pass over a batch of tokens from one or more sequences (CPU).
  *
  * forward_run() takes a ForwardBatch (worker/forward_batch.h), embeds, runs every layer (RMSNorm,
- * Q/K/V, RoPE, KV store, paged causal attention, output projection, SwiGLU MLP), and writes fp32 logits for the requested rows.
+ * Q/K/V (+ qwen2's biases, qwen3's per-head Q/K RMSNorm), RoPE in the model's pairing, KV store, paged causal attention, output projection, SwiGLU MLP), and writes fp32 logits for the requested rows.
  * With a LoraSet, each sequence's adapter (batch seq_adapter) adds its delta to Q/K/V and O
  * (worker/lora_forward.h); a ForkKV sequence (batch res_block_tables) instead stores its base K/V and
  * its K/V residuals apart and attends by ResidualAttention (kernels/cpu/residual_attention.h).

@@ -246,10 +246,12 @@ static int accept_submit(Leader *L, MsgSubmit *m) {
         if (*names[i][0] && **names[i][0]) *names[i][1] = *names[i][0], *names[i][0] = NULL;
     }
     r->ignore_eos = m->ignore_eos;
+    r->tenant_weight = m->tenant_weight;
     r->want_hidden = m->want_hidden;
     r->segment_mode = m->segment_mode;
     r->want_logprobs = m->want_logprobs;
     r->logprobs_top = m->logprobs_top;
+    if (m->grammar && m->grammar[0]) r->grammar_spec = m->grammar, m->grammar = NULL; /* compiled by engine_submit */
     r->directives = m->directives; /* moves over */
     memset(&m->directives, 0, sizeof m->directives);
     r->sampling = (SamplingParams){.temperature = m->temperature, .top_p = m->top_p, .top_k = m->top_k, .seed = m->seed};
@@ -275,12 +277,36 @@ static void on_move_ready(void *ctx, void *owner, int moved_tokens) {
     if (lr->cancel_pending && lr->req.state != REQ_FINISHED) sched_cancel(&L->engine.sched, &lr->req);
 }
 
+int instance_leader_refusal(const uint8_t *submit, size_t len, const char *why, WireBuf *out, uint64_t *req_id) {
+    WireReader rd = wire_reader(submit, len);
+    uint64_t id = wire_get_u64(&rd); /* a SUBMIT opens with its request id */
+    if (rd.failed) return -1;
+    *req_id = id;
+    msg_finish_encode(out, &(MsgFinish){.req_id = id, .reason = FINISH_ERROR, .error = (char *)why, .directive_outcomes = ""});
+    return 0;
+}
+
+/* A SUBMIT that does not decode is answered, not dropped: the coordinator would wait for it forever. */
+static int refuse_submit(Leader *L, const uint8_t *data, size_t len) {
+    const char *why = "the instance could not take the request: its SUBMIT message is malformed "
+                      "(an empty prompt, a field out of range or a truncated message)";
+    WireBuf b = {0};
+    uint64_t id;
+    if (instance_leader_refusal(data, len, why, &b, &id)) {
+        LOG_ERROR("leader", "instance %d: a submit message of %zu bytes is too short to name its request; dropped", L->cfg->instance, len);
+        return 0;
+    }
+    LOG_WARN("leader", "instance %d: req %llu: malformed submit message (%zu bytes); answered with an error", L->cfg->instance,
+             (unsigned long long)id, len);
+    return ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_FINISH, &b, &L->err);
+}
+
 static void handle_message(Leader *L, int type, const uint8_t *data, size_t len) {
     WireReader rd = wire_reader(data, len);
     if (type == MSG_SUBMIT) {
         MsgSubmit m;
         if (msg_submit_decode(&rd, &m)) {
-            LOG_WARN("leader", "instance %d: malformed submit message dropped", L->cfg->instance);
+            if (refuse_submit(L, data, len)) L->failed = true;
             return;
         }
         if (accept_submit(L, &m)) L->failed = true;

@@ -11,6 +11,10 @@
  * KV block moves (kv_moves.h): the leader also takes KV_EXPORT / KV_EXPORTED / KV_RELEASE from
  * other leaders, parks a SUBMIT with a pull hint until its move is over, and sends its peers MOVE
  * plans; a peer serves those with its own mover (kv_move_rank.h).
+ * A SUBMIT the leader cannot take (it does not decode: an empty prompt, a bad field) is never
+ * dropped in silence: its FINISH says FINISH_ERROR with the reason (instance_leader_refusal), so
+ * the coordinator answers the client; only a message too short to hold a request id is just logged
+ * (the coordinator's request watchdog answers that request).
  * After SHUTDOWN the leader finishes every request it holds, then stops its peers and returns.
  * When SHUTDOWN says the job lost ranks (another instance died), both roles report it through
  * *lost_ranks so the caller skips MPI_Finalize, whose job-wide fence could wait for the dead forever.
@@ -24,6 +28,7 @@
 #include <stdbool.h>
 
 #include "model/model.h"
+#include "transport/wire.h"
 #include "worker/engine.h"
 
 typedef struct {
@@ -41,6 +46,10 @@ typedef struct {
 
 /* Runs until the coordinator's SHUTDOWN has been honoured. Returns 0, or -1 with err filled. */
 int instance_leader_run(const WorkerRoleConfig *cfg, bool *lost_ranks, BraidError *err);
+/* The FINISH (FINISH_ERROR, error = why) answering a SUBMIT message the leader cannot take, encoded
+ * into *out (which the caller frees with wire_buf_free, or sends); *req_id is the request's id.
+ * -1 (out untouched) when the message is too short to hold even the id. Pure: no MPI. */
+int instance_leader_refusal(const uint8_t *submit, size_t len, const char *why, WireBuf *out, uint64_t *req_id);
 /* Runs until the leader's STOP. */
 int tp_peer_run(const WorkerRoleConfig *cfg, bool *lost_ranks, BraidError *err);
 

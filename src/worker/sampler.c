@@ -59,6 +59,22 @@ int32_t sampler_argmax(const float *logits, int n) {
     return best;
 }
 
+int32_t sampler_argmax_masked(const float *logits, int n, const uint32_t *allow) {
+    int32_t best = -1;
+    int words = (n + 31) / 32;
+    for (int w = 0; w < words; w++)
+        for (uint32_t bits = allow[w]; bits; bits &= bits - 1) {
+            int32_t t = w * 32 + __builtin_ctz(bits);
+            if (t < n && (best < 0 || logits[t] > logits[best])) best = t;
+        }
+    return best;
+}
+
+void sampler_apply_mask(float *logits, int n, const uint32_t *allow) {
+    for (int i = 0; i < n; i++)
+        if (!(allow[i >> 5] >> (i & 31) & 1u)) logits[i] = -INFINITY;
+}
+
 /* Sorts candidates [0, n) by descending probability (insertion into a max-heap order is overkill
  * for the few hundred candidates that survive the filters below). */
 static void sort_candidates(int32_t *ids, float *probs, int n) {

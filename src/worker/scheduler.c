@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/grow.h"
+#include "grammar/grammar.h"
 #include "worker/sched_directives.h"
 #include "worker/sched_forkkv.h"
 
@@ -64,8 +65,10 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err) {
     s->clock = braid_now_seconds;
     s->flops_per_token = cfg->flops_per_token;
     s->pin_budget_blocks = cfg->pin_budget_blocks > 0 ? cfg->pin_budget_blocks : (cfg->device_blocks - 1) / 4;
+    s->fair_share = cfg->fair_share;
     KvCacheConfig cc = {.block_size = cfg->block_size, .device_blocks = cfg->device_blocks,
-                        .host_blocks = cfg->cache_enabled ? cfg->host_blocks : 0, .policy = cfg->policy, .clock = braid_now_seconds,
+                        .host_blocks = cfg->cache_enabled ? cfg->host_blocks : 0, .policy = cfg->policy,
+                        .policy_options = cfg->policy_options, .clock = braid_now_seconds,
                         .segments = cfg->segments && cfg->cache_enabled, .anchor_tokens = cfg->anchor_tokens,
                         .n_anchor_tokens = cfg->n_anchor_tokens, .approx_window = cfg->approx_window, .model_seed = cfg->model_seed};
     if (kv_cache_init(&s->cache, &cc, err)) return -1;
@@ -86,6 +89,7 @@ void sched_free(Scheduler *s) {
     if (s->forkkv) residual_cache_free(&s->residual);
     free(s->waiting);
     free(s->running);
+    sched_fair_free(&s->fair);
     memset(s, 0, sizeof *s);
 }
 
@@ -112,6 +116,8 @@ void sched_request_free(SchedRequest *r) {
     free(r->splice_reused);
     free(r->directive_outcomes);
     sampler_free(&r->sampler);
+    free(r->grammar_spec);
+    grammar_matcher_free(r->grammar);
     memset(r, 0, sizeof *r);
 }
 
@@ -479,10 +485,24 @@ static void prefetch(Scheduler *s) {
     }
 }
 
-/* Admits from the front of the queue while the budget and the running set allow. */
+/* plan_prefill_chunk within r's tenant's part of the step's budget (sched_fair.h) when sharing is on. */
+static int plan_prefill_fair(Scheduler *s, StepPlan *p, SchedRequest *r, int *budget) {
+    if (!s->fair_share) return plan_prefill_chunk(s, p, r, budget);
+    int allowed = sched_fair_allowance(&s->fair, r, *budget), left = allowed;
+    if (allowed <= 0) return 0;
+    if (plan_prefill_chunk(s, p, r, &left)) return -1;
+    *budget -= allowed - left;
+    sched_fair_charge(&s->fair, r, allowed - left, true, s->clock());
+    return 0;
+}
+
+/* Admits from the front of the queue (with fair sharing: the front of the least-served tenant's
+ * requests) while the budget and the running set allow. */
 static int admit_waiting(Scheduler *s, StepPlan *p, int *budget, BraidError *err) {
     while (s->n_waiting > 0 && *budget > 0 && s->n_running < s->max_running) {
-        SchedRequest *r = s->waiting[0];
+        int at = s->fair_share ? sched_fair_pick(&s->fair, s->waiting, s->n_waiting, s->clock()) : 0;
+        SchedRequest *r = s->waiting[at];
+        if (s->fair_share && sched_fair_allowance(&s->fair, r, *budget) <= 0) break; /* its tenant's part of the step is used */
         int rc = admit(s, r, err);
         if (rc < 0) return -1;
         if (rc > 0) break; /* first come, first served: wait for blocks */
@@ -492,11 +512,11 @@ static int admit_waiting(Scheduler *s, StepPlan *p, int *budget, BraidError *err
             r->n_computed = 0;
             return braid_error_set(err, "sched: out of memory");
         }
-        memmove(s->waiting, s->waiting + 1, (size_t)(s->n_waiting - 1) * sizeof *s->waiting);
+        memmove(s->waiting + at, s->waiting + at + 1, (size_t)(s->n_waiting - at - 1) * sizeof *s->waiting);
         s->n_waiting--;
         s->running[s->n_running++] = r;
         r->state = REQ_RUNNING;
-        if (plan_prefill_chunk(s, p, r, budget)) return braid_error_set(err, "sched: out of memory");
+        if (plan_prefill_fair(s, p, r, budget)) return braid_error_set(err, "sched: out of memory");
     }
     return 0;
 }
@@ -510,9 +530,16 @@ int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
     int budget = s->max_batch_tokens;
     if (plan_decodes(s, p, &budget)) return braid_error_set(err, "sched: out of memory");
     int n_decodes = p->n;
-    for (int i = 0; i < s->n_running && budget > 0; i++) {
-        SchedRequest *r = s->running[i];
-        if (r->n_computed < r->n_tokens - 1 && !in_plan(p, r) && plan_prefill_chunk(s, p, r, &budget))
+    const int *order = NULL; /* fair sharing: prefills in order of the least-served tenant */
+    if (s->fair_share) {
+        double now = s->clock();
+        sched_fair_begin_step(&s->fair, s->running, s->n_running, s->waiting, s->n_waiting, budget, s->block_size, now);
+        for (int i = 0; i < n_decodes; i++) sched_fair_charge(&s->fair, p->entries[i].req, p->entries[i].count, false, now);
+        order = sched_fair_order(&s->fair, s->running, s->n_running, now);
+    }
+    for (int k = 0; k < s->n_running && budget > 0; k++) {
+        SchedRequest *r = s->running[order ? order[k] : k];
+        if (r->n_computed < r->n_tokens - 1 && !in_plan(p, r) && plan_prefill_fair(s, p, r, &budget))
             return braid_error_set(err, "sched: out of memory");
     }
     if (admit_waiting(s, p, &budget, err)) return -1;

@@ -39,6 +39,7 @@
 #include "cache/residual_cache.h"
 #include "common/error.h"
 #include "worker/sampler.h"
+#include "worker/sched_fair.h"
 
 typedef enum { REQ_WAITING = 0, REQ_RUNNING, REQ_FINISHED } RequestState;
 
@@ -50,11 +51,17 @@ typedef struct SchedRequest {
     /* Identity (owned strings, NULL = none): the cache namespace is (tenant, adapter); workflow
      * and agent reach the eviction policy. Interned into `identity` by sched_add. */
     char *tenant, *adapter, *workflow, *agent;
+    float tenant_weight; /* the tenant's weight in fair sharing (sched_fair.h); <= 0 reads as 1 */
     CacheIdentity identity;
     int lora_id;         /* LoRA adapter the request runs (model/lora_adapter.h; 0 = base), from adapter by engine_submit */
     SamplingParams sampling;
-    bool ignore_eos;     /* keep generating past end-of-turn tokens (benchmarks) */
+    bool ignore_eos;     /* keep generating past end-of-turn tokens (benchmarks; not once a grammar is complete) */
     Sampler sampler;
+    /* Structured output (grammar/grammar.h): the grammar spec text (owned; NULL or "" = none) and,
+     * from engine_submit on, the matcher that follows the generated tokens (owned; its state
+     * survives preemption, which keeps generated tokens). */
+    char *grammar_spec;
+    struct GrammarMatcher *grammar;
     /* want_logprobs: the engine records each generated token's log-probability and logprobs_top
      * alternatives in logprobs[generated index] (owned, grown as tokens come). */
     bool want_logprobs;
@@ -163,6 +170,7 @@ typedef struct {
     int block_size, max_batch_tokens, max_running;
     bool cache_enabled;  /* prefix caching; off = every prompt is computed */
     const EvictPolicy *policy; /* NULL = LRU */
+    EvictPolicyOptions policy_options; /* to the policy's create (zero: its defaults) */
     bool prefetch;       /* prefetch from the host tier on pure-decode steps (needs policy->prefetch_value) */
     int prefetch_max_blocks; /* S_bw: blocks per step; 0 = SCHED_PREFETCH_MAX_BLOCKS_PER_STEP */
     /* Segment reuse: the index is kept when segments is true (and caching is on); the anchors,
@@ -180,6 +188,7 @@ typedef struct {
      * keep residuals in a residual tree of residual_blocks blocks (incl. the null block). */
     bool lora_shared;
     int residual_blocks;
+    bool fair_share; /* weighted fair sharing between tenants (sched_fair.h); false: first come, first served */
 } SchedConfig;
 
 /* PBKV's S_bw (§4.3): the most blocks a pure-decode step prefetches, the copy volume one decode
@@ -207,6 +216,8 @@ typedef struct {
     FILE *events;           /* JSONL cache decisions, or NULL */
     SchedObserver observer;
     double (*clock)(void);
+    bool fair_share;        /* weighted fair sharing between tenants (sched_fair.h); off: first come, first served */
+    SchedFair fair;
 } Scheduler;
 
 int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err);

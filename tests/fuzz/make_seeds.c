@@ -124,7 +124,8 @@ static int write_gguf_seeds(const char *dir) {
     gw_init(&w); /* one tensor of each supported type */
     static uint8_t data[4096];
     for (size_t i = 0; i < sizeof data; i++) data[i] = (uint8_t)(i * 31);
-    const uint32_t types[] = {TENSOR_F32, TENSOR_F16, TENSOR_BF16, TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0, TENSOR_Q4_K, TENSOR_Q6_K};
+    const uint32_t types[] = {TENSOR_F32,  TENSOR_F16,  TENSOR_BF16, TENSOR_Q4_0, TENSOR_Q4_1,
+                              TENSOR_Q5_0, TENSOR_Q8_0, TENSOR_Q4_K, TENSOR_Q5_K, TENSOR_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         uint64_t ne[2] = {256, 2};
         char name[32];

@@ -3,7 +3,8 @@
 #   tests/integration/test_bench_driver.sh BRAID_BINARY BRAID_BENCH_BINARY MODEL
 # 1. every command answers --help; bad arguments exit 2;
 # 2. replay: 4 requests (completions and chat) -> 4 results with status 200 whose texts equal
-#    braid batch's on the same input (greedy; the CPU engine is batch-invariant);
+#    braid batch's on the same input (greedy; the CPU engine is batch-invariant); --result-json in
+#    vLLM's shape with TTFT from each request's own send; compare of the cluster against itself;
 # 3. run: the codegen workload, 3 workflows, 2 at a time, small scale -> requests.jsonl,
 #    workflows.jsonl, summary.json and trace.jsonl that agree with each other; the server's own
 #    trace (--trace-out) records the 3 workflow ends the driver announced; braid sim replays the
@@ -54,7 +55,7 @@ port=$(free_port)
 url=http://127.0.0.1:$port
 
 # ---------------------------------------------------------------- 1. help and usage errors
-for cmd in replay run gen plot; do
+for cmd in replay run gen plot compare; do
   check "braid-bench $cmd --help exits 0" bash -c "'$bench' $cmd --help > /dev/null"
 done
 check "braid-bench --help lists the commands" bash -c "'$bench' --help | grep -q replay && '$bench' --help | grep -q plot"
@@ -83,9 +84,20 @@ cat > "$work/requests.jsonl" <<'JSONL'
 {"id": "chat", "messages": [{"role": "user", "content": "What is 2+2?"}], "max_tokens": 16}
 {"id": "story", "prompt": "Once upon a time", "max_tokens": 16, "agent": "writer", "workflow_id": "replay-wf"}
 JSONL
-"$bench" replay --input "$work/requests.jsonl" --url "$url" --concurrency 4 --out "$work/replay.jsonl" 2> "$work/replay.err"
+"$bench" replay --input "$work/requests.jsonl" --url "$url" --concurrency 4 --out "$work/replay.jsonl" \
+  --result-json "$work/replay_vllm.json" --slo-ttft-ms 600000 2> "$work/replay.err"
 check "replay exits 0" [ $? = 0 ]
-check "replay prints a throughput and TTFT summary" grep -q "generated tok/s.*req/s" "$work/replay.err"
+check "replay prints a throughput and TTFT summary" grep -q "req/s.*output tok/s" "$work/replay.err"
+check "replay prints per-request TTFT/ITL/E2EL percentiles" grep -q "TTFT mean .*ITL mean .*E2EL mean" "$work/replay.err"
+check "replay --result-json: vLLM's shape, TTFT from each request's own send" python3 - "$work/replay_vllm.json" "$work/replay.jsonl" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+rows = [json.loads(l) for l in open(sys.argv[2])]
+assert r["completed"] == 4 and r["failed"] == 0 and r["request_goodput"] == r["request_throughput"], r
+for own, row in zip(r["ttfts"], rows):
+    assert abs(own * 1000 - (row["ttft_ms"] - row["sent_ms"])) < 1.0, (own, row)
+assert r["total_output_tokens"] == sum(row["completion_tokens"] for row in rows) and len(r["itls"]) == 4
+PY
 "$braid" batch --model "$model" --input "$work/requests.jsonl" --output "$work/batch.jsonl" 2> "$work/batch.err"
 check "braid batch on the same input exits 0" [ $? = 0 ]
 check "replay: 4 results, all status 200, texts equal braid batch's" python3 - "$work/replay.jsonl" "$work/batch.jsonl" <<'PY'
@@ -99,6 +111,18 @@ for r, b in zip(replay, batch):
     assert r["text"] == b["text"], (r["id"], r["text"], b["text"])
     assert r["completion_tokens"] == b["completion_tokens"] and r["prompt_tokens"] == b["prompt_tokens"], (r, b)
     assert 0 < r["ttft_ms"] <= r["latency_ms"], r
+PY
+
+"$bench" compare --input "$work/requests.jsonl" --rounds 2 --concurrency 2 --result-json "$work/compare.json" "$url" "$url/v1" \
+  > "$work/compare.out" 2> "$work/compare.err"
+check "compare against the cluster twice exits 0" [ $? = 0 ]
+check "compare: a ratio table and the cached-token granularity note" python3 - "$work/compare.out" "$work/compare.json" <<'PY'
+import json, sys
+out = open(sys.argv[1]).read()
+assert "output_throughput" in out and "whole KV blocks" in out, out
+r = json.load(open(sys.argv[2]))
+assert all(len(s["rounds"]) == 2 and s["rounds"][0]["failed"] == 0 for s in r["servers"]), r["servers"]
+assert r["ratios"]["output_throughput"][1]["median"] > 0
 PY
 
 # ---------------------------------------------------------------- 3. run

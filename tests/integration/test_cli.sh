@@ -45,6 +45,17 @@ check "generate --chat answers Paris" contains "$tmp/gen.out" "Paris"
 check "generate: stats on stderr" contains "$tmp/gen.err" "tok/s"
 check "generate: no stats on stdout" bash -c "! grep -q 'tok/s' '$tmp/gen.out'"
 
+# --chat-template FILE: a Jinja template replaces the model's own; one that does not compile stops
+# start-up naming the file, the line and the construct.
+printf '{%% for m in messages %%}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%% endfor %%}<|im_start|>assistant\n' > "$tmp/tpl.jinja"
+"$braid" generate --model "$model" --chat --chat-template "$tmp/tpl.jinja" --prompt "What is the capital of France?" \
+  --max-tokens 8 > "$tmp/tpl.out" 2> "$tmp/tpl.err"; rc=$?
+check "generate --chat-template exits 0" exit_code_is "$rc" 0
+printf 'ok\n{{ messages | frobnicate }}\n' > "$tmp/bad.jinja"
+"$braid" generate --model "$model" --chat --chat-template "$tmp/bad.jinja" --prompt "hi" > /dev/null 2> "$tmp/bad.err"; rc=$?
+check "bad --chat-template: exit 1" exit_code_is "$rc" 1
+check "bad --chat-template: names file, line and filter" bash -c "grep -q 'bad.jinja' '$tmp/bad.err' && grep -q 'line 2' '$tmp/bad.err' && grep -q frobnicate '$tmp/bad.err'"
+
 # sampling is reproducible under a seed and differs across seeds
 for s in 1 1 2; do
   "$braid" generate --model "$model" --prompt "Once upon a time" --max-tokens 24 --temperature 0.9 --top-p 0.95 \
@@ -99,11 +110,20 @@ check "detokenize bad id: names it" contains "$tmp/e6" "99999999"
   printf '{"id":"chat","messages":[{"role":"user","content":"What is the capital of France?"}],"max_tokens":16}\n'
   printf '{"id":"huge","prompt":"hi","max_tokens":100000}\n'
   printf '{"id":"hot","prompt":"hi","temperature":"hot"}\n'
+  printf '{"id":"tool","messages":[{"role":"user","content":"Weather in Oslo?"}],"max_tokens":40,"tool_choice":"required","tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]}\n'
+  printf '{"id":"badtool","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"bad name"}}]}\n'
 } > "$tmp/req.jsonl"
 "$braid" batch --model "$model" --input "$tmp/req.jsonl" --output "$tmp/res.jsonl" --kv-blocks 64 --events "$tmp/ev.jsonl" \
   > /dev/null 2> "$tmp/batch.err"; rc=$?
 check "batch exits 0" exit_code_is "$rc" 0
-check "batch: one output line per input line" bash -c "[ \$(wc -l < '$tmp/res.jsonl') -eq 8 ]"
+check "batch: one output line per input line" bash -c "[ \$(wc -l < '$tmp/res.jsonl') -eq 10 ]"
+check "batch: a chat line with tools under tool_choice required answers with a get_weather call" python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if "\"tool\"" in l][0]
+call = r["tool_calls"][0]["function"]
+assert r["finish_reason"] == "tool_calls" and call["name"] == "get_weather" and isinstance(json.loads(call["arguments"])["city"], str), r
+' "$tmp/res.jsonl"
+check "batch: a malformed tool is that line's error, naming the field" bash -c "grep '\"id\":\"badtool\"' '$tmp/res.jsonl' | grep -q 'tools\[0\].function.name'"
 check "batch: wrong field type is named" bash -c "grep '\"id\":\"hot\"' '$tmp/res.jsonl' | grep -q 'temperature must be a number'"
 check "batch: chat answer (non-empty)" bash -c "grep '\"id\":\"chat\"' '$tmp/res.jsonl' | grep -q '\"text\": *\"[^\"]'"
 check "batch: missing prompt is a clear error" bash -c "grep '\"id\":\"nomsg\"' '$tmp/res.jsonl' | grep -q 'needs a'"
@@ -126,7 +146,7 @@ check "batch --policy nope: names it and the known ones" bash -c "grep -q \"'nop
 "$braid" batch --model "$model" --input "$tmp/req.jsonl" --output "$tmp/r6.jsonl" --kv-blocks 64 --host-kv-blocks 0 \
   > /dev/null 2> "$tmp/e11"; rc=$?
 check "batch --host-kv-blocks 0 runs without a host tier" bash -c "[ $rc -eq 0 ] && grep -q 'host KV tier: off' '$tmp/e11'"
-check "batch --host-kv-blocks 0: every line answered" bash -c "[ \$(wc -l < '$tmp/r6.jsonl') -eq 8 ]"
+check "batch --host-kv-blocks 0: every line answered" bash -c "[ \$(wc -l < '$tmp/r6.jsonl') -eq 10 ]"
 "$braid" batch --model "$model" --input "$tmp/req.jsonl" --output "$tmp/r7.jsonl" --host-kv-gib 100000 > /dev/null 2> "$tmp/e12"; rc=$?
 check "batch --host-kv-gib 100000: startup error" exit_code_is "$rc" 1
 check "batch --host-kv-gib 100000: names the tier and the available memory" \
@@ -155,7 +175,7 @@ check "batch: missing input is named" contains "$tmp/e8" "none.jsonl"
 
 # trace round trip: batch writes a trace, sim replays it through the cache code
 "$braid" batch --model "$model" --input "$tmp/req.jsonl" --output "$tmp/r4.jsonl" --trace-out "$tmp/trace.jsonl" > /dev/null 2>&1
-check "batch --trace-out: one line per served request" bash -c "[ \$(wc -l < '$tmp/trace.jsonl') -eq 4 ]"
+check "batch --trace-out: one line per served request" bash -c "[ \$(wc -l < '$tmp/trace.jsonl') -eq 5 ]"
 "$braid" sim --trace "$tmp/trace.jsonl" --kv-tokens 4096 --json > "$tmp/sim.json" 2> "$tmp/sim.err"; rc=$?
 check "sim exits 0" exit_code_is "$rc" 0
 check "sim: JSON last line with hit_rate" bash -c "tail -1 '$tmp/sim.json' | grep -q '\"hit_rate\":0\.[1-9]'"
@@ -164,6 +184,24 @@ check "sim: unknown policy is a usage error" exit_code_is "$rc" 2
 printf 'oops\n' > "$tmp/bad_trace.jsonl"
 "$braid" sim --trace "$tmp/bad_trace.jsonl" --kv-tokens 64 > /dev/null 2> "$tmp/e9"; rc=$?
 check "sim: bad trace names file and line" bash -c "[ $rc -eq 1 ] && grep -q 'bad_trace.jsonl:1' '$tmp/e9'"
+
+# PBKV's knobs (issue 35): in range they run, out of range or on the wrong policy they are usage errors that say why
+"$braid" sim --trace "$tmp/trace.jsonl" --kv-tokens 4096 --policy pbkv --pbkv-k 3 --pbkv-gamma 0.5 --json > /dev/null 2>&1; rc=$?
+check "sim --pbkv-k 3 --pbkv-gamma 0.5 runs" exit_code_is "$rc" 0
+"$braid" sim --trace "$tmp/trace.jsonl" --kv-tokens 4096 --policy pbkv --pbkv-gamma 1.5 > /dev/null 2> "$tmp/e_pbkv1"; rc=$?
+check "sim --pbkv-gamma 1.5: usage error naming the range" bash -c "[ $rc -eq 2 ] && grep -qF '(0, 1]' '$tmp/e_pbkv1'"
+"$braid" sim --trace "$tmp/trace.jsonl" --kv-tokens 4096 --pbkv-gamma 0.5 > /dev/null 2> "$tmp/e_pbkv2"; rc=$?
+check "sim --pbkv-gamma with lru: usage error" bash -c "[ $rc -eq 2 ] && grep -q 'applies to --policy pbkv' '$tmp/e_pbkv2'"
+"$braid" sim --trace "$tmp/trace.jsonl" --kv-tokens 4096 --policy pbkv --pbkv-k 0 > /dev/null 2>&1; rc=$?
+check "sim --pbkv-k 0: usage error" exit_code_is "$rc" 2
+"$braid" sim --trace "$tmp/trace.jsonl" --kv-tokens 4096 --policy pbkv --prefetch-blocks 8 > /dev/null 2>&1; rc=$?
+check "sim --prefetch-blocks without --prefetch: usage error" exit_code_is "$rc" 2
+"$braid" batch --input "$tmp/req.jsonl" --output "$tmp/r_pbkv.jsonl" --policy pbkv --prefetch-blocks 0 > /dev/null 2>&1; rc=$?
+check "batch --prefetch-blocks 0: usage error" exit_code_is "$rc" 2
+"$braid" serve --policy pbkv --pbkv-gamma 0 > /dev/null 2>&1; rc=$?
+check "serve --pbkv-gamma 0: usage error" exit_code_is "$rc" 2
+"$braid" sim --trace "$tmp/trace.jsonl" --kv-tokens 4096 --policy pbkv-lae --json > /dev/null 2>&1; rc=$?
+check "sim --policy pbkv-lae runs" exit_code_is "$rc" 0
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -12,7 +12,7 @@
 # 2. Offline: `braid batch --trace-out --trace-tokens` over the same prompts, then `braid manifest
 #    export --trace`, gives the same chunk hashes as the server (the offline seed is the server's).
 # 3. Warm start: a new cluster with --warm-start on the exported manifest plus a malformed and a
-#    stale line starts, logs both skipped lines and its progress, and the probe's first request
+#    stale line starts, summarises both skipped lines by reason, logs its progress, and the probe's first request
 #    there gets cached_tokens > 0.
 # Usage: test_manifest.sh BRAID_BINARY MODEL_PATH
 set -u
@@ -147,8 +147,8 @@ for _ in $(seq 1 1200); do
   sleep 0.1
 done
 check "warm: ready after its warm start" wait_ready
-check "warm start: the malformed line is skipped with its reason" grep -q "line $(($(lines "$work/all.jsonl") + 1)) skipped: not JSON" "$work/warm.err"
-check "warm start: the stale line is skipped with its reason" grep -q "line $(($(lines "$work/all.jsonl") + 2)) skipped: stale" "$work/warm.err"
+check "warm start: the malformed line is skipped with its reason" grep -q "1 invalid (first: line $(($(lines "$work/all.jsonl") + 1)), not JSON" "$work/warm.err"
+check "warm start: the stale line is skipped with its reason" grep -q "1 stale (first: line $(($(lines "$work/all.jsonl") + 2)), stale" "$work/warm.err"
 check "/health said warming (503) before ready" grep -q '"status":"warming"' "$work/health.log"
 check "warm start: progress and the summary are logged" grep -qE "warm start: [1-9][0-9]*/[1-9][0-9]* heads, 2 skipped" "$work/warm.err"
 check "warm start: every head of the manifest warmed" grep -qE "warm start done .*: ([0-9]+) heads warmed .* 0 refused" "$work/warm.err"

@@ -118,8 +118,9 @@ static void test_chat_roles_and_content(void **state) {
     ApiRequest r;
     ACCEPT(API_CHAT,
            "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"developer\",\"content\":\"\"},"
-           "{\"role\":\"user\",\"content\":\"q\",\"name\":null},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":null},"
-           "{\"role\":\"tool\",\"content\":\"42\"},{\"role\":\"assistant\",\"refusal\":null}]}",
+           "{\"role\":\"user\",\"content\":\"q\",\"name\":null},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":"
+           "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+           "{\"role\":\"tool\",\"content\":\"42\",\"tool_call_id\":\"c1\"},{\"role\":\"assistant\",\"refusal\":null}]}",
            &r);
     assert_int_equal(r.n_messages, 6);
     const char *roles[] = {"system", "developer", "user", "assistant", "tool", "assistant"};
@@ -452,19 +453,97 @@ static void test_labels_and_ignore_eos(void **state) {
     REJECT(API_CHAT, CHAT_PREFIX ",\"ignore_eos\":\"yes\"}", 400, "ignore_eos", "ignore_eos must be a boolean");
 }
 
-/* Inside a message only role and content are read; any other non-null field would be dropped
- * unseen by the chat template, so it is refused by its path (the README's rule). */
+/* Inside a message role, content, name, tool_calls, tool_call_id and cache_control are read; any
+ * other non-null field would be dropped unseen by the chat template, so it is refused by its path. */
 static void test_message_fields_refused(void **state) {
     (void)state;
-    REJECT(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\",\"name\":\"bob\"}]}", 400, "messages[0].name",
-           "messages[0].name is not supported: a message holds only role and content");
-    REJECT(API_CHAT,
-           "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[]}]}", 400,
-           "messages[1].tool_calls", "messages[1].tool_calls is not supported");
+    REJECT(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\",\"name\":\"\"}]}", 400, "messages[0].name",
+           "messages[0].name must be a non-empty string");
+    REJECT(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\",\"tool_calls\":[]}]}", 400, "messages[0].tool_calls",
+           "only allowed on assistant messages");
     REJECT(API_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"42\",\"tool_call_id\":\"x\"}]}", 400,
-           "messages[0].tool_call_id", "not supported");
+           "messages[0].tool_call_id", "no earlier assistant message's tool_calls holds");
     REJECT(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\",\"contents\":\"typo\"}]}", 400,
            "messages[0].contents", "messages[0].contents is not supported");
+}
+
+#define TOOL_GET_WEATHER \
+    "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather of a city\"," \
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}"
+#define TOOL_CONVERSATION \
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}," \
+    "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\"," \
+    "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]}," \
+    "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"18 C\"}]"
+
+/* Tools, tool_choice, parallel_tool_calls, response_format and the tool parts of messages. */
+static void test_tools_fields(void **state) {
+    (void)state;
+    ApiRequest r;
+    ACCEPT(API_CHAT, TOOL_CONVERSATION ",\"tools\":[" TOOL_GET_WEATHER "]}", &r);
+    assert_non_null(r.tools);
+    assert_int_equal(r.tool_choice, API_TOOL_CHOICE_AUTO);
+    assert_true(r.parallel_tool_calls);
+    assert_true(r.messages[1].content_null);
+    /* arguments arrive as a string and are parsed into an object for the template */
+    json_t *args = json_object_get(json_object_get(json_array_get(r.messages[1].tool_calls, 0), "function"), "arguments");
+    assert_true(json_is_object(args));
+    assert_string_equal(json_string_value(json_object_get(args, "city")), "Paris");
+    assert_string_equal(r.messages[2].tool_call_id, "call_1");
+    assert_string_equal(r.messages[2].name, "get_weather"); /* filled from the call it answers */
+    api_request_free(&r);
+
+    ACCEPT(API_CHAT, CHAT_PREFIX ",\"tools\":[" TOOL_GET_WEATHER "],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"
+                     "\"parallel_tool_calls\":false}", &r);
+    assert_int_equal(r.tool_choice, API_TOOL_CHOICE_NAMED);
+    assert_string_equal(r.tool_choice_name, "get_weather");
+    assert_false(r.parallel_tool_calls);
+    api_request_free(&r);
+    ACCEPT(API_CHAT, CHAT_PREFIX ",\"tools\":[" TOOL_GET_WEATHER "],\"tool_choice\":\"none\"}", &r);
+    assert_int_equal(r.tool_choice, API_TOOL_CHOICE_NONE);
+    api_request_free(&r);
+    ACCEPT(API_CHAT, CHAT_PREFIX ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"answer\",\"strict\":true,"
+                     "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}}}}", &r);
+    assert_int_equal(r.response_format, API_FORMAT_JSON_SCHEMA);
+    assert_non_null(r.response_schema);
+    api_request_free(&r);
+    ACCEPT(API_CHAT, CHAT_PREFIX ",\"response_format\":{\"type\":\"json_object\"}}", &r);
+    assert_int_equal(r.response_format, API_FORMAT_JSON_OBJECT);
+    api_request_free(&r);
+
+    static const struct {
+        const char *body, *param, *mention;
+    } refused[] = {
+        {CHAT_PREFIX ",\"tools\":{}}", "tools", "tools must be an array"},
+        {CHAT_PREFIX ",\"tools\":[{\"type\":\"retrieval\"}]}", "tools[0].type", "must be \"function\""},
+        {CHAT_PREFIX ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"bad name\"}}]}", "tools[0].function.name",
+         "a-z, A-Z, 0-9"},
+        {CHAT_PREFIX ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]}",
+         "tools[0].function.parameters", "JSON Schema object"},
+        {CHAT_PREFIX ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parametres\":{}}}]}",
+         "tools[0].function.parametres", "not a field"},
+        {CHAT_PREFIX ",\"tools\":[" TOOL_GET_WEATHER "," TOOL_GET_WEATHER "]}", "tools", "names must be unique"},
+        {CHAT_PREFIX ",\"tool_choice\":\"required\"}", "tool_choice", "needs tools"},
+        {CHAT_PREFIX ",\"tools\":[" TOOL_GET_WEATHER "],\"tool_choice\":\"sometimes\"}", "tool_choice", "must be \"none\""},
+        {CHAT_PREFIX ",\"tools\":[" TOOL_GET_WEATHER "],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}",
+         "tool_choice", "not in tools"},
+        {CHAT_PREFIX ",\"parallel_tool_calls\":1}", "parallel_tool_calls", "a boolean"},
+        {CHAT_PREFIX ",\"response_format\":{\"type\":\"xml\"}}", "response_format.type", "must be \"text\""},
+        {CHAT_PREFIX ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}", "response_format.json_schema.name",
+         "1 to 64 characters"},
+        {CHAT_PREFIX ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":"
+                     "{\"type\":\"object\",\"patternProperties\":{}}}}}",
+         "response_format.json_schema.schema", "patternProperties"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\","
+         "\"function\":{\"name\":\"f\",\"arguments\":\"{not json\"}}]}]}",
+         "messages[1].tool_calls[0].function.arguments", "JSON object encoded as a string"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"tool_calls\":[{\"type\":\"function\","
+         "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}]}",
+         "messages[1].tool_calls[0].id", "non-empty string"},
+        {"{\"messages\":[{\"role\":\"tool\",\"content\":\"42\"}]}", "messages[0].tool_call_id", "required on a tool message"},
+        {CHAT_PREFIX ",\"functions\":[]}", "functions", "send tools instead"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) REJECT(API_CHAT, refused[i].body, 400, refused[i].param, refused[i].mention);
 }
 
 /* Cache directives (issue 18): shapes accepted and refused, each by its path. */
@@ -521,16 +600,10 @@ static void test_unhonoured_fields_refused(void **state) {
         ApiKind kind;
         const char *body, *param, *mention;
     } refused[] = {
-        {API_CHAT, CHAT_PREFIX ",\"tools\":[{\"type\":\"function\"}]}", "tools", "chat template has no tool support"},
-        {API_CHAT, CHAT_PREFIX ",\"tool_choice\":\"auto\"}", "tool_choice", "tool_choice must be \"none\""},
-        {API_CHAT, CHAT_PREFIX ",\"response_format\":{\"type\":\"json_object\"}}", "response_format", "constrained"},
-        {API_CHAT, CHAT_PREFIX ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}}", "response_format",
-         "response_format is not supported"},
         {API_CHAT, CHAT_PREFIX ",\"frequency_penalty\":0.5}", "frequency_penalty", "only 0 is accepted"},
         {API_CHAT, CHAT_PREFIX ",\"presence_penalty\":\"x\"}", "presence_penalty", "only 0 is accepted"},
         {API_CHAT, CHAT_PREFIX ",\"logit_bias\":{\"1\":2}}", "logit_bias", "only an empty object"},
         {API_CHAT, CHAT_PREFIX ",\"metadata\":{\"a\":1}}", "metadata", "unknown field 'metadata'"},
-        {API_CHAT, CHAT_PREFIX ",\"functions\":[]}", "functions", "no tool support"},
         {API_CHAT, CHAT_PREFIX ",\"echo\":false}", "echo", "unknown field 'echo' for a chat completion"},
         {API_COMPLETION, COMPLETION_PREFIX ",\"echo\":true}", "echo", "only false is accepted"},
         {API_COMPLETION, COMPLETION_PREFIX ",\"suffix\":\"end\"}", "suffix", "suffix is not supported"},
@@ -766,6 +839,7 @@ int main(void) {
         cmocka_unit_test(test_labels_and_ignore_eos),
         cmocka_unit_test(test_unhonoured_fields_refused),
         cmocka_unit_test(test_logprobs_fields),
+        cmocka_unit_test(test_tools_fields),
         cmocka_unit_test(test_directives),
         cmocka_unit_test(test_late_failure_frees),
         cmocka_unit_test(test_error_set_and_json),

@@ -3,7 +3,8 @@
  * - PIN: a pinned prefix survives eviction pressure until its deadline, then goes like any other;
  *   a tenant's budget clips a pin to the blocks that fit; half the pool is never pinned;
  *   kv_cache_unpin_for releases pins (earliest deadline first);
- * - DECAY: a decayed node is the next victim whatever the policy says;
+ * - DECAY: a decayed node is the next victim whatever the policy says (under every registered
+ *   policy, against its lowest-ranked cache: pbkv's retired class included);
  * - EVICT: the path from the span's block on leaves the cache, a locked node is deferred;
  * - SHARE: another tenant's request finds nothing of tenant A's cache unless A shared it with
  *   that tenant (or all), and then copies it exactly at the same positions;
@@ -171,6 +172,63 @@ static void test_decay_and_evict(void **state) {
     kv_cache_free(&c);
 }
 
+/* One call of `agent` in `workflow` (NULL: none) under `tenant`: n tokens committed and released. */
+static void workflow_call(KvCache *c, const char *workflow, const char *agent, const int32_t *tokens, int n) {
+    CacheIdentity id;
+    BraidError err;
+    if (kv_cache_identity(c, "a", NULL, workflow, agent, &id, &err)) fail_msg("%s", err.msg);
+    commit(c, &id, tokens, n);
+    kv_cache_identity_release(c, &id);
+}
+
+/* DECAY goes first under every policy (the documented order), even against what a policy ranks
+ * lowest of all: a retired workflow's cache under pbkv (whose scores sit far below every other
+ * class), the farthest band under kvflow, the oldest node under lru. The decayed node is the most
+ * recent and, for the policies that take predictions, the one predicted next with certainty. */
+static void test_decay_first_under_policy(void **state) {
+    const EvictPolicy *policy = *state;
+    KvCache c;
+    BraidError err;
+    KvCacheConfig cfg = {.block_size = BS, .device_blocks = 1 + 24, .clock = fake_clock, .policy = policy};
+    fake_now = 100.0;
+    if (kv_cache_init(&c, &cfg, &err)) fail_msg("%s", err.msg);
+    int32_t old[20], retired[20], hot[20];
+    fill(old, 20, 1);
+    fill(retired, 20, 2);
+    fill(hot, 20, 3);
+    workflow_call(&c, "w-old", "planner", old, 16);         /* active, least recently used */
+    workflow_call(&c, "w-retired", "planner", retired, 16); /* its workflow ends: retired cache */
+    workflow_call(&c, "w-hot", "coder", hot, 16);           /* the most recent, predicted next */
+    kv_cache_workflow_end(&c, "w-retired");
+    const char *agents[] = {"coder", "planner"};
+    const float next[] = {1.0f, 0.0f, 1.0f, 0.0f, 1.0f, 0.0f}; /* k = 3: coder at every step */
+    assert_int_equal(kv_cache_predict(&c, "w-hot", "coder", 3, 2, agents, next, &err), 0);
+    CacheIdentity a = identity(&c, "a");
+    KvHintOutcome out;
+    assert_int_equal(kv_cache_decay(&c, &a, hot, 0, 16, &out, &err), 0);
+    assert_int_equal(out.status, KV_HINT_ACCEPTED);
+    assert_int_equal(out.blocks, 4);
+    assert_int_equal(kv_cache_check(&c, &err), 0);
+    /* The first four victims are the decayed blocks, whatever the policy thinks of them. */
+    assert_int_equal(kv_cache_evict(&c, CACHE_TIER_DEVICE, 4), 4);
+    assert_int_equal(cached(&c, &a, hot, 17), 0);
+    assert_int_equal(cached(&c, &a, retired, 17), 16);
+    assert_int_equal(cached(&c, &a, old, 17), 16);
+    assert_int_equal(kv_cache_check(&c, &err), 0);
+    kv_cache_free(&c);
+}
+
+/* Every registered policy has its decay-order test above (a new policy needs one in main). */
+static void test_decay_order_covers_registry(void **state) {
+    const EvictPolicy *const *tested = *state, *const *all;
+    int n = evict_policy_list(&all);
+    for (int i = 0; i < n; i++) {
+        bool found = false;
+        for (int j = 0; tested[j]; j++) found |= tested[j] == all[i];
+        if (!found) fail_msg("policy %s has no decay-order test", all[i]->name);
+    }
+}
+
 static void test_share_is_opt_in(void **state) {
     (void)state;
     KvCache c;
@@ -248,10 +306,16 @@ static void test_splice_plan(void **state) {
     kv_cache_free(&c);
 }
 
+/* A named test of test_decay_first_under_policy per policy. */
+#define DECAY_TEST(p) {"test_decay_first_" #p, test_decay_first_under_policy, NULL, NULL, (void *)&evict_policy_##p}
+static const EvictPolicy *const DECAY_TESTED[] = {&evict_policy_lru, &evict_policy_pbkv, &evict_policy_kvflow, &evict_policy_pbkv_lae, NULL};
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pin_survives_until_deadline), cmocka_unit_test(test_pin_budget_clips_and_unpin),
         cmocka_unit_test(test_decay_and_evict),             cmocka_unit_test(test_share_is_opt_in),
+        DECAY_TEST(lru), DECAY_TEST(pbkv), DECAY_TEST(kvflow), DECAY_TEST(pbkv_lae),
+        cmocka_unit_test_prestate(test_decay_order_covers_registry, (void *)DECAY_TESTED),
         cmocka_unit_test(test_splice_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

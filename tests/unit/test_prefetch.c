@@ -4,8 +4,8 @@
  * into free device blocks (LOAD ops on the pending list, the node on both tiers, owned by the tree)
  * and a request that then matches it is a device hit and a prefetch hit, not a load-back; with no
  * free device blocks nothing is loaded and nothing is evicted for it; a retired or never-predicted
- * workflow's node, or one whose agent is not predicted, is never loaded; a node is loaded whole
- * or not at all; the prefetch region includes retired cache but never active cache; a prefetched
+ * workflow's node, or one whose agent is not predicted, is never loaded; a node longer than what
+ * the budget has left is split there and its first blocks loaded (the rest next time); the prefetch region includes retired cache but never active cache; a prefetched
  * node no request used yet is the first to give its blocks back (no store); candidates go highest value first and a loaded node's children follow it; a
  * prefetched node evicted unused counts as wasted. The cache's full check runs after every step.
  * Through the scheduler (no model: tokens are made up): prefetch happens on pure-decode steps only,
@@ -124,8 +124,9 @@ static void test_predicted_node_prefetched_and_hit(void **state) {
     CacheOpList stores = {0}, ops = {0};
     demote_a(&c, &stores);
     predict(&c, "w1", "planner", "coder", 0.8f); /* w1's next call: its coder, which used A */
-    assert_int_equal(prefetch(&c, 1), 0);        /* whole nodes only: A needs 2 */
-    assert_int_equal(prefetch(&c, 8), 2);        /* the budget is capped by the 2 free blocks */
+    assert_int_equal(prefetch(&c, 1), 1);        /* a budget of 1: A's first block, split off */
+    assert_int_equal(c.n_nodes, 3);
+    assert_int_equal(prefetch(&c, 8), 1);        /* its rest; the budget is capped by the free blocks */
     assert_int_equal(c.counters.prefetched_blocks, 2);
     assert_int_equal(c.counters.loaded_blocks, 0); /* load-backs on a hit: none */
     assert_int_equal(c.counters.device_evicted_blocks, 2);
@@ -443,7 +444,8 @@ static void test_sched_budget_leaves_running_room(void **state) {
  * token) and 64 output tokens; 10 device blocks hold one prefix plus one request (9 blocks), so
  * each call pushes the other workflow's prefix to the host, and the output blocks are free again
  * after each request. */
-static void sim_alternating(bool prefetch, SimResult *r) {
+/* cap: SimConfig.prefetch_max_blocks (0 = none). The cache's full check runs after every request. */
+static void sim_alternating(bool prefetch, int cap, SimResult *r) {
     char path[] = "/tmp/braid_prefetch_trace_XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
@@ -466,6 +468,8 @@ static void sim_alternating(bool prefetch, SimResult *r) {
     cfg.host_kv_tokens = 32 * 16;
     cfg.policy = "pbkv";
     cfg.prefetch = prefetch;
+    cfg.prefetch_max_blocks = cap;
+    cfg.check_invariants = true;
     if (sim_run(&t, &cfg, r, &err)) fail_msg("%s", err.msg);
     sim_result_free(r); /* the scalar results stay */
     trace_free(&t);
@@ -474,9 +478,10 @@ static void sim_alternating(bool prefetch, SimResult *r) {
 
 static void test_sim_prefetch_between_requests(void **state) {
     (void)state;
-    SimResult off, on;
-    sim_alternating(false, &off);
-    sim_alternating(true, &on);
+    SimResult off, on, capped;
+    sim_alternating(false, 0, &off);
+    sim_alternating(true, 0, &on);
+    sim_alternating(true, 1, &capped); /* one block per gap: each prefix loaded a block at a time, split off */
     fprintf(stderr, "sim prefetch: off host %llu / device %llu cached tokens; on host %llu / device %llu, prefetched %llu, "
                     "used %llu, wasted %llu\n",
             (unsigned long long)off.host_cached_tokens, (unsigned long long)off.device_cached_tokens,
@@ -495,6 +500,11 @@ static void test_sim_prefetch_between_requests(void **state) {
     assert_true(on.copy_s < off.copy_s);
     assert_true(on.prefetch_copy_s > 0);
     assert_true(on.modeled_latency_s < off.modeled_latency_s);
+    /* capped at 1 block per gap: partial loads, still hits, never more than one block a gap */
+    assert_true(capped.prefetched_blocks > 0 && capped.prefetched_blocks <= 19);
+    assert_true(capped.prefetch_hit_blocks > 0);
+    assert_int_equal(capped.cached_tokens, off.cached_tokens);
+    assert_true(capped.prefetch_hit_blocks + capped.prefetch_wasted_blocks <= capped.prefetched_blocks);
 }
 
 int main(void) {

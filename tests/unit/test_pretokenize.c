@@ -1,5 +1,5 @@
 /*
- * Pre-tokenizers: hand-worked splits for the gpt2, smollm and llama3 patterns (leftmost
+ * Pre-tokenizers: hand-worked splits for the gpt2, smollm, llama3 and qwen2 patterns (leftmost
  * alternative, greedy runs, the (?!\S) lookahead), and lossless splitting of arbitrary bytes.
  */
 #include <stdarg.h>
@@ -88,6 +88,16 @@ static void test_llama3(void **state) {
     expect_split(PRETOKENIZER_LLAMA3, "a  \n b", "a|  \n| b");
 }
 
+/* qwen2: llama3's expression with single-digit numbers (Qwen2 / Qwen2.5 / Qwen3). */
+static void test_qwen2(void **state) {
+    (void)state;
+    expect_split(PRETOKENIZER_QWEN2, "12345", "1|2|3|4|5");
+    expect_split(PRETOKENIZER_QWEN2, "x = 1000", "x| =| |1|0|0|0");
+    expect_split(PRETOKENIZER_QWEN2, "I'LL do it's", "I|'LL| do| it|'s");
+    expect_split(PRETOKENIZER_QWEN2, "!!!\n\nabc", "!!!\n\n|abc");
+    expect_split(PRETOKENIZER_QWEN2, "v1.2", "v|1|.|2");
+}
+
 static void test_lossless_on_random_bytes(void **state) {
     (void)state;
     uint64_t seed = 5;
@@ -103,7 +113,7 @@ static void test_lossless_on_random_bytes(void **state) {
             len += strlen(s);
         }
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        for (PreTokenizerKind k = PRETOKENIZER_GPT2; k <= PRETOKENIZER_LLAMA3; k++) {
+        for (PreTokenizerKind k = PRETOKENIZER_GPT2; k <= PRETOKENIZER_QWEN2; k++) {
             Collected c = {0};
             assert_int_equal(pretokenize(k, text, len, collect, &c), 0);
             assert_int_equal(c.joined_len, len);
@@ -119,12 +129,14 @@ static void test_names(void **state) {
     assert_int_equal(pretokenizer_from_name("smollm", &k), 0); assert_int_equal(k, PRETOKENIZER_SMOLLM);
     assert_int_equal(pretokenizer_from_name("llama-bpe", &k), 0); assert_int_equal(k, PRETOKENIZER_LLAMA3);
     assert_int_equal(pretokenizer_from_name("default", &k), 0); assert_int_equal(k, PRETOKENIZER_GPT2);
-    assert_int_equal(pretokenizer_from_name("qwen2", &k), -1);
+    assert_int_equal(pretokenizer_from_name("qwen2", &k), 0); assert_int_equal(k, PRETOKENIZER_QWEN2);
+    assert_string_equal(pretokenizer_name(PRETOKENIZER_QWEN2), "qwen2");
+    assert_int_equal(pretokenizer_from_name("qwen35", &k), -1);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gpt2), cmocka_unit_test(test_smollm_digits), cmocka_unit_test(test_llama3),
+        cmocka_unit_test(test_gpt2), cmocka_unit_test(test_smollm_digits), cmocka_unit_test(test_llama3), cmocka_unit_test(test_qwen2),
         cmocka_unit_test(test_lossless_on_random_bytes), cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

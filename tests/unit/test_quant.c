@@ -94,6 +94,77 @@ static void test_q4_k_values(void **state) {
         }
 }
 
+/* Q5_K: Q4_K's scales and nibbles plus a fifth bit per element from qh. Values chosen per
+ * element; each must decode to d·scale_j·q − dmin·min_j of its 32-element sub-block j. */
+static void test_q5_k_values(void **state) {
+    (void)state;
+    BlockQ5_K b;
+    memset(&b, 0, sizeof b);
+    b.d = fp32_to_fp16(0.25f);
+    b.dmin = fp32_to_fp16(0.125f);
+    int sc[8] = {1, 9, 17, 33, 40, 47, 62, 63}, mn[8] = {0, 63, 5, 31, 16, 2, 48, 7};
+    for (int j = 0; j < 4; j++) {
+        b.scales[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
+        b.scales[j + 4] = (uint8_t)(mn[j] | ((mn[j + 4] >> 4) << 6));
+        b.scales[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+    }
+    /* Element e = 64c + 32h + l (chunk c, half h): low 4 bits in qs[32c + l] (low nibble for h = 0,
+     * high for h = 1), 5th bit as bit 2c + h of qh[l]. */
+    int q[QK_K];
+    for (int e = 0; e < QK_K; e++) q[e] = (e * 13 + 5) % 32;
+    for (int c = 0; c < 4; c++)
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 32; l++) {
+                int v = q[64 * c + 32 * h + l];
+                b.qs[32 * c + l] |= (uint8_t)(h == 0 ? (v & 0xF) : (v & 0xF) << 4);
+                b.qh[l] |= (uint8_t)((v >> 4) << (2 * c + h));
+            }
+    float y[QK_K];
+    quant_dequantize_row(TENSOR_Q5_K, &b, y, QK_K);
+    for (int e = 0; e < QK_K; e++) {
+        int j = e / 32;
+        float expect = 0.25f * (float)sc[j] * (float)q[e] - 0.125f * (float)mn[j];
+        if (fabsf(y[e] - expect) > 1e-6f) fail_msg("Q5_K element %d: %g, expected %g", e, y[e], expect);
+    }
+    /* The same block through the dot product, against a double-precision dot of those values. */
+    float x[QK_K], sums[QK_K / 32];
+    double ref = 0;
+    for (int e = 0; e < QK_K; e++) {
+        x[e] = (float)((e % 7) - 3) * 0.5f;
+        ref += (0.25 * sc[e / 32] * q[e] - 0.125 * mn[e / 32]) * x[e];
+    }
+    quant_block_sums(x, QK_K, sums);
+    assert_float_equal(quant_dot_row(TENSOR_Q5_K, &b, x, sums, QK_K), ref, 1e-3);
+}
+
+/* Q5_0: nibbles as Q4_0, the fifth bit of element j is bit j of the little-endian qh; q − 16. */
+static void test_q5_0_values(void **state) {
+    (void)state;
+    BlockQ5_0 b[2];
+    memset(b, 0, sizeof b);
+    int q[64];
+    for (int e = 0; e < 64; e++) q[e] = (e * 11 + 3) % 32;
+    for (int k = 0; k < 2; k++) {
+        b[k].d = fp32_to_fp16(k ? -0.5f : 0.125f);
+        uint32_t qh = 0;
+        for (int j = 0; j < 32; j++) {
+            int v = q[32 * k + j];
+            b[k].qs[j % 16] |= (uint8_t)(j < 16 ? (v & 0xF) : (v & 0xF) << 4);
+            qh |= (uint32_t)(v >> 4) << j;
+        }
+        for (int i = 0; i < 4; i++) b[k].qh[i] = (uint8_t)(qh >> (8 * i));
+    }
+    float y[64];
+    quant_dequantize_row(TENSOR_Q5_0, b, y, 64);
+    for (int e = 0; e < 64; e++) {
+        float expect = (e < 32 ? 0.125f : -0.5f) * (float)(q[e] - 16);
+        if (y[e] != expect) fail_msg("Q5_0 element %d: %g, expected %g", e, y[e], expect);
+    }
+    assert_int_equal(tensor_row_bytes(TENSOR_Q5_0, 64), 44);
+    assert_int_equal(tensor_row_bytes(TENSOR_Q5_K, 512), 352);
+    assert_string_equal(tensor_type_name(TENSOR_Q5_K), "Q5_K");
+}
+
 static void test_q6_k_values(void **state) {
     (void)state;
     BlockQ6_K b;
@@ -147,7 +218,8 @@ static void fill_random(uint32_t type, uint8_t *row, size_t bytes) {
         switch (type) {
         case TENSOR_Q4_0: case TENSOR_Q8_0: memcpy(blk, &d, 2); break;
         case TENSOR_Q4_1: memcpy(blk, &d, 2); memcpy(blk + 2, &m, 2); break;
-        case TENSOR_Q4_K: memcpy(blk, &d, 2); memcpy(blk + 2, &m, 2); break;
+        case TENSOR_Q4_K: case TENSOR_Q5_K: memcpy(blk, &d, 2); memcpy(blk + 2, &m, 2); break;
+        case TENSOR_Q5_0: memcpy(blk, &d, 2); break;
         case TENSOR_Q6_K: memcpy(blk + offsetof(BlockQ6_K, d), &d, 2); break;
         default: break;
         }
@@ -166,7 +238,8 @@ static void fill_random(uint32_t type, uint8_t *row, size_t bytes) {
 
 static void test_dot_matches_dequantized(void **state) {
     (void)state;
-    const uint32_t types[] = {TENSOR_F32, TENSOR_F16, TENSOR_BF16, TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0, TENSOR_Q4_K, TENSOR_Q6_K};
+    const uint32_t types[] = {TENSOR_F32, TENSOR_F16, TENSOR_BF16, TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0,
+                              TENSOR_Q8_0, TENSOR_Q4_K, TENSOR_Q5_K, TENSOR_Q6_K};
     const int lengths[] = {32, 64, 256, 576, 1536, 2048};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
@@ -219,7 +292,7 @@ static void test_block_sums(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_half_conversions), cmocka_unit_test(test_q4_0_q4_1_q8_0_values),
-        cmocka_unit_test(test_q4_k_values),      cmocka_unit_test(test_q6_k_values),
+        cmocka_unit_test(test_q4_k_values),      cmocka_unit_test(test_q5_k_values), cmocka_unit_test(test_q5_0_values), cmocka_unit_test(test_q6_k_values),
         cmocka_unit_test(test_float_types),      cmocka_unit_test(test_dot_matches_dequantized),
         cmocka_unit_test(test_block_sums),
     };

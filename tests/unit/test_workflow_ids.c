@@ -123,19 +123,25 @@ static void test_reused_id_starts_clean_pbkv(void **state) {
     kv_cache_free(&c);
 }
 
-/* An ended workflow whose node is cached keeps its id (the node must stay "retired") until the node goes. */
-static void test_ended_workflow_kept_while_a_node_names_it(void **state) {
+/* An ended workflow leaves its nodes' uses (a node lists active workflows only), so its id is
+ * reclaimed at once when no request holds it, while its cached node stays retired (its count of
+ * workflows seen says it was used) until it goes. A request still holding the id keeps it. */
+static void test_ended_workflow_reclaimed_node_stays_retired(void **state) {
     (void)state;
     KvCache c;
     init_cache(&c, &evict_policy_pbkv, 0);
     CacheIdentity id = identity(&c, "w", "planner");
-    call(&c, &id, 1);
-    kv_cache_identity_release(&c, &id);
-    kv_cache_workflow_end(&c, "w");
+    const RadixNode *node = call(&c, &id, 1);
+    kv_cache_workflow_end(&c, "w"); /* still held by the request */
     assert_int_equal(cache_names_find(&c.names, CACHE_NAME_WORKFLOW, "w"), id.workflow);
+    assert_int_equal(node->meta.n_uses, 0);
+    check(&c);
+    kv_cache_identity_release(&c, &id);
+    assert_int_equal(cache_names_find(&c.names, CACHE_NAME_WORKFLOW, "w"), 0);
+    const KvCacheTier *dev = &c.tiers[CACHE_TIER_DEVICE];
+    assert_true(dev->policy->reclaimable(dev->state, node));
     check(&c);
     kv_cache_evict(&c, CACHE_TIER_DEVICE, DEVICE_BLOCKS);
-    assert_int_equal(cache_names_find(&c.names, CACHE_NAME_WORKFLOW, "w"), 0);
     check(&c);
     kv_cache_free(&c);
 }
@@ -188,7 +194,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ended_workflows_are_reclaimed),
         cmocka_unit_test(test_reused_id_starts_clean_pbkv),
-        cmocka_unit_test(test_ended_workflow_kept_while_a_node_names_it),
+        cmocka_unit_test(test_ended_workflow_reclaimed_node_stays_retired),
         cmocka_unit_test(test_idle_bound_and_kvflow_reset),
         cmocka_unit_test(test_agent_names_bounded),
     };

@@ -4,7 +4,8 @@
  * Contract: every supported TensorType can be dequantized to fp32 and dotted with an fp32 vector.
  * The dot products compute in fp32 with the stored scales, so they agree with a dequantize-then-
  * multiply reference to fp32 rounding (the golden tests rely on that). Q4_0, Q4_1 and Q8_0 have
- * AVX2 paths; K-quants go through a per-superblock dequantize.
+ * AVX2 paths, and so do the K-quants (Q4_K, Q5_K, Q6_K: fused per sub-block); Q5_0 (the CPU backend
+ * re-encodes it as Q8_0, kernels/cpu/weight_widen.h) goes through a per-superblock dequantize.
  * Pure functions, thread-safe.
  */
 #ifndef BRAID_KERNELS_CPU_QUANT_H

@@ -198,6 +198,9 @@ cudaError_t launch_head_dim(const CudaAttention *a, const int32_t *dec_seqs, int
     case 2: return launch_group<HD, 2>(a, dec_seqs, n_dec, st, stream);
     case 3: return launch_group<HD, 3>(a, dec_seqs, n_dec, st, stream);
     case 4: return launch_group<HD, 4>(a, dec_seqs, n_dec, st, stream);
+    case 5: return launch_group<HD, 5>(a, dec_seqs, n_dec, st, stream); /* Qwen2.5-14B */
+    case 6: return launch_group<HD, 6>(a, dec_seqs, n_dec, st, stream); /* Qwen2.5-1.5B */
+    case 7: return launch_group<HD, 7>(a, dec_seqs, n_dec, st, stream); /* Qwen2.5-0.5B, -7B */
     case 8: return launch_group<HD, 8>(a, dec_seqs, n_dec, st, stream);
     default: return cudaErrorInvalidValue;
     }
@@ -205,7 +208,7 @@ cudaError_t launch_head_dim(const CudaAttention *a, const int32_t *dec_seqs, int
 
 }  // namespace
 
-extern "C" int cuda_decode_group_supported(int group) { return group == 1 || group == 2 || group == 3 || group == 4 || group == 8; }
+extern "C" int cuda_decode_group_supported(int group) { return group >= 1 && group <= 8; }
 
 extern "C" cudaError_t cuda_attention_decode(const CudaAttention *a, const int32_t *dec_seqs, int n_dec, int n_splits,
                                              float *partials, cudaStream_t stream) {

@@ -24,7 +24,7 @@ extern "C" {
 /* Raises the shared-memory limits the attention kernels need; call once per device before use. */
 cudaError_t cuda_kernels_init(void);
 /* True when the kernels support this attention shape (head_dim 64 or 128; query heads per KV
- * head 1, 2, 3, 4 or 8). */
+ * head 1 to 8). */
 int cuda_kernels_shape_supported(int head_dim, int n_heads, int n_kv_heads);
 
 /* x[t, :] = fp32(table[tokens[t], :]) for t < n. */
@@ -36,6 +36,12 @@ cudaError_t cuda_rmsnorm(const float *x, const int32_t *rows, int n, int dim, co
 
 /* out[t, i] = bf16(silu(gate_up[t, i]) * gate_up[t, ff + i]) for i < ff. */
 cudaError_t cuda_swiglu(const uint16_t *gate_up, int n, int ff, uint16_t *out, cudaStream_t stream);
+
+/* In place on qkv (n, (n_heads + 2 n_kv_heads) head_dim) fp32, between the fused projection and
+ * RoPE: adds bias (the fused (q | k | v) bias, or NULL: qwen2), then normalizes each Q head with
+ * q_norm and each K head with k_norm (RMSNorm over head_dim, weights (head_dim) or NULL: qwen3). */
+cudaError_t cuda_qkv_bias_norm(float *qkv, int n, int n_heads, int n_kv_heads, int head_dim, const float *bias,
+                               const float *q_norm, const float *k_norm, float eps, cudaStream_t stream);
 
 typedef struct {
     int n_heads, n_kv_heads, head_dim, rope_dim;
@@ -112,6 +118,11 @@ cudaError_t cuda_gemv_bf16(const uint16_t *w, int out, int in, const uint16_t *x
  * scratch holds n * CUDA_ARGMAX_PARTS * 8 bytes. */
 #define CUDA_ARGMAX_PARTS 32
 cudaError_t cuda_argmax(const float *logits, int n, int vocab, void *scratch, int32_t *out, cudaStream_t stream);
+
+/* Grammar masks (grammar/grammar.h): for j < n_masks, logits row rows[j] (vocab floats) gets -inf
+ * wherever bit v of mask + j * words (word v / 32, bit v % 32) is clear. */
+cudaError_t cuda_apply_token_mask(float *logits, int vocab, const uint32_t *mask, int words, const int32_t *rows,
+                                  int n_masks, cudaStream_t stream);
 
 /* For each pair i: copies block src[i] to block dst[i] in every layer's K and V cache and in
  * slot_pos. k_layers/v_layers are device arrays of per-layer cache pointers. */

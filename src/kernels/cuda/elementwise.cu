@@ -1,5 +1,6 @@
 /*
- * elementwise.cu — row-wise kernels of the forward pass: embedding gather, RMSNorm, SwiGLU.
+ * elementwise.cu — row-wise kernels of the forward pass: embedding gather, RMSNorm, SwiGLU, and the
+ * Q/K/V bias + per-head Q/K RMSNorm of qwen2 / qwen3.
  * Memory-bound; each reads its input once and writes its output once, in fp32 arithmetic.
  */
 #include "kernels/cuda/cuda_common.cuh"
@@ -37,7 +38,38 @@ __global__ void swiglu_kernel(const uint16_t *gate_up, size_t total, int ff, uin
     }
 }
 
+/* One block per (token, head of the fused Q|K|V row): bias added, then the head's RMSNorm when its
+ * part (Q or K) has a norm weight. The norm decision is uniform across the block. */
+__global__ void qkv_bias_norm_kernel(float *qkv, int n_heads, int n_kv_heads, int hd, const float *bias, const float *q_norm,
+                                     const float *k_norm, float eps) {
+    __shared__ float scratch[32];
+    int head = blockIdx.y;
+    size_t width = (size_t)(n_heads + 2 * n_kv_heads) * hd;
+    float *row = qkv + blockIdx.x * width + (size_t)head * hd;
+    const float *b = bias ? bias + (size_t)head * hd : nullptr;
+    const float *w = head < n_heads ? q_norm : head < n_heads + n_kv_heads ? k_norm : nullptr;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float v = row[i] + (b ? b[i] : 0.0f);
+        row[i] = v;
+        ss += v * v;
+    }
+    if (!w) return;
+    ss = block_sum(ss, scratch);
+    float inv = rsqrtf(ss / (float)hd + eps);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) row[i] = row[i] * inv * w[i];
+}
+
 }  // namespace
+
+extern "C" cudaError_t cuda_qkv_bias_norm(float *qkv, int n, int n_heads, int n_kv_heads, int head_dim, const float *bias,
+                                          const float *q_norm, const float *k_norm, float eps, cudaStream_t stream) {
+    if (n <= 0 || (!bias && !q_norm && !k_norm)) return cudaSuccess;
+    /* Without norms only the heads that carry a bias need a block: all of them (Q, K and V). */
+    qkv_bias_norm_kernel<<<dim3(n, n_heads + 2 * n_kv_heads), 128, 0, stream>>>(qkv, n_heads, n_kv_heads, head_dim, bias,
+                                                                                 q_norm, k_norm, eps);
+    return cudaGetLastError();
+}
 
 extern "C" cudaError_t cuda_embed(const uint16_t *table, const int32_t *tokens, int n, int dim, float *x,
                                   cudaStream_t stream) {
