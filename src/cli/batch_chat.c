@@ -7,7 +7,7 @@
 
 #include "coord/api/chat_render.h"
 #include "coord/api/tool_parse.h"
-#include "coord/api_request.h"
+#include "coord/api/api_request.h"
 
 /* The chat fields of a batch line, as a chat request body. */
 static char *chat_body(const json_t *line) {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord/api_directives.h"
+#include "coord/api/api_directives.h"
 #include "coord/directive_plan.h"
 #include "cli/cli_common.h"
 #include "cli/cli_lora.h"

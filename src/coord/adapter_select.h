@@ -16,7 +16,7 @@
 #ifndef BRAID_COORD_ADAPTER_SELECT_H
 #define BRAID_COORD_ADAPTER_SELECT_H
 
-#include "coord/api_request.h"
+#include "coord/api/api_request.h"
 #include "model/lora_adapter.h"
 
 /* lora may be NULL (no adapters). Returns 0, or -1 with err set (400 / 404). */

@@ -21,8 +21,8 @@
 #include <stdbool.h>
 
 #include "cache/cache_directive.h"
-#include "coord/api_directives.h"
-#include "coord/api_request.h"
+#include "coord/api/api_directives.h"
+#include "coord/api/api_request.h"
 #include "model/tokenizer.h"
 
 typedef struct {

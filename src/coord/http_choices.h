@@ -23,9 +23,9 @@
 #include <stddef.h>
 
 #include "coord/api/tool_parse.h"
-#include "coord/api_logprobs.h"
-#include "coord/api_request.h"
-#include "coord/api_response.h"
+#include "coord/api/api_logprobs.h"
+#include "coord/api/api_request.h"
+#include "coord/api/api_response.h"
 #include "coord/coord_request.h"
 #include "coord/http_generate.h"
 #include "coord/text_stream.h"

@@ -9,7 +9,7 @@
 #define BRAID_COORD_HTTP_DIRECTIVES_H
 
 #include "cache/cache_directive.h"
-#include "coord/api_request.h"
+#include "coord/api/api_request.h"
 #include "coord/http_generate.h"
 #include "model/tokenizer.h"
 

@@ -16,7 +16,7 @@
 
 #include "common/log.h"
 #include "common/timeutil.h"
-#include "coord/api_response.h"
+#include "coord/api/api_response.h"
 #include "coord/http_internal.h"
 #include "coord/http_choices.h"
 

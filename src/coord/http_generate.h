@@ -26,7 +26,7 @@
 #include <microhttpd.h>
 
 #include "coord/adapter_select.h"
-#include "coord/api_request.h"
+#include "coord/api/api_request.h"
 #include "coord/auth.h"
 #include "coord/coordinator.h"
 #include "coord/manifest_recorder.h"

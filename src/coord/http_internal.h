@@ -12,7 +12,7 @@
 
 #include <microhttpd.h>
 
-#include "coord/api_request.h"
+#include "coord/api/api_request.h"
 #include "coord/metrics.h"
 
 /* Queues a JSON body (takes ownership of `body`, a malloc'd string; NULL = out of memory, MHD_NO)

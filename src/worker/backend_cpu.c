@@ -7,6 +7,7 @@
  * forward's own RoPE angles: cpu_rope_angles of the position difference), done synchronously, so
  * they are complete before the next forward.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,6 +160,19 @@ static int cpu_create_host_tier(CpuBackend *cb, const Backend *b, BraidError *er
     return 0;
 }
 
+/* Whether every matrix that was Q5_0 in src (and so widened) is packed in packed. */
+static bool widened_all_packed(const ModelWeights *src, const ModelWeights *packed) {
+    if (weight_widen_applies(&src->output) && packed->output.layout != WEIGHT_LAYOUT_ROWS8) return false;
+    for (int l = 0; l < src->cfg.n_layers; l++) {
+        const LayerWeights *S = &src->layers[l], *P = &packed->layers[l];
+        const WeightMatrix *s[] = {&S->wq, &S->wk, &S->wv, &S->wo, &S->w_gate, &S->w_up, &S->w_down};
+        const WeightMatrix *p[] = {&P->wq, &P->wk, &P->wv, &P->wo, &P->w_gate, &P->w_up, &P->w_down};
+        for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+            if (weight_widen_applies(s[i]) && p[i]->layout != WEIGHT_LAYOUT_ROWS8) return false;
+    }
+    return true;
+}
+
 int backend_cpu_create(Backend *b, BraidError *err) {
     const ModelConfig *c = &b->weights->cfg;
     if (c->head_dim > CPU_ROPE_MAX_HEAD_DIM)
@@ -187,6 +201,9 @@ int backend_cpu_create(Backend *b, BraidError *err) {
      * take (the file's mapping stays for the embedding and anything else). */
     if (rc == 0 && b->cfg.cpu_matmul == CPU_MATMUL_INT8 && int8_pack_model(base, &cb->packed, err))
         rc = braid_error_wrap(err, "cpu backend: packing the weights for the int8 arithmetic");
+    /* Packed, the widened copies are read no more (every one is a packable Q8_0 matrix). */
+    if (rc == 0 && cb->packed.layers && cb->widened.layers && widened_all_packed(b->weights, &cb->packed))
+        model_weights_free(&cb->widened);
     if (rc) {
         cpu_destroy(b);
         return -1;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord/api_request.h"
+#include "coord/api/api_request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -154,7 +154,7 @@ bad_case 400 /v1/completions "{\"prompt\": \"$long_prompt\", \"max_tokens\": 4}"
 printf '{"prompt": "caf\xc3\x28 bad utf-8", "max_tokens": 2}' > "$work/badutf8"
 bad_case 400 /v1/completions "$(cat "$work/badutf8")" "invalid UTF-8"
 # Protocol faults (issue 22, point 8): each answered with a JSON error.
-bad_case 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "hi", "name": "bob"}]}' "unknown field inside a message"
+bad_case 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "hi", "nmae": "bob"}]}' "unknown field inside a message"
 bad_case 400 /v1/completions '{"prompt": "hi", "max_tokens": 2, "tenant": "acme"}' "body tenant conflicting with X-Braid-Tenant" \
   -H 'X-Braid-Tenant: globex'
 code=$(curl -s -o "$work/body" -w '%{http_code}' "$url/v1/completions" -H 'Content-Type: text/plain' -d '{"prompt": "hi", "max_tokens": 2}')

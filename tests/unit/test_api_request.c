@@ -11,9 +11,9 @@
 #include <string.h>
 
 #include "cache/cache_directive.h"
-#include "coord/api_directives.h"
-#include "coord/api_request.h"
-#include "coord/api_response.h"
+#include "coord/api/api_directives.h"
+#include "coord/api/api_request.h"
+#include "coord/api/api_response.h"
 
 #define SERVED "smollm2-135m"
 #define CHAT_PREFIX "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord/api_logprobs.h"
+#include "coord/api/api_logprobs.h"
 #include "model/gguf.h"
 #include "test_paths.h"
 #include "transport/control_msg.h"

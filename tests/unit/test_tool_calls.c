@@ -13,7 +13,7 @@
 
 #include "coord/api/tool_format.h"
 #include "coord/api/tool_parse.h"
-#include "coord/api_request.h"
+#include "coord/api/api_request.h"
 #include "grammar/grammar.h"
 
 static ToolParse parse(ToolSyntax s, const char *text, int max_calls) {

@@ -20,7 +20,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-#include "coord/api_request.h"
+#include "coord/api/api_request.h"
 
 #define API_MAX_TOOLS 128          /* tools in one request */
 #define API_MAX_TOOL_CALLS 64      /* calls in one assistant message */

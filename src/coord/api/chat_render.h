@@ -19,7 +19,7 @@
 #define BRAID_COORD_CHAT_RENDER_H
 
 #include "coord/api/tool_format.h"
-#include "coord/api_request.h"
+#include "coord/api/api_request.h"
 #include "model/chat_template.h"
 
 /* The prompt for the first n_messages of a's messages, or NULL with e set (400 naming messages when

@@ -24,7 +24,7 @@
 
 #include <stdbool.h>
 
-#include "coord/api_request.h"
+#include "coord/api/api_request.h"
 
 typedef enum { TOOL_SYNTAX_GENERIC = 0, TOOL_SYNTAX_HERMES, TOOL_SYNTAX_LLAMA3, TOOL_SYNTAX_MISTRAL } ToolSyntax;
 

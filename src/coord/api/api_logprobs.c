@@ -1,5 +1,5 @@
 /* OpenAI logprobs objects; the contract is in api_logprobs.h. */
-#include "coord/api_logprobs.h"
+#include "coord/api/api_logprobs.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-#include "coord/api_response.h"
+#include "coord/api/api_response.h"
 
 #include <jansson.h>
 #include <stdlib.h>

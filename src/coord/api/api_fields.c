@@ -1,5 +1,5 @@
 /* The top-level field audit; the contract is in api_fields.h. */
-#include "coord/api_fields.h"
+#include "coord/api/api_fields.h"
 
 #include <stdbool.h>
 #include <stdio.h>

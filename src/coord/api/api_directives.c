@@ -1,5 +1,5 @@
 /* Parsing of request directives and cache_control; the contract is in api_directives.h. */
-#include "coord/api_directives.h"
+#include "coord/api/api_directives.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,12 +6,12 @@
  * whatever was filled. Every error message starts with the field's name (as does param), so a
  * client sees at once which part of its body to fix.
  */
-#include "coord/api_request.h"
-#include "coord/api_directives.h"
+#include "coord/api/api_request.h"
+#include "coord/api/api_directives.h"
 #include "coord/api/api_tools.h"
 
 #include "cache/kv_cache.h"
-#include "coord/api_fields.h"
+#include "coord/api/api_fields.h"
 
 #include <assert.h>
 #include <jansson.h>

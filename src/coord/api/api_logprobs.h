@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "common/token_logprob.h"
-#include "coord/api_request.h"
+#include "coord/api/api_request.h"
 #include "model/tokenizer.h"
 
 typedef struct {

@@ -14,7 +14,7 @@
 
 #include <jansson.h>
 
-#include "coord/api_request.h"
+#include "coord/api/api_request.h"
 
 typedef struct {
     ApiKind kind;

@@ -22,7 +22,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-#include "coord/api_request.h"
+#include "coord/api/api_request.h"
 
 #define API_DIRECTIVE_SPLICE 0 /* else the op is a CacheHintOp */
 #define API_DEFAULT_PIN_TTL_S 300.0

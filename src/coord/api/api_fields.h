@@ -16,7 +16,7 @@
 
 #include <jansson.h>
 
-#include "coord/api_request.h"
+#include "coord/api/api_request.h"
 
 /* Checks every top-level key of body (a JSON object) for a request of the given kind. Returns 0,
  * or -1 with err set to a 400 whose param is the field. */
