@@ -10,6 +10,7 @@
  *     "cached" replays the doc trace as a second request of the same spec through a grammar
  *     cache (what the engine does for repeated specs): the per-state walks are already paid.
  *   bench_grammar [--model PATH] [--steps N] [--seed S]
+ * BENCH_GRAMMAR_VERBOSE=1 prints the doc-trace steps above 1 ms with the token they preceded.
  */
 #include <getopt.h>
 #include <stdbool.h>

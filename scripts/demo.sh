@@ -51,6 +51,20 @@ curl -s "$url/v1/chat/completions" -H 'Content-Type: application/json' \
 echo "== the same question in the fp32 arithmetic (braid generate --cpu-matmul fp32; the cluster runs int8)"
 build/braid generate --chat --prompt "What is the capital of France?" --max-tokens 48 --cpu-matmul fp32 2> /dev/null
 echo
+qwen=models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+if [ -f "$qwen" ]; then
+  echo "== the same question to Qwen2.5-Coder-0.5B ($qwen, from scripts/fetch-model.sh qwen)"
+  build/braid generate --model "$qwen" --chat --prompt "What is the capital of France?" --max-tokens 48 2> /dev/null
+  echo
+fi
+
+echo
+echo "== a tool call, as an agent framework asks for one (tools, tool_choice \"required\")"
+curl -s "$url/v1/chat/completions" -H 'Content-Type: application/json' -d '{"messages": [{"role": "user",
+  "content": "What is the weather in Paris?"}], "max_tokens": 64, "temperature": 0, "tool_choice": "required", "tools": [{"type":
+  "function", "function": {"name": "get_weather", "description": "Current weather of a city", "parameters": {"type": "object",
+  "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]}' |
+  python3 -c 'import json, sys; r = json.load(sys.stdin)["choices"][0]; print("finish_reason:", r["finish_reason"]); print("tool_calls:", json.dumps(r["message"].get("tool_calls")))'
 
 echo
 echo "== braid-bench run --workload codegen --workflows $workflows --concurrency 2 (short prompts: --scale 0.3)"

@@ -111,7 +111,7 @@ check "... and it is no longer active" wait_for 5 ended
 retry_after() { curl -s -D - -o /dev/null --max-time 30 "$url/v1/completions" -H 'Content-Type: application/json' \
   -H "Authorization: Bearer $1" -d '{"prompt":"limits","max_tokens":1}' | tr -d '\r' | awk -F': ' 'tolower($1) == "retry-after" {print $2}'; }
 curl -s --max-time 60 -o /dev/null "$url/v1/completions" -H 'Content-Type: application/json' -H "Authorization: Bearer $key_one" \
-  -d '{"prompt":"a long one","max_tokens":24,"ignore_eos":true}' &
+  -d '{"prompt":"a long one","max_tokens":300,"ignore_eos":true}' &
 long=$!
 sleep 0.5
 r=$(post /v1/completions "$key_one" '{"prompt":"a second one","max_tokens":1}')
@@ -133,10 +133,12 @@ check "the unlimited key is never refused (got $r)" [ "$r" = 200 ]
 probe() {  # probe DELAY: "STATUS CURL_EXIT" of a request sent DELAY s after SIGTERM reached the launcher
   sleep "$1"
   curl -s --max-time 60 -o /dev/null -w '%{http_code}' "$url/v1/completions" -H 'Content-Type: application/json' \
-    -H "Authorization: Bearer $key_a" -d "{\"prompt\":\"after the signal\",\"max_tokens\":$2}"
+    -H "Authorization: Bearer $key_a" -d "{\"prompt\":\"after the signal\",\"max_tokens\":$2,\"ignore_eos\":true}"
   echo " $?"
 }
-probe 0 24 > "$work/probe0" &   # in flight when the signal comes
+# in flight when the signal comes, and long enough (seconds, even on a fast machine) that the drain
+# is still going when the kept-alive connection sends its next request
+probe 0 400 > "$work/probe0" &
 p0=$!
 # a kept-alive connection opened before the signal: its next request gets the drain's 503
 python3 - "$url" "$key_a" "$work" > "$work/keepalive" 2>&1 <<'PY' &
