@@ -8,14 +8,8 @@
 
 ToolSyntax api_chat_tool_syntax(const ChatTemplate *t) { return tool_syntax_detect(chat_template_source(t)); }
 
-/* Generic mode: an assistant turn's calls as the JSON object the model is asked to write. */
-static json_t *generic_calls_text(const ApiMessage *m) {
-    json_t *list = json_array();
-    for (size_t i = 0; list && i < json_array_size(m->tool_calls); i++) {
-        const json_t *fn = json_object_get(json_array_get(m->tool_calls, i), "function");
-        json_array_append_new(list, json_pack("{s:O, s:O}", "name", json_object_get(fn, "name"), "arguments", json_object_get(fn, "arguments")));
-    }
-    json_t *obj = list ? json_pack("{s:o}", "tool_calls", list) : NULL;
+/* obj as compact JSON text in a JSON string (takes obj over); NULL when out of memory. */
+static json_t *json_text_of(json_t *obj) {
     char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
     json_decref(obj);
     json_t *s = text ? json_string(text) : NULL;
@@ -23,13 +17,18 @@ static json_t *generic_calls_text(const ApiMessage *m) {
     return s;
 }
 
+/* Generic mode: an assistant turn's calls as the JSON object the model is asked to write. */
+static json_t *generic_calls_text(const ApiMessage *m) {
+    json_t *list = json_array();
+    for (size_t i = 0; list && i < json_array_size(m->tool_calls); i++) {
+        const json_t *fn = json_object_get(json_array_get(m->tool_calls, i), "function");
+        json_array_append_new(list, json_pack("{s:O, s:O}", "name", json_object_get(fn, "name"), "arguments", json_object_get(fn, "arguments")));
+    }
+    return json_text_of(list ? json_pack("{s:o}", "tool_calls", list) : NULL);
+}
+
 static json_t *generic_tool_result(const ApiMessage *m) {
-    json_t *obj = json_pack("{s:{s:s, s:s}}", "tool_response", "name", m->name ? m->name : "", "content", m->content);
-    char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
-    json_decref(obj);
-    json_t *s = text ? json_string(text) : NULL;
-    free(text);
-    return s;
+    return json_text_of(json_pack("{s:{s:s, s:s}}", "tool_response", "name", m->name ? m->name : "", "content", m->content));
 }
 
 static json_t *message_json(const ApiMessage *m, ToolSyntax syntax) {
