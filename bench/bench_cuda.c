@@ -65,6 +65,29 @@ static double copy_bandwidth_gbs(void) {
     return 2.0 * bytes * reps / (ms * 1e-3) / 1e9;
 }
 
+/* Pinned host <-> device copy rate (GB/s, one direction) of 256 MiB transfers: the host KV tier's
+ * ceiling (issue 34: STORE/LOAD against pinned cudaMemcpy). to_device picks the direction. */
+static double pinned_copy_gbs(bool to_device) {
+    size_t bytes = (size_t)256 << 20;
+    void *host = NULL, *dev = NULL;
+    if (cudaMallocHost(&host, bytes) != cudaSuccess) return -1;
+    if (cudaMalloc(&dev, bytes) != cudaSuccess) {
+        cudaFreeHost(host);
+        return -1;
+    }
+    memset(host, 1, bytes);
+    enum cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    cudaMemcpy(to_device ? dev : host, to_device ? host : dev, bytes, kind);
+    int reps = 8;
+    cudaEvent_t ev[2];
+    timer_start(ev);
+    for (int i = 0; i < reps; i++) cudaMemcpy(to_device ? dev : host, to_device ? host : dev, bytes, kind);
+    float ms = timer_stop_ms(ev);
+    cudaFree(dev);
+    cudaFreeHost(host);
+    return (double)bytes * reps / (ms * 1e-3) / 1e9;
+}
+
 /* Random bf16 inputs: zeros would hide the real rate (see the device notes). */
 static void fill_random(uint16_t *dev, size_t n) {
     uint16_t *h = malloc(n * 2);
@@ -274,9 +297,11 @@ int main(int argc, char **argv) {
         return 77;
     }
     if (a.ceilings) {
-        double bw = copy_bandwidth_gbs(), tf = gemm_tflops(8192);
-        printf("{\"bench\":\"ceilings\",\"d2d_copy_gbs\":%.1f,\"cublas_bf16_tflops\":%.1f}\n", bw, tf);
-        fprintf(stderr, "ceilings: device copy %.1f GB/s (read + write), cuBLAS bf16 GEMM 8192^3 %.1f TFLOP/s\n", bw, tf);
+        double bw = copy_bandwidth_gbs(), tf = gemm_tflops(8192), h2d = pinned_copy_gbs(true), d2h = pinned_copy_gbs(false);
+        printf("{\"bench\":\"ceilings\",\"d2d_copy_gbs\":%.1f,\"cublas_bf16_tflops\":%.1f,\"pinned_h2d_gbs\":%.1f,"
+               "\"pinned_d2h_gbs\":%.1f}\n", bw, tf, h2d, d2h);
+        fprintf(stderr, "ceilings: device copy %.1f GB/s (read + write), cuBLAS bf16 GEMM 8192^3 %.1f TFLOP/s, pinned cudaMemcpy "
+                        "H2D %.1f / D2H %.1f GB/s\n", bw, tf, h2d, d2h);
     }
     const char *spec = cli_model_path(a.model);
     BraidModel model = {0};
@@ -284,7 +309,7 @@ int main(int argc, char **argv) {
     const ModelWeights *w;
     BraidError err;
     bool synthetic = synthetic_model_spec(spec);
-    if (synthetic ? synthetic_model_create(spec, &synth, &err) : braid_model_load(spec, &model, &err)) {
+    if (synthetic ? synthetic_model_create(spec, 0, &synth, &err) : braid_model_load(spec, &model, &err)) {
         fprintf(stderr, "bench_cuda: %s\n", err.msg);
         return 1;
     }

@@ -3,6 +3,8 @@
 
     directives_transform.py edit-replay BATCH OUT_PREFIX MAX_TOKENS   writes OUT.in-plain/.in-amortize/.in-forget.jsonl
     directives_transform.py cross-tenant BATCH OUT_PREFIX MAX_TOKENS  writes OUT.in-plain/.in-share.jsonl
+    directives_transform.py edit-followup BATCH OUT_PREFIX MAX_TOKENS writes OUT.in-plain/-amortize/-amortize-noscope/-auto.jsonl
+    directives_transform.py report OUT_DIR MAX_TOKENS / followup-report OUT_DIR MAX_TOKENS
     directives_transform.py report OUT_DIR MAX_TOKENS                 the markdown tables
 
 edit-replay: a replay call's prompt is the workflow's last build prompt with one early word
@@ -72,6 +74,76 @@ def edit_replay(batch, prefix, max_tokens):
     write(prefix + ".in-forget.jsonl", forget)
 
 
+FOLLOWUPS = 3
+
+
+def followup_prompt(replay, k):
+    """The replay conversation continued by k more user turns (each extends the one before)."""
+    turns = "".join(f"Follow-up {i}: what changes in step {i} if the budget is cut by {10 * i} percent?\n\n### Assistant\n"
+                    f"Step {i} keeps its order; only the {i}-th estimate moves.\n\n### User\n" for i in range(1, k))
+    return replay + "The answer is noted.\n\n### User\n" + turns + f"Follow-up {k}: what changes in step {k} if the budget is cut by {10 * k} percent?\n\n### Assistant\n"
+
+
+def edit_followup(batch, prefix, max_tokens):
+    """edit-replay plus FOLLOWUPS later turns of each replayed conversation, appended round by round
+    after every other call (so a turn's predecessor has finished with --max-running 1). Arms:
+    plain; amortize (client splice on the replay, follow-ups plain in the same workflow: they match
+    the spliced blocks through the conversation scope); amortize-noscope (the same, follow-ups
+    without workflow_id: what they got before conversation scopes); auto (every call of the
+    workflow sends its prompt as is with "auto_splice": "amortize": the server plans the splice)."""
+    calls = rows(batch)
+    last_build = {}
+    arms = {a: [] for a in ("plain", "amortize", "amortize-noscope", "auto")}
+    replays = []
+    for r in calls:
+        r["max_tokens"] = max_tokens
+        r.pop("segment_reuse", None)
+        arms["plain"].append(r)
+        arms["auto"].append(dict(r, auto_splice="amortize"))
+        if r["agent"] == "build":
+            last_build[r["workflow_id"]] = r["prompt"]
+        if r["agent"] == "replay":
+            build = last_build[r["workflow_id"]]
+            d = dict(r, prompt=build, directives=[splice_for(build, r["prompt"], "amortize")])
+            arms["amortize"].append(d)
+            arms["amortize-noscope"].append(d)
+            replays.append(r)
+        else:
+            arms["amortize"].append(r)
+            arms["amortize-noscope"].append(r)
+    for k in range(1, FOLLOWUPS + 1):
+        for r in replays:
+            f = dict(r, id=f"{r['workflow_id']}.f{k}", agent="followup", prompt=followup_prompt(r["prompt"], k))
+            arms["plain"].append(f)
+            arms["amortize"].append(f)
+            arms["auto"].append(dict(f, auto_splice="amortize"))
+            g = dict(f)
+            g.pop("workflow_id")
+            arms["amortize-noscope"].append(g)
+    for a, items in arms.items():
+        write(f"{prefix}.in-{a}.jsonl", items)
+
+
+def followup_report(out, max_tokens):
+    """Hit rates of the replay and of each follow-up round, per arm, and agreement with radix."""
+    arms = [a for a in ["radix", "amortize-noscope", "amortize", "auto"] if os.path.exists(f"{out}/edit-followup.{a}.jsonl")]
+    res = {a: {r["id"]: r for r in rows(f"{out}/edit-followup.{a}.jsonl")} for a in arms}
+    ref_logits = logits(f"{out}/edit-followup.radix.logits")
+    rounds = [("replay", lambda i: i.endswith(".7.0"))] + [(f"follow-up {k}", lambda i, k=k: i.endswith(f".f{k}")) for k in range(1, FOLLOWUPS + 1)]
+    rounds.append(("follow-ups 1-3", lambda i: ".f" in i))
+    print("### edit-replay with follow-up turns\n")
+    print("| arm | " + " | ".join(f"{n} hit rate" for n, _ in rounds) + " | all-call hit rate | follow-up first-token agreement | run s |")
+    print("|---|" + "---:|" * (len(rounds) + 3))
+    for a in arms:
+        rs = res[a]
+        lg = logits(f"{out}/edit-followup.{a}.logits")
+        fu = [i for i in rs if ".f" in i]
+        agree = sum(1 for i in fu if max(range(len(lg[i])), key=lg[i].__getitem__) == max(range(len(ref_logits[i])), key=ref_logits[i].__getitem__))
+        secs = open(f"{out}/edit-followup.{a}.secs").read().strip()
+        cells = [f"{hit([r for i, r in rs.items() if sel(i)]):.1f}%" for _, sel in rounds]
+        print(f"| {a} | " + " | ".join(cells) + f" | {hit(list(rs.values())):.1f}% | {100.0 * agree / max(1, len(fu)):.1f}% | {secs} |")
+
+
 def cross_tenant(batch, prefix, max_tokens):
     plain, share = [], []
     for r in rows(batch):
@@ -139,6 +211,10 @@ if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "edit-replay":
         edit_replay(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif cmd == "edit-followup":
+        edit_followup(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif cmd == "followup-report":
+        followup_report(sys.argv[2], sys.argv[3])
     elif cmd == "cross-tenant":
         cross_tenant(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif cmd == "report":

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# forkkv_live.sh — ForkKV live on the CPU cluster (issue 16): --lora-cache separate vs shared at
-# equal KV memory, on react-lora and mapreduce-lora, one adapter per agent, every workflow
-# concurrent (high contention), arms back to back in one run.
+# forkkv_live.sh — ForkKV live on the CPU cluster (issues 16, 36): --lora-cache separate vs shared
+# vs auto at equal KV memory, on react-lora and mapreduce-lora, one adapter per agent, every
+# workflow concurrent (high contention), arms back to back in one run. auto gets shared's pools.
 #   bench/forkkv_live.sh OUT
 # Environment (defaults in brackets): WORKLOADS [react-lora mapreduce-lora], WORKFLOWS [8],
 # CONCURRENCY [8], CONTEXT_TOKENS [1024], FANOUT [4], SCALE [0.5], MAX_TOKENS_CAP [64],
 # SEP_BLOCKS [320] (separate mode's KV pool, blocks of 16 tokens), RES_EQUIV [64] (of those, the
 # base-block equivalents shared mode gives its residual pool: RES_EQUIV * ratio residual blocks,
 # ratio = base block bytes / residual block bytes, kv_dim / rank = 12 for SmolLM2-135M at rank 16),
-# ARMS [separate shared], BRAID_BIN / BENCH_BIN (frozen binaries).
+# ARMS [separate shared] (any of separate shared auto), BRAID_BIN / BENCH_BIN (frozen binaries).
 # Writes OUT/<workload>-<arm>/ (braid-bench run results), OUT/<arm>.err (server logs, which name
 # the pools' bytes) and OUT/table.md. Prints progress on stderr.
 set -euo pipefail
@@ -50,9 +50,9 @@ echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: 
 for w in $WORKLOADS; do
   for arm in $ARMS; do
     # shellcheck disable=SC2046
-    if [ "$arm" = shared ]; then
+    if [ "$arm" = shared ] || [ "$arm" = auto ]; then
       base=$((SEP_BLOCKS - RES_EQUIV)); res=$((RES_EQUIV * RATIO))
-      pools="--kv-blocks $base --lora-cache shared --residual-blocks $res"; pool_text="$base + $res (= $SEP_BLOCKS base-block bytes)"
+      pools="--kv-blocks $base --lora-cache $arm --residual-blocks $res"; pool_text="$base + $res (= $SEP_BLOCKS base-block bytes)"
     else
       pools="--kv-blocks $SEP_BLOCKS --lora-cache separate"; pool_text="$SEP_BLOCKS + 0"
     fi
@@ -64,6 +64,8 @@ for w in $WORKLOADS; do
       --context-tokens "$CONTEXT_TOKENS" --fanout "$FANOUT" --scale "$SCALE" --max-tokens-cap "$MAX_TOKENS_CAP" --seed 1 \
       --out "$dir" 2> "$dir.progress" || echo "[forkkv_live] braid-bench failed (see $dir.progress)" >&2
     forks=$(metric braid_kv_fork_tokens_total); preempt=$(metric 'braid_instance_preemptions_total{instance="0"}')
+    # auto: the server log says when each adapter's choice changed and what the cost model compared.
+    [ "$arm" = auto ] && grep -- '--lora-cache auto' "$out/$w-$arm.err" > "$out/$w-$arm.choices" || true
     stop
     python3 - "$dir/summary.json" "$w" "$arm" "$pool_text" "${forks:-0}" "${preempt:-0}" >> "$table" <<'PY'
 import json, sys

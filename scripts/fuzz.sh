@@ -18,7 +18,7 @@ fi
 CC=clang cmake -S . -B build-fuzz -DBRAID_FUZZ=ON -DBRAID_TESTS=OFF -DBRAID_SANITIZE=ON -DBRAID_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo > build-fuzz.cmake.log 2>&1 || { cat build-fuzz.cmake.log; exit 1; }
 # target:corpus directory (tests/fuzz/corpus_*)
-targets="fuzz_gguf:gguf fuzz_api_request:api_request fuzz_auth_keys:auth_keys fuzz_trace:trace fuzz_predictor:predictor fuzz_manifest:manifest fuzz_lora_adapter:lora fuzz_chat_template:chat_template fuzz_grammar_spec:grammar_spec"
+targets="fuzz_gguf:gguf fuzz_api_request:api_request fuzz_auth_keys:auth_keys fuzz_trace:trace fuzz_predictor:predictor fuzz_manifest:manifest fuzz_lora_adapter:lora fuzz_chat_template:chat_template fuzz_grammar_spec:grammar_spec fuzz_anthropic_request:anthropic_request"
 cmake --build build-fuzz -j2 --target $(for t in $targets; do printf '%s ' "${t%%:*}"; done)
 for t in $targets; do
   name=${t%%:*}

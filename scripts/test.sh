@@ -11,11 +11,12 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh build
 # The cluster test drives the server with the official openai client, from a venv of its own; the
 # KV events test subscribes with pyzmq and msgpack from the same venv; the agent-clients test runs
-# LangGraph's ReAct agent through langchain-openai.
-if ! .venv-test/bin/python -c 'import openai, zmq, msgpack, langgraph, langchain_openai' 2> /dev/null; then
+# LangGraph's ReAct agent through langchain-openai; the prompt-cache dialects test parses /metrics
+# with prometheus_client's text parser; the Anthropic Messages test uses the official anthropic SDK.
+if ! .venv-test/bin/python -c 'import openai, zmq, msgpack, langgraph, langchain_openai, prometheus_client, anthropic' 2> /dev/null; then
   echo "[test] installing the openai client, pyzmq, msgpack, langgraph and langchain-openai into .venv-test"
   [ -x .venv-test/bin/python ] || python3 -m venv .venv-test
-  .venv-test/bin/pip install -q "openai==3.54.0" "pyzmq==26.2.0" "msgpack==1.1.0" "langgraph==1.2.24" "langchain-openai==1.7.4"
+  .venv-test/bin/pip install -q "openai==3.54.0" "pyzmq==26.2.0" "msgpack==1.1.0" "langgraph==1.2.24" "langchain-openai==1.7.4" "prometheus-client==0.21.1" "anthropic==2.14.0"
 fi
 echo "[test] release build"
 ctest --test-dir build --output-on-failure -j2

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "model/gguf.h"
+#include "model/synthetic_model.h"
 #include "model/tokenizer.h"
 #include "sim/trace_writer.h"
 
@@ -34,6 +35,14 @@ PromptTrace *prompt_trace_open(const char *model_path, const char *out_path, int
     if (!t) return braid_error_set(err, "trace: out of memory"), NULL;
     pthread_mutex_init(&t->write_mu, NULL);
     t->block_size = block_size;
+    char synthetic_tokenizer[4096]; /* a synthetic:NAME server tokenizes with its tokenizer GGUF */
+    if (synthetic_model_spec(model_path)) {
+        if (synthetic_model_tokenizer_path(model_path, synthetic_tokenizer, sizeof synthetic_tokenizer, err)) {
+            free_trace(t);
+            return NULL;
+        }
+        model_path = synthetic_tokenizer;
+    }
     if (gguf_open(model_path, &t->gguf, err) || tokenizer_load(t->gguf, &t->tokenizer, err)) {
         braid_error_wrap(err, "loading the tokenizer from %s", model_path);
         free_trace(t);

@@ -38,6 +38,9 @@ static const char run_usage[] =
     "  --no-trace            write no trace.jsonl (and load no tokenizer)\n"
     "  --max-retries N       429 answers to wait out per call (default 100)\n"
     "  --max-tokens-cap N    ask no call for more than N tokens (quick tests; default: the workload's max_tokens)\n"
+    "  --fixed-output        each call asks for exactly its realistic output length (the workload's expected\n"
+    "                        tokens, within max_tokens) with ignore_eos: fixed lengths for timing, e.g. a\n"
+    "                        server running a synthetic:NAME model, whose random weights end calls at random\n"
     "  --noise on|off        codegen / factcheck: off runs the same workflows without their noise (wrong\n"
     "                        difficulty labels, flaky tests, double-checks, give-ups; default on)\n"
     "  --slo-ttft-ms MS      goodput SLO: time to first token (from the request's own send)\n"
@@ -53,7 +56,7 @@ typedef struct {
     const char *workload, *url, *out_dir, *model;
     WorkloadParams params;
     long concurrency, block_size, max_retries, max_tokens_cap;
-    bool trace;
+    bool trace, fixed_output;
     BenchSlo slo;
     const char *result_json;
     char default_dir[256];
@@ -81,7 +84,7 @@ static bool known_workload(const char *name) {
 static int parse_numbers(int opt, const char *arg, RunArgs *a);
 
 enum { O_WORKLOAD = 256, O_URL, O_WORKFLOWS, O_CONC, O_SEED, O_CONTEXT, O_FANOUT, O_SCALE, O_OUT, O_MODEL, O_BLOCK, O_NO_TRACE, O_RETRIES, O_CAP, O_NOISE, O_SLO_TTFT, O_SLO_ITL, O_SLO_E2EL,
-       O_RESULT_JSON };
+       O_RESULT_JSON, O_FIXED_OUTPUT };
 
 /* Returns 0 to run, 1 after --help, 2 on a usage error. */
 static int parse_args(int argc, char **argv, RunArgs *a) {
@@ -95,6 +98,7 @@ static int parse_args(int argc, char **argv, RunArgs *a) {
         {"max-tokens-cap", required_argument, 0, O_CAP}, {"noise", required_argument, 0, O_NOISE},
         {"slo-ttft-ms", required_argument, 0, O_SLO_TTFT}, {"slo-itl-ms", required_argument, 0, O_SLO_ITL},
         {"slo-e2el-ms", required_argument, 0, O_SLO_E2EL}, {"result-json", required_argument, 0, O_RESULT_JSON},
+        {"fixed-output", no_argument, 0, O_FIXED_OUTPUT},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (RunArgs){.url = "http://127.0.0.1:8000", .params = {.n_workflows = 8, .seed = 1, .scale = 1.0}, .concurrency = 4,
                    .block_size = 16, .max_retries = 100, .trace = true};
@@ -107,6 +111,7 @@ static int parse_args(int argc, char **argv, RunArgs *a) {
         case O_OUT: a->out_dir = optarg; break;
         case O_MODEL: a->model = optarg; break;
         case O_NO_TRACE: a->trace = false; break;
+        case O_FIXED_OUTPUT: a->fixed_output = true; break;
         case O_RESULT_JSON: a->result_json = optarg; break;
         case 'h': print_usage(stdout); return 1;
         case '?': print_usage(stderr); return 2;
@@ -196,7 +201,7 @@ static bool run_was_clean(const RunOutcome *o) {
 
 static int execute(const RunArgs *a, Workload *w, PromptTrace *trace) {
     RunDriverConfig cfg = {.url = a->url, .max_retries = (int)a->max_retries, .concurrency = (int)a->concurrency,
-                           .max_tokens_cap = (int)a->max_tokens_cap, .workload = w,
+                           .max_tokens_cap = (int)a->max_tokens_cap, .fixed_output = a->fixed_output, .workload = w,
                            .trace = trace};
     RunOutcome outcome;
     BraidError err;

@@ -81,9 +81,16 @@ static double since_start(const Shared *sh, double t) { return t - sh->t_start; 
 
 /* ---- one call ---- */
 
-static json_t *completion_body(const AgentCall *c, int max_tokens_cap) {
-    int max_tokens = max_tokens_cap > 0 && c->max_tokens > max_tokens_cap ? max_tokens_cap : c->max_tokens;
+/* A call's body; fixed_output asks for exactly the call's expected output length (ignore_eos). */
+static json_t *completion_body(const AgentCall *c, int max_tokens_cap, bool fixed_output) {
+    int max_tokens = c->max_tokens;
+    if (fixed_output && c->expected_output_tokens > 0 && c->expected_output_tokens < max_tokens) max_tokens = c->expected_output_tokens;
+    if (max_tokens_cap > 0 && max_tokens > max_tokens_cap) max_tokens = max_tokens_cap;
     json_t *body = json_pack("{s:s, s:i, s:f}", "prompt", c->prompt, "max_tokens", max_tokens, "temperature", 0.0);
+    if (body && fixed_output && json_object_set_new(body, "ignore_eos", json_true())) {
+        json_decref(body);
+        return NULL;
+    }
     const char *keys[] = {"workflow_id", "agent", "tenant", "adapter"}, *values[] = {c->workflow, c->agent, c->tenant, c->adapter};
     for (int i = 0; body && i < 4; i++)
         if (values[i][0] && json_object_set_new(body, keys[i], json_string(values[i]))) {
@@ -145,7 +152,7 @@ static void *call_thread(void *arg) {
     Shared *sh = t->sh;
     sleep_seconds(t->call.delay_s);
     HttpResult res = {0};
-    json_t *body = t->client ? completion_body(&t->call, sh->cfg->max_tokens_cap) : NULL;
+    json_t *body = t->client ? completion_body(&t->call, sh->cfg->max_tokens_cap, sh->cfg->fixed_output) : NULL;
     int seq = take_seq(sh);
     if (body) {
         t->failed = http_client_complete(t->client, "/v1/completions", body, &res) != 0;

@@ -27,6 +27,7 @@ typedef struct {
     int max_retries;       /* 429s to wait out per call */
     int concurrency;       /* most workflows active at once */
     int max_tokens_cap;    /* > 0: no call asks for more tokens than this (quick tests); 0: the workload's */
+    bool fixed_output;     /* each call asks for its expected output length with ignore_eos (timing runs) */
     Workload *workload;    /* borrowed; used only under the driver's lock */
     PromptTrace *trace;    /* borrowed; NULL for no trace */
 } RunDriverConfig;

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 void cache_directives_free(CacheDirectives *d) {
     if (!d) return;
     free(d->context);
@@ -58,3 +60,12 @@ const char *cache_hint_op_name(int op) {
     default: return "?";
     }
 }
+
+static uint64_t scope_of(uint64_t kind, const char *name) {
+    if (!name || !name[0]) return 0;
+    uint64_t h = XXH3_64bits_withSeed(name, strlen(name), kind);
+    return h ? h : 1;
+}
+
+uint64_t cache_conversation_scope(const char *conversation_id) { return scope_of(0x636f6e76u, conversation_id); }
+uint64_t cache_workflow_scope(const char *workflow) { return scope_of(0x776f726bu, workflow); }

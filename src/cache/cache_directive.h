@@ -56,7 +56,19 @@ typedef struct {
     int n_runs;
     CacheHint *hints;
     int n_hints;
+    /* The request's conversation scope when the client named one (conversation_id); 0 = the
+     * workflow's, if any (cache_conversation_scope). Not a directive: cache_directives_any ignores it. */
+    uint64_t conversation;
+    /* The splice was planned by the server (coord/auto_splice.h), not written by the client. */
+    uint8_t auto_splice;
 } CacheDirectives;
+
+/* Conversation scopes (CacheIdentity.approx_scope): a request's turns share approximate K/V that
+ * an amortized splice of the same conversation made. An explicit conversation id and a workflow
+ * id give distinct scopes; never 0; 0 for a NULL or empty name. Within one tenant (the tree's
+ * namespace already separates tenants). */
+uint64_t cache_conversation_scope(const char *conversation_id);
+uint64_t cache_workflow_scope(const char *workflow);
 
 void cache_directives_free(CacheDirectives *d);
 /* Deep copy; -1 when out of memory (dst left empty). */

@@ -61,6 +61,9 @@ typedef struct {
      * that accept approximate K/V (CacheIdentity.approx_ok) match it; an exact commit of the same
      * tokens replaces its blocks and clears the flag. */
     bool approximate;
+    /* An approximate node's conversation (CacheIdentity.approx_scope of the commit that made it;
+     * 0 = none): requests of that conversation match it too. */
+    uint64_t approx_scope;
     /* Leases of this node's blocks to other instances (KV block moves, kv_cache_lend): while
      * non-zero its host copy is not evicted (its lock already keeps the device blocks). */
     uint16_t lend_refs;

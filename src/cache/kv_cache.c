@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cache/content_hash.h"
+#include "cache/kv_cache_internal.h"
 #include "cache/kv_hints.h"
 #include "cache/kv_segments.h"
 #include "common/grow.h"
@@ -312,11 +313,12 @@ typedef struct {
 /* The caller's blocks before block `to` all hold K/V equal to a recompute. */
 static bool caller_exact(const CacheIdentity *id, int to) { return !id->has_approx || to <= id->approx_from_block; }
 
-/* A match passes a node marked approximate only for a request that accepts approximate K/V. */
+/* A match passes a node marked approximate only for a request that accepts approximate K/V, or
+ * one of the conversation whose splice made it. */
 static bool match_enter(void *ctx, const RadixNode *child, int pos) {
     (void)pos;
     const WalkCtx *w = ctx;
-    return !child->meta.approximate || w->id->approx_ok;
+    return kv_internal_visible(child, w->id);
 }
 
 /* A commit does not pass a host-only node of exact K/V with approximate blocks of its own: the
@@ -744,6 +746,7 @@ static void replace_approximate(KvCache *c, RadixNode *n, const int32_t *exact) 
     }
     drop_host_copy(c, n);
     n->meta.approximate = false;
+    n->meta.approx_scope = 0;
     emit(c, CACHE_EVENT_STORED, CACHE_TIER_DEVICE, "replace", n, NULL);
     membership_changed(c, n);
 }
@@ -758,6 +761,7 @@ static void walk_commit_step(void *ctx, RadixNode *n) {
         if (n->meta.approximate && exact) { /* it adopts exact blocks below: no approximate copy stays */
             drop_host_copy(c, n);
             n->meta.approximate = false;
+            n->meta.approx_scope = 0;
         }
         /* Host-only: the caller computed these blocks itself, so the node adopts them. */
         BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
@@ -822,6 +826,7 @@ static RadixNode *insert_leaf(KvCache *c, const CacheIdentity *id, RadixNode *pa
     leaf->meta.tiers = CACHE_ON_DEVICE;
     leaf->meta.content_hash = leaf->hashes[k - 1];
     leaf->meta.approximate = approximate;
+    leaf->meta.approx_scope = approximate && id->scope_commits ? id->approx_scope : 0;
     c->counters.inserted_blocks += (uint64_t)k;
     touch(c, leaf, id, false);
     NOTIFY(c, on_insert, leaf);
@@ -1198,3 +1203,31 @@ int kv_cache_check(const KvCache *c, BraidError *err) {
 void kv_internal_refresh(KvCache *c, RadixNode *n) { heap_refresh(c, n); }
 void kv_internal_drop_subtree(KvCache *c, RadixNode *n, const char *reason) { drop_subtree(c, n, reason); }
 int kv_internal_grow_nodes(KvCache *c, int more) { return node_count_grow(c, more); }
+
+int kv_internal_load_path(KvCache *c, RadixNode **end, int max_load) {
+    BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
+    RadixNode *root = *end;
+    int depth = 0;
+    for (; !radix_is_root(root); root = root->parent) depth++;
+    if (braid_grow((void **)&c->path, &c->cap_path, depth + 1, sizeof *c->path)) return -1;
+    int i = depth;
+    for (RadixNode *n = *end; !radix_is_root(n); n = n->parent) c->path[--i] = n;
+    /* Locked, so that making room for one node's blocks never demotes the path above it. */
+    RadixNode *locked = *end, *last = root;
+    lock_path(c, locked);
+    int blocks = 0;
+    for (i = 0; i < depth; i++) {
+        RadixNode *n = c->path[i];
+        if (!on_tier(n, CACHE_ON_DEVICE)) {
+            if (n->n_blocks > max_load || !load_node(c, n)) break;
+            max_load -= n->n_blocks;
+            for (int b = 0; b < n->n_blocks; b++) block_pool_release(dev, n->blocks[b]); /* the tree's alone */
+            c->counters.host_hit_blocks += (uint64_t)n->n_blocks;
+        }
+        blocks += n->n_blocks;
+        last = n;
+    }
+    unlock_path(c, locked);
+    *end = last;
+    return blocks;
+}

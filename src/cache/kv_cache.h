@@ -74,6 +74,13 @@ typedef struct {
      * (exact) is every existing caller's. */
     bool approx_ok, has_approx;
     int approx_from_block;
+    /* Conversation scope (Leyline: an edit's savings last). approx_scope: the caller's conversation
+     * key (cache_conversation_scope; 0 = none): matches also pass approximate nodes stamped with
+     * it, so a conversation that accepted a spliced approximation keeps hitting it without
+     * approx_ok. scope_commits: the caller's approximate blocks enter the tree stamped with
+     * approx_scope (its approximation is its conversation's own), else unstamped (approx_ok only). */
+    uint64_t approx_scope;
+    bool scope_commits;
 } CacheIdentity;
 
 typedef struct {
@@ -374,8 +381,8 @@ const char *segment_reuse_name(SegmentReuseMode mode);
 
 /* ---- directives (kv_hints.c; cache_directive.h says what each does) ----
  * Spans are positions of `tokens`, the sequence as the request runs it, in id's namespace; only
- * what is cached on the device on that path (and, for approx_ok identities, through approximate
- * nodes) is acted on. Each fills out and returns 0, or -1 with err when out of memory. */
+ * what is cached on the device on that path (and through approximate nodes the identity may
+ * match: approx_ok, or its conversation's) is acted on. Each fills out and returns 0, or -1 with err when out of memory. */
 /* Pins the prefix through `end` until now + ttl_s, within budget_blocks pinned blocks for the
  * tenant (clipped to what fits; the blocks already pinned on the path are not counted twice). */
 int kv_cache_pin(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int end, double ttl_s, int budget_blocks,
@@ -394,12 +401,15 @@ int kv_cache_unpin_for(KvCache *c, int n_blocks);
 int kv_cache_pinned(const KvCache *c);              /* pinned device blocks */
 int kv_cache_pinned_by(const KvCache *c, uint32_t tenant);
 /* Amortized splice: appends to plan the spans of d's runs whose source K/V the context's cached
- * device path holds (clipped to [from, n_tokens - 1)), holding their blocks; reused[i] (n_runs
- * entries, may be NULL) gets each run's reused tokens. 0 or -1 (out of memory; plan dropped). */
+ * path holds (clipped to [from, n_tokens - 1)), holding their blocks; reused[i] (n_runs entries,
+ * may be NULL) gets each run's reused tokens. A host-only part of the path is loaded back onto the
+ * device first (LOAD ops before the copies; as far as device blocks allow, evicting elsewhere;
+ * counted in host_hit_blocks / loaded_blocks). 0 or -1 (out of memory; plan dropped). */
 int kv_cache_plan_splice(KvCache *c, const CacheIdentity *id, const CacheDirectives *d, int n_tokens, int from, KvSegmentPlan *plan,
                          int *reused, BraidError *err);
 /* Tenant sharing: the longest prefix of tokens another tenant shared with id's tenant (same adapter,
- * exact K/V, on the device) beyond `from`, appended to plan as one exact span. Returns the position
+ * exact K/V, on the device or loaded back from the host as a splice's source is) beyond `from`,
+ * appended to plan as one exact span. Returns the position
  * the plan now covers to (from when nothing), -1 when out of memory. */
 int kv_cache_plan_shared(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens, int from, KvSegmentPlan *plan,
                          BraidError *err);

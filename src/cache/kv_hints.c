@@ -40,6 +40,7 @@ typedef struct {
     bool exact_only;   /* never through nodes marked approximate */
     bool as_viewer;    /* only nodes shared with `viewer` */
     uint32_t viewer;
+    bool host_too;     /* also host-only nodes (copy sources: loaded before they are read) */
 } PathWalk;
 
 static bool visible_to(const KvCache *c, const RadixNode *n, uint32_t tenant) {
@@ -54,8 +55,8 @@ static bool visible_to(const KvCache *c, const RadixNode *n, uint32_t tenant) {
 static bool path_enter(void *ctx, const RadixNode *child, int pos) {
     (void)pos;
     const PathWalk *w = ctx;
-    if (!(child->meta.tiers & CACHE_ON_DEVICE)) return false;
-    if (child->meta.approximate && (w->exact_only || !w->id->approx_ok)) return false;
+    if (!(child->meta.tiers & CACHE_ON_DEVICE) && !w->host_too) return false;
+    if (child->meta.approximate && (w->exact_only || !kv_internal_visible(child, w->id))) return false;
     return !w->as_viewer || visible_to(w->c, child, w->viewer);
 }
 
@@ -354,6 +355,21 @@ int kv_cache_share(KvCache *c, const CacheIdentity *id, const int32_t *tokens, i
 
 /* ---- directive plans: an amortized splice, another tenant's shared prefix ---- */
 
+/* A copy source walked with host_too: its host-only part loaded onto the device (LOAD ops come
+ * before the copies in the pending list, so the copies read loaded blocks). Returns the blocks of
+ * the path now on the device (*end moved up to the last of them), -1 when out of memory. */
+static int load_source(KvCache *c, RadixNode **end, int walked, int n_tokens, int from) {
+    if (walked <= 0 || ((*end)->meta.tiers & CACHE_ON_DEVICE)) return walked;
+    /* Loaded sources are held next to the request's own new blocks: load only what leaves room
+     * for both (else the request could not be admitted with its copies, and would drop them all). */
+    int device_part = 0;
+    for (const RadixNode *n = *end; !radix_is_root(n); n = n->parent)
+        if (n->meta.tiers & CACHE_ON_DEVICE) device_part += n->n_blocks;
+    int need = blocks_ceil(c, n_tokens) - from / c->block_size;
+    int room = kv_cache_total(c, CACHE_TIER_DEVICE) - kv_cache_in_use(c, CACHE_TIER_DEVICE) - need - device_part;
+    return kv_internal_load_path(c, end, room > 0 ? room : 0);
+}
+
 /* The blocks of the device path walked to `end` (`n` blocks), into c->seq_blocks. */
 static int path_blocks(KvCache *c, const RadixNode *end, int n) {
     if (braid_grow((void **)&c->seq_blocks, &c->cap_seq_blocks, n + 1, sizeof *c->seq_blocks)) return -1;
@@ -369,9 +385,10 @@ int kv_cache_plan_splice(KvCache *c, const CacheIdentity *id, const CacheDirecti
                          int *reused, BraidError *err) {
     if (reused) memset(reused, 0, (size_t)d->n_runs * sizeof *reused);
     if (d->splice_mode != CACHE_SPLICE_AMORTIZE || d->n_context <= 0) return 0;
-    PathWalk w = {.c = c, .id = id};
+    PathWalk w = {.c = c, .id = id, .host_too = true};
     RadixNode *end;
     int cached = walk(c, own_ns(id), &w, d->context, d->n_context / c->block_size, &end);
+    if (cached >= 0) cached = load_source(c, &end, cached, n_tokens, from);
     if (cached < 0 || path_blocks(c, end, cached)) return oom(err, "planning a splice");
     int cached_tokens = cached * c->block_size, limit = n_tokens - 1;
     for (int i = 0; i < d->n_runs; i++) {
@@ -397,7 +414,7 @@ int kv_cache_plan_shared(KvCache *c, const CacheIdentity *id, const int32_t *tok
     int limit = n_tokens - 1, best = 0;
     uint64_t own = own_ns(id);
     RadixNode *best_end = NULL;
-    PathWalk w = {.c = c, .id = id, .exact_only = true, .as_viewer = true, .viewer = id->tenant};
+    PathWalk w = {.c = c, .id = id, .exact_only = true, .as_viewer = true, .viewer = id->tenant, .host_too = true};
     for (int i = 0; i < c->n_shared_ns; i++) {
         uint64_t ns = c->shared_ns[i];
         if (ns == own || (uint32_t)ns != id->adapter) continue;
@@ -406,6 +423,8 @@ int kv_cache_plan_shared(KvCache *c, const CacheIdentity *id, const int32_t *tok
         if (n < 0) return oom(err, "looking up shared prefixes");
         if (n > best) best = n, best_end = end;
     }
+    if (best > from / c->block_size) best = load_source(c, &best_end, best, n_tokens, from);
+    if (best < 0) return oom(err, "planning a shared prefix");
     int hi = best * c->block_size < limit ? best * c->block_size : limit;
     if (hi <= from) return from;
     if (path_blocks(c, best_end, best) || kv_segments_add_span(c, plan, from, hi, from, c->seq_blocks, 0, true)) {

@@ -21,7 +21,11 @@
  *
  * A ResidualHold is one request's part: its residual identity (interned in this tree's own name
  * tables), its locked node, its residual block table. Callers: the scheduler and braid sim. Device
- * tier only (no host tier for residuals). Not thread-safe.
+ * tier only (no host tier for residuals): an evicted residual is recomputed (its tokens become fork
+ * tokens). A host tier would turn those forks into full hits, but it needs the residual pool in the
+ * cache-op list (STORE / LOAD of residual blocks and a host mirror in both backends); a residual
+ * block is kv_dim / rank times smaller than a base block (12x for SmolLM2-135M at rank 16), so the
+ * device memory it would free is small. Not thread-safe.
  */
 #ifndef BRAID_CACHE_RESIDUAL_CACHE_H
 #define BRAID_CACHE_RESIDUAL_CACHE_H

@@ -14,11 +14,12 @@ int cli_parse_lora(const char *cmd, const char *spec, CliLora *l, bool verbose) 
 }
 
 int cli_parse_lora_cache(const char *cmd, const char *mode, CliLora *l, bool verbose) {
-    if (strcmp(mode, "separate") == 0 || strcmp(mode, "shared") == 0) {
-        l->shared = strcmp(mode, "shared") == 0;
+    if (strcmp(mode, "separate") == 0 || strcmp(mode, "shared") == 0 || strcmp(mode, "auto") == 0) {
+        l->auto_mode = strcmp(mode, "auto") == 0;
+        l->shared = l->auto_mode || strcmp(mode, "shared") == 0;
         return 0;
     }
-    if (verbose) fprintf(stderr, "braid %s: --lora-cache expects separate or shared, got '%s'\n", cmd, mode);
+    if (verbose) fprintf(stderr, "braid %s: --lora-cache expects separate, shared or auto, got '%s'\n", cmd, mode);
     return -1;
 }
 
@@ -34,8 +35,9 @@ int cli_parse_residual_blocks(const char *cmd, const char *text, CliLora *l, boo
 }
 
 int cli_check_lora(const char *cmd, const CliLora *l, bool verbose) {
-    const char *why = l->shared && l->n == 0 ? "--lora-cache shared needs at least one --lora adapter"
-                      : l->residual_blocks > 0 && !l->shared ? "--residual-blocks needs --lora-cache shared"
+    const char *why = l->shared && l->n == 0 ? (l->auto_mode ? "--lora-cache auto needs at least one --lora adapter"
+                                                              : "--lora-cache shared needs at least one --lora adapter")
+                      : l->residual_blocks > 0 && !l->shared ? "--residual-blocks needs --lora-cache shared or auto"
                                                              : NULL;
     if (why && verbose) fprintf(stderr, "braid %s: %s\n", cmd, why);
     return why ? -1 : 0;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "coord/api/api_directives.h"
+#include "coord/auto_splice.h"
 #include "coord/directive_plan.h"
 #include "cli/cli_common.h"
 #include "cli/cli_lora.h"
@@ -24,6 +25,8 @@
 static const char batch_usage[] =
     "usage: braid batch --input requests.jsonl --output results.jsonl [options]\n"
     "  --model PATH             GGUF file (default: $BRAID_MODEL or " BRAID_DEFAULT_MODEL ")\n"
+    "                           or synthetic:NAME[:TOKENIZER.gguf] (llama3-8b, llama3-1b, smollm2-135m): that\n"
+    "                           shape with generated weights and the default model's tokenizer (benchmarks)\n"
     "  --kv-blocks N            KV pool size in blocks (default 512)\n"
     "  --block-size B           tokens per block (default 16)\n"
     "  --max-batch-tokens T     token budget per step, shared by prefill chunks and decodes (default 512)\n"
@@ -57,6 +60,8 @@ static const char batch_usage[] =
     "                           fp32 (the closest to the transformers reference; the golden tests hold it to 5e-2)\n"
     "Input lines: {\"id\", \"prompt\" | \"messages\", \"max_tokens\", \"temperature\", \"top_p\", \"top_k\", \"seed\",\n"
     "              \"tenant\", \"adapter\" (a --lora NAME), \"workflow_id\", \"agent\", \"segment_reuse\",\n"
+    "              \"directives\", \"conversation_id\", \"auto_splice\" (\"amortize\" | \"forget\": a splice planned against\n"
+    "              the conversation's earlier lines),\n"
     "              \"response_format\" ({\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {\"schema\": ...}})\n"
     "              or \"grammar\" (a grammar spec: {\"schema\", \"prefix\", \"suffix\", \"min_items\", \"max_items\", \"separator\",\n"
     "              \"trigger\"}; docs/STRUCTURED_OUTPUTS.md)}. Output lines, in input order:\n"
@@ -223,6 +228,36 @@ static int load_directives(const BraidModel *m, const json_t *value, bool chat, 
     return rc;
 }
 
+/* A line's "conversation_id" and "auto_splice", as the server reads them (api_directives.h,
+ * auto_splice.h): without a splice of the line's own, one planned against its conversation's
+ * earlier lines (in file order, the server's arrival order), named one past its directives. */
+static int load_auto_splice(json_t *obj, AutoSpliceStore *store, const TokenList *ids, SchedRequest *r) {
+    json_t *conv = json_object_get(obj, "conversation_id"), *directives = json_object_get(obj, "directives");
+    if (conv && !json_is_string(conv)) return snprintf(r->error, sizeof r->error, "conversation_id must be a string"), -1;
+    const char *conversation = conv ? json_string_value(conv) : NULL;
+    r->directives.conversation = cache_conversation_scope(conversation);
+    ApiError e;
+    int mode;
+    if (api_auto_splice_parse(json_object_get(obj, "auto_splice"), &mode, &e)) return snprintf(r->error, sizeof r->error, "%s", e.message), -1;
+    if (mode <= CACHE_SPLICE_NONE || r->directives.splice_mode != CACHE_SPLICE_NONE) return 0;
+    bool oom;
+    char *key = auto_splice_key(r->tenant, r->adapter, conversation, r->workflow, &oom);
+    if (!key) return oom ? (snprintf(r->error, sizeof r->error, "out of memory"), -1) : 0;
+    CacheDirectives found;
+    int index = json_is_array(directives) ? (int)json_array_size(directives) : 0;
+    int rc = auto_splice_apply(store, key, ids->ids, ids->n, mode, index, &found);
+    free(key);
+    if (rc < 0) return snprintf(r->error, sizeof r->error, "out of memory planning auto_splice"), -1;
+    if (rc == 0) return 0;
+    CacheDirectives *d = &r->directives;
+    d->splice_mode = found.splice_mode;
+    d->first_edit = found.first_edit;
+    d->context = found.context, d->n_context = found.n_context;
+    d->runs = found.runs, d->n_runs = found.n_runs;
+    d->auto_splice = 1;
+    return 0;
+}
+
 /* A line's structured output: "response_format" (OpenAI's json_object / json_schema / text) or a raw
  * "grammar" spec (grammar/grammar.h; a JSON object or its text), checked here so a bad one is this
  * line's error; the engine compiles it against the vocabulary. */
@@ -255,7 +290,7 @@ static int load_grammar(json_t *obj, SchedRequest *r) {
 }
 
 static int load_request(const BraidModel *m, json_t *obj, int line, SegmentReuseMode default_segment_mode, SchedRequest *r,
-                        BatchChatMode *chat) {
+                        BatchChatMode *chat, AutoSpliceStore *auto_store) {
     json_t *id = json_object_get(obj, "id"), *prompt = json_object_get(obj, "prompt"), *messages = json_object_get(obj, "messages");
     char idbuf[64];
     if (json_is_string(id)) r->id = strdup(json_string_value(id));
@@ -308,6 +343,7 @@ static int load_request(const BraidModel *m, json_t *obj, int line, SegmentReuse
     if (ids.n == 0) return free(ids.ids), snprintf(r->error, sizeof r->error, "the prompt is empty"), -1;
     if (load_directives(m, json_object_get(obj, "directives"), json_is_array(messages) && !json_is_string(prompt), &ids, r))
         return free(ids.ids), -1;
+    if (load_auto_splice(obj, auto_store, &ids, r)) return free(ids.ids), -1;
     r->tokens = ids.ids;
     r->n_tokens = r->n_prompt = ids.n;
     r->cap_tokens = ids.cap;
@@ -372,6 +408,13 @@ static int read_requests(const BraidModel *m, const char *path, SegmentReuseMode
     SchedRequest *reqs = NULL;
     BatchChatMode *chats = NULL;
     int n = 0, cap = 0, line_no = 0;
+    /* auto_splice's recent prompts per conversation, while the lines are read. */
+    AutoSpliceStore *auto_store = auto_splice_store_create(4096, 1 << 20);
+    if (!auto_store) {
+        fprintf(stderr, "braid batch: out of memory reading %s\n", path);
+        fclose(f);
+        return -1;
+    }
     char *line = NULL;
     size_t line_cap = 0;
     while (getline(&line, &line_cap, f) > 0) {
@@ -389,6 +432,7 @@ static int read_requests(const BraidModel *m, const char *path, SegmentReuseMode
                 free(chats);
                 free(line);
                 fclose(f);
+                auto_splice_store_free(auto_store);
                 return -1;
             }
             cap = cap ? cap * 2 : 64;
@@ -405,7 +449,7 @@ static int read_requests(const BraidModel *m, const char *path, SegmentReuseMode
             r->id = strdup(idbuf);
             snprintf(r->error, sizeof r->error, "line %d is not a JSON object: %s", line_no, obj ? "wrong type" : jerr.text);
         } else {
-            load_request(m, obj, line_no, segment_mode, r, &chats[n - 1]);
+            load_request(m, obj, line_no, segment_mode, r, &chats[n - 1], auto_store);
         }
         if (r->error[0]) {
             r->state = REQ_FINISHED;
@@ -415,6 +459,7 @@ static int read_requests(const BraidModel *m, const char *path, SegmentReuseMode
     }
     free(line);
     fclose(f);
+    auto_splice_store_free(auto_store);
     *out = reqs;
     *chats_out = chats;
     *n_out = n;
@@ -485,11 +530,11 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, const LoraSe
                         .policy = a->policy, .policy_options = {.gamma = a->pbkv_gamma}, .prefetch = prefetch,
                         .prefetch_max_blocks = (int)a->prefetch_blocks, .device = a->device, .cuda_graphs_off = a->no_graphs,
                         .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
-                        .approx_window = (int)a->approx_window, .lora = lora, .lora_shared = a->lora.shared,
+                        .approx_window = (int)a->approx_window, .lora = lora, .lora_shared = a->lora.shared, .lora_auto = a->lora.auto_mode,
                         .residual_blocks = cli_residual_blocks(&a->lora, a->kv_blocks)};
     if (a->lora.shared)
-        fprintf(stderr, "[batch] LoRA cache shared (ForkKV): %d residual blocks at rank %d\n", cfg.residual_blocks,
-                lora_set_max_rank(lora));
+        fprintf(stderr, "[batch] LoRA cache %s (ForkKV): %d residual blocks at rank %d\n", a->lora.auto_mode ? "auto" : "shared",
+                cfg.residual_blocks, lora_set_max_rank(lora));
     if (engine_init(&engine, model, &cfg, &err)) {
         fprintf(stderr, "braid batch: %s\n", err.msg);
         rc = 1;

@@ -14,6 +14,8 @@
 static const char generate_usage[] =
     "usage: braid generate [options] --prompt TEXT\n"
     "  --model PATH        GGUF file (default: $BRAID_MODEL or " BRAID_DEFAULT_MODEL ")\n"
+    "                      or synthetic:NAME[:TOKENIZER.gguf] (llama3-8b, llama3-1b, smollm2-135m): that\n"
+    "                      shape with generated weights and the default model's tokenizer (benchmarks)\n"
     "  --prompt TEXT       the prompt; '-' reads it from stdin\n"
     "  --chat              wrap the prompt as one user message in the model's chat template\n"
     "  --system TEXT       with --chat: a system message (default: the template's own, if any)\n"

@@ -33,8 +33,11 @@ static const char serve_usage[] =
     "usage: mpirun -n 1+I*T braid serve [options]   (or launch/braid-local, which runs mpirun for you)\n"
     "Rank 0 serves the OpenAI-compatible HTTP API; ranks 1.. form I instances of T tensor-parallel ranks.\n"
     "  --model PATH             GGUF file (default: $BRAID_MODEL or " BRAID_DEFAULT_MODEL ")\n"
+    "                           or synthetic:NAME[:TOKENIZER.gguf] (llama3-8b, llama3-1b, smollm2-135m): that\n"
+    "                           shape with generated weights and the default model's tokenizer (benchmarks)\n"
     CLI_CHAT_TEMPLATE_USAGE
-    "  --tp T                   ranks per instance (default 1); I = (ranks - 1) / T\n"
+    "  --tp T                   ranks per instance (default 1); I = (ranks - 1) / T. With --device cuda the ranks'\n"
+    "                           all-reduces use NCCL on distinct GPUs, host-staged MPI when ranks share a GPU\n"
     "  --host ADDR              HTTP bind address (default 127.0.0.1); without --api-keys, a non-loopback address\n"
     "                           gets a start-up warning: anyone who reaches the port may call the API as any tenant\n"
     "  --api-keys FILE          require 'Authorization: Bearer KEY' (401 otherwise; GET /health stays open). One key\n"
@@ -72,17 +75,20 @@ static const char serve_usage[] =
     "                           1/T share of every block), --host-kv-gib is per rank, and the default's 25% and\n"
     "                           the MemAvailable check cover all the worker ranks of a machine together\n"
     "  --route-slack N          router: skip an instance with N more requests than the least loaded (default 8)\n"
-    "  --router cache|balanced|round-robin  cache (default): the instance holding the longest cached prefix,\n"
-    "                           within the load slack; balanced (for --kv-moves on): the least loaded instance,\n"
-    "                           ties to the one caching the most, the rest of the prefix moved in; round-robin:\n"
-    "                           each request to the next live instance (a baseline)\n"
+    "  --router cost|cache|balanced|round-robin  cost (default): the instance with the smallest estimated time\n"
+    "                           to first token = queue ahead + prefill of what it lacks + moving in what another\n"
+    "                           instance holds (rates start at --move-gbps / --move-prefill-tps and are learned\n"
+    "                           from finished requests). Baselines: cache, the instance holding the longest cached\n"
+    "                           prefix within the load slack; balanced (for --kv-moves on): the least loaded\n"
+    "                           instance, ties to the one caching the most, the rest of the prefix moved in;\n"
+    "                           round-robin: each request to the next live instance\n"
     "  --kv-moves on|off        on (default): when the chosen instance holds less of a prompt's prefix than\n"
     "                           another, it reads the missing KV blocks from that instance over UCX instead of\n"
     "                           recomputing them, if the cost model below says that is cheaper (CPU instances,\n"
     "                           rank by rank with --tp > 1; CUDA instances log why they take no part).\n"
     "                           UCX_TLS etc. pick the transport (one machine: TCP over loopback)\n"
-    "  --move-gbps G            cost model: bandwidth of one move in GB/s (default 1.0)\n"
-    "  --move-prefill-tps R     cost model: an instance's prefill rate in tokens/s (default 1000)\n"
+    "  --move-gbps G            cost model: bandwidth of one move in GB/s (default 1.0; --router cost: its start)\n"
+    "  --move-prefill-tps R     cost model: an instance's prefill rate in tokens/s (default 1000; --router cost: its start)\n"
     "  --move-timeout S         a move not done in S seconds is abandoned and the prefix recomputed (default 5)\n"
     "  --events PATH            JSONL log of routing decisions and of every instance's KV events (vLLM's\n"
     "                           BlockStored / BlockRemoved / AllBlocksCleared, per tier, with the instance)\n"
@@ -259,7 +265,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
                      .max_connections_per_client = 64, .http_timeout = 10,
                      .manifest_capacity = MANIFEST_RECORDER_DEFAULT_CAPACITY, .occupancy_interval = 1.0,
                      .respawned_instance = -1, .rewarm_heads = WARM_START_DEFAULT_REWARM_HEADS,
-                     .rewarm_tokens = WARM_START_DEFAULT_REWARM_TOKENS, .kv_moves = true, .router_mode = ROUTER_CACHE_AWARE,
+                     .rewarm_tokens = WARM_START_DEFAULT_REWARM_TOKENS, .kv_moves = true, .router_mode = ROUTER_COST,
                      .move_gbps = MOVE_DEFAULT_LINK_GBPS, .move_prefill_tps = MOVE_DEFAULT_PREFILL_TPS, .move_timeout = 5.0,
                      .request_watchdog = REQUEST_WATCHDOG_DEFAULT_S, .warm_start_heads = WARM_START_DEFAULT_HEADS,
                      .warm_start_tokens = WARM_START_DEFAULT_TOKENS, .fair_share = false};
@@ -381,11 +387,11 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
             a->kv_moves = strcmp(optarg, "on") == 0;
             break;
         case O_ROUTER:
-            if (strcmp(optarg, "cache") && strcmp(optarg, "round-robin") && strcmp(optarg, "balanced")) {
-                if (verbose) fprintf(stderr, "braid serve: --router expects cache, balanced or round-robin, got '%s'\n", optarg);
+            if (router_mode_parse(optarg) < 0) {
+                if (verbose) fprintf(stderr, "braid serve: --router expects " ROUTER_MODE_CHOICES ", got '%s'\n", optarg);
                 return 2;
             }
-            a->router_mode = !strcmp(optarg, "cache") ? ROUTER_CACHE_AWARE : !strcmp(optarg, "balanced") ? ROUTER_BALANCED : ROUTER_ROUND_ROBIN;
+            a->router_mode = (RouterMode)router_mode_parse(optarg);
             break;
         case O_MOVE_GBPS:
             if (verbose ? cli_parse_float("--move-gbps", optarg, 1e-6, 1e6, &a->move_gbps) : (a->move_gbps = strtod(optarg, NULL), 0)) return 2;
@@ -763,7 +769,7 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet
                    .policy = a->policy, .policy_options = {.gamma = a->pbkv_gamma}, .prefetch = a->prefetch != 0,
                    .prefetch_max_blocks = (int)a->prefetch_blocks, .device = a->device,
                    .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
-                   .approx_window = (int)a->approx_window, .lora = lora, .lora_shared = a->lora.shared,
+                   .approx_window = (int)a->approx_window, .lora = lora, .lora_shared = a->lora.shared, .lora_auto = a->lora.auto_mode,
                    .residual_blocks = cli_residual_blocks(&a->lora, a->kv_blocks),
                    .pin_budget_blocks = (int)((a->pin_budget + a->block_size - 1) / a->block_size),
                    .fair_share = a->fair_share},

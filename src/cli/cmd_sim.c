@@ -23,7 +23,7 @@ static const char sim_usage[] =
     "                 [--cache-outputs] [--prefetch [--prefetch-blocks N]]\n"
     "                 [--timeline FILE] [--hidden FILE] [--segment-reuse off|exact|approx [--approx-window W] [--model GGUF]]\n"
     "                 [--lora-cache separate|shared [--residual-tokens N] [--lora-rank R] [--kv-dim D]]\n"
-    "                 [--instances N [--router cache|balanced|round-robin] [--moves on|off] [--link-gbps G]\n"
+    "                 [--instances N [--router cost|cache|balanced|round-robin] [--moves on|off] [--link-gbps G]\n"
     "                  [--link-latency-us L] [--route-slack S]] [--json]\n"
     "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's KV cache object (the one the server\n"
     "  runs) in arrival order, one request at a time, with a device cache of N tokens.\n"
@@ -75,14 +75,16 @@ static const char sim_usage[] =
     "            the CPU backend's block loads measured by bench_cache_ops on the 2-core dev machine,\n"
     "            and 23040 bytes: SmolLM2-135M in fp16)\n"
     "  --instances N: a cluster of N instances, each with a --kv-tokens cache (LRU, device only), the\n"
-    "            live router (--router cache, the default: longest cached prefix within --route-slack S\n"
-    "            requests of the least loaded, default 8; balanced: the least loaded, ties to the one caching\n"
-    "            the most; or round-robin) fed by the caches' events, and KV block moves between\n"
+    "            live router (--router cost, the default: the smallest estimated time to first token =\n"
+    "            queue ahead + prefill of what the instance lacks + moving in what another holds; the\n"
+    "            baselines: cache, longest cached prefix within --route-slack S requests of the least\n"
+    "            loaded, default 8; balanced: the least loaded, ties to the one caching the most; or\n"
+    "            round-robin) fed by the caches' events, and KV block moves between\n"
     "            instances (--moves on, the default) over a link of --link-gbps G\n"
     "            (default 10) and --link-latency-us L a move (default 20: RDMA between nodes) when moving is\n"
     "            cheaper than recomputing. Each instance serves one request at a time (no batching).\n"
     "            Reports prompt tokens by origin (local cache, moved in, computed), moves, modeled latency\n"
-    "            and wait, and the busiest instance's share. Not with a host tier, --policy other than lru,\n"
+    "            (mean, p50, p99), TTFT (mean, p99) and wait, and the busiest instance's share. Not with a host tier, --policy other than lru,\n"
     "            --segment-reuse, --lora-cache shared or --prefetch\n"
     "  Reports hit rate, evictions, modeled latency per workflow (critical path of its stages) and\n"
     "  mean modeled TTFT per agent. --json prints one JSON object as the last line.\n";
@@ -320,11 +322,11 @@ int cmd_sim(int argc, char **argv) {
             cluster.n_instances = (int)v, cluster_mode = true;
             break;
         case O_ROUTER:
-            if (strcmp(optarg, "cache") && strcmp(optarg, "round-robin") && strcmp(optarg, "balanced")) {
-                fprintf(stderr, "braid sim: --router expects cache, balanced or round-robin, got '%s'\n", optarg);
+            if (sim_route_parse(optarg) < 0) {
+                fprintf(stderr, "braid sim: --router expects cost, cache, balanced or round-robin, got '%s'\n", optarg);
                 return 2;
             }
-            cluster.route = !strcmp(optarg, "cache") ? SIM_ROUTE_CACHE : !strcmp(optarg, "balanced") ? SIM_ROUTE_BALANCED : SIM_ROUTE_ROUND_ROBIN;
+            cluster.route = (SimRoute)sim_route_parse(optarg);
             break;
         case O_MOVES:
             if (strcmp(optarg, "on") && strcmp(optarg, "off")) {

@@ -6,8 +6,6 @@
 
 #include "common/timeutil.h"
 
-static const char *sim_route_name(SimRoute r) { return r == SIM_ROUTE_CACHE ? "cache" : r == SIM_ROUTE_BALANCED ? "balanced" : "round-robin"; }
-
 int sim_cluster_report(const Trace *trace, const SimClusterConfig *cfg, bool json) {
     SimClusterResult r;
     BraidError err;
@@ -23,10 +21,11 @@ int sim_cluster_report(const Trace *trace, const SimClusterConfig *cfg, bool jso
     printf("requests %d (%d larger than an instance's cache); prompt tokens %llu: local %.1f%%, moved in %.1f%%, computed %.1f%%\n",
            r.requests, r.too_large, (unsigned long long)r.prompt_tokens, 100 * r.local_tokens / p, 100 * r.remote_tokens / p,
            100 * r.computed_tokens / p);
-    printf("moves %llu (%llu blocks, %.1f MiB); modeled latency mean %.3f s (wait %.3f s, move %.4f s); busiest instance %.1f%% of "
-           "requests; span %.1f s; replayed in %.2f s\n",
-           (unsigned long long)r.moves, (unsigned long long)r.moved_blocks, r.moved_bytes / (1 << 20), r.mean_latency_s, r.mean_wait_s,
-           r.mean_move_s, 100 * r.max_share, r.span_s, braid_now_seconds() - t0);
+    printf("moves %llu (%llu blocks, %.1f MiB); modeled latency mean %.3f s, p50 %.3f s, p99 %.3f s (wait %.3f s, move %.4f s); "
+           "TTFT mean %.3f s, p99 %.3f s; busiest instance %.1f%% of requests; span %.1f s; replayed in %.2f s\n",
+           (unsigned long long)r.moves, (unsigned long long)r.moved_blocks, r.moved_bytes / (1 << 20), r.mean_latency_s, r.p50_latency_s,
+           r.p99_latency_s, r.mean_wait_s, r.mean_move_s, r.mean_ttft_s, r.p99_ttft_s, 100 * r.max_share, r.span_s,
+           braid_now_seconds() - t0);
     if (json) {
         json_t *o = json_pack("{s:i, s:s, s:b, s:i, s:I, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "instances",
                               cfg->n_instances, "router", sim_route_name(cfg->route), "moves", cfg->moves,
@@ -35,6 +34,14 @@ int sim_cluster_report(const Trace *trace, const SimClusterConfig *cfg, bool jso
                               "moved_blocks", (json_int_t)r.moved_blocks, "moved_bytes", r.moved_bytes, "mean_latency_s",
                               r.mean_latency_s, "mean_wait_s", r.mean_wait_s, "mean_move_s", r.mean_move_s, "max_share", r.max_share,
                               "span_s", r.span_s);
+        if (o) {
+            json_object_set_new(o, "computed_tokens", json_integer((json_int_t)r.computed_tokens));
+            json_object_set_new(o, "p50_latency_s", json_real(r.p50_latency_s));
+            json_object_set_new(o, "p99_latency_s", json_real(r.p99_latency_s));
+            json_object_set_new(o, "mean_ttft_s", json_real(r.mean_ttft_s));
+            json_object_set_new(o, "p99_ttft_s", json_real(r.p99_ttft_s));
+            json_object_set_new(o, "link_gbps", json_real(cfg->link_bytes_per_s / 1e9));
+        }
         char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
         if (s) puts(s);
         free(s);

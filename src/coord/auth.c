@@ -29,6 +29,7 @@ struct AuthKey {
     bool any_adapter;
     char **shares;   /* NULL-terminated; NULL when none */
     int segment_reuse; /* segment_reuse=: the tenant's opt-in (0 off, 1 exact, 2 approx); -1 when not given */
+    int auto_splice;   /* auto_splice=: the tenant's default (CacheSpliceMode; 0 off); -1 when not given */
     int index;         /* position in the file's keys (auth_key_index) */
     int max_concurrent; /* max_concurrent=: requests in flight at once; 0 = no limit */
     double rate;       /* rate=: requests per second; 0 = no limit */
@@ -140,7 +141,7 @@ static int parse_field(const LineCtx *l, AuthKey *k, int index, const char *s, s
     size_t name_len = eq ? (size_t)(eq - s) : n, value_len = eq ? n - name_len - 1 : 0;
     const char *value = eq ? eq + 1 : NULL;
     if (!eq)
-        return braid_error_set(l->err, "api-keys %s line %d: field %d is not NAME=VALUE (expected tenant=, adapters=, shares=, segment_reuse=, weight=, max_concurrent=, rate=)",
+        return braid_error_set(l->err, "api-keys %s line %d: field %d is not NAME=VALUE (expected tenant=, adapters=, shares=, segment_reuse=, auto_splice=, weight=, max_concurrent=, rate=)",
                                l->source, l->line, index);
     if (name_len == 6 && strncmp(s, "tenant", 6) == 0) {
         if (k->tenant) return braid_error_set(l->err, "api-keys %s line %d: tenant= given twice", l->source, l->line);
@@ -163,6 +164,14 @@ static int parse_field(const LineCtx *l, AuthKey *k, int index, const char *s, s
             return braid_error_set(l->err, "api-keys %s line %d: segment_reuse= must be off, exact or approx", l->source, l->line);
         return 0;
     }
+    if (name_len == 11 && strncmp(s, "auto_splice", 11) == 0) {
+        if (k->auto_splice >= 0) return braid_error_set(l->err, "api-keys %s line %d: auto_splice= given twice", l->source, l->line);
+        if (value_len == 8 && strncmp(value, "amortize", 8) == 0) k->auto_splice = CACHE_SPLICE_AMORTIZE;
+        else if (value_len == 6 && strncmp(value, "forget", 6) == 0) k->auto_splice = CACHE_SPLICE_FORGET;
+        else if (value_len == 3 && strncmp(value, "off", 3) == 0) k->auto_splice = CACHE_SPLICE_NONE;
+        else return braid_error_set(l->err, "api-keys %s line %d: auto_splice= must be amortize, forget or off", l->source, l->line);
+        return 0;
+    }
     if ((name_len == 6 && strncmp(s, "weight", 6) == 0) || (name_len == 4 && strncmp(s, "rate", 4) == 0) ||
         (name_len == 14 && strncmp(s, "max_concurrent", 14) == 0))
         return parse_limit(l, k, s, name_len, value, value_len);
@@ -173,9 +182,9 @@ static int parse_field(const LineCtx *l, AuthKey *k, int index, const char *s, s
     /* The name is quoted only when it looks like one: a mistyped line could hold part of a key. */
     bool quotable = name_len > 0 && name_len <= 16 && strspn(s, "abcdefghijklmnopqrstuvwxyz_-") >= name_len;
     if (!quotable)
-        return braid_error_set(l->err, "api-keys %s line %d: field %d has an unknown name (expected tenant=, adapters=, shares=, segment_reuse=, weight=, max_concurrent=, rate=)",
+        return braid_error_set(l->err, "api-keys %s line %d: field %d has an unknown name (expected tenant=, adapters=, shares=, segment_reuse=, auto_splice=, weight=, max_concurrent=, rate=)",
                                l->source, l->line, index);
-    return braid_error_set(l->err, "api-keys %s line %d: unknown field '%.*s' (expected tenant=, adapters=, shares=, segment_reuse=, weight=, max_concurrent=, rate=)", l->source,
+    return braid_error_set(l->err, "api-keys %s line %d: unknown field '%.*s' (expected tenant=, adapters=, shares=, segment_reuse=, auto_splice=, weight=, max_concurrent=, rate=)", l->source,
                            l->line, (int)name_len, s);
 }
 
@@ -206,6 +215,7 @@ static int parse_line(const LineCtx *l, const char *s, const char *end, AuthKey 
     memset(k, 0, sizeof *k);
     k->line = l->line;
     k->segment_reuse = -1;
+    k->auto_splice = -1;
     if (!next_token(&s, end, &tok, &len) || check_key(l, tok, len)) return -1;
     memcpy(k->key, tok, len);
     k->key_len = len;
@@ -327,7 +337,12 @@ const AuthKey *auth_keys_authenticate(const AuthKeys *keys, const char *authoriz
     const char *s = authorization;
     while (*s == ' ' || *s == '\t') s++;
     if (strncasecmp(s, "Bearer", 6) != 0 || (s[6] != ' ' && s[6] != '\t')) return NULL;
-    s += 6;
+    return auth_keys_lookup(keys, s + 6);
+}
+
+const AuthKey *auth_keys_lookup(const AuthKeys *keys, const char *key) {
+    if (!keys || !key) return NULL;
+    const char *s = key;
     while (*s == ' ' || *s == '\t') s++;
     size_t len = strlen(s);
     while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '\t')) len--;
@@ -375,3 +390,4 @@ bool auth_keys_knows_tenant(const AuthKeys *keys, const char *tenant) {
 bool auth_key_allows_adapter(const AuthKey *key, const char *adapter) { return key->any_adapter || in_list(key->adapters, adapter); }
 
 int auth_key_segment_reuse(const AuthKey *key) { return key->segment_reuse; }
+int auth_key_auto_splice(const AuthKey *key) { return key->auto_splice; }

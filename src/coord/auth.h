@@ -6,6 +6,7 @@
  *
  *     # comment lines and blank lines are skipped
  *     KEY tenant=NAME [adapters=A,B,...|*] [shares=NS,NS,...] [segment_reuse=off|exact|approx]
+ *         [auto_splice=amortize|forget|off]
  *         [weight=W] [max_concurrent=N] [rate=R]
  *
  * KEY is 16 to AUTH_MAX_KEY_BYTES characters of RFC 6750's b64token alphabet (A-Z a-z 0-9 - . _ ~
@@ -53,6 +54,9 @@ int auth_keys_count(const AuthKeys *keys);
 /* The key an Authorization header value ("Bearer KEY"; the scheme is case-insensitive) presents,
  * or NULL when the header is missing (NULL), not a bearer credential, or no key matches. */
 const AuthKey *auth_keys_authenticate(const AuthKeys *keys, const char *authorization);
+/* The key a bare key value presents (an x-api-key header, as Anthropic's clients send it; blanks
+ * around it ignored), compared as auth_keys_authenticate compares; NULL when none matches. */
+const AuthKey *auth_keys_lookup(const AuthKeys *keys, const char *key);
 
 const char *auth_key_tenant(const AuthKey *key);
 /* Whether a request made with `key` may run in tenant's namespace: its own, or one it shares. */
@@ -74,5 +78,8 @@ bool auth_key_allows_adapter(const AuthKey *key, const char *adapter);
  * line has none. It is the tenant's opt-in: its requests without "segment_reuse" get it (as far as
  * the server allows), and none may ask for more. */
 int auth_key_segment_reuse(const AuthKey *key);
+/* The key's auto_splice= (a CacheSpliceMode: 0 off, 1 amortize, 2 forget), -1 when the line has
+ * none: the default of its requests without "auto_splice" (coord/auto_splice.h). */
+int auth_key_auto_splice(const AuthKey *key);
 
 #endif

@@ -42,6 +42,7 @@ void coord_request_release(CoordRequest *r) {
     free(r->workflow_key);
     free(r->agent);
     free(r->tenant);
+    free(r->cache_key);
     free(r->adapter);
     free(r->tokens);
     free(r->logprobs);

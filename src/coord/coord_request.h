@@ -15,6 +15,7 @@
 
 #include "cache/cache_directive.h"
 #include "common/token_logprob.h"
+#include "coord/router_cost.h"
 
 typedef struct CoordRequest {
     uint64_t id;
@@ -38,6 +39,7 @@ typedef struct CoordRequest {
     int n_hashes;
     char *workflow, *agent, *tenant, *adapter; /* NULL when not given; sent to the instance as they are (the
                                                   workflow as its namespaced key, workflow_key) */
+    char *cache_key;        /* prompt_cache_key in its tenant's scope (cache_key_affinity_scoped), NULL when none */
     char *workflow_key;     /* the workflow in its tenant's namespace (coordinator_workflow_key): what
                                routing, forecasts and the instances see; set by coordinator_submit */
     CacheDirectives directives; /* resolved cache directives (directive_plan.h), sent with the SUBMIT */
@@ -70,6 +72,7 @@ typedef struct CoordRequest {
     int instance;
     bool cancel_requested;  /* MPI thread only: the client's cancel was sent to the instance */
     double t_progress;      /* MPI thread only: dispatched, or its latest token (request_watchdog.h) */
+    RouteCharge route_charge; /* MPI thread only: what its dispatch charged the router's cost books (router.h) */
     int refs;
 } CoordRequest;
 

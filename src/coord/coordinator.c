@@ -49,6 +49,9 @@ int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm worl
     c->block_bytes = calloc((size_t)(cfg->n_instances > 0 ? cfg->n_instances : 1), sizeof *c->block_bytes);
     c->restarts_on = cfg->max_restarts > 0 && cfg->respawn_args;
     c->router.mode = cfg->router_mode;
+    /* The cost router's priors are the move cost model's settings; it learns from there. */
+    c->router.cost = route_cost_model_init(cfg->moves.enabled, cfg->moves.prefill_tokens_per_s, cfg->moves.link_bytes_per_s, cfg->moves.latency_s);
+    c->router.cost.min_move_blocks = cfg->moves.min_blocks;
     if (!c->reviving || !c->ever_ready || !c->can_move || !c->block_bytes ||
         (c->restarts_on && instance_restarts_init(&c->restarts, cfg->n_instances, cfg->max_restarts, cfg->respawn_args, err))) {
         free(c->reviving), free(c->ever_ready), free(c->can_move), free(c->block_bytes);
@@ -100,6 +103,7 @@ void coordinator_free(Coordinator *c) {
     for (int i = 0; i < c->n_table; i++) coord_request_release(c->table[i]);
     free(c->table);
     router_free(&c->router);
+    cache_key_affinity_free(&c->cache_keys);
     instance_health_free(&c->health);
     request_watchdog_free(&c->watchdog);
     if (c->restarts_on) instance_restarts_free(&c->restarts);
@@ -265,7 +269,12 @@ static void log_route(Coordinator *c, const CoordRequest *r, RouteDecision d) {
     fprintf(c->cfg.events, ",\"instance\":%d,\"matched_blocks\":%d,\"prompt_blocks\":%d,\"reason\":\"%s\",\"loads\":[",
             d.instance, d.matched_blocks, r->n_hashes, d.reason);
     for (int i = 0; i < c->router.n_instances; i++) fprintf(c->cfg.events, i ? ",%d" : "%d", c->router.load[i]);
-    fputs("]}\n", c->cfg.events);
+    fputc(']', c->cfg.events);
+    if (route_decision_priced(&d)) /* the cost router's estimate, and the rates it priced with (learned) */
+        fprintf(c->cfg.events, ",\"est_ttft_s\":%.6f,\"est_queue_s\":%.6f,\"est_move_s\":%.6f,\"move\":%s,\"source\":%d,"
+                "\"prefill_tokens_per_s\":%.1f,\"link_gbps\":%.4f", d.est_ttft_s, d.est_queue_s, d.est_move_s, d.move ? "true" : "false",
+                d.source, 1.0 / c->router.cost.s_per_token, c->router.cost.link_bytes_per_s / 1e9);
+    fputs("}\n", c->cfg.events);
     fflush(c->cfg.events);
 }
 
@@ -473,7 +482,8 @@ static void plan_move(Coordinator *c, CoordRequest *r, const RouteDecision *d) {
 }
 
 static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
-    RouteDecision d = router_pick(&c->router, r->block_hashes, r->n_hashes, r->workflow_key);
+    RouteDecision d = router_pick_prompt(&c->router, r->block_hashes, r->n_hashes, r->n_prompt, r->workflow_key);
+    cache_key_affinity_route(&c->cache_keys, &c->router, r->cache_key, r->block_hashes, r->n_hashes, &d);
     if (r->pin_instance >= 0 && r->pin_instance < c->cfg.n_instances && !c->router.down[r->pin_instance])
         d = (RouteDecision){.instance = r->pin_instance, .matched_blocks = r->n_hashes, .reason = "pinned", .source = -1}; /* an n > 1 sibling (where its prompt's KV is) or a re-warm head */
     if (d.instance < 0) { /* every instance died after this request was accepted */
@@ -489,7 +499,9 @@ static int dispatch_submit(Coordinator *c, CoordRequest *r, BraidError *err) {
     r->instance = d.instance;
     r->t_progress = braid_now_seconds();
     c->table[c->n_table++] = r; /* ids grow monotonically, so appending keeps the table sorted */
+    r->route_charge = router_charge(&c->router, &d, r->n_prompt, r->t_progress);
     router_assigned(&c->router, d.instance, r->workflow_key);
+    cache_key_affinity_assigned(&c->cache_keys, r->cache_key, d.instance);
     log_route(c, r, d);
     plan_move(c, r, &d);
     if (forecast_call(c, r, err)) return -1;
@@ -583,6 +595,7 @@ static void on_ready(Coordinator *c, int instance, WireReader *rd) {
         /* A respawned leader is reached over its own intercommunicator; other leaders cannot reach it. */
         c->can_move[instance] = m.kv_moves && !(c->restarts_on && c->restarts.joined[instance]);
         c->block_bytes[instance] = m.block_bytes;
+        router_instance_kv(&c->router, instance, c->can_move[instance], m.block_bytes, m.block_size);
         if (!c->ever_ready[instance]) c->ready_instances++;
         c->ever_ready[instance] = true;
         bool revived = c->reviving[instance];
@@ -611,7 +624,7 @@ static void on_tokens(Coordinator *c, WireReader *rd) {
     for (int i = 0; i < m.n; i++) {
         int at = table_find(c, m.req_ids[i]);
         const TokenLogprob *lp = m.has_logprob[i] ? &m.logprobs[i] : NULL;
-        if (at >= 0) c->table[at]->t_progress = now;
+        if (at >= 0) c->table[at]->t_progress = now, router_prefill_done(&c->router, &c->table[at]->route_charge);
         if (at >= 0 && coord_request_push_token(c->table[at], m.tokens[i], lp, now))
             LOG_WARN("coord", "req %llu: out of memory storing a token", (unsigned long long)m.req_ids[i]);
     }
@@ -631,6 +644,13 @@ static void trace_finished(Coordinator *c, const CoordRequest *r, const MsgFinis
     if (trace_write_request(c->cfg.trace, &rec)) LOG_WARN("coord", "req %s: could not write its trace line", id);
 }
 
+/* A whole answer teaches the cost router its rates: TTFT from dispatch, tokens computed and moved in. */
+static void learn_route_cost(Coordinator *c, CoordRequest *r, const MsgFinish *m) {
+    bool whole = m->reason == FINISH_STOP || m->reason == FINISH_LENGTH;
+    double ttft = whole && r->t_first_token > 0 ? r->t_first_token - r->route_charge.t_dispatch : 0;
+    router_learn(&c->router, &r->route_charge, ttft, m->prompt_tokens - m->cached_tokens - m->reused_tokens, m->cached_tokens_remote);
+}
+
 static void on_finish(Coordinator *c, int instance, WireReader *rd) {
     MsgFinish m;
     if (msg_finish_decode(rd, &m)) {
@@ -648,6 +668,7 @@ static void on_finish(Coordinator *c, int instance, WireReader *rd) {
         CoordUsage u = {.prompt_tokens = m.prompt_tokens, .cached_tokens = m.cached_tokens, .cached_tokens_host = m.cached_tokens_host,
                         .cached_tokens_remote = m.cached_tokens_remote, .reused_tokens = m.reused_tokens, .completion_tokens = m.completion_tokens, .preemptions = m.preemptions,
                         .directive_outcomes = m.directive_outcomes};
+        learn_route_cost(c, c->table[at], &m);
         router_finished(&c->router, instance);
         /* Its last request gone, the instance runs nothing: publish that now, not at its next STATS,
          * and before the answer goes out, so a client scraping right after its answer sees it. */
@@ -685,6 +706,7 @@ static void on_stats(Coordinator *c, int instance, WireReader *rd) {
                        .residual_evicted_blocks = m.residual_evicted_blocks, .moved_in_blocks = m.moved_in_blocks,
                        .moved_in_bytes = m.moved_in_bytes, .move_failures = m.move_failures, .lent_blocks = m.lent_blocks};
     metrics_set_instance(c->metrics, instance, &s);
+    router_instance_capacity(&c->router, instance, (long)m.pool_total_blocks + m.host_total_blocks); /* what its index can hold */
 }
 
 /* One KV event as a JSONL line, in the shape and with the field names of the scheduler's own
@@ -808,12 +830,15 @@ static bool can_start_over(CoordRequest *r) {
 
 /* Sends the request to a live instance again; 1 when none is left, -1 on an MPI error. */
 static int route_again(Coordinator *c, CoordRequest *r, int from, BraidError *err) {
-    RouteDecision d = router_pick(&c->router, r->block_hashes, r->n_hashes, r->workflow_key);
+    RouteDecision d = router_pick_prompt(&c->router, r->block_hashes, r->n_hashes, r->n_prompt, r->workflow_key);
+    cache_key_affinity_route(&c->cache_keys, &c->router, r->cache_key, r->block_hashes, r->n_hashes, &d);
     if (d.instance < 0) return 1;
     coord_request_restart(r);
     r->instance = d.instance;
     r->t_progress = braid_now_seconds();
+    r->route_charge = router_charge(&c->router, &d, r->n_prompt, r->t_progress);
     router_assigned(&c->router, d.instance, r->workflow_key);
+    cache_key_affinity_assigned(&c->cache_keys, r->cache_key, d.instance);
     log_route(c, r, d);
     plan_move(c, r, &d);
     LOG_INFO("coord", "req %llu: instance %d died before any of its answer went out; routed again to instance %d", (unsigned long long)r->id,
@@ -935,6 +960,7 @@ static int check_watchdog(Coordinator *c, BraidError *err) {
         wire_put_u64(&b, r->id);
         int instance = r->instance;
         if (send_to_instance(c, instance, MSG_CANCEL, &b, err)) return -1;
+        router_prefill_done(&c->router, &r->route_charge);
         router_finished(&c->router, instance);
         if (c->router.load[instance] == 0) metrics_instance_idle(c->metrics, instance);
         pthread_mutex_lock(&c->mu);

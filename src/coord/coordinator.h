@@ -50,6 +50,7 @@
 #include "coord/move_plan.h"
 #include "coord/request_watchdog.h"
 #include "coord/router.h"
+#include "coord/cache_key_affinity.h"
 #include "predict/workflow_forecast.h"
 #include "transport/ctrl_endpoint.h"
 
@@ -126,6 +127,7 @@ typedef struct {
     double t_start;              /* trace times count from here */
     int trace_seq;
     Router router;
+    CacheKeyAffinity cache_keys; /* prompt_cache_key -> instance (cache_key_affinity.h) */
     InstanceHealth health;
     CtrlEndpoint ctrl;
     bool restarts_on;

@@ -15,9 +15,13 @@
 
 #include "common/log.h"
 #include "coord/http_front_door.h"
+#include "coord/auto_splice.h"
 #include "coord/http_generate.h"
+#include "coord/explicit_caches.h"
+#include "coord/http_caches.h"
 #include "coord/http_internal.h"
 #include "coord/http_manifest.h"
+#include "coord/http_messages.h"
 #include "coord/key_limiter.h"
 #include "common/timeutil.h"
 
@@ -156,14 +160,18 @@ static bool has_prefix_suffix(const char *s, const char *prefix, const char *suf
 }
 
 /* With API keys: the key the request presents, or NULL with e set to the 401 (missing or wrong key).
- * Without keys: NULL and e.status 0. The key itself is never logged nor echoed. */
+ * Without keys: NULL and e.status 0. The key itself is never logged nor echoed. A key comes as
+ * 'Authorization: Bearer KEY' (OpenAI's clients) or 'x-api-key: KEY' (Anthropic's), on any endpoint. */
 static const AuthKey *authenticate(HttpApi *api, struct MHD_Connection *conn, ApiError *e) {
     e->status = 0;
     if (!api->cfg.keys) return NULL;
     const char *header = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *api_key = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key");
     const AuthKey *key = auth_keys_authenticate(api->cfg.keys, header);
-    if (!key && !header)
-        api_error_set(e, 401, NULL, "missing_api_key", "You didn't provide an API key: send it as 'Authorization: Bearer KEY'");
+    if (!key && api_key) key = auth_keys_lookup(api->cfg.keys, api_key);
+    if (!key && !header && !api_key)
+        api_error_set(e, 401, NULL, "missing_api_key",
+                      "You didn't provide an API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
     else if (!key) api_error_set(e, 401, NULL, "invalid_api_key", "Incorrect API key provided");
     return key;
 }
@@ -182,16 +190,21 @@ static int check_content_type(struct MHD_Connection *conn, ApiError *e) {
                          (int)(n > 64 ? 64 : n), type);
 }
 
+/* The 429 of a key past its own max_concurrent= or rate=. */
+static void key_limited_error(const AuthKey *key, KeyLimitResult why, ApiError *e) {
+    if (why == KEY_LIMIT_CONCURRENCY)
+        api_error_set(e, 429, NULL, "rate_limit_exceeded", "this API key already has %d requests in flight (its max_concurrent=); retry when one ends",
+                      auth_key_max_concurrent(key));
+    else
+        api_error_set(e, 429, NULL, "rate_limit_exceeded", "this API key is over its rate of %g requests per second (its rate=); retry shortly",
+                      auth_key_rate(key));
+}
+
 /* A key past its own max_concurrent= or rate=: 429 with the Retry-After the limiter computed. */
 static enum MHD_Result send_key_limited(HttpApi *api, struct MHD_Connection *conn, const char *endpoint, const AuthKey *key,
                                        KeyLimitResult why, double retry_after_s) {
     ApiError e;
-    if (why == KEY_LIMIT_CONCURRENCY)
-        api_error_set(&e, 429, NULL, "rate_limit_exceeded", "this API key already has %d requests in flight (its max_concurrent=); retry when one ends",
-                      auth_key_max_concurrent(key));
-    else
-        api_error_set(&e, 429, NULL, "rate_limit_exceeded", "this API key is over its rate of %g requests per second (its rate=); retry shortly",
-                      auth_key_rate(key));
+    key_limited_error(key, why, &e);
     metrics_record_request(api->cfg.metrics, endpoint, 429, 0, -1, 0, 0, 0);
     char *body = api_error_json(&e), retry[32];
     if (!body) return MHD_NO;
@@ -203,6 +216,35 @@ static enum MHD_Result send_key_limited(HttpApi *api, struct MHD_Connection *con
     enum MHD_Result rc = MHD_queue_response(conn, 429, resp);
     MHD_destroy_response(resp);
     return rc;
+}
+
+/* The Anthropic Messages endpoints: as the completion endpoints below, with every error in
+ * Anthropic's shape (http_messages.h). */
+static enum MHD_Result route_messages(HttpApi *api, struct MHD_Connection *conn, const char *url, bool post, RequestBody *body,
+                                      AnthropicEndpoint which) {
+    const char *endpoint = http_messages_endpoint_label(which);
+    ApiError e;
+    if (!post) return api_error_set(&e, 405, NULL, NULL, "%s expects POST", url), http_messages_send_error(api->cfg.metrics, conn, NULL, &e, NULL);
+    const AuthKey *key = authenticate(api, conn, &e);
+    if (e.status) return http_messages_send_error(api->cfg.metrics, conn, endpoint, &e, NULL);
+    if (body->too_large) {
+        api_error_set(&e, 413, NULL, NULL, "request body exceeds %zu bytes", api->cfg.max_body_bytes);
+        return http_messages_send_error(api->cfg.metrics, conn, endpoint, &e, NULL);
+    }
+    if (check_content_type(conn, &e)) return http_messages_send_error(api->cfg.metrics, conn, endpoint, &e, NULL);
+    if (key && api->limiter && (auth_key_max_concurrent(key) > 0 || auth_key_rate(key) > 0)) {
+        double retry_after;
+        KeyLimitResult lim = key_limiter_acquire(api->limiter, auth_key_index(key), auth_key_max_concurrent(key), auth_key_rate(key),
+                                                 braid_now_seconds(), &retry_after);
+        if (lim != KEY_LIMIT_OK) {
+            char retry[32];
+            snprintf(retry, sizeof retry, "%.0f", ceil(retry_after > 1 ? retry_after : 1));
+            key_limited_error(key, lim, &e);
+            return http_messages_send_error(api->cfg.metrics, conn, endpoint, &e, retry);
+        }
+        body->limit_slot = auth_key_index(key);
+    }
+    return http_messages(&api->generate, conn, which, key, body->data ? body->data : "", body->len);
 }
 
 /* The completion endpoints and POST /v1/workflows/{id}/end. */
@@ -241,6 +283,13 @@ static enum MHD_Result route(HttpApi *api, struct MHD_Connection *conn, const ch
     }
     if (strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0 || has_prefix_suffix(url, "/v1/workflows/", "/end"))
         return route_post(api, conn, url, post, body);
+    if (strcmp(url, "/v1/messages") == 0) return route_messages(api, conn, url, post, body, ANTHROPIC_MESSAGES);
+    if (strcmp(url, "/v1/messages/count_tokens") == 0) return route_messages(api, conn, url, post, body, ANTHROPIC_COUNT_TOKENS);
+    if (http_caches_path(url)) { /* explicit caches (http_caches.h) */
+        const AuthKey *key = authenticate(api, conn, &e);
+        if (e.status) return http_send_error(api->cfg.metrics, conn, NULL, &e);
+        return http_caches(&api->generate, conn, method, url, key, body->data, body->len, body->too_large, api->cfg.max_body_bytes);
+    }
     bool health = strcmp(url, "/health") == 0, models = strcmp(url, "/v1/models") == 0, metrics = strcmp(url, "/metrics") == 0;
     bool manifest = strcmp(url, "/v1/cache/manifest") == 0;
     if (health || models || metrics || manifest) {
@@ -372,21 +421,38 @@ HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err) {
     api->generate = (HttpGenerateContext){.coord = cfg->coord, .metrics = cfg->metrics, .model = cfg->model,
                                           .served_model = cfg->served_model, .lora = cfg->lora, .seed_counter = &api->seed_counter,
                                           .segment_reuse = cfg->segment_reuse, .manifest = cfg->manifest};
+    /* auto_splice's recent prompts: at most 256 conversations x AUTO_SPLICE_RECENT prompts of at
+     * most 32K tokens (128 MiB at worst; the least recently used conversation goes first). */
+    if (!(api->generate.auto_splice = auto_splice_store_create(256, 32768))) {
+        free(api);
+        return braid_error_set(err, "http: out of memory"), NULL;
+    }
+    if (!(api->generate.caches = explicit_caches_create())) {
+        auto_splice_store_free(api->generate.auto_splice);
+        free(api);
+        return braid_error_set(err, "http: out of memory"), NULL;
+    }
     pthread_mutex_init(&api->mu, NULL);
     if (cfg->keys && !(api->limiter = key_limiter_create(auth_keys_count(cfg->keys)))) {
         pthread_mutex_destroy(&api->mu);
+        auto_splice_store_free(api->generate.auto_splice);
+        explicit_caches_destroy(api->generate.caches);
         free(api);
         return braid_error_set(err, "http: out of memory"), NULL;
     }
     bool tls = cfg->tls_cert_pem && cfg->tls_key_pem;
     if (tls && !MHD_is_feature_supported(MHD_FEATURE_TLS)) {
         key_limiter_destroy(api->limiter);
+        auto_splice_store_free(api->generate.auto_splice);
+        explicit_caches_destroy(api->generate.caches);
         free(api);
         return braid_error_set(err, "http: --tls-cert/--tls-key given, but this libmicrohttpd was built without TLS"), NULL;
     }
     raise_fd_limit();
     if (!(api->daemon = start_daemon(api, tls))) {
         key_limiter_destroy(api->limiter);
+        auto_splice_store_free(api->generate.auto_splice);
+        explicit_caches_destroy(api->generate.caches);
         free(api);
         return braid_error_set(err, "http: cannot start the HTTP server%s",
                                tls ? " (the --tls-cert / --tls-key PEM was refused, or they do not match)" : ""),
@@ -398,6 +464,8 @@ HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err) {
     if (!(api->front_door = front_door_start(&fc, err))) {
         MHD_stop_daemon(api->daemon);
         key_limiter_destroy(api->limiter);
+        auto_splice_store_free(api->generate.auto_splice);
+        explicit_caches_destroy(api->generate.caches);
         free(api);
         return NULL;
     }
@@ -432,6 +500,8 @@ void http_api_stop(HttpApi *api) {
     http_api_stop_accepting(api); /* no new connections; then the daemon ends the open ones */
     MHD_stop_daemon(api->daemon);
     key_limiter_destroy(api->limiter);
+    auto_splice_store_free(api->generate.auto_splice);
+    explicit_caches_destroy(api->generate.caches);
     pthread_mutex_destroy(&api->mu);
     free(api);
 }

@@ -5,6 +5,7 @@
  *   POST /v1/workflows/{id}/end                        (a workflow finished: its cache may retire)
  *   GET  /v1/models, GET /health, GET /metrics
  *   GET  /v1/cache/manifest                            (hot chunks as a JSONL manifest, http_manifest.h)
+ *   POST/GET /v1/caches, GET/PATCH/DELETE /v1/caches/{id}  (explicit caches, http_caches.h)
  * Each connection gets its own thread (libmicrohttpd thread-per-connection), which parses and
  * validates the body (api_request.h; every problem is a 4xx with an OpenAI-style error JSON),
  * applies the chat template, tokenizes, submits to the coordinator and then waits for tokens,

@@ -12,6 +12,7 @@
 #include "cache/content_hash.h"
 #include "coord/api/api_tools.h"
 #include "coord/api/chat_render.h"
+#include "coord/cache_key_affinity.h"
 #include "coord/http_directives.h"
 #include "common/timeutil.h"
 #include "transport/control_msg.h"
@@ -104,7 +105,8 @@ static CoordRequest *build_request(const HttpGenerateContext *ctx, const ApiRequ
     if (r) r->prompt = malloc((size_t)ids->n * sizeof *r->prompt);
     if (r && chunk && r->block_hashes && r->prompt && (!a->workflow_id || (r->workflow = strdup(a->workflow_id))) &&
         (!a->agent || (r->agent = strdup(a->agent))) && (!a->tenant || (r->tenant = strdup(a->tenant))) &&
-        (!a->adapter || (r->adapter = strdup(a->adapter)))) {
+        (!a->adapter || (r->adapter = strdup(a->adapter))) &&
+        (!a->prompt_cache_key || (r->cache_key = cache_key_affinity_scoped(a->tenant, a->prompt_cache_key)))) {
         memcpy(r->prompt, ids->ids, (size_t)ids->n * sizeof *r->prompt);
         r->n_prompt = ids->n;
         r->max_tokens = max_tokens;
@@ -291,11 +293,31 @@ static double first_token_seconds(CoordRequest *r, double otherwise) {
     return t > 0 ? t - r->t_submit : otherwise;
 }
 
+/* Why choice c ended, in vllm:request_success_total's terms. */
+static int choice_metrics_reason(const Choice *c, bool answered) {
+    if (answered) return strcmp(choice_finish_reason(c), "length") == 0 ? METRICS_FINISHED_LENGTH : METRICS_FINISHED_STOP;
+    return c->r->finished && c->r->finish_reason == FINISH_ERROR ? METRICS_FINISHED_ERROR : METRICS_FINISHED_ABORT;
+}
+
+/* Each choice is one generation on one instance: the vLLM-named per-engine families. */
+static void record_generations(const HttpGenerateContext *ctx, const ChoiceSet *set, bool answered, double now) {
+    for (int i = 0; i < set->n; i++) {
+        const Choice *c = &set->c[i];
+        double first = first_token_seconds(c->r, -1);
+        MetricsGeneration g = {.instance = c->r->instance, .finished_reason = choice_metrics_reason(c, answered),
+                               .e2e_s = now - c->r->t_submit, .ttft_s = first,
+                               .decode_s = first >= 0 ? now - (c->r->t_submit + first) : 0, .generation_tokens = c->progress.n_tokens};
+        metrics_record_generation(ctx->metrics, &g);
+    }
+}
+
 void choices_record_metrics(const HttpGenerateContext *ctx, const char *endpoint, const ChoiceSet *set, int status, bool answered) {
     CoordRequest *first = set->c[0].r;
-    double latency = braid_now_seconds() - first->t_submit, ttft = first_token_seconds(first, answered ? latency : -1);
+    double now = braid_now_seconds();
+    double latency = now - first->t_submit, ttft = first_token_seconds(first, answered ? latency : -1);
     ApiUsage u = choices_usage(set);
     metrics_record_request(ctx->metrics, endpoint, status, latency, ttft, u.prompt_tokens, u.cached_tokens, u.completion_tokens);
+    record_generations(ctx, set, answered, now);
 }
 
 /* After a stop-string cancel: the instance's FINISH (with the usage numbers) follows shortly. */

@@ -90,7 +90,8 @@ size_t choice_tool_streamable(const ChoiceSet *set, const Choice *c);
 json_t *choice_logprobs(const HttpGenerateContext *ctx, const ApiRequest *a, Choice *c, size_t text_limit);
 
 ApiUsage choices_usage(const ChoiceSet *set);
-/* One line in the request metrics for the whole request (answered: it got its answer). */
+/* One line in the request metrics for the whole request (answered: it got its answer), and one
+ * generation per choice on the instance that ran it for the vLLM-named families (metrics.h). */
 void choices_record_metrics(const HttpGenerateContext *ctx, const char *endpoint, const ChoiceSet *set, int status, bool answered);
 
 #endif

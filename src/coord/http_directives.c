@@ -5,7 +5,9 @@
 #include <string.h>
 
 #include "coord/api/chat_render.h"
+#include "coord/auto_splice.h"
 #include "coord/directive_plan.h"
+#include "coord/cache_retention.h"
 
 /* Bytes the rendering of messages[0..k] shares with the whole prompt's: where message k ends. */
 static int message_end(const BraidModel *m, const ApiRequest *a, int k, const char *full, size_t *end, ApiError *e) {
@@ -41,7 +43,7 @@ static int cache_control_pins(const BraidModel *m, const ApiRequest *a, Directiv
     return 0;
 }
 
-int http_plan_directives(const HttpGenerateContext *ctx, const ApiRequest *a, TokenList *ids, CacheDirectives *out, ApiError *e) {
+static int plan(const HttpGenerateContext *ctx, const ApiRequest *a, TokenList *ids, CacheDirectives *out, ApiError *e) {
     memset(out, 0, sizeof *out);
     DirectivePin pins[API_MAX_CACHE_CONTROL];
     int n_pins;
@@ -59,5 +61,38 @@ int http_plan_directives(const HttpGenerateContext *ctx, const ApiRequest *a, To
         memset(out, 0, sizeof *out);
         return api_error_set(e, 400, "directives", NULL, "the directives' splices leave an empty prompt; keep at least one token");
     }
+    return 0;
+}
+
+/* auto_splice: without a splice of the client's, the server's own against the conversation's
+ * recent prompts (auto_splice.h); the prompt as sent is the one the request runs. Its runs name
+ * index n_directives (one past the client's list) in the outcomes. */
+static int plan_auto_splice(const HttpGenerateContext *ctx, const ApiRequest *a, const TokenList *ids, CacheDirectives *out, ApiError *e) {
+    if (a->auto_splice <= CACHE_SPLICE_NONE || !ctx->auto_splice || out->splice_mode != CACHE_SPLICE_NONE) return 0;
+    if (a->kind == API_COMPLETION && a->n_prompts > 1) return 0; /* one conversation, one prompt */
+    bool oom;
+    char *key = auto_splice_key(a->tenant, a->adapter, a->conversation_id, a->workflow_id, &oom);
+    if (!key) return oom ? api_error_set(e, 503, NULL, NULL, "the server is out of memory") : 0;
+    CacheDirectives found;
+    int rc = auto_splice_apply(ctx->auto_splice, key, ids->ids, ids->n, a->auto_splice, a->n_directives, &found);
+    free(key);
+    if (rc < 0) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
+    if (rc == 0) return 0;
+    out->splice_mode = found.splice_mode;
+    out->first_edit = found.first_edit;
+    out->context = found.context, out->n_context = found.n_context;
+    out->runs = found.runs, out->n_runs = found.n_runs;
+    out->auto_splice = 1;
+    return 0;
+}
+
+int http_plan_directives(const HttpGenerateContext *ctx, const ApiRequest *a, TokenList *ids, CacheDirectives *out, ApiError *e) {
+    if (plan(ctx, a, ids, out, e)) return -1;
+    if (plan_auto_splice(ctx, a, ids, out, e)) {
+        cache_directives_free(out);
+        return -1;
+    }
+    if (a->prompt_cache_retention_s > 0 && cache_retention_add_pin(out, ids->n, a->prompt_cache_retention_s, e)) return -1;
+    out->conversation = cache_conversation_scope(a->conversation_id);
     return 0;
 }

@@ -4,6 +4,9 @@
  * A chat message's cache_control pins the prompt through that message: its end is found by
  * rendering the messages up to it and taking the bytes the rendering shares with the whole prompt.
  * At most API_MAX_CACHE_CONTROL markers (Anthropic allows four breakpoints).
+ * With auto_splice (and no splice of the client's) the server plans a splice of its own against
+ * the conversation's recent prompts (auto_splice.h). out->conversation is the request's
+ * conversation_id scope (cache_conversation_scope; 0 without one).
  */
 #ifndef BRAID_COORD_HTTP_DIRECTIVES_H
 #define BRAID_COORD_HTTP_DIRECTIVES_H

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/timeutil.h"
 #include "coord/api/api_response.h"
+#include "coord/explicit_caches.h"
 #include "coord/http_internal.h"
 #include "coord/http_choices.h"
 
@@ -31,7 +32,7 @@ int http_generate_max_model_len(const HttpGenerateContext *ctx) {
 /* Whether the client of a non-streaming request has closed its socket: poll() reports the peer's
  * FIN (POLLRDHUP) or an error, or a peek reads end-of-file. A client that half-closes its sending
  * side while still waiting for the answer would count as gone; HTTP clients do not do that. */
-static bool client_gone(struct MHD_Connection *conn) {
+bool http_generate_client_gone(struct MHD_Connection *conn) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!info) return false;
     struct pollfd p = {.fd = info->connect_fd, .events = POLLIN | POLLRDHUP};
@@ -74,7 +75,7 @@ static enum MHD_Result answer_whole(const HttpGenerateContext *ctx, struct MHD_C
         Choice *c = &set->c[i];
         while (!choice_done(c)) {
             choice_advance(ctx, a, c, false); /* stop strings are checked as tokens arrive so a match ends generation early */
-            if (choice_done(c) || !client_gone(conn)) continue;
+            if (choice_done(c) || !http_generate_client_gone(conn)) continue;
             choices_cancel_all(ctx, set);
             choices_record_metrics(ctx, endpoint, set, 499, false);
             return MHD_NO; /* nobody to answer: close the connection */
@@ -245,9 +246,14 @@ static enum MHD_Result answer_stream(const HttpGenerateContext *ctx, struct MHD_
     snprintf(s->id, sizeof s->id, "%s", head->id);
     s->head.id = s->id;
     s->endpoint = endpoint;
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
+    return http_queue_event_stream(conn, stream_read, s, stream_free);
+}
+
+enum MHD_Result http_queue_event_stream(struct MHD_Connection *conn, MHD_ContentReaderCallback read, void *cls,
+                                        MHD_ContentReaderFreeCallback release) {
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, read, cls, release);
     if (!resp) {
-        stream_free(s);
+        release(cls);
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
@@ -277,6 +283,7 @@ static int apply_key(const HttpGenerateContext *ctx, const AuthKey *key, ApiRequ
         return api_error_set(e, 403, "segment_reuse", "segment_reuse_not_allowed",
                              "this API key's tenant allows segment_reuse up to \"%s\"", segment_reuse_name((SegmentReuseMode)tenant_mode));
     if (tenant_mode >= 0 && a->segment_reuse < 0) a->segment_reuse = tenant_mode < ctx->segment_reuse ? tenant_mode : ctx->segment_reuse;
+    if (a->auto_splice < 0) a->auto_splice = auth_key_auto_splice(key); /* the tenant's default (-1: none) */
     const char *tenant = auth_key_tenant(key);
     if (a->tenant && !auth_key_allows_tenant(key, a->tenant))
         return api_error_set(e, 403, "tenant", "tenant_not_allowed",
@@ -288,6 +295,16 @@ static int apply_key(const HttpGenerateContext *ctx, const AuthKey *key, ApiRequ
     return 0;
 }
 
+int http_generate_admit(const HttpGenerateContext *ctx, struct MHD_Connection *conn, const AuthKey *key, ApiRequest *a, ApiError *e) {
+    const char *hdr[4];
+    static const char *const names[4] = {"X-Braid-Workflow", "X-Braid-Agent", "X-Braid-Tenant", "X-Braid-Adapter"};
+    for (int i = 0; i < 4; i++) hdr[i] = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, names[i]);
+    int rc = api_request_apply_headers(a, hdr[0], hdr[1], hdr[2], hdr[3], e);
+    if (rc == 0) rc = adapter_select(a, ctx->served_model, ctx->lora, e);
+    if (rc == 0) rc = apply_key(ctx, key, a, e);
+    return rc;
+}
+
 enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connection *conn, ApiKind kind, const AuthKey *key,
                               const char *body, size_t len) {
     const char *endpoint = kind == API_CHAT ? "chat" : "completions";
@@ -295,13 +312,9 @@ enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connect
     ApiError e;
     /* Any model name parses; adapter_select decides whether it is the base model, an adapter or a 404. */
     if (api_request_parse(body, len, kind, NULL, &a, &e)) return http_send_error(ctx->metrics, conn, endpoint, &e);
-    const char *hdr[4];
-    static const char *const names[4] = {"X-Braid-Workflow", "X-Braid-Agent", "X-Braid-Tenant", "X-Braid-Adapter"};
-    for (int i = 0; i < 4; i++) hdr[i] = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, names[i]);
     ChoiceSet set = {0};
-    int rc = api_request_apply_headers(&a, hdr[0], hdr[1], hdr[2], hdr[3], &e);
-    if (rc == 0) rc = adapter_select(&a, ctx->served_model, ctx->lora, &e);
-    if (rc == 0) rc = apply_key(ctx, key, &a, &e);
+    int rc = http_generate_admit(ctx, conn, key, &a, &e);
+    if (rc == 0) rc = explicit_caches_apply(ctx->caches, &a, body, len, explicit_caches_now(), &e); /* "cache_id": start from it */
     if (rc == 0) rc = choices_build(ctx, &a, &set, &e);
     if (rc == 0) rc = choices_submit(ctx, &set, &e);
     if (rc == 0) record_prompts(ctx, &a, &set);

@@ -20,6 +20,7 @@
 #ifndef BRAID_COORD_HTTP_GENERATE_H
 #define BRAID_COORD_HTTP_GENERATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,11 +43,23 @@ typedef struct {
     _Atomic uint64_t *seed_counter; /* per server: salts each unseeded request's seed */
     int segment_reuse;        /* the most segment reuse a request may ask for (SegmentReuseMode) */
     ManifestRecorder *manifest; /* counts each submitted prompt's chunks; NULL = off */
+    struct AutoSpliceStore *auto_splice; /* conversations' recent prompts (auto_splice.h); NULL = off */
+    struct ExplicitCaches *caches; /* POST /v1/caches' registry (explicit_caches.h): what "cache_id" names; NULL = none */
 } HttpGenerateContext;
 
 /* key: the request's API key, NULL when the server has none. */
 enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connection *conn, ApiKind kind, const AuthKey *key,
                               const char *body, size_t len);
+/* What every dialect's endpoint does between parsing a chat request and building its choices: the
+ * X-Braid-* headers, the model / adapter choice (adapter_select.h) and the API key's tenant and
+ * permissions (see above). 0, or -1 with e (4xx). */
+int http_generate_admit(const HttpGenerateContext *ctx, struct MHD_Connection *conn, const AuthKey *key, ApiRequest *a, ApiError *e);
+/* Whether the client of a whole (non-streamed) answer has closed its socket meanwhile. */
+bool http_generate_client_gone(struct MHD_Connection *conn);
+/* Queues a 200 text/event-stream answer whose body `read` produces; `release` frees `cls` when the
+ * answer is over (or at once, when the response cannot be made). Shared by every dialect's stream. */
+enum MHD_Result http_queue_event_stream(struct MHD_Connection *conn, MHD_ContentReaderCallback read, void *cls,
+                                        MHD_ContentReaderFreeCallback release);
 /* The most tokens one request (prompt + max_tokens) may reach: the model's context, or the smallest
  * instance's KV pool when that holds less (the context until the instances are up). */
 int http_generate_max_model_len(const HttpGenerateContext *ctx);

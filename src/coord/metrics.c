@@ -24,7 +24,21 @@ static const double LATENCY_BOUNDS[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.
 static const double TTFT_BOUNDS[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 #define N_LATENCY_BOUNDS ((int)(sizeof LATENCY_BOUNDS / sizeof LATENCY_BOUNDS[0]))
 #define N_TTFT_BOUNDS ((int)(sizeof TTFT_BOUNDS / sizeof TTFT_BOUNDS[0]))
-#define HIST_MAX_SLOTS 16 /* finite bounds + the +Inf slot; both tables must fit */
+/* vLLM's own bucket bounds for its request histograms (vllm/v1/metrics/loggers.py), so dashboards
+ * built for vLLM read the same quantile resolution from Braid. */
+static const double VLLM_TTFT_BOUNDS[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                                          1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+static const double VLLM_ITL_BOUNDS[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+                                         0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+static const double VLLM_E2E_BOUNDS[] = {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+                                         30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+#define N_VLLM_TTFT_BOUNDS ((int)(sizeof VLLM_TTFT_BOUNDS / sizeof VLLM_TTFT_BOUNDS[0]))
+#define N_VLLM_ITL_BOUNDS ((int)(sizeof VLLM_ITL_BOUNDS / sizeof VLLM_ITL_BOUNDS[0]))
+#define N_VLLM_E2E_BOUNDS ((int)(sizeof VLLM_E2E_BOUNDS / sizeof VLLM_E2E_BOUNDS[0]))
+#define HIST_MAX_SLOTS 24 /* finite bounds + the +Inf slot; every table must fit */
+
+/* vllm:request_success_total's finished_reason values, in vLLM's spelling. */
+static const char *const VLLM_FINISHED_REASONS[METRICS_FINISHED_N] = {"stop", "length", "abort", "error"};
 
 /* The last slot of each label table is reserved for overflow, so it exists even when the rest
  * filled up and the label set stays bounded. */
@@ -48,6 +62,13 @@ typedef struct {
     unsigned long long count;
 } StatusPair;
 
+/* One instance's request-level series under vLLM's names (the engine-level ones come from its
+ * InstanceStats). */
+typedef struct {
+    Histogram ttft, itl, e2e;
+    unsigned long long finished[METRICS_FINISHED_N];
+} VllmRequestSeries;
+
 typedef struct {
     EndpointSeries endpoints[METRICS_MAX_ENDPOINTS];
     int n_endpoints; /* used slots below OVERFLOW_ENDPOINT */
@@ -68,6 +89,7 @@ struct Metrics {
     pthread_mutex_t lock;
     MetricsTotals totals;
     InstanceStats *instances; /* n_instances entries, zero until the first report */
+    VllmRequestSeries *vllm;  /* n_instances entries: finished generations per instance */
     bool *down;               /* n_instances entries: died (metrics_instance_down) */
     int n_instances;
     char *model_name;
@@ -140,6 +162,36 @@ void metrics_record_request(Metrics *m, const char *endpoint, int status, double
     t->prompt_tokens += clamp_count(prompt_tokens);
     t->cached_prompt_tokens += clamp_count(cached_tokens);
     t->completion_tokens += clamp_count(completion_tokens);
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void histogram_observe_n(Histogram *h, const double *bounds, int n_bounds, double v, unsigned long long n) {
+    int slot = 0;
+    while (slot < n_bounds && v > bounds[slot]) slot++;
+    h->slot_counts[slot] += n;
+    h->count += n;
+    h->sum += v * (double)n;
+}
+
+static double finite_or_zero(double v) { return isfinite(v) && v > 0 ? v : 0; }
+
+void metrics_record_generation(Metrics *m, const MetricsGeneration *g) {
+    if (!m || !g) return;
+    if (g->instance < 0 || g->instance >= m->n_instances) return; /* never dispatched: no engine saw it */
+    int reason = g->finished_reason >= 0 && g->finished_reason < METRICS_FINISHED_N ? g->finished_reason : METRICS_FINISHED_ERROR;
+    double e2e = finite_or_zero(g->e2e_s);
+    pthread_mutex_lock(&m->lock);
+    VllmRequestSeries *v = &m->vllm[g->instance];
+    v->finished[reason]++;
+    histogram_observe_n(&v->e2e, VLLM_E2E_BOUNDS, N_VLLM_E2E_BOUNDS, e2e, 1);
+    if (isfinite(g->ttft_s) && g->ttft_s >= 0) histogram_observe_n(&v->ttft, VLLM_TTFT_BOUNDS, N_VLLM_TTFT_BOUNDS, g->ttft_s, 1);
+    /* The coordinator sees tokens in the batches the instance streams them, not one by one, so each
+     * of the n-1 gaps is observed as the request's mean gap: _sum/_count is the exact mean
+     * inter-token latency, the buckets are per-request resolution. */
+    if (g->generation_tokens > 1) {
+        unsigned long long gaps = (unsigned long long)(g->generation_tokens - 1);
+        histogram_observe_n(&v->itl, VLLM_ITL_BOUNDS, N_VLLM_ITL_BOUNDS, finite_or_zero(g->decode_s) / (double)gaps, gaps);
+    }
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -260,9 +312,11 @@ Metrics *metrics_create(int n_instances, const char *model_name) {
     /* calloc(0) may return NULL legitimately, so ask for at least one entry. */
     m->instances = calloc(n_instances > 0 ? (size_t)n_instances : 1, sizeof *m->instances);
     m->down = calloc(n_instances > 0 ? (size_t)n_instances : 1, sizeof *m->down);
+    m->vllm = calloc(n_instances > 0 ? (size_t)n_instances : 1, sizeof *m->vllm);
     m->model_name = strdup(model_name ? model_name : "");
-    if (!m->instances || !m->down || !m->model_name || pthread_mutex_init(&m->lock, NULL) != 0) {
+    if (!m->instances || !m->down || !m->vllm || !m->model_name || pthread_mutex_init(&m->lock, NULL) != 0) {
         free(m->instances);
+        free(m->vllm);
         free(m->down);
         free(m->model_name);
         free(m);
@@ -282,6 +336,7 @@ void metrics_destroy(Metrics *m) {
     if (!m) return;
     pthread_mutex_destroy(&m->lock);
     free(m->instances);
+    free(m->vllm);
     free(m->down);
     free(m->model_name);
     free(m->static_text);
@@ -651,6 +706,116 @@ static void render_liveness(TextOut *o, const MetricsTotals *t, const bool *down
                    t->rewarm_prompt_tokens);
 }
 
+/* ---------------------------------------------------------------- vLLM's names */
+
+/* `engine="i",model_name="..."`: vLLM's labels for one engine (here: one instance). */
+static void out_vllm_labels(TextOut *o, int instance, const char *model_name) {
+    out_printf(o, "engine=\"%d\",model_name=\"", instance);
+    out_label_value(o, model_name);
+    out_str(o, "\"");
+}
+
+static void render_vllm_histogram(TextOut *o, const char *name, int instance, const char *model_name, const Histogram *h,
+                                  const double *bounds, int n_bounds) {
+    char num[40];
+    unsigned long long cumulative = 0;
+    for (int b = 0; b <= n_bounds; b++) {
+        cumulative += h->slot_counts[b];
+        format_double(num, b < n_bounds ? bounds[b] : INFINITY);
+        out_printf(o, "%s_bucket{", name);
+        out_vllm_labels(o, instance, model_name);
+        out_printf(o, ",le=\"%s\"} %llu\n", num, cumulative);
+    }
+    format_double(num, h->sum);
+    out_printf(o, "%s_sum{", name);
+    out_vllm_labels(o, instance, model_name);
+    out_printf(o, "} %s\n%s_count{", num, name);
+    out_vllm_labels(o, instance, model_name);
+    out_printf(o, "} %llu\n", h->count);
+}
+
+/* A family with one sample per instance; value(i) formats instance i's value. */
+typedef void (*VllmValueFn)(char buf[40], const InstanceStats *s);
+
+static void vllm_running(char buf[40], const InstanceStats *s) { snprintf(buf, 40, "%d", s->running > 0 ? s->running : 0); }
+static void vllm_waiting(char buf[40], const InstanceStats *s) { snprintf(buf, 40, "%d", s->waiting > 0 ? s->waiting : 0); }
+static void vllm_kv_usage(char buf[40], const InstanceStats *s) {
+    double used = s->pool_total_blocks > 0 && s->pool_used_blocks > 0 ? (double)s->pool_used_blocks / s->pool_total_blocks : 0;
+    format_double(buf, used > 1 ? 1 : used);
+}
+/* Prompt tokens at first admission: vLLM's prefix-cache queries are the tokens looked up, its hits
+ * the tokens found (here: either cache tier). */
+static unsigned long long prompt_tokens_seen(const InstanceStats *s) {
+    return s->cached_prompt_tokens_device + s->cached_prompt_tokens_host + s->computed_prompt_tokens;
+}
+static void vllm_prompt_tokens(char buf[40], const InstanceStats *s) { snprintf(buf, 40, "%llu", prompt_tokens_seen(s)); }
+static void vllm_prefix_hits(char buf[40], const InstanceStats *s) {
+    snprintf(buf, 40, "%llu", s->cached_prompt_tokens_device + s->cached_prompt_tokens_host);
+}
+static void vllm_generated(char buf[40], const InstanceStats *s) { snprintf(buf, 40, "%llu", s->generated_tokens); }
+
+static void render_vllm_family(TextOut *o, const char *name, const char *type, const char *help, VllmValueFn value,
+                               const InstanceStats *instances, int n_instances, const char *model_name) {
+    out_family(o, name, type, help);
+    char buf[40];
+    for (int i = 0; i < n_instances; i++) {
+        value(buf, &instances[i]);
+        out_printf(o, "%s{", name);
+        out_vllm_labels(o, i, model_name);
+        out_printf(o, "} %s\n", buf);
+    }
+}
+
+/* The families vLLM exports (docs.vllm.ai, "Production Metrics"), with vLLM's names, types, labels
+ * and buckets, one `engine` per instance, for routers and dashboards that scrape vLLM. */
+static void render_vllm(TextOut *o, const InstanceStats *instances, const VllmRequestSeries *vllm, int n_instances,
+                        const char *model_name) {
+    render_vllm_family(o, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", vllm_running,
+                       instances, n_instances, model_name);
+    render_vllm_family(o, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", vllm_waiting,
+                       instances, n_instances, model_name);
+    render_vllm_family(o, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", vllm_kv_usage,
+                       instances, n_instances, model_name);
+    render_vllm_family(o, "vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
+                       vllm_prompt_tokens, instances, n_instances, model_name);
+    render_vllm_family(o, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+                       vllm_prefix_hits, instances, n_instances, model_name);
+    render_vllm_family(o, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", vllm_prompt_tokens,
+                       instances, n_instances, model_name);
+    render_vllm_family(o, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", vllm_generated,
+                       instances, n_instances, model_name);
+    out_family(o, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
+    for (int i = 0; i < n_instances; i++)
+        for (int r = 0; r < METRICS_FINISHED_N; r++) {
+            out_str(o, "vllm:request_success_total{");
+            out_vllm_labels(o, i, model_name);
+            out_printf(o, ",finished_reason=\"%s\"} %llu\n", VLLM_FINISHED_REASONS[r], vllm[i].finished[r]);
+        }
+    static const struct {
+        const char *name, *help;
+        size_t offset;
+        const double *bounds;
+        int n_bounds;
+    } HISTOGRAMS[] = {
+        {"vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", offsetof(VllmRequestSeries, ttft),
+         VLLM_TTFT_BOUNDS, N_VLLM_TTFT_BOUNDS},
+        {"vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", offsetof(VllmRequestSeries, itl),
+         VLLM_ITL_BOUNDS, N_VLLM_ITL_BOUNDS},
+        /* vLLM's older name for the same observations (deprecated there in favour of the one above). */
+        {"vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", offsetof(VllmRequestSeries, itl),
+         VLLM_ITL_BOUNDS, N_VLLM_ITL_BOUNDS},
+        {"vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", offsetof(VllmRequestSeries, e2e),
+         VLLM_E2E_BOUNDS, N_VLLM_E2E_BOUNDS},
+    };
+    for (size_t h = 0; h < sizeof HISTOGRAMS / sizeof HISTOGRAMS[0]; h++) {
+        out_family(o, HISTOGRAMS[h].name, "histogram", HISTOGRAMS[h].help);
+        for (int i = 0; i < n_instances; i++) {
+            const Histogram *hist = (const Histogram *)((const char *)&vllm[i] + HISTOGRAMS[h].offset);
+            render_vllm_histogram(o, HISTOGRAMS[h].name, i, model_name, hist, HISTOGRAMS[h].bounds, HISTOGRAMS[h].n_bounds);
+        }
+    }
+}
+
 static void render_all(TextOut *o, const MetricsTotals *t, const InstanceStats *instances, const bool *down, int n_instances,
                        const char *model_name) {
     render_requests(o, t);
@@ -699,7 +864,9 @@ char *metrics_render(Metrics *m) {
     MetricsTotals *snap = malloc(sizeof *snap);
     InstanceStats *instances = malloc((m->n_instances > 0 ? (size_t)m->n_instances : 1) * sizeof *instances);
     bool *down = malloc((m->n_instances > 0 ? (size_t)m->n_instances : 1) * sizeof *down);
-    if (!snap || !instances || !down) {
+    VllmRequestSeries *vllm = malloc((m->n_instances > 0 ? (size_t)m->n_instances : 1) * sizeof *vllm);
+    if (!snap || !instances || !down || !vllm) {
+        free(vllm);
         free(snap);
         free(instances);
         free(down);
@@ -709,6 +876,7 @@ char *metrics_render(Metrics *m) {
     *snap = m->totals;
     if (m->n_instances > 0) memcpy(instances, m->instances, (size_t)m->n_instances * sizeof *instances);
     if (m->n_instances > 0) memcpy(down, m->down, (size_t)m->n_instances * sizeof *down);
+    if (m->n_instances > 0) memcpy(vllm, m->vllm, (size_t)m->n_instances * sizeof *vllm);
     /* Copied under the lock so a concurrent metrics_set_static_text cannot free it mid-render. */
     char *static_text = m->static_text ? strdup(m->static_text) : NULL;
     int static_lost = m->static_text && !static_text;
@@ -716,12 +884,14 @@ char *metrics_render(Metrics *m) {
 
     TextOut o = {0};
     render_all(&o, snap, instances, down, m->n_instances, m->model_name);
+    render_vllm(&o, instances, vllm, m->n_instances, m->model_name);
     if (static_text) out_str(&o, static_text);
     o.failed |= static_lost;
     free(static_text);
     free(snap);
     free(instances);
     free(down);
+    free(vllm);
     if (o.failed) {
         free(o.buf);
         return NULL;

@@ -4,7 +4,9 @@
  *
  * Owns: every counter, gauge and histogram the coordinator exports (request outcomes and latencies,
  * token totals, in-flight/queued/rejected requests, the latest per-instance stats reported by the
- * worker leaders, and the model name). All series are prefixed `braid_`.
+ * worker leaders, and the model name). The braid_ families are Braid's own; alongside them the
+ * vLLM-named families (`vllm:*`, one `engine` label per instance plus `model_name`, vLLM's types and
+ * buckets) that routers and dashboards built for vLLM scrape.
  *
  * Callers: the HTTP threads record each finished request (metrics_record_request) and rejections;
  * the coordinator's MPI thread stores the absolute counters each instance leader sends
@@ -47,6 +49,28 @@ void metrics_destroy(Metrics *m);
  * latency is recorded as 0 so one bad clock reading cannot poison the sum. */
 void metrics_record_request(Metrics *m, const char *endpoint, int status, double latency_s, double ttft_s,
                             int prompt_tokens, int cached_tokens, int completion_tokens);
+
+/* Why a generation ended, as vllm:request_success_total's finished_reason label spells it. */
+typedef enum {
+    METRICS_FINISHED_STOP = 0, /* EOS, a stop string or a tool call */
+    METRICS_FINISHED_LENGTH,   /* max_tokens or the context */
+    METRICS_FINISHED_ABORT,    /* cancelled: the client went away */
+    METRICS_FINISHED_ERROR,
+    METRICS_FINISHED_N
+} MetricsFinishedReason;
+
+/* One finished generation (one choice of a request) on the instance that ran it, for the vLLM
+ * families: vllm:request_success_total, vllm:e2e_request_latency_seconds,
+ * vllm:time_to_first_token_seconds (ttft_s < 0: no token), vllm:inter_token_latency_seconds and
+ * vllm:time_per_output_token_seconds (decode_s: first token to last, over generation_tokens - 1
+ * gaps). An instance outside [0, n_instances) (never dispatched) is ignored. */
+typedef struct {
+    int instance;
+    int finished_reason; /* MetricsFinishedReason */
+    double e2e_s, ttft_s, decode_s;
+    int generation_tokens;
+} MetricsGeneration;
+void metrics_record_generation(Metrics *m, const MetricsGeneration *g);
 
 /* Latest absolute values from instance i (sent periodically by its leader): replace, don't add.
  * Counters per cache tier, never ratios: prompt tokens at first admission are device hits + host

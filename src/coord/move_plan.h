@@ -6,7 +6,9 @@
  *   recompute time = moved blocks x block size / prefill rate
  * A move is planned when moves are on, both instances take part in them (READY: one-rank instances
  * whose KV is host memory), the source holds at least min_blocks more than the chosen instance,
- * and the move is the cheaper. The defaults describe this project's CPU cluster on one machine
+ * and the move is the cheaper. A decision of the cost router (RouteDecision.priced) was weighed
+ * already, with the router's learned rates (router_cost.h): it is followed as it stands, under the
+ * same conditions (moves on, both instances READY for moves, the gain at least min_blocks). The defaults describe this project's CPU cluster on one machine
  * (serve --help); on a GPU cluster the prefill rate is far higher and the model moves less.
  * Pure; no state.
  */

@@ -1,7 +1,23 @@
 #include "coord/router.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "coord/move_plan.h"
+
+int router_mode_parse(const char *name) {
+    if (!name) return -1;
+    if (!strcmp(name, "cost")) return ROUTER_COST;
+    if (!strcmp(name, "cache")) return ROUTER_CACHE_AWARE;
+    if (!strcmp(name, "balanced")) return ROUTER_BALANCED;
+    if (!strcmp(name, "round-robin")) return ROUTER_ROUND_ROBIN;
+    return -1;
+}
+
+const char *router_mode_name(RouterMode mode) {
+    return mode == ROUTER_COST ? "cost" : mode == ROUTER_BALANCED ? "balanced" : mode == ROUTER_ROUND_ROBIN ? "round-robin" : "cache";
+}
 
 int router_init(Router *r, int n, int load_slack) {
     memset(r, 0, sizeof *r);
@@ -11,7 +27,15 @@ int router_init(Router *r, int n, int load_slack) {
     r->load = calloc((size_t)n, sizeof *r->load);
     r->down = calloc((size_t)n, sizeof *r->down);
     r->affinity = strmap_create(256);
-    if (!r->index || !r->load || !r->down || !r->affinity) {
+    r->pending_prefill = calloc((size_t)n, sizeof *r->pending_prefill);
+    r->can_move = calloc((size_t)n, sizeof *r->can_move);
+    r->bytes_per_token = calloc((size_t)n, sizeof *r->bytes_per_token);
+    r->match = calloc((size_t)n, sizeof *r->match);
+    r->estimate = calloc((size_t)n, sizeof *r->estimate);
+    r->capacity_blocks = calloc((size_t)n, sizeof *r->capacity_blocks);
+    /* Until the instances report and the coordinator learns, the move cost model's defaults. */
+    r->cost = route_cost_model_init(true, MOVE_DEFAULT_PREFILL_TPS, MOVE_DEFAULT_LINK_GBPS * 1e9, MOVE_DEFAULT_LATENCY_S);
+    if (!r->index || !r->load || !r->down || !r->affinity || !r->pending_prefill || !r->can_move || !r->bytes_per_token || !r->match || !r->estimate || !r->capacity_blocks) {
         router_free(r);
         return -1;
     }
@@ -24,6 +48,12 @@ void router_free(Router *r) {
     free(r->index);
     free(r->load);
     free(r->down);
+    free(r->pending_prefill);
+    free(r->can_move);
+    free(r->bytes_per_token);
+    free(r->match);
+    free(r->estimate);
+    free(r->capacity_blocks);
     if (r->affinity) strmap_destroy(r->affinity);
     memset(r, 0, sizeof *r);
 }
@@ -93,13 +123,133 @@ static RouteDecision pick_balanced(Router *r, const uint64_t *hashes, int n_hash
     return (RouteDecision){.instance = best, .matched_blocks = best_match, .reason = best_match > 0 ? "cache" : "load"};
 }
 
-RouteDecision router_pick(Router *r, const uint64_t *hashes, int n_hashes, const char *workflow) {
+static int block_size_of(const Router *r) { return r->block_size > 0 ? r->block_size : 16; }
+
+/* Work ahead on instance i, in prefill tokens: charged prefills not yet past their first token,
+ * and a fixed weight per running request. */
+static double ahead_tokens(const Router *r, int i) {
+    if (r->queue_s) return r->queue_s[i] > 0 ? r->queue_s[i] / r->cost.s_per_token : 0;
+    return r->pending_prefill[i] + r->load[i] * r->cost.running_tokens;
+}
+
+/* Room left in instance i's cache by the router's index, in blocks; -1 when its size is unknown. */
+static long free_blocks(const Router *r, int i) {
+    if (r->capacity_blocks[i] <= 0) return -1;
+    long held = (long)r->index[i].count;
+    return held < r->capacity_blocks[i] ? r->capacity_blocks[i] - held : 0;
+}
+
+/* Is estimate a (instance i) better than b (instance best)? The lower score (route_cost_score);
+ * near-ties (within a microsecond or a millionth) to the workflow's last instance, then to more of
+ * the prefix held here, then to the less loaded, then to the emptier cache (prefixes spread over
+ * the cluster's caches instead of churning the first instances'); the lower index otherwise. */
+static bool cheaper(const Router *r, int i, const RouteCostEstimate *a, int best, const RouteCostEstimate *b, int affine) {
+    if (best < 0) return true;
+    double tol = 1e-6 + 1e-6 * fmax(a->score_s, b->score_s);
+    if (fabs(a->score_s - b->score_s) > tol) return a->score_s < b->score_s;
+    if ((i == affine) != (best == affine)) return i == affine;
+    if (r->match[i] != r->match[best]) return r->match[i] > r->match[best];
+    if (r->load[i] != r->load[best]) return r->load[i] < r->load[best];
+    return r->index[i].count < r->index[best].count;
+}
+
+/* The two instances that can lend with the longest cached prefixes (r->match filled). */
+static void top_lenders(const Router *r, int *first, int *second) {
+    *first = *second = -1;
+    for (int i = 0; i < r->n_instances; i++) {
+        if (r->down[i] || !r->can_move[i] || r->match[i] == 0) continue;
+        if (*first < 0 || r->match[i] > r->match[*first]) *second = *first, *first = i;
+        else if (*second < 0 || r->match[i] > r->match[*second]) *second = i;
+    }
+}
+
+static RouteDecision pick_cost(Router *r, const uint64_t *hashes, int n_hashes, int prompt_tokens, const char *workflow) {
+    int bs = block_size_of(r);
+    if (prompt_tokens < n_hashes * bs) prompt_tokens = n_hashes * bs;
+    for (int i = 0; i < r->n_instances; i++) r->match[i] = r->down[i] ? 0 : block_index_prefix(&r->index[i], hashes, n_hashes);
+    int first, second, affine = affinity_of(r, workflow), best = -1, best_source = -1, live = 0;
+    top_lenders(r, &first, &second);
+    double min_work = -1, backlog = 0;
+    for (int i = 0; i < r->n_instances; i++) {
+        if (r->down[i]) continue;
+        int source = first != i ? first : second;
+        RouteCostInput in = {.queue_s = ahead_tokens(r, i) * r->cost.s_per_token, .prompt_tokens = prompt_tokens, .block_size = bs,
+                             .local_blocks = r->match[i], .source_blocks = source >= 0 ? r->match[source] : 0,
+                             .can_move = source >= 0 && r->can_move[i], .bytes_per_token = source >= 0 ? r->bytes_per_token[source] : 0,
+                             .free_blocks = free_blocks(r, i)};
+        r->estimate[i] = route_cost_estimate(&r->cost, &in);
+        double work = route_cost_work_s(&r->estimate[i]);
+        if (min_work < 0 || work < min_work) min_work = work;
+        backlog += r->load[i] > 1 ? r->load[i] - 1 : 0; /* requests waiting behind the one running */
+        live++;
+    }
+    backlog = live > 0 ? backlog / live : 0;
+    RouteCostEstimate best_e = {0};
+    for (int i = 0; i < r->n_instances; i++) {
+        if (r->down[i]) continue;
+        RouteCostEstimate *e = &r->estimate[i];
+        e->score_s = route_cost_score(e, min_work, backlog);
+        if (cheaper(r, i, e, best, &best_e, affine)) best = i, best_e = *e, best_source = first != i ? first : second;
+    }
+    if (best < 0) return (RouteDecision){.instance = -1, .source = -1, .reason = "none alive"};
+    RouteDecision d = {.instance = best, .matched_blocks = r->match[best], .source = -1, .priced = true, .priced_for = best,
+                       .move = best_e.moved_blocks > 0,
+                       .est_ttft_s = best_e.ttft_s, .est_queue_s = best_e.queue_s, .est_move_s = best_e.move_s,
+                       .est_recompute_s = best_e.recompute_s};
+    if (best_source >= 0 && r->match[best_source] > d.matched_blocks) d.source = best_source, d.source_blocks = r->match[best_source];
+    d.reason = d.move ? "cost-move" : d.matched_blocks > 0 ? "cost-local" : "cost-compute";
+    return d;
+}
+
+RouteDecision router_pick_prompt(Router *r, const uint64_t *hashes, int n_hashes, int prompt_tokens, const char *workflow) {
+    if (r->mode == ROUTER_COST) return pick_cost(r, hashes, n_hashes, prompt_tokens, workflow);
     RouteDecision d = r->mode == ROUTER_ROUND_ROBIN ? pick_round_robin(r, hashes, n_hashes)
                       : r->mode == ROUTER_BALANCED  ? pick_balanced(r, hashes, n_hashes, workflow)
                                                     : pick_cache_aware(r, hashes, n_hashes, workflow);
     if (d.instance >= 0) find_source(r, hashes, n_hashes, &d);
     else d.source = -1;
     return d;
+}
+
+RouteDecision router_pick(Router *r, const uint64_t *hashes, int n_hashes, const char *workflow) {
+    return router_pick_prompt(r, hashes, n_hashes, n_hashes * block_size_of(r), workflow);
+}
+
+void router_instance_kv(Router *r, int instance, bool can_move, uint64_t block_bytes, int block_size) {
+    r->can_move[instance] = can_move;
+    if (block_size > 0) r->block_size = block_size;
+    r->bytes_per_token[instance] = block_size > 0 ? (double)block_bytes / block_size : 0;
+}
+
+RouteCharge router_charge(Router *r, const RouteDecision *d, int prompt_tokens, double now) {
+    RouteCharge c = {.instance = -1, .t_dispatch = now};
+    if (d->instance < 0 || d->instance >= r->n_instances) return c;
+    int bs = block_size_of(r), i = d->instance;
+    bool move = route_decision_priced(d) && d->move && d->source >= 0;
+    int have = move && d->source_blocks > d->matched_blocks ? d->source_blocks : d->matched_blocks;
+    double computed = prompt_tokens - (double)have * bs;
+    c.instance = i;
+    c.prefill_tokens = computed > 1 ? computed : 1; /* at least the last token is always computed */
+    c.ahead_tokens = ahead_tokens(r, i);
+    c.moved_bytes = move ? (double)(d->source_blocks - d->matched_blocks) * bs * r->bytes_per_token[i] : 0;
+    c.prefill_open = true;
+    r->pending_prefill[i] += c.prefill_tokens;
+    return c;
+}
+
+void router_prefill_done(Router *r, RouteCharge *c) {
+    if (!c->prefill_open || c->instance < 0 || c->instance >= r->n_instances) return;
+    c->prefill_open = false;
+    double left = r->pending_prefill[c->instance] - c->prefill_tokens;
+    r->pending_prefill[c->instance] = left > 1e-9 ? left : 0;
+}
+
+void router_learn(Router *r, RouteCharge *c, double ttft_s, int computed_tokens, int moved_tokens) {
+    router_prefill_done(r, c);
+    if (c->t_dispatch <= 0 || c->instance < 0 || c->instance >= r->n_instances || r->down[c->instance] || ttft_s <= 0) return;
+    if (c->moved_bytes > 0 && moved_tokens <= 0) return; /* its move failed: the TTFT holds a timeout, not a rate */
+    double moved_bytes = moved_tokens > 0 ? moved_tokens * r->bytes_per_token[c->instance] : 0;
+    route_cost_learn(&r->cost, ttft_s, c->ahead_tokens, computed_tokens, moved_bytes);
 }
 
 void router_assigned(Router *r, int instance, const char *workflow) {
@@ -146,10 +296,14 @@ void router_registry_size(const Router *r, unsigned long long *blocks, unsigned 
 void router_instance_down(Router *r, int instance) {
     r->down[instance] = true;
     r->load[instance] = 0;
+    r->pending_prefill[instance] = 0;
     router_cleared(r, instance);
 }
 
 void router_instance_up(Router *r, int instance) {
     r->load[instance] = 0;
+    r->pending_prefill[instance] = 0;
     r->down[instance] = false;
 }
+
+void router_instance_capacity(Router *r, int instance, long blocks) { r->capacity_blocks[instance] = blocks > 0 ? blocks : 0; }

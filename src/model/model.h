@@ -21,6 +21,8 @@ typedef struct {
     ChatTemplate chat;
 } BraidModel;
 
+/* path is a GGUF file, or a synthetic model's spec "synthetic:NAME[:TOKENIZER.gguf]"
+ * (model/synthetic_model.h): its matrices have no data until a backend generates them. */
 int braid_model_load(const char *path, BraidModel *model, BraidError *err);
 void braid_model_free(BraidModel *model);
 

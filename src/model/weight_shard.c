@@ -29,7 +29,8 @@ int tp_shard_range(const ModelConfig *c, uint32_t ff_type, int rank, int size, T
 static WeightMatrix slice_rows(const WeightMatrix *w, int64_t lo, int64_t hi) {
     WeightMatrix s = *w;
     s.rows = hi - lo;
-    s.data = w->data + (size_t)lo * w->row_bytes;
+    if (w->data) s.data = w->data + (size_t)lo * w->row_bytes;
+    else s.synth_index0 += (uint64_t)lo * (uint64_t)w->synth_stride; /* synthetic: the same elements, generated later */
     return s;
 }
 
@@ -40,6 +41,13 @@ static int slice_cols(ModelWeights *shard, const WeightMatrix *w, int64_t lo, in
         return braid_error_set(err, "tp: %s columns [%lld, %lld) are not aligned to its %s block of %zu", w->name, (long long)lo,
                                (long long)hi, tensor_type_name(w->type), block);
     size_t offset = (size_t)lo / block * block_bytes, row_bytes = tensor_row_bytes(w->type, (uint64_t)(hi - lo));
+    if (!w->data) { /* synthetic (model/synthetic_model.h): no bytes to repack, the slice's elements move */
+        *out = *w;
+        out->cols = hi - lo;
+        out->row_bytes = row_bytes;
+        out->synth_index0 += (uint64_t)lo;
+        return 0;
+    }
     uint8_t *data = malloc((size_t)w->rows * row_bytes);
     if (!data || model_weights_adopt(shard, data, err)) return braid_error_set(err, "tp: out of memory slicing %s", w->name);
     for (int64_t r = 0; r < w->rows; r++) memcpy(data + (size_t)r * row_bytes, w->data + (size_t)r * w->row_bytes + offset, row_bytes);

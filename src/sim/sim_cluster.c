@@ -1,5 +1,6 @@
 #include "sim/sim_cluster.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,10 +10,29 @@
 #include "coord/router.h"
 #include "sim/simulator.h"
 
+int sim_route_parse(const char *name) {
+    switch (router_mode_parse(name)) {
+    case ROUTER_COST: return SIM_ROUTE_COST;
+    case ROUTER_CACHE_AWARE: return SIM_ROUTE_CACHE;
+    case ROUTER_BALANCED: return SIM_ROUTE_BALANCED;
+    case ROUTER_ROUND_ROBIN: return SIM_ROUTE_ROUND_ROBIN;
+    default: return -1;
+    }
+}
+
+static RouterMode router_mode_of(SimRoute route) {
+    return route == SIM_ROUTE_ROUND_ROBIN ? ROUTER_ROUND_ROBIN
+           : route == SIM_ROUTE_BALANCED  ? ROUTER_BALANCED
+           : route == SIM_ROUTE_COST      ? ROUTER_COST
+                                          : ROUTER_CACHE_AWARE;
+}
+
+const char *sim_route_name(SimRoute route) { return router_mode_name(router_mode_of(route)); }
+
 SimClusterConfig sim_cluster_config_default(void) {
     SimConfig one = sim_config_default();
     /* The link: 10 GB/s and 20 us a move stand for a 100 Gb/s RDMA network between nodes. */
-    return (SimClusterConfig){.n_instances = 4, .kv_tokens = one.kv_tokens, .route = SIM_ROUTE_CACHE, .load_slack = 8, .moves = true,
+    return (SimClusterConfig){.n_instances = 4, .kv_tokens = one.kv_tokens, .route = SIM_ROUTE_COST, .load_slack = 8, .moves = true,
                               .prefill_s_per_token = one.prefill_s_per_token, .decode_s_per_token = one.decode_s_per_token,
                               .kv_bytes_per_token = one.kv_bytes_per_token, .link_bytes_per_s = 10e9, .link_latency_s = 20e-6};
 }
@@ -34,6 +54,8 @@ typedef struct {
     int tpb;        /* tree tokens a block (two: the halves of the trace's chained hash) */
     int32_t *tokens, *table;
     uint64_t *hashes; /* the request's blocks as the caches hash them (the router's keys) */
+    double *queue_s;  /* (n_instances) the cost router's queue ahead at the current arrival */
+    double *latency, *ttft; /* (trace requests) per request, for the percentiles */
 } Cluster;
 
 /* The registry, as the coordinator keeps it: inserted blocks stored on the instance, blocks gone
@@ -95,6 +117,9 @@ static void cluster_free(Cluster *cl) {
     free(cl->tokens);
     free(cl->table);
     free(cl->hashes);
+    free(cl->queue_s);
+    free(cl->latency);
+    free(cl->ttft);
 }
 
 static int cluster_init(Cluster *cl, const Trace *t, const SimClusterConfig *cfg, BraidError *err) {
@@ -105,12 +130,22 @@ static int cluster_init(Cluster *cl, const Trace *t, const SimClusterConfig *cfg
     for (int k = 0; k < t->n; k++)
         if (t->reqs[k].n_blocks > max_blocks) max_blocks = t->reqs[k].n_blocks;
     if (router_init(&cl->router, cfg->n_instances, cfg->load_slack)) return braid_error_set(err, "sim cluster: out of memory");
-    cl->router.mode = cfg->route == SIM_ROUTE_ROUND_ROBIN ? ROUTER_ROUND_ROBIN : cfg->route == SIM_ROUTE_BALANCED ? ROUTER_BALANCED : ROUTER_CACHE_AWARE;
+    cl->router.mode = router_mode_of(cfg->route);
+    /* The cost router's rates are the replay's own (live, it learns them) and its queue is exact. */
+    cl->router.cost = route_cost_model_init(cfg->moves, 1.0 / cfg->prefill_s_per_token, cfg->link_bytes_per_s, cfg->link_latency_s);
+    for (int i = 0; i < cfg->n_instances; i++) {
+        router_instance_kv(&cl->router, i, true, (uint64_t)(cfg->kv_bytes_per_token * bs + 0.5), bs);
+        router_instance_capacity(&cl->router, i, cfg->kv_tokens / bs);
+    }
+    cl->queue_s = calloc((size_t)cfg->n_instances, sizeof *cl->queue_s);
+    cl->latency = calloc((size_t)(t->n > 0 ? t->n : 1), sizeof *cl->latency);
+    cl->ttft = calloc((size_t)(t->n > 0 ? t->n : 1), sizeof *cl->ttft);
+    cl->router.queue_s = cl->queue_s;
     cl->inst = calloc((size_t)cfg->n_instances, sizeof *cl->inst);
     cl->tokens = malloc(((size_t)max_blocks * cl->tpb + 1) * sizeof *cl->tokens);
     cl->table = malloc(((size_t)max_blocks + 1) * sizeof *cl->table);
     cl->hashes = malloc(((size_t)max_blocks + 1) * sizeof *cl->hashes);
-    if (!cl->inst || !cl->tokens || !cl->table || !cl->hashes) return braid_error_set(err, "sim cluster: out of memory");
+    if (!cl->inst || !cl->tokens || !cl->table || !cl->hashes || !cl->queue_s || !cl->latency || !cl->ttft) return braid_error_set(err, "sim cluster: out of memory");
     KvCacheConfig cc = {.block_size = cl->tpb, .device_blocks = cfg->kv_tokens / bs + 1};
     for (int i = 0; i < cfg->n_instances; i++) {
         if (kv_cache_init(&cl->inst[i].cache, &cc, err)) return -1;
@@ -125,7 +160,20 @@ static int check_config(const Trace *t, const SimClusterConfig *cfg, BraidError 
     int bs = t->block_size > 0 ? t->block_size : 16;
     if (cfg->kv_tokens < 2 * bs) return braid_error_set(err, "sim cluster: the cache must hold at least 2 blocks");
     if (cfg->link_bytes_per_s <= 0 || cfg->link_latency_s < 0) return braid_error_set(err, "sim cluster: the link needs a bandwidth > 0");
+    if (cfg->prefill_s_per_token <= 0) return braid_error_set(err, "sim cluster: the prefill cost must be > 0");
     return 0;
+}
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The q-quantile of v (n > 0; sorted in place), nearest rank. */
+static double percentile(double *v, int n, double q) {
+    qsort(v, (size_t)n, sizeof *v, compare_double);
+    int k = (int)ceil(q * n) - 1;
+    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
 }
 
 int sim_cluster_run(const Trace *t, const SimClusterConfig *cfg, SimClusterResult *res, BraidError *err) {
@@ -139,13 +187,17 @@ int sim_cluster_run(const Trace *t, const SimClusterConfig *cfg, SimClusterResul
         const TraceRequest *r = &t->reqs[k];
         sim_hash_tokens(r->blocks, r->n_blocks, cl.tokens);
         content_hash_blocks(content_hash_namespace(r->tenant, r->adapter), cl.tokens, r->n_blocks, cl.tpb, cl.hashes, NULL);
-        for (int i = 0; i < cfg->n_instances; i++) cl.router.load[i] = load_at(&cl.inst[i], r->t);
+        for (int i = 0; i < cfg->n_instances; i++) {
+            cl.router.load[i] = load_at(&cl.inst[i], r->t);
+            cl.queue_s[i] = cl.inst[i].free_at > r->t ? cl.inst[i].free_at - r->t : 0;
+        }
         /* Never the whole prompt: the last block's worth is always computed, as live. */
         int usable = r->prompt_tokens > 0 ? (r->prompt_tokens - 1) / bs : 0;
         if (usable > r->n_blocks) usable = r->n_blocks;
-        RouteDecision d = router_pick(&cl.router, cl.hashes, usable, r->workflow);
+        RouteDecision d = router_pick_prompt(&cl.router, cl.hashes, usable, r->prompt_tokens, r->workflow);
         int src = -1;
-        if (cfg->moves && d.source >= 0) {
+        if (route_decision_priced(&d)) src = cfg->moves && d.move ? d.source : -1; /* the cost router weighed the move already */
+        else if (cfg->moves && d.source >= 0) {
             double gain = d.source_blocks - d.matched_blocks;
             double move_s = gain * bs * cfg->kv_bytes_per_token / cfg->link_bytes_per_s + cfg->link_latency_s;
             if (move_s < gain * bs * cfg->prefill_s_per_token) src = d.source;
@@ -171,6 +223,8 @@ int sim_cluster_run(const Trace *t, const SimClusterConfig *cfg, SimClusterResul
             break;
         }
         in->finish[in->n_finish++] = finish;
+        cl.latency[res->requests] = finish - r->t;
+        cl.ttft[res->requests] = start + move_s + computed * cfg->prefill_s_per_token - r->t;
         res->requests++;
         res->prompt_tokens += (uint64_t)r->prompt_tokens;
         res->local_tokens += (uint64_t)local * bs;
@@ -189,6 +243,12 @@ int sim_cluster_run(const Trace *t, const SimClusterConfig *cfg, SimClusterResul
         res->mean_wait_s = sum_wait / res->requests;
         res->mean_move_s = sum_move / res->requests;
         res->span_s = last - t0;
+        res->p50_latency_s = percentile(cl.latency, res->requests, 0.50);
+        res->p99_latency_s = percentile(cl.latency, res->requests, 0.99);
+        double sum_ttft = 0;
+        for (int k = 0; k < res->requests; k++) sum_ttft += cl.ttft[k];
+        res->mean_ttft_s = sum_ttft / res->requests;
+        res->p99_ttft_s = percentile(cl.ttft, res->requests, 0.99);
         for (int i = 0; i < cfg->n_instances; i++)
             if ((double)cl.inst[i].served / res->requests > res->max_share) res->max_share = (double)cl.inst[i].served / res->requests;
     }

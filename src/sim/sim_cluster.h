@@ -4,7 +4,7 @@
  *
  * Each instance is one copy of the real cache (src/cache, device tier, LRU) of kv_tokens tokens;
  * the router is the live one (coord/router.h: the longest cached prefix within the load slack, or
- * round-robin), fed by the instances' cache events exactly as the coordinator's registry is (blocks
+ * round-robin, balanced, or the cost model, the default), fed by the instances' cache events exactly as the coordinator's registry is (blocks
  * inserted are stored on the instance, blocks that leave it removed). Its decision also names the
  * instance holding the longest prefix; with moves on, the chosen instance takes the missing blocks
  * from it when the move is cheaper than recomputing them (move time = blocks x block bytes / link
@@ -13,6 +13,12 @@
  * time (FIFO): a request starts at max(arrival, the instance's previous finish) and takes its move
  * time + computed prompt tokens x prefill cost + output tokens x decode cost. Load (the router's)
  * is the requests assigned to an instance and not finished at the arrival.
+ * The cost router (router_cost.h) prices each instance with the exact queue ahead (its previous
+ * finish less the arrival: the replay knows it, where the live coordinator estimates it), the
+ * prefill cost and the link: the rates it would learn live are the replay's own; its decision says
+ * whether to move, and the replay follows it.
+ * Latency percentiles are over requests (arrival to finish); TTFT = arrival to the end of the
+ * prefill (wait + move + computed prompt tokens).
  * Modeled, not measured: no batching, so queues are longer than a batching engine's; the point is
  * the hit rate split (local / moved in / computed) and how it scales with N.
  */
@@ -25,7 +31,11 @@
 #include "common/error.h"
 #include "sim/trace.h"
 
-typedef enum { SIM_ROUTE_CACHE = 0, SIM_ROUTE_ROUND_ROBIN, SIM_ROUTE_BALANCED } SimRoute;
+typedef enum { SIM_ROUTE_CACHE = 0, SIM_ROUTE_ROUND_ROBIN, SIM_ROUTE_BALANCED, SIM_ROUTE_COST } SimRoute;
+
+/* --router's names ("cost", "cache", "balanced", "round-robin"); -1 for anything else. */
+int sim_route_parse(const char *name);
+const char *sim_route_name(SimRoute route);
 
 typedef struct {
     int n_instances;
@@ -44,6 +54,7 @@ typedef struct {
     uint64_t moves, moved_blocks;
     double moved_bytes;
     double mean_latency_s, mean_wait_s, mean_move_s;
+    double p50_latency_s, p99_latency_s, mean_ttft_s, p99_ttft_s;
     double span_s;               /* first arrival to last finish */
     double max_share;            /* the busiest instance's share of the requests */
 } SimClusterResult;

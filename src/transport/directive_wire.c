@@ -27,6 +27,8 @@ void wire_put_directives(WireBuf *b, const CacheDirectives *d) {
         wire_put_i32(b, h->n_with);
         for (int j = 0; j < h->n_with; j++) wire_put_str(b, h->with[j]);
     }
+    wire_put_u64(b, d->conversation);
+    wire_put_u8(b, d->auto_splice);
 }
 
 static int get_hint(WireReader *r, CacheHint *h) {
@@ -65,6 +67,9 @@ int wire_get_directives(WireReader *r, CacheDirectives *d) {
     if (ok && n_hints > 0 && !(d->hints = calloc((size_t)n_hints, sizeof *d->hints))) ok = false;
     for (; ok && d->n_hints < n_hints; d->n_hints++)
         if (get_hint(r, &d->hints[d->n_hints])) ok = false; /* the loop still counts it, so it is freed */
+    if (ok) d->conversation = wire_get_u64(r);
+    if (ok) d->auto_splice = wire_get_u8(r);
+    ok = ok && !r->failed;
     if (ok) return 0;
     cache_directives_free(d);
     return -1;

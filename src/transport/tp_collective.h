@@ -3,8 +3,10 @@
  *
  * The forward pass of a TP rank calls tp_allreduce_sum() after its row-parallel projections (O
  * and down) so every rank ends with the full sum. Two implementations share this vtable:
- * MPI_Allreduce over the instance's communicator for the CPU backend (tp_collective_mpi.h), and
- * NCCL over device buffers for the CUDA backend (tp_collective_nccl.h, built with CUDA + NCCL).
+ * MPI_Allreduce over the instance's communicator for the CPU backend (tp_collective_mpi.h); for
+ * the CUDA backend, over device buffers, NCCL when the ranks have distinct GPUs
+ * (tp_collective_nccl.h) or a host-staged MPI_Allreduce when some share one, which NCCL refuses
+ * (tp_collective_staged.h); tp_collective_cuda.h picks.
  * Callers never see MPI or NCCL types, so the kernels and the worker build without either.
  * A collective is entered by every rank of the group in the same order; not thread-safe.
  */
@@ -27,7 +29,9 @@ typedef struct {
 struct TpCollective {
     const TpCollectiveOps *ops;
     int rank, size;
-    void *stream; /* NCCL: the cudaStream_t the reduction is ordered on (set by the CUDA backend) */
+    void *stream; /* NCCL / host-staged: the cudaStream_t the reduction is ordered on (set by the CUDA backend) */
+    int graph_capturable; /* nonzero: the reduction may be captured in a CUDA graph (NCCL); the host-staged
+                             one waits on the host, so a CUDA backend using it launches steps directly */
     void *impl;
 };
 

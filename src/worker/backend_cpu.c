@@ -1,7 +1,8 @@
 /*
  * backend_cpu.c — the CPU backend: fp16 paged KV pool and the forward pass of worker/forward.c in
  * the configured matmul arithmetic (fp32 or int8 activations), with argmax taken on the host.
- * Q5_0 matrices are re-encoded exactly as Q8_0 first (kernels/cpu/weight_widen.h).
+ * Q5_0 matrices are re-encoded exactly as Q8_0 first (kernels/cpu/weight_widen.h); a synthetic
+ * model's matrices (model/synthetic_model.h) are generated as host bf16 first.
  * The host KV tier is a second KvPool in ordinary memory; cache operations are block copies
  * between the two pools, or a rotation of one device block's keys in place (ROTATE, with the
  * forward's own RoPE angles: cpu_rope_angles of the position difference), done synchronously, so
@@ -15,6 +16,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec.h"
 #include "kernels/cpu/weight_widen.h"
+#include "model/synthetic_model.h"
 #include "worker/backend.h"
 #include "worker/forward.h"
 #include "worker/kv_pool.h"
@@ -22,6 +24,8 @@
 #include "worker/sampler.h"
 
 typedef struct {
+    ModelWeights synthetic; /* a synthetic model's matrices generated as host bf16 (model/synthetic_model.h);
+                               zero for a model read from a file */
     ModelWeights widened; /* the weights with their Q5_0 matrices re-encoded as Q8_0, the same values
                              (kernels/cpu/weight_widen.h); zero when the model has none */
     ModelWeights packed; /* int8 arithmetic: the weights with their matrices packed for the int8
@@ -135,6 +139,7 @@ static void cpu_destroy(Backend *b) {
     forward_free(&cb->fwd);
     model_weights_free(&cb->packed);
     model_weights_free(&cb->widened);
+    model_weights_free(&cb->synthetic);
     kv_pool_destroy(&cb->kv);
     kv_pool_destroy(&cb->host);
     residual_pool_destroy(&cb->res);
@@ -193,10 +198,14 @@ int backend_cpu_create(Backend *b, BraidError *err) {
     if (rc == 0) rc = cpu_create_host_tier(cb, b, err);
     if (rc == 0 && b->cfg.residual_blocks > 0)
         rc = residual_pool_create(&cb->res, c, b->cfg.residual_blocks, b->cfg.block_size, b->cfg.residual_rank, err);
+    /* A synthetic model's matrices have no data: generated here, the same bits the CUDA backend makes. */
+    if (rc == 0 && synthetic_model_has_unmaterialized(b->weights) && synthetic_model_materialize(b->weights, &cb->synthetic, err))
+        rc = braid_error_wrap(err, "cpu backend");
+    const ModelWeights *source = cb->synthetic.layers ? &cb->synthetic : b->weights;
     /* Q5_0 matrices have no fast kernels: re-encoded exactly as Q8_0, they take Q8_0's (both arithmetics). */
-    if (rc == 0 && weight_widen_model(b->weights, &cb->widened, err))
+    if (rc == 0 && weight_widen_model(source, &cb->widened, err))
         rc = braid_error_wrap(err, "cpu backend: re-encoding Q5_0 weights as Q8_0");
-    const ModelWeights *base = cb->widened.layers ? &cb->widened : b->weights;
+    const ModelWeights *base = cb->widened.layers ? &cb->widened : source;
     /* The int8 kernels read their own packing of the weights: a private copy of the matrices they
      * take (the file's mapping stays for the embedding and anything else). */
     if (rc == 0 && b->cfg.cpu_matmul == CPU_MATMUL_INT8 && int8_pack_model(base, &cb->packed, err))

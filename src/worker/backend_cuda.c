@@ -24,6 +24,13 @@
  * compute stream's earlier work (the forward that wrote a block a STORE reads), and the compute
  * stream then waits for the copies' event, so the next forward never reads a block before its
  * LOAD lands nor overwrites one before its STORE has read it. Neither side blocks the host.
+ *
+ * Tensor parallelism (cfg.tp, the weights a worker/weight_shard.h shard): the O and down GEMMs of
+ * each rank write partial sums into tp_partial, the group's all-reduce (transport/tp_collective.h:
+ * NCCL between distinct GPUs, host-staged MPI when ranks share one) sums them on the compute
+ * stream, and one axpy adds the sum to the residual stream. A host-staged reduction waits on the
+ * host, so its steps are never replayed from a graph. Adapters are not sharded (refused, as on
+ * the CPU).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +42,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "transport/tp_collective.h"
 #include "worker/backend.h"
+#include "worker/cuda_kv_ipc.h"
 #include "worker/cuda_lora.h"
 #include "worker/cuda_weights.h"
 #include "worker/graph_ladder.h"
@@ -71,11 +79,14 @@ typedef struct {
     cublasHandle_t blas;
     void *blas_workspace;
     CudaWeights w;
-    uint16_t **k_cache, **v_cache; /* per layer */
+    uint16_t *kv_base;             /* the device pool, one allocation (so one CUDA IPC handle lends it all):
+                                      every layer's K, then every layer's V, (n_blocks, block elems) each */
+    uint16_t **k_cache, **v_cache; /* per layer, into kv_base */
     uint16_t **k_layers_dev, **v_layers_dev; /* (n_layers) device copies of k_cache / v_cache, for kernels that span layers */
     int32_t *slot_pos;
     /* activations, sized for max_batch_tokens rows */
     float *x, *qkv, *logits, *partials;
+    float *tp_partial; /* (max_batch_tokens, dim) this rank's O / down partial sums; NULL without TP */
     uint16_t *xb, *q, *att, *gate_up, *h, *final_h;
     int32_t *argmax_dev, *argmax_host;
     void *argmax_scratch;
@@ -142,14 +153,15 @@ static int alloc_kv(CudaBackend *cb, const Backend *b, BraidError *err) {
     cb->k_cache = calloc((size_t)c->n_layers, sizeof *cb->k_cache);
     cb->v_cache = calloc((size_t)c->n_layers, sizeof *cb->v_cache);
     if (!cb->k_cache || !cb->v_cache) return braid_error_set(err, "cuda backend: out of memory");
+    size_t pool_bytes = 2 * (size_t)c->n_layers * layer_elems * 2;
+    if (alloc_dev((void **)&cb->kv_base, pool_bytes, "KV pool", err))
+        return braid_error_wrap(err, "%d blocks of %d tokens do not fit on the GPU (use fewer --kv-blocks)", b->cfg.n_blocks,
+                                b->cfg.block_size);
+    /* Zeroed so masked keys never bring NaN garbage into a product. */
+    CUDA_TRY(cudaMemset(cb->kv_base, 0, pool_bytes), "clearing the KV pool");
     for (int l = 0; l < c->n_layers; l++) {
-        if (alloc_dev((void **)&cb->k_cache[l], layer_elems * 2, "KV pool", err) ||
-            alloc_dev((void **)&cb->v_cache[l], layer_elems * 2, "KV pool", err))
-            return braid_error_wrap(err, "%d blocks of %d tokens do not fit on the GPU (use fewer --kv-blocks)",
-                                    b->cfg.n_blocks, b->cfg.block_size);
-        /* Zeroed so masked keys never bring NaN garbage into a product. */
-        CUDA_TRY(cudaMemset(cb->k_cache[l], 0, layer_elems * 2), "clearing the KV pool");
-        CUDA_TRY(cudaMemset(cb->v_cache[l], 0, layer_elems * 2), "clearing the KV pool");
+        cb->k_cache[l] = cb->kv_base + (size_t)l * layer_elems;
+        cb->v_cache[l] = cb->kv_base + (size_t)(c->n_layers + l) * layer_elems;
     }
     if (alloc_dev((void **)&cb->k_layers_dev, (size_t)c->n_layers * sizeof *cb->k_layers_dev, "KV layer table", err)) return -1;
     CUDA_TRY(cudaMemcpy(cb->k_layers_dev, cb->k_cache, (size_t)c->n_layers * sizeof *cb->k_cache, cudaMemcpyHostToDevice),
@@ -231,6 +243,7 @@ static int alloc_activations(CudaBackend *cb, const Backend *b, BraidError *err)
         alloc_dev(&cb->argmax_scratch, t * CUDA_ARGMAX_PARTS * 8, "argmax", err) ||
         alloc_dev((void **)&cb->meta_dev, cb->meta.total * 4, "step metadata", err))
         return -1;
+    if (b->cfg.tp && b->cfg.tp->size > 1 && alloc_dev((void **)&cb->tp_partial, t * c->dim * 4, "TP partial sums", err)) return -1;
     CUDA_TRY(cudaMallocHost((void **)&cb->meta_host, cb->meta.total * 4), "pinned step metadata");
     CUDA_TRY(cudaMallocHost((void **)&cb->argmax_host, t * 4), "pinned argmax");
     memset(cb->meta_host, 0, cb->meta.total * 4);
@@ -272,6 +285,20 @@ static CudaAttention attention_args(const CudaBackend *cb, const Backend *b, int
     };
 }
 
+/* x += W · in over this rank's slice: directly without TP; with it, the slice's partial sums
+ * all-reduced across the group first (on the compute stream) and then added. */
+static int row_parallel_gemm(CudaBackend *cb, const Backend *b, const uint16_t *w, int in_dim, const uint16_t *in, int n,
+                             BraidError *err) {
+    int dim = b->weights->cfg.dim;
+    TpCollective *tp = b->cfg.tp;
+    if (!tp || tp->size == 1) return gemm(cb, w, dim, in_dim, in, n, cb->x, true, true, err);
+    if (gemm(cb, w, dim, in_dim, in, n, cb->tp_partial, true, false, err)) return -1;
+    if (tp_allreduce_sum_f32(tp, cb->tp_partial, (size_t)n * dim, err)) return braid_error_wrap(err, "cuda backend");
+    const float one = 1.0f;
+    CUBLAS_TRY(cublasSaxpy(cb->blas, n * dim, &one, cb->tp_partial, 1, cb->x, 1), "adding the reduced partial sums");
+    return 0;
+}
+
 static int encode_layer(CudaBackend *cb, const Backend *b, int l, const StepShape *s, BraidError *err) {
     const ModelConfig *c = &b->weights->cfg;
     const CudaLayerWeights *L = &cb->w.layers[l];
@@ -290,12 +317,12 @@ static int encode_layer(CudaBackend *cb, const Backend *b, int l, const StepShap
     CUDA_TRY(cuda_attention_prefill(&att, m + cb->meta.tiles, s->n_tiles, st), "prefill attention");
     CUDA_TRY(cuda_attention_decode(&att, m + cb->meta.dec_seqs, s->n_dec, s->n_splits, cb->partials, st), "decode attention");
     if (s->adapted && cuda_lora_attend(&cb->lora, l, &att, &rope, st, err)) return -1;
-    if (gemm(cb, L->wo, c->dim, q_dim, cb->att, n, cb->x, true, true, err)) return -1;
+    if (row_parallel_gemm(cb, b, L->wo, q_dim, cb->att, n, err)) return -1;
     if (s->adapted && cuda_lora_add_output(&cb->lora, l, cb->att, cb->x, st, err)) return -1;
     CUDA_TRY(cuda_rmsnorm(cb->x, NULL, n, c->dim, L->ffn_norm, c->norm_eps, cb->xb, st), "MLP norm");
     if (gemm(cb, L->w_gate_up, 2 * c->ff_dim, c->dim, cb->xb, n, cb->gate_up, false, false, err)) return -1;
     CUDA_TRY(cuda_swiglu(cb->gate_up, n, c->ff_dim, cb->h, st), "SwiGLU");
-    return gemm(cb, L->w_down, c->dim, c->ff_dim, cb->h, n, cb->x, true, true, err);
+    return row_parallel_gemm(cb, b, L->w_down, c->ff_dim, cb->h, n, err);
 }
 
 /* Enqueues the whole forward pass for a step already described in meta_dev. */
@@ -396,7 +423,8 @@ static int capture_graph(CudaBackend *cb, const Backend *b, int idx, BraidError 
 /* Runs a pure-decode step through its graph; returns 1 when no graph applies. */
 static int run_decode_graph(CudaBackend *cb, const Backend *b, const ForwardBatch *fb, BraidError *err) {
     int idx = graph_ladder_pick(&cb->ladder, fb->n_seqs);
-    if (!b->cfg.cuda_graphs || idx < 0 || !is_pure_decode(fb)) return 1;
+    bool tp_host_waits = b->cfg.tp && b->cfg.tp->size > 1 && !b->cfg.tp->graph_capturable;
+    if (!b->cfg.cuda_graphs || tp_host_waits || idx < 0 || !is_pure_decode(fb)) return 1;
     int size = cb->ladder.sizes[idx];
     if (size > b->cfg.max_batch_tokens) return 1;
     pad_decode(cb, fb->n_seqs, size);
@@ -607,6 +635,18 @@ static int cuda_read_block(Backend *b, int32_t block, float *keys, float *values
     return 0;
 }
 
+int backend_cuda_kv_pool(Backend *b, CudaKvPool *out, BraidError *err) {
+    if (!b->ops || strcmp(b->ops->name, "cuda") != 0) return braid_error_set(err, "cuda KV IPC: the backend is %s, not cuda", b->ops ? b->ops->name : "none");
+    CudaBackend *cb = b->impl;
+    const ModelConfig *c = &b->weights->cfg;
+    size_t block_layer_bytes = kv_block_elems(b) * sizeof(uint16_t);
+    *out = (CudaKvPool){.kv = cb->kv_base, .kv_bytes = 2 * (size_t)c->n_layers * b->cfg.n_blocks * block_layer_bytes,
+                        .slot_pos = cb->slot_pos, .slot_pos_bytes = (size_t)b->cfg.n_blocks * b->cfg.block_size * sizeof(int32_t),
+                        .n_layers = c->n_layers, .n_blocks = b->cfg.n_blocks, .block_size = b->cfg.block_size,
+                        .block_layer_bytes = block_layer_bytes, .stream = cb->stream, .device = cb->device};
+    return 0;
+}
+
 static void free_host_tier(CudaHostTier *h) {
     if (h->pinned) cudaFreeHost(h->mem);
     else free(h->mem);
@@ -622,7 +662,7 @@ static void cuda_destroy(Backend *b) {
     cudaDeviceSynchronize();
     for (int i = 0; i < GRAPH_LADDER_MAX; i++)
         if (cb->graphs[i].exec) cudaGraphExecDestroy(cb->graphs[i].exec);
-    void *dev[] = {cb->x, cb->qkv, cb->logits, cb->partials, cb->xb, cb->q, cb->att, cb->gate_up, cb->h, cb->final_h,
+    void *dev[] = {cb->tp_partial, cb->x, cb->qkv, cb->logits, cb->partials, cb->xb, cb->q, cb->att, cb->gate_up, cb->h, cb->final_h,
                    cb->argmax_dev, cb->argmax_scratch, cb->meta_dev, cb->slot_pos, cb->blas_workspace, cb->k_layers_dev, cb->v_layers_dev};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     cudaFreeHost(cb->meta_host);
@@ -631,10 +671,7 @@ static void cuda_destroy(Backend *b) {
     cudaFree(cb->mask_rows_dev);
     cudaFreeHost(cb->mask_host);
     cudaFreeHost(cb->mask_rows_host);
-    for (int l = 0; cb->k_cache && l < cb->w.n_layers; l++) {
-        cudaFree(cb->k_cache[l]);
-        cudaFree(cb->v_cache[l]);
-    }
+    cudaFree(cb->kv_base);
     free(cb->k_cache);
     free(cb->v_cache);
     cuda_weights_free(&cb->w);
@@ -700,20 +737,21 @@ int backend_cuda_create(Backend *b, BraidError *err) {
     if (b->cfg.residual_blocks > 0 && b->weights->cfg.qk_norm)
         return braid_error_set(err, "cuda backend: ForkKV (--lora-cache shared) cannot split %s's normalized keys into base and "
                                     "residual parts (per-head K norm); use --lora-cache separate", b->weights->cfg.arch);
-    if (b->cfg.tp && b->cfg.tp->size > 1)
-        return braid_error_set(err, "cuda backend: tensor parallelism (--tp > 1) runs on the CPU backend only so far; use --device cpu");
+    if (b->cfg.tp && b->cfg.tp->size > 1 && ((b->cfg.lora && b->cfg.lora->n > 0) || b->cfg.residual_blocks > 0))
+        return braid_error_set(err, "cuda backend: LoRA adapters (--lora) are not sharded for tensor parallelism yet; use --tp 1");
     CudaBackend *cb = calloc(1, sizeof *cb);
     if (!cb) return braid_error_set(err, "cuda backend: out of memory");
     b->impl = cb;
     b->ops = &CUDA_OPS;
     layout_meta(&cb->meta, &b->cfg);
     graph_ladder_build(&cb->ladder, b->cfg.max_seqs);
-    if (setup_device(cb, b, err) || cuda_weights_upload(&cb->w, b->weights, 0x5eed, err) || alloc_kv(cb, b, err) ||
+    if (setup_device(cb, b, err) || cuda_weights_upload(&cb->w, b->weights, err) || alloc_kv(cb, b, err) ||
         alloc_host_tier(cb, b, err) || alloc_activations(cb, b, err) || create_lora(cb, b, err)) {
         cuda_destroy(b);
         b->ops = NULL;
         return -1;
     }
+    if (b->cfg.tp) b->cfg.tp->stream = cb->stream; /* reductions ordered with the kernels around them */
     const ModelConfig *c = &b->weights->cfg;
     b->kv_bytes = 2 * (size_t)c->n_layers * b->cfg.n_blocks * b->cfg.block_size * c->n_kv_heads * c->head_dim * 2;
     b->weight_bytes = cb->w.bytes + cb->lora.adapter_bytes; /* adapters are weights on the device too */

@@ -18,28 +18,32 @@ static int device_alloc(void **p, size_t bytes, size_t *total, const char *what,
     return 0;
 }
 
-/* Uploads the given matrices stacked by rows into one bf16 device matrix (all share cols). */
-static int upload_stacked(uint16_t **dst, const WeightMatrix *const *parts, int n_parts, uint64_t seed, size_t *total,
-                          BraidError *err) {
+/* Uploads the given matrices stacked by rows into one bf16 device matrix (all share cols); a
+ * synthetic part (model/synthetic_model.h) is generated in place, the same bits as on the host. */
+static int upload_stacked(uint16_t **dst, const WeightMatrix *const *parts, int n_parts, size_t *total, BraidError *err) {
     int64_t rows = 0, cols = parts[0]->cols;
     for (int i = 0; i < n_parts; i++) rows += parts[i]->rows;
     size_t elems = (size_t)rows * cols;
     if (device_alloc((void **)dst, elems * 2, total, parts[0]->name, err)) return -1;
-    if (!parts[0]->data) {
-        /* Synthetic: uniform with the variance of a 1/sqrt(fan-in) initialization. */
-        cudaError_t e = cuda_fill_random_bf16(*dst, elems, seed, sqrtf(3.0f / (float)cols), 0);
-        return e == cudaSuccess ? 0 : cuda_fail(e, "generating synthetic weights", err);
-    }
     size_t offset = 0;
     for (int i = 0; i < n_parts; i++) {
-        size_t part_elems = (size_t)parts[i]->rows * cols;
+        const WeightMatrix *m = parts[i];
+        size_t part_elems = (size_t)m->rows * cols;
+        if (!m->data) {
+            if (!m->synth_seed) return braid_error_set(err, "cuda: %s has no data", m->name);
+            cudaError_t e = cuda_fill_random_bf16(*dst + offset, m->rows, cols, m->synth_seed, m->synth_index0, m->synth_stride,
+                                                  m->synth_scale, 0);
+            if (e != cudaSuccess) return cuda_fail(e, "generating synthetic weights", err);
+            offset += part_elems;
+            continue;
+        }
         uint16_t *host = malloc(part_elems * 2);
-        if (!host) return braid_error_set(err, "cuda: out of host memory converting %s", parts[i]->name);
-        int rc = weight_to_bf16(parts[i], 0, parts[i]->rows, 0, cols, host, err);
+        if (!host) return braid_error_set(err, "cuda: out of host memory converting %s", m->name);
+        int rc = weight_to_bf16(m, 0, m->rows, 0, cols, host, err);
         cudaError_t e = rc ? cudaSuccess : cudaMemcpy(*dst + offset, host, part_elems * 2, cudaMemcpyHostToDevice);
         free(host);
         if (rc) return -1;
-        if (e != cudaSuccess) return cuda_fail(e, parts[i]->name, err);
+        if (e != cudaSuccess) return cuda_fail(e, m->name, err);
         offset += part_elems;
     }
     return 0;
@@ -66,13 +70,11 @@ static int upload_qkv_bias(CudaLayerWeights *cl, const LayerWeights *L, size_t *
     return rc;
 }
 
-static int upload_layer(CudaLayerWeights *cl, const LayerWeights *L, const ModelConfig *c, uint64_t seed, size_t *total,
-                        BraidError *err) {
+static int upload_layer(CudaLayerWeights *cl, const LayerWeights *L, const ModelConfig *c, size_t *total, BraidError *err) {
     const WeightMatrix *qkv[] = {&L->wq, &L->wk, &L->wv}, *gate_up[] = {&L->w_gate, &L->w_up};
     const WeightMatrix *wo[] = {&L->wo}, *down[] = {&L->w_down};
-    return upload_stacked(&cl->wqkv, qkv, 3, seed + 1, total, err) || upload_stacked(&cl->wo, wo, 1, seed + 2, total, err) ||
-           upload_stacked(&cl->w_gate_up, gate_up, 2, seed + 3, total, err) ||
-           upload_stacked(&cl->w_down, down, 1, seed + 4, total, err) ||
+    return upload_stacked(&cl->wqkv, qkv, 3, total, err) || upload_stacked(&cl->wo, wo, 1, total, err) ||
+           upload_stacked(&cl->w_gate_up, gate_up, 2, total, err) || upload_stacked(&cl->w_down, down, 1, total, err) ||
            upload_vector(&cl->attn_norm, L->attn_norm, c->dim, total, "attn_norm", err) ||
            upload_vector(&cl->ffn_norm, L->ffn_norm, c->dim, total, "ffn_norm", err) || upload_qkv_bias(cl, L, total, err) ||
            (L->q_norm && upload_vector(&cl->q_norm, L->q_norm, c->head_dim, total, "attn_q_norm", err)) ||
@@ -94,20 +96,20 @@ static int upload_rope(CudaWeights *cw, const ModelWeights *w, BraidError *err) 
     return rc;
 }
 
-int cuda_weights_upload(CudaWeights *cw, const ModelWeights *w, uint64_t seed, BraidError *err) {
+int cuda_weights_upload(CudaWeights *cw, const ModelWeights *w, BraidError *err) {
     memset(cw, 0, sizeof *cw);
     const ModelConfig *c = &w->cfg;
     cw->layers = calloc((size_t)c->n_layers, sizeof *cw->layers);
     if (!cw->layers) return braid_error_set(err, "cuda: out of memory");
     cw->n_layers = c->n_layers;
     for (int l = 0; l < c->n_layers; l++)
-        if (upload_layer(&cw->layers[l], &w->layers[l], c, seed + 16 * (uint64_t)l, &cw->bytes, err))
+        if (upload_layer(&cw->layers[l], &w->layers[l], c, &cw->bytes, err))
             return braid_error_wrap(err, "uploading layer %d", l);
     const WeightMatrix *embd[] = {&w->token_embd}, *out[] = {&w->output};
-    if (upload_stacked(&cw->token_embd, embd, 1, seed + 9001, &cw->bytes, err)) return -1;
+    if (upload_stacked(&cw->token_embd, embd, 1, &cw->bytes, err)) return -1;
     if (w->output_tied) {
         cw->output = cw->token_embd;
-    } else if (upload_stacked(&cw->output, out, 1, seed + 9002, &cw->bytes, err)) {
+    } else if (upload_stacked(&cw->output, out, 1, &cw->bytes, err)) {
         return -1;
     }
     if (upload_vector(&cw->output_norm, w->output_norm, c->dim, &cw->bytes, "output_norm", err) || upload_rope(cw, w, err))

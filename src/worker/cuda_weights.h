@@ -5,7 +5,8 @@
  * matrix, so each becomes one GEMM. Norm weights, Q/K/V biases (fused like the matrix) and RoPE
  * inverse frequencies are fp32. Weights
  * come from the GGUF views (dequantized and rounded to bf16 on the host, one matrix at a time) or,
- * for a synthetic model (data == NULL), are generated on the device from a seed.
+ * for a synthetic model (data == NULL), are generated on the device, bit-identical to the host's
+ * synthetic_weight_bf16 (model/synthetic_model.h).
  * Owns: all device allocations (free with cuda_weights_free). Needs a current CUDA device.
  */
 #ifndef BRAID_WORKER_CUDA_WEIGHTS_H
@@ -34,7 +35,7 @@ typedef struct {
     size_t bytes;
 } CudaWeights;
 
-int cuda_weights_upload(CudaWeights *cw, const ModelWeights *w, uint64_t synthetic_seed, BraidError *err);
+int cuda_weights_upload(CudaWeights *cw, const ModelWeights *w, BraidError *err);
 void cuda_weights_free(CudaWeights *cw);
 
 #endif

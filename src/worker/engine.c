@@ -24,7 +24,10 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
                       .n_anchor_tokens = model->tokenizer.n_special, .approx_window = cfg->approx_window,
                       .model_seed = engine_model_seed(mc), .flops_per_token = engine_prefill_flops_per_token(mc),
                       .pin_budget_blocks = cfg->pin_budget_blocks, .lora_shared = cfg->lora_shared,
-                      .residual_blocks = cfg->residual_blocks, .fair_share = cfg->fair_share};
+                      .residual_blocks = cfg->residual_blocks, .fair_share = cfg->fair_share,
+                      .lora_auto = cfg->lora_shared && cfg->lora_auto, .model_layers = mc->n_layers, .model_heads = mc->n_heads,
+                      .model_kv_heads = mc->n_kv_heads, .model_head_dim = mc->head_dim,
+                      .lora_rank = cfg->lora_shared ? lora_set_max_rank(cfg->lora) : 0};
     if (sched_init(&e->sched, &sc, err)) return -1;
     BackendConfig bc = backend_config_default(cfg->device, &model->weights.cfg, cfg->n_blocks, cfg->block_size,
                                               cfg->max_batch_tokens);
@@ -332,7 +335,13 @@ int engine_step(Engine *e, BraidError *err) {
     if (backend_apply_cache_ops(&e->backend, e->plan.ops.ops, e->plan.ops.n, err))
         return braid_error_wrap(err, "engine: cache operations of a step");
     if (e->cfg.before_forward && e->cfg.before_forward(e->cfg.before_forward_ctx, &batch, &e->plan.ops, err)) return -1;
+    double t_forward = e->sched.fork_auto ? forkkv_cost_clock() : 0.0;
     if (backend_forward(&e->backend, &batch, &out, err)) return -1;
+    if (e->sched.fork_auto) { /* --lora-cache auto prices a computed token from the live steps */
+        int n_decode = 0;
+        for (int i = 0; i < e->plan.n; i++) n_decode += e->plan.entries[i].count == 1;
+        sched_forkkv_observe_step(&e->sched, batch.n_tokens, n_decode, forkkv_cost_clock() - t_forward);
+    }
     sched_commit(&e->sched, &e->plan);
     size_t vocab = (size_t)e->model->weights.cfg.vocab_size;
     for (int i = 0, row = 0; i < e->plan.n && row < n_logits; i++) {

@@ -57,6 +57,9 @@ typedef struct {
      * caches per adapter (the namespace above). Needs adapters; CPU and CUDA backends. */
     bool lora_shared;
     int residual_blocks;
+    /* --lora-cache auto (with lora_shared): each adapted request forks or takes a separate cache
+     * by a measured cost model (worker/forkkv_cost.h; sched_forkkv.h). */
+    bool lora_auto;
     /* Weighted fair sharing between tenants in admission and the prefill budget (sched_fair.h);
      * false: first come, first served. */
     bool fair_share;

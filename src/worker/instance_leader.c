@@ -15,6 +15,9 @@
 #include "worker/occupancy_log.h"
 #include "worker/step_msg.h"
 #include "transport/tp_collective_mpi.h"
+#ifdef BRAID_HAVE_CUDA
+#include "transport/tp_collective_cuda.h"
+#endif
 
 enum { COORDINATOR_RANK = 0 };
 #define STATS_PERIOD_S 0.1
@@ -71,7 +74,16 @@ static int tp_setup(const WorkerRoleConfig *cfg, TpSetup *t, BraidError *err) {
         mpi_check(MPI_Comm_size(cfg->tp_comm, &t->tp_size), "tp size", err))
         return -1;
     if (t->tp_size == 1) return 0;
+#ifdef BRAID_HAVE_CUDA
+    /* CUDA ranks reduce device buffers: NCCL between distinct GPUs, host-staged when they share one. */
+    if (cfg->engine.device == BACKEND_CUDA) {
+        if (tp_collective_cuda_create(&t->tp, cfg->tp_comm, cfg->cuda_device, err)) return -1;
+    } else if (tp_collective_mpi_create(&t->tp, cfg->tp_comm, err)) {
+        return -1;
+    }
+#else
     if (tp_collective_mpi_create(&t->tp, cfg->tp_comm, err)) return -1;
+#endif
     t->have_tp = true;
     if (model_weights_shard(&cfg->model->weights, t->tp_rank, t->tp_size, &t->shard, err)) return -1;
     t->have_shard = true;

@@ -78,7 +78,9 @@ static void splice_outcomes(const Scheduler *s, const SchedRequest *r, OutcomeTe
         if (run->index < 0) continue;
         if (d->splice_mode == CACHE_SPLICE_FORGET) {
             open_outcome(t, run->index, "splice", "accepted", NULL);
+            if (d->auto_splice) put(t, ",\"auto\":true");
             put(t, ",\"mode\":\"forget\",\"dropped_tokens\":%d}", r->splice_forgot_blocks * s->block_size);
+            if (d->auto_splice) break; /* one outcome: the edit's first run */
             continue;
         }
         /* What the run could have given past the cached prefix (matched tokens were not recomputed). */
@@ -89,7 +91,8 @@ static void splice_outcomes(const Scheduler *s, const SchedRequest *r, OutcomeTe
         /* The cache holds whole blocks: the context's last partial block is always recomputed. */
         bool clipped = wanted - reused >= s->block_size;
         open_outcome(t, run->index, "splice", clipped ? "clipped" : "accepted",
-                     clipped ? "part of the context after the edit was not cached on the device and was recomputed" : NULL);
+                     clipped ? "part of the context after the edit was not cached (or could not be loaded onto the device) and was recomputed" : NULL);
+        if (d->auto_splice) put(t, ",\"auto\":true");
         put(t, ",\"mode\":\"amortize\",\"delta\":%d,\"rotated_tokens\":%d,\"recomputed_tokens\":%d}", run->dst - run->src, reused,
             wanted - reused);
     }

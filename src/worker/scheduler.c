@@ -44,6 +44,7 @@ static void log_cache_event(Scheduler *s, const KvCache *cache, const char *pool
 static void on_cache_event(void *ctx, const CacheEvent *ev) {
     Scheduler *s = ctx;
     if (s->events) log_cache_event(s, &s->cache, s->forkkv ? "base" : NULL, ev);
+    sched_forkkv_on_event(s, ev, false);
     if (s->observer.on_cache_event) s->observer.on_cache_event(s->observer.ctx, ev);
 }
 
@@ -52,6 +53,7 @@ static void on_cache_event(void *ctx, const CacheEvent *ev) {
 static void on_residual_event(void *ctx, const CacheEvent *ev) {
     Scheduler *s = ctx;
     if (s->events) log_cache_event(s, &s->residual.tree, "residual", ev);
+    sched_forkkv_on_event(s, ev, true);
 }
 
 int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err) {
@@ -80,6 +82,11 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err) {
         }
         s->forkkv = true;
         kv_cache_set_observer(&s->residual.tree, on_residual_event, s);
+        if (cfg->lora_auto && sched_forkkv_auto_init(s, cfg, err)) {
+            residual_cache_free(&s->residual);
+            kv_cache_free(&s->cache);
+            return -1;
+        }
     }
     return 0;
 }
@@ -87,6 +94,7 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err) {
 void sched_free(Scheduler *s) {
     kv_cache_free(&s->cache);
     if (s->forkkv) residual_cache_free(&s->residual);
+    sched_forkkv_auto_free(s);
     free(s->waiting);
     free(s->running);
     sched_fair_free(&s->fair);
@@ -147,8 +155,10 @@ int sched_add(Scheduler *s, SchedRequest *r) {
     r->reused_tokens = -1;
     r->approx_from = -1;
     BraidError err;
-    /* ForkKV: the base tree is one namespace for all adapters (their own parts are residuals). */
-    const char *base_adapter = s->forkkv ? NULL : r->adapter;
+    /* ForkKV: the base tree is one namespace for all adapters (their own parts are residuals),
+     * except for a request --lora-cache auto gives a separate cache. */
+    sched_forkkv_choose(s, r);
+    const char *base_adapter = s->forkkv && !r->kv_separate ? NULL : r->adapter;
     if (kv_cache_identity(&s->cache, r->tenant, base_adapter, r->workflow, r->agent, &r->identity, &err)) {
         snprintf(r->error, sizeof r->error, "%s", err.msg);
         r->state = REQ_FINISHED;
@@ -180,9 +190,16 @@ int sched_add(Scheduler *s, SchedRequest *r) {
         r->finish_reason = "error";
         return -1;
     }
-    /* An amortized splice asks for approximate K/V (rotated keys, values from another context), so
-     * its request may also match through nodes an earlier splice left marked approximate. */
-    r->identity.approx_ok = r->segment_mode == SEGMENT_REUSE_APPROX || r->directives.splice_mode == CACHE_SPLICE_AMORTIZE;
+    /* An amortized splice asks for approximate K/V (rotated keys, values from another context).
+     * The conversation that made one accepted it: its later turns (same workflow, or the client's
+     * conversation id) match the approximate nodes it stamped, and what they compute over them is
+     * stamped too; every other request sees them only in approx segment mode. An amortized splice
+     * without a conversation may match through any approximate node, as before scopes. */
+    uint64_t scope = r->directives.conversation ? r->directives.conversation : cache_workflow_scope(r->workflow);
+    bool amortize = r->directives.splice_mode == CACHE_SPLICE_AMORTIZE;
+    r->identity.approx_scope = scope;
+    r->identity.scope_commits = scope != 0 && r->segment_mode != SEGMENT_REUSE_APPROX;
+    r->identity.approx_ok = r->segment_mode == SEGMENT_REUSE_APPROX || (amortize && scope == 0);
     if (cache_directives_any(&r->directives)) s->counters.directive_requests++;
     s->waiting[s->n_waiting++] = r;
     return 0;
@@ -364,6 +381,8 @@ static int reserve_with_segments(Scheduler *s, SchedRequest *r, BraidError *err)
     if (ensure_blocks(s, r, r->n_tokens) == 0) return 0;
     if (r->segments.n == 0) return 1;
     kv_cache_drop_segments(&s->cache, &r->segments);
+    /* The splice's runs were planned but are not copied: its outcome must not count them. */
+    if (!r->splice_done && r->splice_reused) memset(r->splice_reused, 0, (size_t)r->directives.n_runs * sizeof *r->splice_reused);
     return ensure_blocks(s, r, r->n_tokens) == 0 ? 0 : 1;
 }
 
@@ -387,6 +406,7 @@ static int admit(Scheduler *s, SchedRequest *r, BraidError *err) {
     r->n_blocks = 0;
     r->n_computed = 0;
     r->approx_from = -1;
+    sched_forkkv_rechoose(s, r);
     if (sched_directives_admit(s, r, err)) return -1;
     if (s->cache_enabled && (loaded = take_cached_prefix(s, r, err)) < 0) return -1;
     int base_tokens = r->n_computed;

@@ -16,7 +16,9 @@
  * blocks, and lands them with COPY_SLOTS operations in the step's list; prefill then computes the
  * gaps between them — one plan entry per gap, as many gaps in a step as its token budget holds. A request's
  * blocks from its first approximate token on enter the tree marked approximate: requests in
- * approx mode match through them, no other request is ever served them.
+ * approx mode match through them; those an amortized splice (or a turn over its blocks) made are
+ * stamped with the request's conversation (conversation_id, else workflow), whose later turns
+ * match them too (CacheIdentity.approx_scope); no other request is ever served them.
  * Prefetch (PBKV §4.3, when configured and the policy has prefetch_value): on a pure-decode step
  * (every entry a one-token decode and nothing waiting that could be admitted) the cache loads
  * host-tier nodes the policy expects the next calls to use, at most prefetch_max_blocks, into free
@@ -102,6 +104,7 @@ typedef struct SchedRequest {
      * K/V it writes (below, the base blocks were cached and are shared: only read). */
     ResidualHold res;
     int base_write_from;
+    bool kv_separate;    /* --lora-cache auto chose a separate cache for this adapted request (sched_forkkv.h) */
     int preemptions;
     double t_first_token, t_finish;
     /* The post-norm hidden state of the last prompt token (model dim floats), kept when the
@@ -188,6 +191,11 @@ typedef struct {
      * keep residuals in a residual tree of residual_blocks blocks (incl. the null block). */
     bool lora_shared;
     int residual_blocks;
+    /* --lora-cache auto (with lora_shared): each adapted request runs forked or on a separate
+     * cache by a measured cost model (worker/forkkv_cost.h), which needs the model's attention
+     * shape and the adapters' largest rank. */
+    bool lora_auto;
+    int model_layers, model_heads, model_kv_heads, model_head_dim, lora_rank;
     bool fair_share; /* weighted fair sharing between tenants (sched_fair.h); false: first come, first served */
 } SchedConfig;
 
@@ -202,6 +210,7 @@ typedef struct {
     KvCache cache;          /* with ForkKV: the base tree */
     bool forkkv;
     ResidualCache residual; /* ForkKV's residual tree (when forkkv) */
+    struct SchedForkAuto *fork_auto; /* --lora-cache auto's state (sched_forkkv.c); NULL otherwise */
     bool cache_enabled;
     int block_size, max_batch_tokens, max_running;
     bool prefetch;          /* configured on and the policy can value candidates */

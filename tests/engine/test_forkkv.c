@@ -13,7 +13,9 @@
  *     a full hit; a base evicted under pressure while the residual survives is a partial hit
  *     (decoupled eviction); a residual pool too small for everyone at once makes requests wait or
  *     preempt, never lose one, with both trees consistent at the end; a request that can never
- *     fit the residual pool is refused with a message.
+ *     fit the residual pool is refused with a message;
+ *   - --lora-cache auto: a separate cache while the cost model sees no memory pressure (separate
+ *     mode's output, its own namespace's hits), a fork once it prices memory above attention.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -32,6 +34,7 @@
 #include "test_paths.h"
 #include "worker/backend.h"
 #include "worker/engine.h"
+#include "worker/sched_forkkv.h"
 
 enum { BS = 16, BLOCKS = 64, PLANNER = 1, CODER = 2 };
 
@@ -209,12 +212,16 @@ typedef struct {
     char error[sizeof(BraidError)];
 } Output;
 
-static void start_engine(Engine *e, bool shared, int blocks, int residual_blocks) {
+static void start_engine_mode(Engine *e, bool shared, bool automatic, int blocks, int residual_blocks) {
     EngineConfig cfg = {.n_blocks = blocks, .block_size = BS, .max_batch_tokens = 512, .max_running = 16, .cache_enabled = true,
                         .policy = &evict_policy_lru, .cpu_matmul_fp32 = true, .lora = &lora, .lora_shared = shared,
-                        .residual_blocks = residual_blocks};
+                        .lora_auto = automatic, .residual_blocks = residual_blocks};
     BraidError err;
     if (engine_init(e, &model, &cfg, &err)) fail_msg("%s", err.msg);
+}
+
+static void start_engine(Engine *e, bool shared, int blocks, int residual_blocks) {
+    start_engine_mode(e, shared, false, blocks, residual_blocks);
 }
 
 static void init_request(SchedRequest *r, const char *id, const char *adapter, const int32_t *prompt, int n) {
@@ -317,6 +324,44 @@ static void test_engine_fork_then_full_hit(void **state) {
     free(tokens);
 }
 
+/* --lora-cache auto: with no regret measured, an adapted request takes a separate cache (its own
+ * namespace, plain attention, the separate engine's output); once the cost model prices memory
+ * high, the same adapter forks (a residual, the same output), and another adapter then inherits
+ * its base blocks. */
+static void test_engine_auto_chooses_by_cost(void **state) {
+    (void)state;
+    int n;
+    int32_t *tokens = whole_prompt(&n);
+    int full = (n - 1) / BS * BS;
+    Engine sep, e;
+    Output ref, out[4];
+    start_engine(&sep, false, 256, 0);
+    run_one(&sep, "coder", tokens, n, &ref);
+    engine_free(&sep);
+    start_engine_mode(&e, true, true, 256, 256);
+    ForkKvCost *cost = sched_forkkv_cost(&e.sched);
+    assert_non_null(cost);
+    assert_true(cost->rho_decode > 1.0); /* measured at start-up */
+    run_one(&e, "coder", tokens, n, &out[0]);
+    assert_string_equal(out[0].error, "");
+    assert_int_equal((int)e.sched.counters.forkkv_requests, 0); /* separate: no residual */
+    assert_memory_equal(out[0].tokens, ref.tokens, sizeof ref.tokens);
+    run_one(&e, "coder", tokens, n, &out[1]); /* its own namespace holds the prompt */
+    assert_int_equal(out[1].cached, full);
+    assert_int_equal((int)e.sched.counters.forkkv_requests, 0);
+    cost->regret = 1.0; /* separate copies always evicted and reread: memory is worth more than attention */
+    cost->token_s = 1.0;
+    run_one(&e, "coder", tokens, n, &out[2]);
+    assert_int_equal((int)e.sched.counters.forkkv_requests, 1);
+    assert_memory_equal(out[2].tokens, ref.tokens, sizeof ref.tokens);
+    uint64_t forks_before = e.sched.counters.fork_tokens;
+    run_one(&e, "planner", tokens, n, &out[3]);
+    assert_int_equal((int)e.sched.counters.forkkv_requests, 2);
+    assert_int_equal((int)(e.sched.counters.fork_tokens - forks_before), full);
+    engine_free(&e);
+    free(tokens);
+}
+
 static void test_engine_partial_hit_after_base_eviction(void **state) {
     (void)state;
     int n;
@@ -388,6 +433,7 @@ int main(void) {
         cmocka_unit_test(test_refused_without_residual_pool),
         cmocka_unit_test(test_engine_own_adapter_equals_separate),
         cmocka_unit_test(test_engine_fork_then_full_hit),
+        cmocka_unit_test(test_engine_auto_chooses_by_cost),
         cmocka_unit_test(test_engine_partial_hit_after_base_eviction),
         cmocka_unit_test(test_engine_residual_pressure_loses_nothing),
         cmocka_unit_test(test_engine_refuses_what_never_fits),

@@ -93,7 +93,7 @@ stop_cluster off
 "$braid" serve --model "$model" --kv-moves sometimes > /dev/null 2> "$work/bad1.err"
 check "--kv-moves sometimes is refused with a message" grep -q -- "--kv-moves expects on or off" "$work/bad1.err"
 "$braid" serve --model "$model" --router random > /dev/null 2> "$work/bad2.err"
-check "--router random is refused with a message" grep -q -- "--router expects cache, balanced or round-robin" "$work/bad2.err"
+check "--router random is refused with a message" grep -q -- "--router expects cost, cache, balanced or round-robin" "$work/bad2.err"
 
 echo "$failures failure(s)"
 [ "$failures" = 0 ]

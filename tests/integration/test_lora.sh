@@ -71,6 +71,14 @@ check "batch: the coder line is served" [ "$(line 1 completion_tokens)" = 12 ]
 check "batch: the adapter changes the answer" [ "$(line 0 text)" != "$(line 1 text)" ]
 check "batch: an unknown adapter is an error line" grep -q "\"id\":\"nope\".*unknown LoRA adapter 'nope'" "$work/out.jsonl"
 check "batch: the identical prompt under coder shares no cache with the base model" [ "$(line 1 cached_tokens)" = 0 ]
+# --lora-cache auto: the cost model measures the kernels at start-up; with nothing evicted yet it
+# gives the coder a separate cache, so the answers are separate mode's.
+"$braid" batch --model "$model" --device cpu --cpu-matmul fp32 --input "$work/in.jsonl" --output "$work/out-auto.jsonl" \
+  --lora coder="$adapters/coder.gguf" --lora-cache auto > "$work/batch-auto.log" 2>&1
+check "batch --lora-cache auto exits 0" [ $? = 0 ]
+check "batch auto: measures the attention kernels at start-up" grep -q -- "--lora-cache auto: attention per slot" "$work/batch-auto.log"
+check "batch auto: the coder's answer is separate mode's" \
+  [ "$(python3 -c 'import json, sys; print([json.loads(l)["text"] for l in open(sys.argv[1])][1])' "$work/out-auto.jsonl")" = "$(line 1 text)" ]
 
 # ---------------------------------------------------------------- 3. the cluster
 port=$(free_port)

@@ -580,6 +580,17 @@ static void test_directives(void **state) {
     REJECT(API_COMPLETION, "{\"prompt\":\"p\",\"directives\":[{\"op\":\"share\"}]}", 400, "directives[0].with", "tenant names");
     REJECT(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\",\"cache_control\":{\"type\":\"forever\"}}]}", 400,
            "messages[0].cache_control", "ephemeral");
+    /* issue 36: the conversation a splice's savings last for, and the server's own splices */
+    ACCEPT(API_COMPLETION, "{\"prompt\":\"p\",\"conversation_id\":\"c1\",\"auto_splice\":\"forget\"}", &r);
+    assert_string_equal(r.conversation_id, "c1");
+    assert_int_equal(r.auto_splice, CACHE_SPLICE_FORGET);
+    api_request_free(&r);
+    ACCEPT(API_COMPLETION, "{\"prompt\":\"p\"}", &r);
+    assert_null(r.conversation_id);
+    assert_int_equal(r.auto_splice, -1);
+    api_request_free(&r);
+    REJECT(API_COMPLETION, "{\"prompt\":\"p\",\"auto_splice\":true}", 400, "auto_splice", "amortize");
+    REJECT(API_COMPLETION, "{\"prompt\":\"p\",\"conversation_id\":\"\"}", 400, "conversation_id", "1 to");
 }
 
 /* Every field is honoured, accepted at its no-op value, or a 400 naming it (issue 22's rule). */

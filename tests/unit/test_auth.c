@@ -138,6 +138,21 @@ static void test_segment_reuse_field(void **state) {
     assert_non_null(strstr(err.msg, "given twice"));
 }
 
+/* auto_splice= is the tenant's default for requests without "auto_splice" (issue 36). */
+static void test_auto_splice_field(void **state) {
+    (void)state;
+    BraidError err;
+    AuthKeys *keys = parse(KEY_A " tenant=acme auto_splice=amortize\n" KEY_B " tenant=beta\n", &err);
+    if (!keys) fail_msg("refused: %s", err.msg);
+    assert_int_equal(auth_key_auto_splice(auth_keys_authenticate(keys, "Bearer " KEY_A)), 1);
+    assert_int_equal(auth_key_auto_splice(auth_keys_authenticate(keys, "Bearer " KEY_B)), -1);
+    auth_keys_free(keys);
+    assert_null(parse(KEY_A " tenant=acme auto_splice=always\n", &err));
+    assert_non_null(strstr(err.msg, "auto_splice= must be amortize, forget or off"));
+    assert_null(parse(KEY_A " tenant=acme auto_splice=off auto_splice=forget\n", &err));
+    assert_non_null(strstr(err.msg, "given twice"));
+}
+
 static void test_load_file(void **state) {
     (void)state;
     char path[] = "/tmp/braid_test_auth_XXXXXX";
@@ -163,6 +178,7 @@ int main(void) {
         cmocka_unit_test(test_reads_by_length),
         cmocka_unit_test(test_load_file),
         cmocka_unit_test(test_segment_reuse_field),
+        cmocka_unit_test(test_auto_splice_field),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,7 +9,13 @@
  * - SHARE: another tenant's request finds nothing of tenant A's cache unless A shared it with
  *   that tenant (or all), and then copies it exactly at the same positions;
  * - an amortized splice plans its downstream runs from the context's cached blocks (approximate,
- *   delta = dst - src), the run before the edit exactly, and clips to what is cached.
+ *   delta = dst - src), the run before the edit exactly, and clips to what is cached;
+ * - splice and shared-prefix sources demoted to the host tier are loaded back (LOAD ops before
+ *   the copies) instead of being recomputed (issue 36);
+ * - conversation scopes (issue 36): approximate blocks a conversation's splice committed are
+ *   matched (and hinted) by its later exact turns, by no other conversation's or exact request,
+ *   by approx-mode requests as before; unstamped approximate blocks by approx mode only; a later
+ *   turn's extension over them is stamped too; an exact commit of the same tokens clears it all.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -306,6 +312,157 @@ static void test_splice_plan(void **state) {
     kv_cache_free(&c);
 }
 
+static int count_ops(const CacheOpList *ops, int kind) {
+    int n = 0;
+    for (int i = 0; i < ops->n; i++) n += ops->ops[i].kind == kind;
+    return n;
+}
+
+/* Fills the device pool with another sequence, so that `tokens` (committed before) is demoted to
+ * the host tier; the STOREs are taken. */
+static void demote_by_pressure(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n, int seed, int fill_tokens) {
+    int32_t other[96];
+    fill(other, fill_tokens, seed);
+    commit(c, id, other, fill_tokens);
+    assert_int_equal(cached(c, id, tokens, n + 1), 0);
+    CacheOpList ops = {0};
+    assert_int_equal(kv_cache_take_ops(c, &ops), 0);
+    assert_true(count_ops(&ops, CACHE_OP_STORE) > 0);
+    cache_ops_free(&ops);
+}
+
+static void test_sources_from_host(void **state) {
+    (void)state;
+    KvCache c;
+    BraidError err;
+    KvCacheConfig cfg = {.block_size = BS, .device_blocks = 1 + 24, .host_blocks = 1 + 64, .clock = fake_clock};
+    if (kv_cache_init(&c, &cfg, &err)) fail_msg("%s", err.msg);
+    CacheIdentity a = identity(&c, "a");
+    a.approx_ok = true;
+    int32_t ctx[40], p[44];
+    fill(ctx, 40, 1);
+    commit(&c, &a, ctx, 36);
+    demote_by_pressure(&c, &a, ctx, 36, 2, 64);
+    memcpy(p, ctx, 10 * sizeof *p);
+    for (int i = 0; i < 5; i++) p[10 + i] = 7000 + i;
+    memcpy(p + 15, ctx + 12, 28 * sizeof *p);
+    CacheSpliceRun runs[] = {{.dst = 0, .src = 0, .len = 10, .index = -1}, {.dst = 15, .src = 12, .len = 28, .index = 0}};
+    CacheDirectives d = {.splice_mode = CACHE_SPLICE_AMORTIZE, .first_edit = 10, .context = ctx, .n_context = 40, .runs = runs, .n_runs = 2};
+    KvSegmentPlan plan = {0};
+    int reused[2];
+    uint64_t host_hits = c.counters.host_hit_blocks;
+    /* The context is on the host only: its 9 blocks are loaded back, then copied as on the device. */
+    assert_int_equal(kv_cache_plan_splice(&c, &a, &d, 43, 0, &plan, reused, &err), 0);
+    assert_int_equal(reused[0], 10);
+    assert_int_equal(reused[1], 24);
+    assert_int_equal(c.counters.host_hit_blocks - host_hits, 9);
+    assert_int_equal(kv_cache_check(&c, &err), 0);
+    int32_t table[11];
+    assert_int_equal(kv_cache_reserve(&c, 11, table), 0);
+    assert_int_equal(kv_cache_place_segments(&c, &plan, table, &err), 0);
+    CacheOpList ops = {0};
+    assert_int_equal(kv_cache_take_ops(&c, &ops), 0);
+    int loads = count_ops(&ops, CACHE_OP_LOAD), first_copy = -1, last_load = -1;
+    for (int i = 0; i < ops.n; i++) {
+        if (ops.ops[i].kind == CACHE_OP_LOAD) last_load = i;
+        if (ops.ops[i].kind == CACHE_OP_COPY_SLOTS && first_copy < 0) first_copy = i;
+    }
+    assert_int_equal(loads, 9);
+    assert_true(first_copy > last_load); /* the copies read what was loaded */
+    cache_ops_free(&ops);
+    kv_cache_release(&c, NULL, table, 11);
+    assert_int_equal(kv_cache_check(&c, &err), 0);
+
+    /* A prefix shared with tenant b, demoted to the host: b copies it after loading it. */
+    int32_t doc[33];
+    fill(doc, 33, 3);
+    commit(&c, &a, doc, 32);
+    KvHintOutcome out;
+    assert_int_equal(kv_cache_share(&c, &a, doc, 32, true, NULL, 0, &out, &err), 0);
+    assert_int_equal(out.status, KV_HINT_ACCEPTED);
+    demote_by_pressure(&c, &a, doc, 32, 4, 96);
+    CacheIdentity b = identity(&c, "b");
+    KvSegmentPlan shared = {0};
+    assert_int_equal(kv_cache_plan_shared(&c, &b, doc, 33, 0, &shared, &err), 32);
+    assert_int_equal(shared.n, 1);
+    assert_true(shared.spans[0].exact);
+    kv_cache_drop_segments(&c, &shared);
+    kv_cache_segment_plan_free(&shared);
+    kv_cache_segment_plan_free(&plan);
+    assert_int_equal(kv_cache_check(&c, &err), 0);
+    kv_cache_free(&c);
+}
+
+/* Matched tokens (device or host) of a prefix, and where approximate K/V start (-1: none). */
+static int matched(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n, int *approx_from) {
+    BraidError err;
+    KvCacheMatch m;
+    assert_int_equal(kv_cache_match(c, id, tokens, n, &m, &err), 0);
+    kv_cache_release(c, m.node, NULL, 0);
+    if (approx_from) *approx_from = m.approx_from_block < 0 ? -1 : m.approx_from_block * BS;
+    return (m.device_blocks + m.host_blocks) * BS;
+}
+
+static CacheIdentity in_conversation(KvCache *c, const char *workflow, bool approx_from_block2) {
+    CacheIdentity id = identity(c, "a");
+    id.approx_scope = cache_workflow_scope(workflow);
+    id.scope_commits = true;
+    id.has_approx = approx_from_block2;
+    id.approx_from_block = approx_from_block2 ? 2 : 0;
+    return id;
+}
+
+static void test_conversation_scope(void **state) {
+    (void)state;
+    KvCache c;
+    make_cache(&c, 1 + 32);
+    BraidError err;
+    int32_t t[48];
+    fill(t, 48, 3);
+    /* Conversation W's amortized splice: blocks 0-1 exact, 2-7 approximate. */
+    CacheIdentity w_splice = in_conversation(&c, "W", true);
+    commit(&c, &w_splice, t, 32);
+    CacheIdentity w_turn = in_conversation(&c, "W", false), v_turn = in_conversation(&c, "V", false);
+    CacheIdentity plain = identity(&c, "a"), approx_mode = identity(&c, "a");
+    approx_mode.approx_ok = true;
+    int from;
+    assert_int_equal(matched(&c, &w_turn, t, 33, &from), 32); /* W's next turn hits the spliced blocks */
+    assert_int_equal(from, 8);
+    assert_int_equal(matched(&c, &v_turn, t, 33, &from), 8); /* another workflow: the exact prefix only */
+    assert_int_equal(from, -1);
+    assert_int_equal(matched(&c, &plain, t, 33, NULL), 8);
+    assert_int_equal(matched(&c, &approx_mode, t, 33, NULL), 32);
+    assert_int_equal(cache_workflow_scope("W") == cache_conversation_scope("W") ? 1 : 0, 0);
+    assert_int_equal(cache_workflow_scope(NULL), 0);
+    /* Hints walk the same way: W's pin covers its approximate blocks, V's only the exact ones. */
+    KvHintOutcome out;
+    assert_int_equal(kv_cache_pin(&c, &v_turn, t, 32, 10.0, 64, &out, &err), 0);
+    assert_int_equal(out.blocks, 2);
+    assert_int_equal(kv_cache_pin(&c, &w_turn, t, 32, 10.0, 64, &out, &err), 0);
+    assert_int_equal(out.blocks, 8);
+    /* W's next turn computed blocks 8-11 over the approximate ones: they are W's too. */
+    w_turn.has_approx = true;
+    w_turn.approx_from_block = 2;
+    commit(&c, &w_turn, t, 48);
+    w_turn.has_approx = false;
+    assert_int_equal(matched(&c, &w_turn, t, 48, NULL), 44);
+    assert_int_equal(matched(&c, &v_turn, t, 48, NULL), 8);
+    /* Approximate blocks of an approx-mode request carry no conversation: approx mode only. */
+    int32_t u[24];
+    fill(u, 24, 4);
+    CacheIdentity approx_commit = in_conversation(&c, "W", true);
+    approx_commit.scope_commits = false;
+    commit(&c, &approx_commit, u, 24);
+    assert_int_equal(matched(&c, &w_turn, u, 25, NULL), 8);
+    assert_int_equal(matched(&c, &approx_mode, u, 25, NULL), 24);
+    /* An exact commit of the same tokens replaces the approximate blocks: everyone hits them. */
+    commit(&c, &v_turn, t, 48);
+    assert_int_equal(matched(&c, &plain, t, 48, &from), 44);
+    assert_int_equal(from, -1);
+    assert_int_equal(kv_cache_check(&c, &err), 0);
+    kv_cache_free(&c);
+}
+
 /* A named test of test_decay_first_under_policy per policy. */
 #define DECAY_TEST(p) {"test_decay_first_" #p, test_decay_first_under_policy, NULL, NULL, (void *)&evict_policy_##p}
 static const EvictPolicy *const DECAY_TESTED[] = {&evict_policy_lru, &evict_policy_pbkv, &evict_policy_kvflow, &evict_policy_pbkv_lae, NULL};
@@ -316,7 +473,8 @@ int main(void) {
         cmocka_unit_test(test_decay_and_evict),             cmocka_unit_test(test_share_is_opt_in),
         DECAY_TEST(lru), DECAY_TEST(pbkv), DECAY_TEST(kvflow), DECAY_TEST(pbkv_lae),
         cmocka_unit_test_prestate(test_decay_order_covers_registry, (void *)DECAY_TESTED),
-        cmocka_unit_test(test_splice_plan),
+        cmocka_unit_test(test_splice_plan),                 cmocka_unit_test(test_conversation_scope),
+        cmocka_unit_test(test_sources_from_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -400,8 +400,56 @@ static void test_rewarm_counters(void **state) {
     metrics_destroy(m);
 }
 
+/* The vLLM-named families: one engine per instance with model_name, engine gauges and counters from
+ * the instance stats, request histograms and finished_reason counts from recorded generations. */
+static void test_vllm_families(void **state) {
+    (void)state;
+    Metrics *m = metrics_create(2, "qwen");
+    assert_non_null(m);
+    InstanceStats s = {.waiting = 2, .running = 5, .pool_used_blocks = 25, .pool_total_blocks = 100, .cached_prompt_tokens_device = 30,
+                       .cached_prompt_tokens_host = 10, .computed_prompt_tokens = 60, .generated_tokens = 7};
+    metrics_set_instance(m, 1, &s);
+    MetricsGeneration g = {.instance = 1, .finished_reason = METRICS_FINISHED_LENGTH, .e2e_s = 2.0, .ttft_s = 0.05, .decode_s = 0.9,
+                           .generation_tokens = 10};
+    metrics_record_generation(m, &g);
+    g.finished_reason = METRICS_FINISHED_ABORT, g.generation_tokens = 0, g.ttft_s = -1;
+    metrics_record_generation(m, &g);
+    g.instance = -1; /* never dispatched: ignored */
+    metrics_record_generation(m, &g);
+    char *text = metrics_render(m);
+    assert_non_null(text);
+    assert_valid_exposition(text);
+    assert_line(text, "# TYPE vllm:num_requests_running gauge");
+    assert_line(text, "vllm:num_requests_running{engine=\"1\",model_name=\"qwen\"} 5");
+    assert_line(text, "vllm:num_requests_waiting{engine=\"1\",model_name=\"qwen\"} 2");
+    assert_line(text, "vllm:num_requests_waiting{engine=\"0\",model_name=\"qwen\"} 0");
+    assert_line(text, "vllm:kv_cache_usage_perc{engine=\"1\",model_name=\"qwen\"} 0.25");
+    assert_line(text, "# TYPE vllm:prefix_cache_queries_total counter");
+    assert_line(text, "vllm:prefix_cache_queries_total{engine=\"1\",model_name=\"qwen\"} 100");
+    assert_line(text, "vllm:prefix_cache_hits_total{engine=\"1\",model_name=\"qwen\"} 40");
+    assert_line(text, "vllm:prompt_tokens_total{engine=\"1\",model_name=\"qwen\"} 100");
+    assert_line(text, "vllm:generation_tokens_total{engine=\"1\",model_name=\"qwen\"} 7");
+    assert_line(text, "vllm:request_success_total{engine=\"1\",model_name=\"qwen\",finished_reason=\"length\"} 1");
+    assert_line(text, "vllm:request_success_total{engine=\"1\",model_name=\"qwen\",finished_reason=\"abort\"} 1");
+    assert_line(text, "vllm:request_success_total{engine=\"0\",model_name=\"qwen\",finished_reason=\"stop\"} 0");
+    assert_line(text, "# TYPE vllm:time_to_first_token_seconds histogram");
+    assert_line(text, "vllm:time_to_first_token_seconds_bucket{engine=\"1\",model_name=\"qwen\",le=\"0.04\"} 0");
+    assert_line(text, "vllm:time_to_first_token_seconds_bucket{engine=\"1\",model_name=\"qwen\",le=\"0.06\"} 1");
+    assert_line(text, "vllm:time_to_first_token_seconds_count{engine=\"1\",model_name=\"qwen\"} 1");
+    /* 9 gaps of 0.1 s: the mean gap observed 9 times */
+    assert_line(text, "vllm:inter_token_latency_seconds_count{engine=\"1\",model_name=\"qwen\"} 9");
+    assert_line(text, "vllm:inter_token_latency_seconds_bucket{engine=\"1\",model_name=\"qwen\",le=\"0.1\"} 9");
+    assert_line(text, "vllm:time_per_output_token_seconds_count{engine=\"1\",model_name=\"qwen\"} 9");
+    assert_line(text, "vllm:e2e_request_latency_seconds_count{engine=\"1\",model_name=\"qwen\"} 2");
+    assert_line(text, "vllm:e2e_request_latency_seconds_sum{engine=\"1\",model_name=\"qwen\"} 4");
+    assert_line(text, "vllm:e2e_request_latency_seconds_bucket{engine=\"1\",model_name=\"qwen\",le=\"+Inf\"} 2");
+    free(text);
+    metrics_destroy(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vllm_families),
         cmocka_unit_test(test_request_counters_and_histograms),
         cmocka_unit_test(test_instance_stats_replace),
         cmocka_unit_test(test_instance_idle),

@@ -7,7 +7,8 @@
  * the kernel may differ from it only by fp32 rounding. Also: an adapter that adapts neither K nor V
  * gives plain paged attention (cpu_attention) exactly as computed over the base pool, tiles past
  * the kernel's query tile join correctly, positions (not slot order) decide causality, and the
- * residual store writes what it is given and nothing for slot -1.
+ * residual store writes what it is given and nothing for slot -1, and the keys rebuilt once per
+ * call (a prefill chunk) give bit for bit what the former per-tile rebuild gives.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -140,6 +141,34 @@ static void test_matches_materialised(void **state) {
     free(f);
 }
 
+/* A prefill chunk (two query tiles) rebuilds the keys once per call; the former schedule rebuilt
+ * them per tile. Same arithmetic on every key, so the outputs are equal bit for bit. */
+static void test_once_per_call_equals_per_tile(void **state) {
+    (void)state;
+    Fixture *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    fill(f);
+    float q[NQ * NH * HD], out[NQ * NH * HD], per_tile[NQ * NH * HD];
+    int32_t qpos[NQ];
+    for (int i = 0; i < NQ * NH * HD; i++) q[i] = rnd();
+    for (int t = 0; t < NQ; t++) qpos[t] = 40 + (t * 7) % 30;
+    KvLayerView kv = {.k = f->kb, .v = f->vb, .slot_pos = f->slot_pos, .block_size = BS, .n_kv_heads = NKV, .head_dim = HD};
+    ResidualLayerView res = {.k = f->kr, .v = f->vr, .block_size = BS, .rank = RANK_POOL};
+    RopeTable rope = {.cos = f->cos, .sin = f->sin, .n_positions = NPOS, .rope_dim = ROPE, .head_dim = HD,
+                      .pairing = ROPE_PAIRING_INTERLEAVED};
+    ResidualAdapter cases[3] = {{.b_k = f->bk, .b_v = f->bv, .rank = RANK_POOL, .scale = 0.25f},
+                                {.b_k = f->bk, .b_v = f->bv, .rank = 5, .scale = 0.4f},
+                                {.b_k = f->bk, .b_v = NULL, .rank = RANK_POOL, .scale = 1.5f}};
+    for (int c = 0; c < 3; c++) {
+        memset(out, 0, sizeof out);
+        assert_int_equal(cpu_residual_attention(&kv, f->table, &res, f->res_table, CTX, &cases[c], &rope, q, qpos, NQ, NH, out), 0);
+        assert_int_equal(
+            cpu_residual_attention_per_tile(&kv, f->table, &res, f->res_table, CTX, &cases[c], &rope, q, qpos, NQ, NH, per_tile), 0);
+        assert_memory_equal(out, per_tile, sizeof out);
+    }
+    free(f);
+}
+
 /* With no residual (neither K nor V adapted) it is the paged attention of the base pool. */
 static void test_no_residual_is_plain_attention(void **state) {
     (void)state;
@@ -179,6 +208,7 @@ static void test_residual_store(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_materialised),
+        cmocka_unit_test(test_once_per_call_equals_per_tile),
         cmocka_unit_test(test_no_residual_is_plain_attention),
         cmocka_unit_test(test_residual_store),
     };

@@ -14,7 +14,10 @@
  *   without the rotation, clearly different ones);
  * - COPY_SLOTS lands a prompt's slots at another offset and position of other blocks with the
  *   keys a prefill there computes (same bounds), values copied exactly, other slots untouched;
- * - rotations compose: Δ then -Δ restores the keys to storage rounding;
+ * - rotations compose: Δ then -Δ restores the keys to storage rounding; and over many successive
+ *   splices (Leyline App. F, issue 36): after k chained signed rotations the keys equal an fp64
+ *   rotation by their sum within k storage roundings and k angle errors (drift grows linearly,
+ *   reported for k = 1 .. 64), positions exactly;
  * - a list with a bad ROTATE (null block, out of range, a target block, |Δ| >= context) is
  *   refused with a message and changes nothing, even after valid operations;
  * - tensor parallelism: a rank's shard, sent its operation list through the step plan's wire
@@ -525,6 +528,67 @@ static void test_round_trip(void **state) {
     backend_destroy(&b);
 }
 
+/* Max over rotated dimensions of |after - fp64 rotation of before by `delta`| / the pair's length. */
+static double relative_drift(const ModelWeights *w, const float *before, const float *after, int64_t delta) {
+    const ModelConfig *c = &w->cfg;
+    size_t rows = block_keys(w) / c->head_dim;
+    double worst = 0.0;
+    for (int i = 0; i < c->rope_dim / 2; i++) {
+        double ang = (double)delta * c->rope_position_scale * cpu_rope_inv_freq(i, c->rope_dim, c->rope_base, w->rope_freq_factors);
+        double cs = cos(ang), sn = sin(ang);
+        int a, b;
+        pair_dims(c, i, &a, &b);
+        for (size_t r = 0; r < rows; r++) {
+            const float *x = before + r * c->head_dim, *y = after + r * c->head_dim;
+            double len = hypot(x[a], x[b]);
+            if (len < 0x1p-10) continue; /* near-zero pairs: only absolute error is meaningful, and it is tiny */
+            double r0 = x[a] * cs - x[b] * sn, r1 = x[a] * sn + x[b] * cs;
+            worst = fmax(worst, fmax(fabs(y[a] - r0), fabs(y[b] - r1)) / len);
+        }
+    }
+    return worst;
+}
+
+/* Chained rotations (App. F): 64 successive signed deltas, as 64 splices of one conversation would
+ * turn its tail; after k of them the keys must be the fp64 rotation by the deltas' sum within k
+ * roundings to storage and k fp32 angle errors (each turn adds at most one of each), so the drift
+ * grows at most linearly in k. The figures go to stderr for bench/RESULTS.md. */
+static void test_chained_rotation_drift(void **state) {
+    (void)state;
+    Backend b;
+    make_backend(&b, &model.weights);
+    const int32_t table[] = {1, 2, 3};
+    const int32_t start = 4000, span = b.cfg.max_context - N_TOK - 1;
+    prefill_at(&b, tokens, N_TOK, start, table);
+    int32_t pos0[BS], pos[BS];
+    float *k0 = read_keys(&b, 2, pos0);
+    uint64_t lcg = 0x9e3779b97f4a7c15ull;
+    int64_t sum = 0;
+    int32_t max_delta = 0;
+    for (int k = 1; k <= 64; k++) {
+        lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+        int32_t delta = (int32_t)((lcg >> 33) % 3001) - 1500; /* signed, |delta| <= 1500 */
+        if (start + sum + delta < 0 || start + sum + delta > span) delta = -delta;
+        if (abs(delta) > max_delta) max_delta = abs(delta);
+        rotate(&b, table, 3, delta);
+        sum += delta;
+        if ((k & (k - 1)) != 0) continue; /* k = 1, 2, 4, ..., 64 */
+        float *kk = read_keys(&b, 2, pos);
+        for (int s = 0; s < BS; s++) assert_int_equal(pos[s], pos0[s] + sum);
+        double drift = relative_drift(&model.weights, k0, kk, sum);
+        /* A turn rounds each element to storage (<= u of the pair's length) and its angle is off
+         * by angle_slack; the fp64 reference's own angle for the sum is exact enough. */
+        double bound = k * (storage_u() + angle_slack(&model.weights, max_delta + start + fabs((double)sum))) + 0x1p-20;
+        fprintf(stderr, "chained rotations: k=%2d sum=%+6lld drift %.3e (bound %.3e, %.3e per turn)\n", k, (long long)sum, drift, bound,
+                drift / k);
+        assert_true(drift <= bound);
+        assert_true(drift > 0.0); /* the measure sees the storage rounding: it is not comparing a thing to itself */
+        free(kk);
+    }
+    free(k0);
+    backend_destroy(&b);
+}
+
 /* Bad ROTATE operations are refused and nothing in the list is applied. */
 static void test_bad_rotate_refused(void **state) {
     (void)state;
@@ -674,6 +738,7 @@ int main(void) {
         cmocka_unit_test(test_rotate_kernel_paths),
         cmocka_unit_test(test_bad_rotate_refused),
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_chained_rotation_drift),
         cmocka_unit_test(test_keys_match_recomputed),
         cmocka_unit_test(test_keys_match_recomputed_neox),
         cmocka_unit_test(test_copy_slots),

@@ -237,6 +237,16 @@ static void test_cluster_moves(void **state) {
     cluster_run(path, SIM_ROUTE_CACHE, true, &cache);
     assert_int_equal(cache.moves, 0);
     assert_int_equal(cache.local_tokens, 5 * 64);
+    /* The cost router (the default): the holder is idle at every repeat, so it keeps them local. */
+    SimClusterResult cost;
+    cluster_run(path, SIM_ROUTE_COST, true, &cost);
+    assert_int_equal(cost.moves, 0);
+    assert_int_equal(cost.local_tokens, 5 * 64);
+    assert_true(cost.p99_latency_s >= cost.p50_latency_s && cost.p50_latency_s > 0);
+    assert_true(cost.mean_ttft_s > 0 && cost.mean_ttft_s <= cost.mean_latency_s);
+    assert_int_equal(sim_cluster_config_default().route, SIM_ROUTE_COST);
+    assert_int_equal(sim_route_parse("cost"), SIM_ROUTE_COST);
+    assert_int_equal(sim_route_parse("nope"), -1);
     unlink(path);
 }
 

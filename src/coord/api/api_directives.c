@@ -179,6 +179,17 @@ int api_directives_parse(const json_t *value, ApiDirective **out, int *n_out, Ap
     return 0;
 }
 
+int api_auto_splice_parse(const json_t *value, int *mode, ApiError *err) {
+    *mode = -1;
+    if (!value || json_is_null(value)) return 0;
+    const char *m = json_is_string(value) ? json_string_value(value) : "";
+    if (!strcmp(m, "amortize")) *mode = CACHE_SPLICE_AMORTIZE;
+    else if (!strcmp(m, "forget")) *mode = CACHE_SPLICE_FORGET;
+    else if (!strcmp(m, "off")) *mode = CACHE_SPLICE_NONE;
+    else return api_error_set(err, 400, "auto_splice", NULL, "auto_splice must be \"amortize\", \"forget\" or \"off\"");
+    return 0;
+}
+
 void api_directives_free(ApiDirective *d, int n) {
     for (int i = 0; d && i < n; i++) {
         free(d[i].match);

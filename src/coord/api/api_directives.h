@@ -12,6 +12,8 @@
  * splice needs a span and a replacement. Unknown keys in a directive, wrong types, an unknown op or
  * mode, a ttl outside 1 s .. 24 h, and more than CACHE_DIRECTIVE_MAX directives are a 400 naming
  * `directives[i].field`. Whether spans fit the prompt is checked later (directive_plan.h).
+ * conversation_id: "<label>" names the conversation whose later turns keep matching the K/V an
+ * amortized splice left approximate (default: the workflow_id's).
  * cache_control: {"type": "ephemeral", "ttl": "5m" | "1h"} (the Anthropic convention; ttl
  * optional, 5 minutes by default).
  * Thread-safety: none needed (pure). Strings are malloc'd and owned by the directive.
@@ -45,6 +47,10 @@ typedef struct ApiDirective {
 int api_directives_parse(const json_t *value, ApiDirective **out, int *n_out, ApiError *err);
 /* Parses a cache_control object; *ttl_s gets its TTL in seconds. param names it in errors. */
 int api_cache_control_parse(const json_t *value, const char *param, double *ttl_s, ApiError *err);
+/* Parses body.auto_splice: "amortize" | "forget" | "off" (absent or null: -1, the tenant's default
+ * applies). *mode gets a CacheSpliceMode (NONE for "off"). The server then plans the splice itself
+ * from the conversation's previous prompt (coord/auto_splice.h). 0, or -1 with err (400). */
+int api_auto_splice_parse(const json_t *value, int *mode, ApiError *err);
 void api_directives_free(ApiDirective *d, int n);
 
 #endif

@@ -6,6 +6,7 @@
  * whatever was filled. Every error message starts with the field's name (as does param), so a
  * client sees at once which part of its body to fix.
  */
+#include "coord/api/api_json.h"
 #include "coord/api/api_request.h"
 #include "coord/api/api_directives.h"
 #include "coord/api/api_tools.h"
@@ -140,12 +141,6 @@ char *api_error_json(const ApiError *err) {
 
 /* ---- reading JSON values ---- */
 
-/* Absent and JSON null read alike, as in OpenAI's API: clients send "stop": null to mean no stop. */
-static const json_t *present(const json_t *obj, const char *key) {
-    const json_t *v = json_object_get(obj, key);
-    return v && !json_is_null(v) ? v : NULL;
-}
-
 /* Describes a JSON value for an error message: numbers and booleans by value, the rest by type.
  * buf (cap bytes) holds the text when it has to be formatted. */
 static const char *describe(const json_t *v, char *buf, size_t cap) {
@@ -188,7 +183,7 @@ static char *copy_string(const json_t *s) {
 }
 
 static int read_bool(const json_t *obj, const char *key, const char *param, bool *out, ApiError *err) {
-    const json_t *v = present(obj, key);
+    const json_t *v = api_json_present(obj, key);
     if (!v) return 0;
     if (!json_is_boolean(v)) return type_error(err, param, "a boolean (true or false)", v);
     *out = json_is_true(v);
@@ -198,7 +193,7 @@ static int read_bool(const json_t *obj, const char *key, const char *param, bool
 /* A number in [lo, hi], or (lo, hi] when lo_open; absent leaves *out at its default. */
 static int read_ranged_number(const json_t *obj, const char *key, double lo, bool lo_open, double hi, double *out,
                               ApiError *err) {
-    const json_t *v = present(obj, key);
+    const json_t *v = api_json_present(obj, key);
     if (!v) return 0;
     if (!json_is_number(v)) return type_error(err, key, "a number", v);
     double x = json_number_value(v);
@@ -215,7 +210,7 @@ static int read_ranged_number(const json_t *obj, const char *key, double lo, boo
 /* ---- model ---- */
 
 static int read_model(const json_t *body, const char *served, ApiRequest *r, ApiError *err) {
-    const json_t *v = present(body, "model");
+    const json_t *v = api_json_present(body, "model");
     if (!v) return 0;
     if (!json_is_string(v)) return type_error(err, "model", "a string", v);
     const char *name = json_string_value(v);
@@ -236,7 +231,7 @@ static bool is_known_role(const char *role) {
 static int read_role(const json_t *msg, const char *path, char **out, ApiError *err) {
     char param[64];
     snprintf(param, sizeof param, "%s.role", path);
-    const json_t *v = present(msg, "role");
+    const json_t *v = api_json_present(msg, "role");
     if (!v || !json_is_string(v)) return type_error(err, param, "a string", v);
     const char *role = json_string_value(v);
     if (!is_known_role(role))
@@ -249,7 +244,7 @@ static int read_role(const json_t *msg, const char *path, char **out, ApiError *
 static int check_text_part(const json_t *part, const char *path, ApiError *err) {
     if (!json_is_object(part)) return type_error(err, path, "an object like {\"type\": \"text\", \"text\": \"...\"}", part);
     char param[96];
-    const json_t *type = present(part, "type");
+    const json_t *type = api_json_present(part, "type");
     if (!type || !json_is_string(type)) {
         snprintf(param, sizeof param, "%s.type", path);
         return type_error(err, param, "a string", type);
@@ -258,7 +253,7 @@ static int check_text_part(const json_t *part, const char *path, ApiError *err) 
     if (strcmp(name, "text") != 0)
         return api_error_set(err, 400, path, NULL, "%s has type '%.*s'; only text content parts are supported", path, quote_len(name),
                              name);
-    const json_t *text = present(part, "text");
+    const json_t *text = api_json_present(part, "text");
     if (!text || !json_is_string(text)) {
         snprintf(param, sizeof param, "%s.text", path);
         return type_error(err, param, "a string", text);
@@ -305,7 +300,7 @@ static int read_parts_cache_control(const json_t *parts, const char *path, doubl
 static int read_content(const json_t *msg, const char *path, const char *role, char **out, bool *is_null, ApiError *err) {
     char param[48];
     snprintf(param, sizeof param, "%s.content", path);
-    const json_t *v = present(msg, "content");
+    const json_t *v = api_json_present(msg, "content");
     if (!v) {
         /* An assistant turn that only made tool calls carries no text; every other turn must. */
         if (strcmp(role, "assistant") != 0)
@@ -346,7 +341,7 @@ static int read_message(const json_t *msg, size_t index, ApiMessage *out, ApiErr
     if (read_role(msg, path, &out->role, err)) return -1;
     if (read_content(msg, path, out->role, &out->content, &out->content_null, err)) return -1;
     if (api_message_read_tools(msg, path, out, err)) return -1;
-    const json_t *cc = present(msg, "cache_control"), *content = present(msg, "content");
+    const json_t *cc = api_json_present(msg, "cache_control"), *content = api_json_present(msg, "content");
     char param[64];
     snprintf(param, sizeof param, "%s.cache_control", path);
     if (cc && api_cache_control_parse(cc, param, &out->cache_ttl_s, err)) return -1;
@@ -356,7 +351,7 @@ static int read_message(const json_t *msg, size_t index, ApiMessage *out, ApiErr
 }
 
 static int read_messages(const json_t *body, ApiRequest *r, ApiError *err) {
-    const json_t *v = present(body, "messages");
+    const json_t *v = api_json_present(body, "messages");
     if (!v) return api_error_set(err, 400, "messages", NULL, "messages is required for a chat completion");
     if (!json_is_array(v)) return type_error(err, "messages", "an array of message objects", v);
     size_t n = json_array_size(v);
@@ -402,7 +397,7 @@ static int read_one_prompt(const json_t *v, const char *param, ApiPrompt *out, A
 /* OpenAI's four shapes: "text", ["text", ...], [id, ...], [[id, ...], ...]. A list whose first
  * element is an integer is one token-id prompt; otherwise each element is a prompt. */
 static int read_prompt(const json_t *body, ApiRequest *r, ApiError *err) {
-    const json_t *v = present(body, "prompt");
+    const json_t *v = api_json_present(body, "prompt");
     if (!v) return api_error_set(err, 400, "prompt", NULL, "prompt is required for a completion");
     bool single = !json_is_array(v) || json_is_integer(json_array_get(v, 0));
     size_t n = single ? 1 : json_array_size(v);
@@ -424,7 +419,7 @@ static int read_prompt(const json_t *body, ApiRequest *r, ApiError *err) {
 
 /* max_tokens or max_completion_tokens: an integer in [1, API_MAX_TOKENS_LIMIT]; *out = -1 when absent. */
 static int read_token_budget(const json_t *body, const char *key, int *out, ApiError *err) {
-    const json_t *v = present(body, key);
+    const json_t *v = api_json_present(body, key);
     *out = -1;
     if (!v) return 0;
     if (!json_is_integer(v) || json_integer_value(v) < 1) return type_error(err, key, "a positive integer", v);
@@ -448,7 +443,7 @@ static int read_max_tokens(const json_t *body, ApiRequest *r, ApiError *err) {
 }
 
 static int read_top_k(const json_t *body, ApiRequest *r, ApiError *err) {
-    const json_t *v = present(body, "top_k");
+    const json_t *v = api_json_present(body, "top_k");
     if (!v) return 0;
     if (!json_is_integer(v) || json_integer_value(v) < 0) return type_error(err, "top_k", "an integer >= 0 (0 = off)", v);
     json_int_t k = json_integer_value(v);
@@ -458,7 +453,7 @@ static int read_top_k(const json_t *body, ApiRequest *r, ApiError *err) {
 }
 
 static int read_seed(const json_t *body, ApiRequest *r, ApiError *err) {
-    const json_t *v = present(body, "seed");
+    const json_t *v = api_json_present(body, "seed");
     if (!v) return 0;
     if (!json_is_integer(v)) return type_error(err, "seed", "an integer", v);
     r->has_seed = true;
@@ -468,7 +463,7 @@ static int read_seed(const json_t *body, ApiRequest *r, ApiError *err) {
 
 /* n: choices per prompt. Each choice is its own sequence; they share the prompt's KV (http_generate.c). */
 static int read_n(const json_t *body, ApiRequest *r, ApiError *err) {
-    const json_t *v = present(body, "n");
+    const json_t *v = api_json_present(body, "n");
     r->n = 1;
     if (!v) return 0;
     if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > API_MAX_N) {
@@ -507,11 +502,11 @@ static int read_top_count(const json_t *v, const char *param, int *out, ApiError
  * Completions: logprobs is the count of top alternatives itself. */
 static int read_logprobs(const json_t *body, ApiRequest *r, ApiError *err) {
     r->logprobs = -1;
-    const json_t *v = present(body, "logprobs");
+    const json_t *v = api_json_present(body, "logprobs");
     if (r->kind == API_COMPLETION) return v ? read_top_count(v, "logprobs", &r->logprobs, err) : 0;
     bool on = false;
     if (read_bool(body, "logprobs", "logprobs", &on, err)) return -1;
-    const json_t *top = present(body, "top_logprobs");
+    const json_t *top = api_json_present(body, "top_logprobs");
     if (top && !on) return api_error_set(err, 400, "top_logprobs", NULL, "top_logprobs needs logprobs set to true");
     int count = 0;
     if (top && read_top_count(top, "top_logprobs", &count, err)) return -1;
@@ -523,7 +518,7 @@ static int read_logprobs(const json_t *body, ApiRequest *r, ApiError *err) {
 
 static int read_stream(const json_t *body, ApiRequest *r, ApiError *err) {
     if (read_bool(body, "stream", "stream", &r->stream, err)) return -1;
-    const json_t *opts = present(body, "stream_options");
+    const json_t *opts = api_json_present(body, "stream_options");
     if (!opts) return 0;
     if (!json_is_object(opts)) return type_error(err, "stream_options", "an object", opts);
     /* OpenAI refuses stream_options without streaming instead of ignoring them; so do we, so a
@@ -541,7 +536,7 @@ static int add_stop(ApiRequest *r, const json_t *s, ApiError *err) {
 }
 
 static int read_stop(const json_t *body, ApiRequest *r, ApiError *err) {
-    const json_t *v = present(body, "stop");
+    const json_t *v = api_json_present(body, "stop");
     if (!v) return 0;
     if (!json_is_string(v) && !json_is_array(v)) return type_error(err, "stop", "a string or an array of strings", v);
     size_t n = json_is_array(v) ? json_array_size(v) : 1;
@@ -580,7 +575,7 @@ int api_request_check_label(const char *param, const char *what, const char *s, 
 }
 
 static int read_label(const json_t *body, const char *key, char **out, ApiError *err) {
-    const json_t *v = present(body, key);
+    const json_t *v = api_json_present(body, key);
     if (!v) return 0;
     if (!json_is_string(v)) return type_error(err, key, "a string", v);
     if (check_label(key, key, json_string_value(v), json_string_length(v), err)) return -1;
@@ -590,6 +585,17 @@ static int read_label(const json_t *body, const char *key, char **out, ApiError 
 static int read_labels(const json_t *body, ApiRequest *r, ApiError *err) {
     if (read_label(body, "workflow_id", &r->workflow_id, err) || read_label(body, "agent", &r->agent, err)) return -1;
     return read_label(body, "tenant", &r->tenant, err) || read_label(body, "adapter", &r->adapter, err) ? -1 : 0;
+}
+
+/* OpenAI's prompt_cache_retention: "in_memory" is what the cache does anyway; "24h" keeps the
+ * prompt's blocks (pinned) for a day. */
+static int read_cache_retention(const json_t *body, ApiRequest *r, ApiError *err) {
+    const json_t *v = api_json_present(body, "prompt_cache_retention");
+    if (!v) return 0;
+    const char *s = json_is_string(v) ? json_string_value(v) : "";
+    if (strcmp(s, "in_memory") == 0) return 0;
+    if (strcmp(s, "24h") == 0) return r->prompt_cache_retention_s = 24 * 3600.0, 0;
+    return api_error_set(err, 400, "prompt_cache_retention", NULL, "prompt_cache_retention must be \"in_memory\" or \"24h\"");
 }
 
 /* ---- the whole body ---- */
@@ -625,7 +631,7 @@ static json_t *load_body(const char *body, size_t len, ApiError *err) {
 
 /* segment_reuse: "off", "exact" or "approx" (whether the server allows it is checked later). */
 static int read_segment_reuse(const json_t *body, ApiRequest *r, ApiError *err) {
-    const json_t *v = present(body, "segment_reuse");
+    const json_t *v = api_json_present(body, "segment_reuse");
     if (!v) return 0;
     int mode = json_is_string(v) ? segment_reuse_parse(json_string_value(v)) : -1;
     if (mode < 0) return api_error_set(err, 400, "segment_reuse", NULL, "segment_reuse must be \"off\", \"exact\" or \"approx\"");
@@ -640,7 +646,11 @@ static int read_fields(const json_t *body, ApiKind kind, const char *served, Api
     if (read_stream(body, r, err) || read_stop(body, r, err)) return -1;
     if (read_bool(body, "ignore_eos", "ignore_eos", &r->ignore_eos, err) || read_logprobs(body, r, err)) return -1;
     if (read_segment_reuse(body, r, err) || read_labels(body, r, err)) return -1;
-    if (api_directives_parse(present(body, "directives"), &r->directives, &r->n_directives, err)) return -1;
+    if (api_directives_parse(api_json_present(body, "directives"), &r->directives, &r->n_directives, err)) return -1;
+    if (read_label(body, "conversation_id", &r->conversation_id, err) || api_auto_splice_parse(api_json_present(body, "auto_splice"), &r->auto_splice, err))
+        return -1;
+    if (read_label(body, "prompt_cache_key", &r->prompt_cache_key, err) || read_cache_retention(body, r, err)) return -1;
+    if (read_label(body, "cache_id", &r->cache_id, err)) return -1;
     if (kind == API_CHAT && api_tools_read(body, r, err)) return -1;
     return api_fields_check(body, kind, err);
 }
@@ -651,6 +661,7 @@ int api_request_parse(const char *body, size_t len, ApiKind kind, const char *se
     out->kind = kind;
     out->max_tokens = -1;
     out->segment_reuse = -1;
+    out->auto_splice = -1;
     out->temperature = 1.0;
     out->top_p = 1.0;
     out->n = 1;
@@ -665,6 +676,9 @@ int api_request_parse(const char *body, size_t len, ApiKind kind, const char *se
 void api_request_free(ApiRequest *r) {
     if (!r) return;
     api_directives_free(r->directives, r->n_directives);
+    free(r->conversation_id);
+    free(r->prompt_cache_key);
+    free(r->cache_id);
     for (int i = 0; i < r->n_messages; i++) {
         free(r->messages[i].role);
         free(r->messages[i].content);

@@ -92,6 +92,17 @@ typedef struct {
     bool ignore_eos;             /* extension, default false */
     int segment_reuse;           /* extension: -1 absent, else 0 off, 1 exact, 2 approx (kv_cache.h SegmentReuseMode) */
     char *workflow_id, *agent, *tenant, *adapter; /* Braid extensions, NULL when absent */
+    /* Leyline (api_directives.h): the conversation whose turns share spliced K/V (NULL: the
+     * workflow is it); auto_splice: -1 absent, else a CacheSpliceMode the server plans itself. */
+    char *conversation_id;
+    int auto_splice;
+    /* OpenAI's cache parameters: prompt_cache_key routes requests of one key (per tenant) to the
+     * instance holding its cache (cache_key_affinity.h); prompt_cache_retention_s: 0 = "in_memory"
+     * (or absent), else "24h" in seconds: the prompt is pinned that long (http_directives.c).
+     * cache_id: an explicit cache (explicit_caches.h) the request starts from. NULL when absent. */
+    char *prompt_cache_key;
+    double prompt_cache_retention_s;
+    char *cache_id;
     struct ApiDirective *directives; /* cache directives (api_directives.h), n_directives of them */
     int n_directives;
     /* Tools and structured outputs (chat only; api_tools.h). tools: the validated OpenAI tools array
@@ -105,6 +116,10 @@ typedef struct {
     ApiResponseFormat response_format;
     json_t *response_schema;
 } ApiRequest;
+
+/* The directive index of prompt_cache_retention's pin (cache_retention.h): its outcome is reported
+ * with "source": "prompt_cache_retention" rather than a directive's index. */
+#define API_RETENTION_OUTCOME_INDEX (-1000000)
 
 typedef struct {
     int status;          /* HTTP status: 400, 404, 413, 422, 429, 5xx ... */

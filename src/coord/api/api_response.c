@@ -26,6 +26,11 @@ static void attach_outcomes(json_t *o, const ApiUsage *u) {
     json_array_foreach(list, i, item) {
         json_int_t index = json_integer_value(json_object_get(item, "index"));
         if (index >= 0) continue;
+        if (index == API_RETENTION_OUTCOME_INDEX) { /* prompt_cache_retention's pin (cache_retention.h) */
+            json_object_del(item, "index");
+            json_object_set_new(item, "source", json_string("prompt_cache_retention"));
+            continue;
+        }
         json_object_del(item, "index");
         json_object_set_new(item, "source", json_string("cache_control"));
         json_object_set_new(item, "message", json_integer(-index - 1));

@@ -1,4 +1,5 @@
 /* Tools, tool_choice, response_format and the tool parts of messages; the contract is in api_tools.h. */
+#include "coord/api/api_json.h"
 #include "coord/api/api_tools.h"
 
 #include <stdio.h>
@@ -10,28 +11,10 @@
 /* How much of a client-supplied name an error quotes. */
 #define QUOTE 64
 
-static const json_t *present(const json_t *obj, const char *key) {
-    const json_t *v = json_object_get(obj, key);
-    return v && !json_is_null(v) ? v : NULL;
-}
 
-static const char *type_name(const json_t *v) {
-    if (!v) return "nothing";
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER:
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "a value";
-}
 
 static int type_error(ApiError *err, const char *param, const char *expected, const json_t *v) {
-    return api_error_set(err, 400, param, NULL, "%s must be %s, got %s", param, expected, type_name(v));
+    return api_error_set(err, 400, param, NULL, "%s must be %s, got %s", param, expected, api_json_type_name(v));
 }
 
 static int out_of_memory(ApiError *err) { return api_error_set(err, 503, NULL, NULL, "the server is out of memory; retry shortly"); }
@@ -65,7 +48,7 @@ static bool valid_function_name(const char *s, size_t n) {
 static int read_function_name(const json_t *fn, const char *path, const char **name, ApiError *err) {
     char param[160];
     snprintf(param, sizeof param, "%s.name", path);
-    const json_t *v = present(fn, "name");
+    const json_t *v = api_json_present(fn, "name");
     if (!v || !json_is_string(v)) return type_error(err, param, "a string", v);
     if (!valid_function_name(json_string_value(v), json_string_length(v)))
         return api_error_set(err, 400, param, NULL, "%s must be 1 to %d characters of a-z, A-Z, 0-9, '_' or '-'", param,
@@ -82,18 +65,18 @@ static int read_one_tool(const json_t *tool, size_t i, ApiError *err) {
     char path[48], param[96];
     snprintf(path, sizeof path, "tools[%zu]", i);
     if (!json_is_object(tool)) return type_error(err, path, "an object like {\"type\": \"function\", \"function\": {...}}", tool);
-    const json_t *type = present(tool, "type");
+    const json_t *type = api_json_present(tool, "type");
     snprintf(param, sizeof param, "%s.type", path);
     if (!type || !json_is_string(type) || strcmp(json_string_value(type), "function") != 0)
         return api_error_set(err, 400, param, NULL, "%s must be \"function\" (the only tool type Braid serves)", param);
     if (check_members(tool, path, tool_fields, err)) return -1;
-    const json_t *fn = present(tool, "function");
+    const json_t *fn = api_json_present(tool, "function");
     snprintf(param, sizeof param, "%s.function", path);
     if (!fn || !json_is_object(fn)) return type_error(err, param, "an object with name, description and parameters", fn);
     if (check_members(fn, param, fn_fields, err)) return -1;
     const char *name;
     if (read_function_name(fn, param, &name, err)) return -1;
-    const json_t *desc = present(fn, "description"), *params = present(fn, "parameters"), *strict = present(fn, "strict");
+    const json_t *desc = api_json_present(fn, "description"), *params = api_json_present(fn, "parameters"), *strict = api_json_present(fn, "strict");
     char field[128];
     snprintf(field, sizeof field, "%s.description", param);
     if (desc && !json_is_string(desc)) return type_error(err, field, "a string", desc);
@@ -110,7 +93,7 @@ static const char *tool_name(const json_t *tools, size_t i) {
 }
 
 static int read_tools(const json_t *body, ApiRequest *r, ApiError *err) {
-    const json_t *v = present(body, "tools");
+    const json_t *v = api_json_present(body, "tools");
     if (!v) return 0;
     if (!json_is_array(v)) return type_error(err, "tools", "an array of tool objects", v);
     size_t n = json_array_size(v);
@@ -133,7 +116,7 @@ static bool has_tool(const ApiRequest *r, const char *name) {
 }
 
 static int read_named_choice(const json_t *v, ApiRequest *r, ApiError *err) {
-    const json_t *type = present(v, "type"), *fn = present(v, "function");
+    const json_t *type = api_json_present(v, "type"), *fn = api_json_present(v, "function");
     if (!type || !json_is_string(type) || strcmp(json_string_value(type), "function") != 0 || !fn || !json_is_object(fn))
         return api_error_set(err, 400, "tool_choice", NULL,
                              "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
@@ -146,7 +129,7 @@ static int read_named_choice(const json_t *v, ApiRequest *r, ApiError *err) {
 }
 
 static int read_tool_choice(const json_t *body, ApiRequest *r, ApiError *err) {
-    const json_t *v = present(body, "tool_choice");
+    const json_t *v = api_json_present(body, "tool_choice");
     r->tool_choice = r->tools ? API_TOOL_CHOICE_AUTO : API_TOOL_CHOICE_NONE;
     if (!v) return 0;
     if (json_is_object(v)) {
@@ -182,10 +165,10 @@ static int check_schema(const json_t *schema, const char *param, ApiError *err) 
 
 static int read_json_schema_format(const json_t *format, ApiRequest *r, ApiError *err) {
     static const char *const fields[] = {"name", "schema", "strict", "description", NULL};
-    const json_t *js = present(format, "json_schema");
+    const json_t *js = api_json_present(format, "json_schema");
     if (!js || !json_is_object(js)) return type_error(err, "response_format.json_schema", "an object with name and schema", js);
     if (check_members(js, "response_format.json_schema", fields, err)) return -1;
-    const json_t *name = present(js, "name"), *schema = present(js, "schema"), *strict = present(js, "strict");
+    const json_t *name = api_json_present(js, "name"), *schema = api_json_present(js, "schema"), *strict = api_json_present(js, "strict");
     if (!name || !json_is_string(name) || !valid_function_name(json_string_value(name), json_string_length(name)))
         return api_error_set(err, 400, "response_format.json_schema.name", NULL,
                              "response_format.json_schema.name must be 1 to 64 characters of a-z, A-Z, 0-9, '_' or '-'");
@@ -197,10 +180,10 @@ static int read_json_schema_format(const json_t *format, ApiRequest *r, ApiError
 }
 
 static int read_response_format(const json_t *body, ApiRequest *r, ApiError *err) {
-    const json_t *v = present(body, "response_format");
+    const json_t *v = api_json_present(body, "response_format");
     if (!v) return 0;
     if (!json_is_object(v)) return type_error(err, "response_format", "an object like {\"type\": \"json_object\"}", v);
-    const json_t *type = present(v, "type");
+    const json_t *type = api_json_present(v, "type");
     const char *t = json_is_string(type) ? json_string_value(type) : "";
     if (strcmp(t, "text") == 0 || strcmp(t, "json_object") == 0) {
         static const char *const fields[] = {"type", NULL};
@@ -217,7 +200,7 @@ static int read_response_format(const json_t *body, ApiRequest *r, ApiError *err
 
 int api_tools_read(const json_t *body, ApiRequest *r, ApiError *err) {
     r->parallel_tool_calls = true;
-    const json_t *parallel = present(body, "parallel_tool_calls");
+    const json_t *parallel = api_json_present(body, "parallel_tool_calls");
     if (parallel && !json_is_boolean(parallel)) return type_error(err, "parallel_tool_calls", "a boolean", parallel);
     if (parallel) r->parallel_tool_calls = json_is_true(parallel);
     if (read_tools(body, r, err) || read_tool_choice(body, r, err)) return -1;
@@ -256,7 +239,7 @@ static json_t *read_call(const json_t *call, const char *path, ApiError *err) {
         return NULL;
     }
     if (check_members(call, path, fields, err)) return NULL;
-    const json_t *id = present(call, "id"), *type = present(call, "type"), *fn = present(call, "function");
+    const json_t *id = api_json_present(call, "id"), *type = api_json_present(call, "type"), *fn = api_json_present(call, "function");
     snprintf(param, sizeof param, "%s.id", path);
     if (!id || !json_is_string(id) || json_string_length(id) == 0 || json_string_length(id) > API_MAX_LABEL_BYTES) {
         api_error_set(err, 400, param, NULL, "%s must be a non-empty string of at most %d bytes", param, API_MAX_LABEL_BYTES);
@@ -276,7 +259,7 @@ static json_t *read_call(const json_t *call, const char *path, ApiError *err) {
     if (check_members(fn, param, fn_fields, err) || read_function_name(fn, param, &name, err)) return NULL;
     char args_param[224];
     snprintf(args_param, sizeof args_param, "%s.arguments", param);
-    const json_t *raw = present(fn, "arguments");
+    const json_t *raw = api_json_present(fn, "arguments");
     json_t *args = raw ? parse_arguments(raw, args_param, err) : json_object();
     if (!args) return NULL;
     json_t *out = json_pack("{s:O, s:s, s:{s:s, s:o}}", "id", id, "type", "function", "function", "name", name, "arguments", args);
@@ -309,7 +292,7 @@ static int read_tool_calls(const json_t *v, const char *path, ApiMessage *m, Api
 }
 
 static int read_short_string(const json_t *msg, const char *key, const char *path, char **out, ApiError *err) {
-    const json_t *v = present(msg, key);
+    const json_t *v = api_json_present(msg, key);
     if (!v) return 0;
     char param[96];
     snprintf(param, sizeof param, "%s.%s", path, key);
@@ -319,7 +302,7 @@ static int read_short_string(const json_t *msg, const char *key, const char *pat
 }
 
 int api_message_read_tools(const json_t *msg, const char *path, ApiMessage *m, ApiError *err) {
-    const json_t *calls = present(msg, "tool_calls");
+    const json_t *calls = api_json_present(msg, "tool_calls");
     if (calls && read_tool_calls(calls, path, m, err)) return -1;
     if (read_short_string(msg, "name", path, &m->name, err)) return -1;
     if (read_short_string(msg, "tool_call_id", path, &m->tool_call_id, err)) return -1;

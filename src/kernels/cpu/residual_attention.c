@@ -65,6 +65,9 @@ typedef struct {
     const float *q;
     const int32_t *q_pos;
     int n_heads, group;
+    /* The context's keys rebuilt once for the call ((n_kv_heads, context blocks, block_size,
+     * head_dim)), or NULL: each (KV head, query tile) work item rebuilds its blocks' keys itself. */
+    const float *keys;
 } ResidualJob;
 
 static int scratch_alloc(TileScratch *s, int bs, int hd, int rank, int rows) {
@@ -135,22 +138,17 @@ static void transpose_bk(const ResidualJob *job, int g, TileScratch *s) {
         for (int i = 0; i < r; i++) s->bt_k[(size_t)i * hd + d] = ad->scale * ad->b_k[((size_t)g * hd + d) * r + i];
 }
 
-/* Stage 1 of Algorithm 1 for one block and KV head g: K = K_base + RoPE_pos(scale·B_k·K_res),
- * the base values, and the V residuals (the V up-projection waits until the end). */
-static void build_block(const ResidualJob *job, int g, int block_index, int n_slots, TileScratch *s) {
+/* Stage 1 of Algorithm 1, keys, for one block and KV head g: keys (n_slots, head_dim) =
+ * K_base + RoPE_pos(scale·B_k·K_res). s->bt_k must hold KV head g's transposed B_k (transpose_bk). */
+static void build_keys(const ResidualJob *job, int g, int block_index, int n_slots, TileScratch *s, float *keys) {
     const KvLayerView *kv = job->kv;
     const ResidualAdapter *ad = job->ad;
     int bs = kv->block_size, hd = kv->head_dim, r = ad->rank, pool_rank = job->res->rank, half = job->rope->rope_dim / 2;
     int32_t blk = job->block_table[block_index], rblk = job->res_block_table[block_index];
     size_t base_at = ((size_t)blk * kv->n_kv_heads + g) * bs * hd; /* a KV head's slots of a block are contiguous */
-    widen(s->k_tile, kv->k + base_at, n_slots * hd);
-    widen(s->v_tile, kv->v + base_at, n_slots * hd);
-    for (int j = 0; j < n_slots && r > 0; j++) {
-        const size_t res_at = ((size_t)rblk * bs + j) * pool_rank;
-        widen(s->vres_tile + (size_t)j * r, job->res->v + res_at, r);
-        if (ad->b_k) widen(s->kres_tile + (size_t)j * r, job->res->k + res_at, r);
-    }
+    widen(keys, kv->k + base_at, n_slots * hd);
     if (!ad->b_k || r == 0) return;
+    for (int j = 0; j < n_slots; j++) widen(s->kres_tile + (size_t)j * r, job->res->k + ((size_t)rblk * bs + j) * pool_rank, r);
     for (int j = 0; j < n_slots; j++) {
         lora_key(s->kres_tile + (size_t)j * r, s->bt_k, r, hd, s->lora_k);
         int32_t pos = kv->slot_pos[(size_t)blk * bs + j];
@@ -158,8 +156,17 @@ static void build_block(const ResidualJob *job, int g, int block_index, int n_sl
         if (pos >= job->rope->n_positions) pos = job->rope->n_positions - 1;
         rope_row(s->lora_k, hd, job->rope->rope_dim, job->rope->pairing, job->rope->cos + (size_t)pos * half,
                  job->rope->sin + (size_t)pos * half);
-        axpy(s->k_tile + (size_t)j * hd, 1.0f, s->lora_k, hd);
+        axpy(keys + (size_t)j * hd, 1.0f, s->lora_k, hd);
     }
+}
+
+/* Stage 1, values: the block's base values and V residuals (the V up-projection waits until the end). */
+static void build_values(const ResidualJob *job, int g, int block_index, int n_slots, TileScratch *s) {
+    const KvLayerView *kv = job->kv;
+    int bs = kv->block_size, hd = kv->head_dim, r = job->ad->rank, pool_rank = job->res->rank;
+    int32_t blk = job->block_table[block_index], rblk = job->res_block_table[block_index];
+    widen(s->v_tile, kv->v + ((size_t)blk * kv->n_kv_heads + g) * bs * hd, n_slots * hd);
+    for (int j = 0; j < n_slots && r > 0; j++) widen(s->vres_tile + (size_t)j * r, job->res->v + ((size_t)rblk * bs + j) * pool_rank, r);
 }
 
 /* scores (n) -> exp(score - max) in place, masked (-inf) lanes to exactly 0; returns their sum.
@@ -226,16 +233,16 @@ static void accumulate_values(const float *p, int n, const float *rows, int widt
 
 /* Stage 2 for one query row over one block: scores, then the online-softmax update of both
  * accumulators. */
-static void attend_block(const ResidualJob *job, int blk_slot0, int n_slots, const float *qrow, int32_t qp, float *m, float *l,
-                         float *acc, float *acc_res, TileScratch *s) {
+static void attend_block(const ResidualJob *job, int blk_slot0, int n_slots, const float *keys, const float *qrow, int32_t qp,
+                         float *m, float *l, float *acc, float *acc_res, TileScratch *s) {
     int hd = job->kv->head_dim, r = job->ad->rank;
     const int32_t *slot_pos = job->kv->slot_pos + blk_slot0;
     float inv_sqrt = 1.0f / sqrtf((float)hd), block_max = -INFINITY;
     int j = 0;
 #if defined(__AVX2__) && defined(__FMA__)
-    for (; hd % 8 == 0 && j + 8 <= n_slots; j += 8) dots8(qrow, s->k_tile + (size_t)j * hd, hd, s->scores + j);
+    for (; hd % 8 == 0 && j + 8 <= n_slots; j += 8) dots8(qrow, keys + (size_t)j * hd, hd, s->scores + j);
 #endif
-    for (; j < n_slots; j++) s->scores[j] = vec_dot_f32(qrow, s->k_tile + (size_t)j * hd, hd);
+    for (; j < n_slots; j++) s->scores[j] = vec_dot_f32(qrow, keys + (size_t)j * hd, hd);
     for (j = 0; j < n_slots; j++) {
         s->scores[j] = slot_pos[j] > qp ? -INFINITY : s->scores[j] * inv_sqrt;
         if (s->scores[j] > block_max) block_max = s->scores[j];
@@ -279,7 +286,7 @@ static void run_tile(const ResidualJob *job, int g, int t0, int t1, float *out, 
     for (int t = t0; t < t1; t++)
         if (job->q_pos[t] > q_max) q_max = job->q_pos[t];
     for (int i = 0; i < rows; i++) s->m[i] = -INFINITY, s->l[i] = 0;
-    transpose_bk(job, g, s);
+    if (!job->keys) transpose_bk(job, g, s);
     memset(s->acc, 0, (size_t)rows * hd * sizeof(float));
     memset(s->acc_res, 0, (size_t)rows * (r > 0 ? r : 1) * sizeof(float));
     int n_blocks = (job->n_ctx + bs - 1) / bs;
@@ -288,12 +295,15 @@ static void run_tile(const ResidualJob *job, int g, int t0, int t1, float *out, 
         int any = 0; /* blocks wholly after every query of the tile are skipped */
         for (int j = 0; j < n_slots && !any; j++) any = kv->slot_pos[slot0 + j] <= q_max;
         if (!any) continue;
-        build_block(job, g, b, n_slots, s);
+        const float *keys = s->k_tile;
+        if (job->keys) keys = job->keys + ((size_t)g * n_blocks + b) * bs * hd;
+        else build_keys(job, g, b, n_slots, s, s->k_tile);
+        build_values(job, g, b, n_slots, s);
         for (int t = t0; t < t1; t++)
             for (int h = 0; h < group; h++) {
                 int row = (t - t0) * group + h;
                 const float *qrow = job->q + (size_t)t * q_dim + (size_t)(g * group + h) * hd;
-                attend_block(job, slot0, n_slots, qrow, job->q_pos[t], &s->m[row], &s->l[row], s->acc + (size_t)row * hd,
+                attend_block(job, slot0, n_slots, keys, qrow, job->q_pos[t], &s->m[row], &s->l[row], s->acc + (size_t)row * hd,
                              s->acc_res + (size_t)row * r, s);
             }
     }
@@ -305,16 +315,14 @@ static void run_tile(const ResidualJob *job, int g, int t0, int t1, float *out, 
         }
 }
 
-int cpu_residual_attention(const KvLayerView *kv, const int32_t *block_table, const ResidualLayerView *res,
-                           const int32_t *res_block_table, int n_ctx, const ResidualAdapter *ad, const RopeTable *rope,
-                           const float *q, const int32_t *q_pos, int n_tokens, int n_heads, float *out) {
-    if (ad->rank > res->rank || ad->rank > LORA_MAX_RANK || n_heads % kv->n_kv_heads != 0) return -1;
-    ResidualJob job = {kv, block_table, res, res_block_table, n_ctx, ad, rope, q, q_pos, n_heads, n_heads / kv->n_kv_heads};
+/* Runs every (KV head, query tile) work item of job over the cores. -1 when out of memory. */
+static int run_tiles(const ResidualJob *job, int n_tokens, float *out) {
+    const KvLayerView *kv = job->kv;
     int n_tiles = (n_tokens + TILE_QUERIES - 1) / TILE_QUERIES, n_work = kv->n_kv_heads * n_tiles, failed = 0;
 #pragma omp parallel if (n_work > 1)
     {
         TileScratch s;
-        int ok = scratch_alloc(&s, kv->block_size, kv->head_dim, ad->rank, TILE_QUERIES * job.group) == 0;
+        int ok = scratch_alloc(&s, kv->block_size, kv->head_dim, job->ad->rank, TILE_QUERIES * job->group) == 0;
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
@@ -324,9 +332,79 @@ int cpu_residual_attention(const KvLayerView *kv, const int32_t *block_table, co
             if (!ok) continue;
             int g = w % kv->n_kv_heads, tile = w / kv->n_kv_heads;
             int t0 = tile * TILE_QUERIES, t1 = t0 + TILE_QUERIES < n_tokens ? t0 + TILE_QUERIES : n_tokens;
-            run_tile(&job, g, t0, t1, out, &s);
+            run_tile(job, g, t0, t1, out, &s);
         }
         scratch_free(&s);
     }
     return failed ? -1 : 0;
+}
+
+/* Blocks of the context per key-building work item: B_k is transposed once per item. */
+#define KEY_BLOCKS_PER_ITEM 8
+
+/* Rebuilds, once, the keys of every context block some query can see into keys ((n_kv_heads,
+ * n_blocks, block_size, head_dim)), parallel over (KV head, run of blocks), by build_keys: the
+ * same arithmetic per key as the per-tile rebuild. Blocks after every query stay unwritten
+ * (run_tile skips them too). -1 when out of memory. */
+static int build_all_keys(const ResidualJob *job, int32_t q_max, float *keys) {
+    const KvLayerView *kv = job->kv;
+    int bs = kv->block_size, hd = kv->head_dim, n_blocks = (job->n_ctx + bs - 1) / bs;
+    int runs = (n_blocks + KEY_BLOCKS_PER_ITEM - 1) / KEY_BLOCKS_PER_ITEM, n_work = kv->n_kv_heads * runs, failed = 0;
+#pragma omp parallel if (n_work > 1)
+    {
+        TileScratch s;
+        int ok = scratch_alloc(&s, bs, hd, job->ad->rank, 1) == 0;
+        if (!ok) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic)
+        for (int w = 0; w < n_work; w++) {
+            if (!ok) continue;
+            int g = w % kv->n_kv_heads, b0 = (w / kv->n_kv_heads) * KEY_BLOCKS_PER_ITEM;
+            int b1 = b0 + KEY_BLOCKS_PER_ITEM < n_blocks ? b0 + KEY_BLOCKS_PER_ITEM : n_blocks;
+            transpose_bk(job, g, &s);
+            for (int b = b0; b < b1; b++) {
+                int n_slots = job->n_ctx - b * bs < bs ? job->n_ctx - b * bs : bs, slot0 = job->block_table[b] * bs, any = 0;
+                for (int j = 0; j < n_slots && !any; j++) any = kv->slot_pos[slot0 + j] <= q_max;
+                if (any) build_keys(job, g, b, n_slots, &s, keys + ((size_t)g * n_blocks + b) * bs * hd);
+            }
+        }
+        scratch_free(&s);
+    }
+    return failed ? -1 : 0;
+}
+
+static int validate(const KvLayerView *kv, const ResidualLayerView *res, const ResidualAdapter *ad, int n_heads) {
+    return ad->rank > res->rank || ad->rank > LORA_MAX_RANK || n_heads % kv->n_kv_heads != 0 ? -1 : 0;
+}
+
+int cpu_residual_attention_per_tile(const KvLayerView *kv, const int32_t *block_table, const ResidualLayerView *res,
+                                    const int32_t *res_block_table, int n_ctx, const ResidualAdapter *ad, const RopeTable *rope,
+                                    const float *q, const int32_t *q_pos, int n_tokens, int n_heads, float *out) {
+    if (validate(kv, res, ad, n_heads)) return -1;
+    ResidualJob job = {kv, block_table, res, res_block_table, n_ctx, ad, rope, q, q_pos, n_heads, n_heads / kv->n_kv_heads, NULL};
+    return run_tiles(&job, n_tokens, out);
+}
+
+int cpu_residual_attention(const KvLayerView *kv, const int32_t *block_table, const ResidualLayerView *res,
+                           const int32_t *res_block_table, int n_ctx, const ResidualAdapter *ad, const RopeTable *rope,
+                           const float *q, const int32_t *q_pos, int n_tokens, int n_heads, float *out) {
+    if (validate(kv, res, ad, n_heads)) return -1;
+    ResidualJob job = {kv, block_table, res, res_block_table, n_ctx, ad, rope, q, q_pos, n_heads, n_heads / kv->n_kv_heads, NULL};
+    /* One query tile (a decode step): each KV head's work item rebuilds its keys once anyway. */
+    if (n_tokens <= TILE_QUERIES || !ad->b_k || ad->rank == 0) return run_tiles(&job, n_tokens, out);
+    int bs = kv->block_size, n_blocks = (n_ctx + bs - 1) / bs;
+    float *keys = malloc((size_t)kv->n_kv_heads * n_blocks * bs * kv->head_dim * sizeof *keys);
+    if (!keys) return run_tiles(&job, n_tokens, out); /* the per-tile rebuild needs no context-sized buffer */
+    int32_t q_max = q_pos[0];
+    for (int t = 1; t < n_tokens; t++)
+        if (q_pos[t] > q_max) q_max = q_pos[t];
+    int rc = build_all_keys(&job, q_max, keys);
+    if (rc == 0) {
+        job.keys = keys;
+        rc = run_tiles(&job, n_tokens, out);
+    }
+    free(keys);
+    return rc;
 }

@@ -16,7 +16,15 @@
  * B_k or B_v NULL: that projection is not adapted (its residual is ignored).
  * Arithmetic: fp16 storage widened exactly, fp32 compute; the result equals attention over the
  * materialised K/V up to fp32 reassociation and the rounding of storing the halves apart.
- * Threads: parallel over (KV head, query tile) inside (OpenMP). Thread-safe for distinct outputs.
+ * Cost: rebuilding a key is rank × head_dim multiply-adds per slot and KV head (shared by the
+ * group's query heads), against head_dim for each query head's dot product. A call with more than
+ * one query tile (a prefill chunk) rebuilds the context's keys once, into a context-sized buffer,
+ * and every tile reads them; a decode step (one tile) rebuilds inside its KV head's work item.
+ * Folding the residual into the query instead (q·RoPE_p(B_k·k_res) = (B_kᵀ·RoPE_p⁻¹·q)·k_res)
+ * does not save work: the deferred RoPE depends on each slot's position, so the folded query is
+ * again rank × head_dim per slot, and per query head rather than per KV head.
+ * Threads: parallel over (KV head, query tile) inside (OpenMP), and over (KV head, run of blocks)
+ * for the once-per-call key rebuild. Thread-safe for distinct outputs.
  */
 #ifndef BRAID_KERNELS_CPU_RESIDUAL_ATTENTION_H
 #define BRAID_KERNELS_CPU_RESIDUAL_ATTENTION_H
@@ -59,5 +67,12 @@ void cpu_residual_store(const ResidualLayerView *res, const int32_t *slot_mappin
 int cpu_residual_attention(const KvLayerView *kv, const int32_t *block_table, const ResidualLayerView *res,
                            const int32_t *res_block_table, int n_ctx, const ResidualAdapter *ad, const RopeTable *rope,
                            const float *q, const int32_t *q_pos, int n_tokens, int n_heads, float *out);
+
+/* The same result by the former schedule: every (KV head, query tile) work item rebuilds the keys
+ * of the blocks it reads (a prefill chunk of n queries rebuilds them n / 16 times). Bitwise equal
+ * to cpu_residual_attention; kept as its reference for tests and bench_residual_attention. */
+int cpu_residual_attention_per_tile(const KvLayerView *kv, const int32_t *block_table, const ResidualLayerView *res,
+                                    const int32_t *res_block_table, int n_ctx, const ResidualAdapter *ad, const RopeTable *rope,
+                                    const float *q, const int32_t *q_pos, int n_tokens, int n_heads, float *out);
 
 #endif

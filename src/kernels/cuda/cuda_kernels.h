@@ -221,8 +221,11 @@ cudaError_t cuda_residual_attention(const CudaResidualAttention *a, const int32_
                                     int n_splits, float *partials, cudaStream_t stream);
 size_t cuda_residual_partials_floats(int n_tiles, int n_heads, int tile_queries, int n_splits, int head_dim, int rank);
 
-/* Deterministic pseudo-random bf16 values uniform in [-scale, scale) (synthetic models). */
-cudaError_t cuda_fill_random_bf16(uint16_t *p, size_t n, uint64_t seed, float scale, cudaStream_t stream);
+/* A synthetic matrix region (model/synthetic_model.h): p[r * cols + c] for r < rows, c < cols gets
+ * the pseudo-random bf16 value of element index index0 + r * stride + c, uniform in [-scale, scale),
+ * bit-identical to synthetic_weight_bf16 on the host. */
+cudaError_t cuda_fill_random_bf16(uint16_t *p, int64_t rows, int64_t cols, uint64_t seed, uint64_t index0, int64_t stride,
+                                  float scale, cudaStream_t stream);
 /* p[0..n) = value. */
 cudaError_t cuda_fill_f32(float *p, size_t n, float value, cudaStream_t stream);
 

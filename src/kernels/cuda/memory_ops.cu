@@ -38,9 +38,15 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-__global__ void fill_random_bf16_kernel(uint16_t *p, size_t n, uint64_t seed, float scale) {
+/* Element (r, c) of a rows x cols region is the value of index index0 + r * stride + c: the same
+ * arithmetic as synthetic_weight_bf16 (model/synthetic_model.c), so host and device agree bit for bit. */
+__global__ void fill_random_bf16_kernel(uint16_t *p, int64_t rows, int64_t cols, uint64_t seed, uint64_t index0, int64_t stride,
+                                        float scale) {
+    size_t n = (size_t)rows * (size_t)cols;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float u = (float)(mix64(seed ^ (i * 0x2545f4914f6cdd1dull)) >> 40) * (1.0f / 16777216.0f);
+        uint64_t r = i / (uint64_t)cols, c = i % (uint64_t)cols;
+        uint64_t index = index0 + r * (uint64_t)stride + c;
+        float u = (float)(mix64(seed ^ (index * 0x2545f4914f6cdd1dull)) >> 40) * (1.0f / 16777216.0f);
         p[i] = f32_to_bf16((2.0f * u - 1.0f) * scale);
     }
 }
@@ -82,9 +88,10 @@ extern "C" cudaError_t cuda_memcpy_kv_blocks(const CudaKvTier *src, int src_bloc
                            (size_t)n * block_size * sizeof(int32_t), kind, stream);
 }
 
-extern "C" cudaError_t cuda_fill_random_bf16(uint16_t *p, size_t n, uint64_t seed, float scale, cudaStream_t stream) {
-    if (n == 0) return cudaSuccess;
-    fill_random_bf16_kernel<<<1024, 256, 0, stream>>>(p, n, seed, scale);
+extern "C" cudaError_t cuda_fill_random_bf16(uint16_t *p, int64_t rows, int64_t cols, uint64_t seed, uint64_t index0,
+                                             int64_t stride, float scale, cudaStream_t stream) {
+    if (rows <= 0 || cols <= 0) return cudaSuccess;
+    fill_random_bf16_kernel<<<1024, 256, 0, stream>>>(p, rows, cols, seed, index0, stride, scale);
     return cudaGetLastError();
 }
 

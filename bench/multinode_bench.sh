@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# multinode_bench.sh — the multi-node throughput benchmark (issue 33 item 5): the cross-tenant,
+# codegen and templates workloads on 1, 2 and 4 worker nodes (one instance per node, the coordinator
+# on a node of its own), KV moves on and off, at two link rates, on "nodes" that are network
+# namespaces of this machine (tests/multinode/nodes.sh; launch/braid-local --nodes). Needs root.
+#   bench/multinode_bench.sh OUT
+# Environment (defaults in brackets): WORKLOADS [cross-tenant codegen templates], NODES [1 2 4] (worker
+# nodes), MOVES [on off], RATES [1gbit 10gbit] (tc tbf on every link), ROUTER [cost], WORKFLOWS [8],
+# CONCURRENCY [4], SCALE [0.5], MAX_TOKENS_CAP [24], KV_BLOCKS [256] per instance, SEED [1],
+# SIM_ONLY [0] (1: no live arms; the projection from OUT/live-rate.txt or PREFILL_MS / DECODE_MS),
+# BRAID_BIN / BENCH_BIN.
+# Per live arm: requests/s, TTFT p50/p99 (braid-bench's summary), prompt tokens by origin (local
+# device cache, host tier, moved in from another node, computed; the cluster's /metrics) and bytes on
+# the wire (what the worker nodes sent: the rx counters of their veths in the root namespace, which
+# carry the KV moves and the control messages). One node with moves on runs once (nothing to move).
+# Two cores serve every node here, so the live figures measure what moves save, not scale-out; the
+# simulator's projection to real nodes (braid sim --instances N, per-node compute from the live
+# one-node rate, the same link rate) gives the scale-out, and where both exist the table checks the
+# simulator against the live run (hit rate within 2 points, bytes moved within 10 %).
+# Writes OUT/table.md (and OUT/<arm>/: braid-bench results, metrics.txt, wire.txt, serve log).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+braid=${BRAID_BIN:-$root/build/braid}
+bench=${BENCH_BIN:-$root/build/braid-bench}
+model=${BRAID_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+nodes_sh=$root/tests/multinode/nodes.sh
+out=${1:?usage: bench/multinode_bench.sh OUT}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+WORKLOADS=${WORKLOADS:-cross-tenant codegen templates}
+NODES=${NODES:-1 2 4}
+MOVES=${MOVES:-on off}
+RATES=${RATES:-1gbit 10gbit}
+ROUTER=${ROUTER:-cost}
+WORKFLOWS=${WORKFLOWS:-8}
+CONCURRENCY=${CONCURRENCY:-4}
+SCALE=${SCALE:-0.5}
+MAX_TOKENS_CAP=${MAX_TOKENS_CAP:-24}
+KV_BLOCKS=${KV_BLOCKS:-256}
+SEED=${SEED:-1}
+SIM_ONLY=${SIM_ONLY:-0}
+port=${PORT:-18431}
+pid=""
+cleanup() {
+  [ -n "$pid" ] && kill -KILL -- -"$pid" 2> /dev/null
+  [ "$SIM_ONLY" = 1 ] || "$nodes_sh" down > /dev/null 2>&1 || true
+}
+trap cleanup EXIT
+metric() { awk -v name="$1" '$1 == name {s += $2} END {print s + 0}' "$2"; }
+rate_bits() {  # 10gbit -> 1e10 bits/s
+  python3 -c 'import re, sys; m = re.fullmatch(r"([0-9.]+)([kmg]?)bit", sys.argv[1].lower()); print(float(m[1]) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m[2]])' "$1"
+}
+wire_bytes() {  # bytes the worker nodes 2..K+1 sent into the bridge
+  local k=$1 sum=0 v
+  for i in $(seq 2 $((k + 1))); do
+    v=$("$nodes_sh" veth "$i")
+    sum=$((sum + $(cat "/sys/class/net/$v/statistics/rx_bytes")))
+  done
+  echo "$sum"
+}
+
+run_arm() {  # run_arm WORKLOAD K MOVES RATE
+  local w=$1 k=$2 moves=$3 rate=$4 arm="$1-$2n-$3-$4" dir="$out/$1-$2n-$3-$4"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  local node1 url
+  node1=$("$nodes_sh" addr 1)
+  url=http://$node1:$port
+  echo "== $w, $k worker node(s), moves $moves, links $rate, router $ROUTER" >&2
+  BRAID_BIN=$braid setsid "$root/launch/braid-local" --nodes $((k + 1)) --instances "$k" --model "$model" --port "$port" \
+    --threads 1 --kv-blocks "$KV_BLOCKS" --router "$ROUTER" --kv-moves "$moves" > "$dir/serve.log" 2>&1 &
+  pid=$!
+  local up=0
+  for _ in $(seq 1 600); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && up=1 && break
+    kill -0 "$pid" 2> /dev/null || break
+    sleep 0.5
+  done
+  if [ "$up" != 1 ]; then
+    echo "multinode_bench: the cluster did not come up, see $dir/serve.log" >&2
+    kill -KILL -- -"$pid" 2> /dev/null || true; wait "$pid" 2> /dev/null || true; pid=""
+    return 1
+  fi
+  local before after
+  before=$(wire_bytes "$k")
+  "$bench" run --workload "$w" --url "$url" --model "$model" --out "$dir/run" --workflows "$WORKFLOWS" --concurrency "$CONCURRENCY" \
+    --scale "$SCALE" --max-tokens-cap "$MAX_TOKENS_CAP" --seed "$SEED" --no-trace > "$dir/run.log" 2>&1 ||
+    echo "multinode_bench: the driver failed, see $dir/run.log" >&2
+  after=$(wire_bytes "$k")
+  echo $((after - before)) > "$dir/wire.txt"
+  curl -s "$url/metrics" > "$dir/metrics.txt"
+  kill -TERM "$pid"
+  wait "$pid" || true
+  pid=""
+}
+
+row() {  # row WORKLOAD K MOVES RATE: one line of the live table (+ the numbers sim_check needs, in DIR/live.json)
+  local w=$1 k=$2 moves=$3 rate=$4 dir="$out/$1-$2n-$3-$4"
+  local m=$dir/metrics.txt
+  python3 - "$dir" "$k" "$moves" "$rate" "$(cat "$dir/wire.txt")" \
+    "$(metric 'braid_prompt_tokens_cached_total{tier="device"}' "$m")" "$(metric 'braid_prompt_tokens_cached_total{tier="host"}' "$m")" \
+    "$(metric braid_prompt_tokens_computed_total "$m")" "$(metric braid_kv_moved_in_blocks_total "$m")" \
+    "$(metric braid_kv_moved_in_bytes_total "$m")" "$(metric braid_kv_move_failures_total "$m")" <<'PY'
+import json, sys
+d, k, moves, rate, wire = sys.argv[1:6]
+dev, host, computed, moved_blocks, moved_bytes, failures = (float(x) for x in sys.argv[6:12])
+s = json.load(open(f"{d}/run/summary.json"))
+ttft = s.get("metrics", {}).get("ttft_ms", {})
+remote = moved_blocks * 16
+total = dev + host + computed or 1
+local = dev - remote
+json.dump({"hit": (dev + host) / total, "moved_bytes": moved_bytes, "req_s": s["req_s"]}, open(f"{d}/live.json", "w"))
+print(f"| {k} | {moves} | {rate} | {s['requests'] - s['errors']}/{s['requests']} | {s['req_s']:.3f} | {ttft.get('p50', 0) / 1e3:.2f} | "
+      f"{ttft.get('p99', 0) / 1e3:.2f} | {local / total:.1%} | {remote / total:.1%} | {host / total:.1%} | {computed / total:.1%} | "
+      f"{moved_bytes / 2**20:.1f} | {int(wire) / 2**20:.1f} | {failures:.0f} |")
+PY
+}
+
+# The per-node compute the projection uses: fitted on the first one-node live arm (prefill and
+# decode time in the simulator's 1:4 ratio, over the run's wall time: the driver keeps the node busy),
+# else PREFILL_MS / DECODE_MS, else braid sim's defaults (2.5 / 10 ms).
+fit_rate() {
+  local dir=$1
+  python3 - "$dir" "$(metric braid_prompt_tokens_computed_total "$dir/metrics.txt")" <<'PY' > "$out/live-rate.txt"
+import json, sys
+d, computed = sys.argv[1], float(sys.argv[2])
+s = json.load(open(f"{d}/run/summary.json"))
+generated = s["completion_tokens"]
+prefill_ms = s["wall_s"] * 1e3 / (computed + 4 * generated)
+print(f"{prefill_ms:.4f} {4 * prefill_ms:.4f}")
+PY
+}
+
+sim_row() {  # sim_row WORKLOAD K MOVES RATE: the projection (and the check against the live arm when there is one)
+  local w=$1 k=$2 moves=$3 rate=$4 prefill decode
+  read -r prefill decode < <(cat "$out/live-rate.txt" 2> /dev/null || echo "${PREFILL_MS:-2.5} ${DECODE_MS:-10}")
+  [ -s "$out/$w.trace.jsonl" ] || "$bench" gen --workload "$w" --out "$out/$w.trace.jsonl" --workflows "$WORKFLOWS" \
+    --concurrency "$CONCURRENCY" --scale "$SCALE" --seed "$SEED" --prefill-ms-per-token "$prefill" --decode-ms-per-token "$decode" 2>&1 | tail -1 >&2
+  local gbps
+  gbps=$(python3 -c "print($(rate_bits "$rate") / 8e9)")
+  local sim
+  sim=$("$braid" sim --trace "$out/$w.trace.jsonl" --kv-tokens $((KV_BLOCKS * 16)) --instances "$k" --router "$ROUTER" --moves "$moves" \
+    --link-gbps "$gbps" --link-latency-us 100 --prefill-ms-per-token "$prefill" --decode-ms-per-token "$decode" --json | tail -1)
+  python3 - "$sim" "$k" "$moves" "$rate" "$out/$w-${k}n-$moves-$rate/live.json" <<'PY'
+import json, os, sys
+x = json.loads(sys.argv[1])
+k, moves, rate, live = sys.argv[2:6]
+check = ""
+if os.path.exists(live):
+    l = json.load(open(live))
+    hit = x["local_hit"] + x["remote_hit"]
+    points = abs(hit - l["hit"]) * 100
+    if l["moved_bytes"] > 0:
+        off = abs(x["moved_bytes"] - l["moved_bytes"]) / l["moved_bytes"]
+        bytes_check = f"bytes {'within 10%' if off <= 0.1 else 'off'} ({off:.0%})"
+    else:
+        bytes_check = "bytes: none live" + ("" if x["moved_bytes"] == 0 else f", sim {x['moved_bytes'] / 2**20:.1f} MiB")
+    check = f"hit {hit:.1%} vs live {l['hit']:.1%} ({points:.1f} pts, {'ok' if points <= 2 else 'off'}); {bytes_check}"
+req_s = x["requests"] / x["span_s"] if x["span_s"] > 0 else 0
+print(f"| {k} | {moves} | {rate} | {req_s:.3f} | {x['mean_ttft_s']:.2f} | {x['p99_ttft_s']:.2f} | {x['local_hit']:.1%} | "
+      f"{x['remote_hit']:.1%} | {x['computed']:.1%} | {x['moved_bytes'] / 2**20:.1f} | {check} |")
+PY
+}
+
+{
+  echo "Command: bench/multinode_bench.sh (WORKLOADS='$WORKLOADS' NODES='$NODES' MOVES='$MOVES' RATES='$RATES' ROUTER=$ROUTER"
+  echo "WORKFLOWS=$WORKFLOWS CONCURRENCY=$CONCURRENCY SCALE=$SCALE MAX_TOKENS_CAP=$MAX_TOKENS_CAP KV_BLOCKS=$KV_BLOCKS SEED=$SEED);"
+  echo "$(date -u +%FT%TZ); $(nproc) cores; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+} > "$out/table.md"
+for w in $WORKLOADS; do
+  if [ "$SIM_ONLY" != 1 ]; then
+    {
+      echo
+      echo "### $w, live (worker nodes = network namespaces on this machine, one instance each)"
+      echo
+      echo "| worker nodes | moves | links | ok/requests | req/s | TTFT p50 s | TTFT p99 s | local | remote | host | computed | MiB moved | MiB on the wire | failed moves |"
+      echo "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    } >> "$out/table.md"
+    for rate in $RATES; do
+      "$nodes_sh" down > /dev/null 2>&1 || true
+      "$nodes_sh" up $(( $(echo "$NODES" | tr ' ' '\n' | sort -n | tail -1) + 1 )) --rate "$rate" >&2
+      for k in $NODES; do
+        for moves in $MOVES; do
+          [ "$k" = 1 ] && [ "$moves" = on ] && [ "$(echo "$MOVES" | wc -w)" -gt 1 ] && continue # one instance: nothing to move
+          if run_arm "$w" "$k" "$moves" "$rate"; then
+            row "$w" "$k" "$moves" "$rate" >> "$out/table.md"
+            if [ "$k" = 1 ] && [ ! -s "$out/live-rate.txt" ]; then fit_rate "$out/$w-${k}n-$moves-$rate"; fi
+          fi
+        done
+      done
+      "$nodes_sh" down > /dev/null 2>&1 || true
+    done
+  fi
+  {
+    echo
+    echo "### $w, simulator projection to real nodes (braid sim --instances N, per-node compute: $(cat "$out/live-rate.txt" 2> /dev/null || echo "${PREFILL_MS:-2.5} ${DECODE_MS:-10}") ms prefill / decode per token)"
+    echo
+    echo "| nodes | moves | links | req/s | TTFT mean s | TTFT p99 s | local | remote | computed | MiB moved | check against live |"
+    echo "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|"
+  } >> "$out/table.md"
+  for rate in $RATES; do
+    for k in $NODES; do
+      for moves in $MOVES; do
+        sim_row "$w" "$k" "$moves" "$rate" >> "$out/table.md"
+      done
+    done
+  done
+done
+cat "$out/table.md"

@@ -1,0 +1,103 @@
+/*
+ * router_cost.h — the cost model behind --router cost (the default): for one instance, the
+ * estimated time to first token of a prompt if it were sent there, and how the model's rates are
+ * learned from what the cluster measures.
+ *
+ *   TTFT(i) = queue ahead on i
+ *           + prefill of the prompt tokens i would compute
+ *           + move time of the prefix blocks another instance can lend i (when moving them is
+ *             cheaper than computing them):
+ *                 blocks x block size x KV bytes per token / link rate + per-move latency
+ * Queue ahead = the prefill tokens routed to i that have not produced their first token yet, plus
+ * a fixed weight per request running there (a running request slows a batching engine's step
+ * without blocking a new prefill), times the measured seconds per prefill token. The caller may
+ * give the queue in seconds instead (braid sim knows it exactly).
+ * The router minimises a score, not the bare TTFT (route_cost_score): the TTFT plus, when requests
+ * wait, the work a choice adds beyond the least any instance would need — the prefill it computes
+ * and the cached tokens its new blocks push out of a full cache (they will be computed again) —
+ * times ROUTE_COST_CONGESTION_WEIGHT x the requests waiting per instance. With idle instances that
+ * is the TTFT (spread out, move prefixes in); congested, the work it costs everyone queued behind
+ * (keep prefixes where they are, do not evict other prefixes to copy one in). The weight was set
+ * in braid sim (bench/router_cost_sim.sh, three workloads x three seeds).
+ * KV bytes per token come from the model's geometry (the instance's block bytes / block size,
+ * READY). The rates start from priors (serve's --move-gbps, --move-prefill-tps) and follow
+ * exponentially weighted averages of the samples each finished request gives:
+ *  - a request with no move: its TTFT over (queue ahead at dispatch + tokens it computed) is one
+ *    sample of seconds per prefill token (from ROUTE_COST_MIN_SAMPLE_TOKENS tokens on: below, the
+ *    request's fixed overhead would pass for prefill);
+ *  - a request with a move: its TTFT less the modeled queue and compute is the move's time (at
+ *    most the whole TTFT, at least ROUTE_COST_MOVE_FLOOR of it); moved bytes over that is one
+ *    sample of the link rate — a lower bound (the residual also holds what the model missed), so
+ *    the rate follows samples above it at once (weight 0.5) and below it slowly (a quarter of
+ *    ROUTE_COST_LEARN_WEIGHT). Coarse — the coordinator sees no timestamps inside a move — but it
+ *    follows the order of magnitude of the link, which is what the choice between moving and
+ *    computing turns on.
+ * Pure functions on the model; no global state. Not thread-safe (the coordinator's MPI thread).
+ */
+#ifndef BRAID_COORD_ROUTER_COST_H
+#define BRAID_COORD_ROUTER_COST_H
+
+#include <stdbool.h>
+
+typedef struct {
+    double s_per_token;       /* prefill seconds per computed prompt token (learned) */
+    double link_bytes_per_s;  /* one move's sustained rate (learned) */
+    double move_latency_s;    /* a move's fixed cost: the control round trip and the lender's next turn */
+    double running_tokens;    /* a running request's weight in the queue ahead, in prefill tokens */
+    int min_move_blocks;      /* the smallest gain a move is planned for */
+    bool moves;               /* moves on (--kv-moves) */
+    long prefill_samples, link_samples; /* how many samples each rate has learned from */
+} RouteCostModel;
+
+#define ROUTE_COST_DEFAULT_RUNNING_TOKENS 8.0
+#define ROUTE_COST_LEARN_WEIGHT 0.2 /* weight of a new sample in the running averages */
+#define ROUTE_COST_MOVE_FLOOR 0.05  /* a move took at least this share of its request's TTFT */
+#define ROUTE_COST_CONGESTION_WEIGHT 0.25 /* per waiting request, of the extra work a choice causes */
+#define ROUTE_COST_MIN_SAMPLE_TOKENS 64   /* a prefill sample needs this many tokens queued + computed */
+
+/* What the model needs to know about one candidate instance for one prompt. */
+typedef struct {
+    double queue_s;           /* work ahead of the prompt on the instance, seconds */
+    int prompt_tokens;
+    int block_size;           /* tokens per block */
+    int local_blocks;         /* prefix blocks the instance holds (any tier) */
+    int source_blocks;        /* the longest prefix another instance that can lend holds; 0: none */
+    bool can_move;            /* the instance takes moves and a lender exists */
+    double bytes_per_token;   /* K/V bytes of one token across layers */
+    long free_blocks;         /* room left in the instance's cache, in blocks; < 0: unknown (never counted full) */
+} RouteCostInput;
+
+typedef struct {
+    double queue_s, compute_s, move_s, ttft_s;
+    double recompute_s;       /* computing the blocks a move would bring instead (0: no move possible) */
+    int computed_tokens;      /* prompt tokens the instance would prefill */
+    int moved_blocks;         /* blocks moved in (0: none; the move did not pay) */
+    double evicted_s;         /* the cached tokens they push out of a full cache, priced as prefill */
+    double score_s;           /* route_cost_score: what the router minimises */
+} RouteCostEstimate;
+
+/* What dispatching a request charged its instance (kept with the request: router_charge in
+ * router.h fills it, router_prefill_done and router_learn settle it). Zeroed: nothing charged. */
+typedef struct {
+    int instance;
+    double prefill_tokens; /* added to the instance's pending prefill until its first token */
+    double ahead_tokens;   /* the queue ahead at dispatch, in prefill tokens */
+    double moved_bytes;    /* the move the decision counted on (0: none) */
+    double t_dispatch;     /* 0: never charged */
+    bool prefill_open;
+} RouteCharge;
+
+/* Priors: prefill_tokens_per_s and link_bytes_per_s > 0 (others fall back to 1). */
+RouteCostModel route_cost_model_init(bool moves, double prefill_tokens_per_s, double link_bytes_per_s, double move_latency_s);
+RouteCostEstimate route_cost_estimate(const RouteCostModel *m, const RouteCostInput *in);
+/* The work a choice costs the cluster: the prefill it computes and the cached tokens it evicts. */
+double route_cost_work_s(const RouteCostEstimate *e);
+/* What the router minimises: the TTFT, plus the work beyond the least any instance would need
+ * (min_work_s) x ROUTE_COST_CONGESTION_WEIGHT x backlog (requests waiting per live instance). */
+double route_cost_score(const RouteCostEstimate *e, double min_work_s, double backlog);
+/* Learning from a finished request: its measured TTFT (dispatch to first token), the queue ahead
+ * it was charged at dispatch (prefill tokens), the tokens it computed, and the bytes moved in for
+ * it (0: no move). Samples that say nothing (a TTFT <= 0) are ignored. */
+void route_cost_learn(RouteCostModel *m, double ttft_s, double ahead_tokens, int computed_tokens, double moved_bytes);
+
+#endif

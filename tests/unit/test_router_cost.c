@@ -1,0 +1,288 @@
+/* The cost router (--router cost, router_cost.h / router.h): the estimate's parts, its choices
+ * (the idle holder of a long prefix, an idle non-holder with a move when the holder is queued,
+ * computing when the link is too slow to move, the emptiest cache among equals, locality under
+ * congestion), the bookkeeping that feeds the queue estimate, learning the rates from finished
+ * requests, and move_plan following a priced decision (and not one a later rule changed). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <math.h>
+#include <string.h>
+
+#include "coord/move_plan.h"
+#include "coord/router.h"
+#include "coord/router_cost.h"
+
+enum { BS = 16, BLOCK_BYTES = 368640 }; /* SmolLM2-135M: 16 tokens x 30 layers x K,V x 192 halves */
+
+/* A cost router over n instances that all take part in moves; prefill 1000 tokens/s, 1 GB/s. */
+static void cost_router(Router *r, int n) {
+    assert_int_equal(router_init(r, n, 8), 0);
+    r->mode = ROUTER_COST;
+    r->cost = route_cost_model_init(true, 1000, 1e9, 0.002);
+    for (int i = 0; i < n; i++) router_instance_kv(r, i, true, BLOCK_BYTES, BS);
+}
+
+static void prompt_hashes(uint64_t *h, int n, uint64_t seed) {
+    for (int i = 0; i < n; i++) h[i] = seed * 1000 + (uint64_t)i + 1;
+}
+
+/* TTFT = queue + prefill of what is not local + the move of what a lender has, when cheaper. */
+static void test_estimate_parts(void **state) {
+    (void)state;
+    RouteCostModel m = route_cost_model_init(true, 1000, 1e9, 0.002);
+    RouteCostInput in = {.queue_s = 0.5, .prompt_tokens = 1024, .block_size = BS, .local_blocks = 16, .source_blocks = 60,
+                         .can_move = true, .bytes_per_token = BLOCK_BYTES / BS, .free_blocks = -1};
+    RouteCostEstimate e = route_cost_estimate(&m, &in);
+    assert_int_equal(e.moved_blocks, 44);
+    assert_int_equal(e.computed_tokens, 1024 - 60 * BS);
+    assert_true(fabs(e.move_s - (44.0 * BLOCK_BYTES / 1e9 + 0.002)) < 1e-9);
+    assert_true(fabs(e.compute_s - 0.064) < 1e-9);
+    assert_true(fabs(e.ttft_s - (0.5 + e.move_s + e.compute_s)) < 1e-9);
+    assert_true(fabs(e.recompute_s - 44 * BS / 1000.0) < 1e-9);
+    in.can_move = false; /* no move: the gap is computed */
+    e = route_cost_estimate(&m, &in);
+    assert_int_equal(e.moved_blocks, 0);
+    assert_int_equal(e.computed_tokens, 1024 - 16 * BS);
+    m.moves = false; /* --kv-moves off: the same */
+    in.can_move = true;
+    assert_int_equal(route_cost_estimate(&m, &in).moved_blocks, 0);
+    /* A full cache: the new blocks evict as many cached ones, priced as prefill. */
+    m.moves = true;
+    in.free_blocks = 4;
+    e = route_cost_estimate(&m, &in);
+    assert_true(fabs(e.evicted_s - (1024 / BS - 16 - 4) * BS / 1000.0) < 1e-9);
+    /* The score is the TTFT when nobody waits, and adds the extra work when requests wait. */
+    assert_true(route_cost_score(&e, 0, 0) == e.ttft_s);
+    assert_true(route_cost_score(&e, 0, 4) > e.ttft_s);
+}
+
+/* A long prompt whose prefix an idle instance holds goes there, with nothing to move. */
+static void test_idle_holder_wins(void **state) {
+    (void)state;
+    Router r;
+    cost_router(&r, 3);
+    uint64_t h[64];
+    prompt_hashes(h, 64, 1);
+    router_stored(&r, 1, h, 64);
+    RouteDecision d = router_pick_prompt(&r, h, 64, 64 * BS + 10, NULL);
+    assert_int_equal(d.instance, 1);
+    assert_true(route_decision_priced(&d));
+    assert_false(d.move);
+    assert_int_equal(d.matched_blocks, 64);
+    assert_string_equal(d.reason, "cost-local");
+    assert_true(d.est_ttft_s < 0.05); /* only the 10-token tail is computed */
+    router_free(&r);
+}
+
+/* The holder is queued: an idle instance takes the request and the prefix is moved in; move_plan
+ * follows the router's choice. Queue and load come from the books (router_charge). */
+static void test_queued_holder_loses_to_a_move(void **state) {
+    (void)state;
+    Router r;
+    cost_router(&r, 3);
+    uint64_t h[64], other[200];
+    prompt_hashes(h, 64, 1);
+    prompt_hashes(other, 200, 2);
+    router_stored(&r, 1, h, 64);
+    /* A 3200-token prompt already sent to the holder: 3.2 s of prefill ahead there. */
+    RouteDecision busy = router_pick_prompt(&r, other, 200, 3200, NULL);
+    assert_int_equal(busy.instance, 0); /* nobody holds it: the emptiest, lowest instance computes it */
+    busy.instance = 1, busy.priced_for = 1, busy.matched_blocks = 0, busy.move = false;
+    RouteCharge charge = router_charge(&r, &busy, 3200, 1.0);
+    router_assigned(&r, 1, NULL);
+    assert_true(r.pending_prefill[1] == 3200);
+    assert_true(charge.ahead_tokens == 0);
+    RouteDecision d = router_pick_prompt(&r, h, 64, 64 * BS + 10, NULL);
+    assert_int_not_equal(d.instance, 1);
+    assert_true(d.move);
+    assert_int_equal(d.source, 1);
+    assert_int_equal(d.source_blocks, 64);
+    assert_string_equal(d.reason, "cost-move");
+    MoveCostModel m = move_cost_model_default();
+    bool can[3] = {true, true, true};
+    uint64_t bytes[3] = {BLOCK_BYTES, BLOCK_BYTES, BLOCK_BYTES};
+    MovePlan p = move_plan(&m, &d, can, bytes, BS);
+    assert_int_equal(p.source, 1);
+    assert_int_equal(p.blocks, 64);
+    /* The holder's first token came: its queue empties and it wins again. */
+    router_prefill_done(&r, &charge);
+    assert_true(r.pending_prefill[1] == 0);
+    router_prefill_done(&r, &charge); /* settled once */
+    assert_true(r.pending_prefill[1] == 0);
+    router_finished(&r, 1);
+    assert_int_equal(router_pick_prompt(&r, h, 64, 64 * BS + 10, NULL).instance, 1);
+    router_free(&r);
+}
+
+/* A link too slow to move: the idle non-holder computes the prefix rather than waiting for it, or
+ * the queued holder wins when computing is slower than its queue; no move either way. */
+static void test_tiny_link_falls_back_to_compute(void **state) {
+    (void)state;
+    Router r;
+    cost_router(&r, 2);
+    r.cost.link_bytes_per_s = 1e3; /* 1 kB/s */
+    uint64_t h[64];
+    prompt_hashes(h, 64, 1);
+    router_stored(&r, 1, h, 64);
+    RouteDecision busy = {.instance = 1, .reason = "test", .source = -1};
+    router_charge(&r, &busy, 5000, 1.0); /* 5 s of prefill ahead on the holder */
+    RouteDecision d = router_pick_prompt(&r, h, 64, 64 * BS + 10, NULL);
+    assert_int_equal(d.instance, 0);
+    assert_false(d.move);
+    assert_string_equal(d.reason, "cost-compute");
+    MoveCostModel m = move_cost_model_default();
+    bool can[2] = {true, true};
+    uint64_t bytes[2] = {BLOCK_BYTES, BLOCK_BYTES};
+    assert_int_equal(move_plan(&m, &d, can, bytes, BS).source, -1); /* the classic rule would move at 1 GB/s */
+    /* A short queue on the holder: waiting for it beats computing 1024 tokens. */
+    r.pending_prefill[1] = 100;
+    d = router_pick_prompt(&r, h, 64, 64 * BS + 10, NULL);
+    assert_int_equal(d.instance, 1);
+    assert_false(d.move);
+    /* Moves off in the model: never a move, even on a fast link. */
+    r.cost.link_bytes_per_s = 1e12;
+    r.cost.moves = false;
+    r.pending_prefill[1] = 5000;
+    d = router_pick_prompt(&r, h, 64, 64 * BS + 10, NULL);
+    assert_false(d.move);
+    router_free(&r);
+}
+
+/* Among equals the emptiest cache wins (prefixes spread over the cluster's caches); a lender that
+ * takes no part in moves lends nothing; a dead holder is not a lender. */
+static void test_ties_and_lenders(void **state) {
+    (void)state;
+    Router r;
+    cost_router(&r, 3);
+    uint64_t h[8], junk[20];
+    prompt_hashes(h, 8, 1);
+    prompt_hashes(junk, 20, 3);
+    router_stored(&r, 0, junk, 20);
+    router_stored(&r, 1, junk, 10);
+    RouteDecision d = router_pick_prompt(&r, h, 8, 8 * BS, NULL);
+    assert_int_equal(d.instance, 2);
+    router_stored(&r, 0, h, 8);
+    r.pending_prefill[0] = 50000;
+    router_instance_kv(&r, 0, false, BLOCK_BYTES, BS); /* instance 0 cannot lend */
+    d = router_pick_prompt(&r, h, 8, 8 * BS, NULL);
+    assert_int_not_equal(d.instance, 0);
+    assert_false(d.move);
+    assert_int_equal(d.source, -1);
+    router_instance_kv(&r, 0, true, BLOCK_BYTES, BS);
+    assert_true(router_pick_prompt(&r, h, 8, 8 * BS, NULL).move);
+    router_instance_down(&r, 0);
+    assert_true(r.pending_prefill[0] == 0);
+    d = router_pick_prompt(&r, h, 8, 8 * BS, NULL);
+    assert_false(d.move);
+    assert_int_not_equal(d.instance, 0);
+    router_free(&r);
+}
+
+/* Congested (requests waiting everywhere) and the caches full: copying a prefix into another
+ * instance would evict as much, so the holder keeps it even with a somewhat longer queue; idle,
+ * the same queue difference sends it away with a move. */
+static void test_congestion_keeps_locality(void **state) {
+    (void)state;
+    Router r;
+    cost_router(&r, 2);
+    uint64_t h[64];
+    prompt_hashes(h, 64, 1);
+    router_stored(&r, 0, h, 64);
+    router_instance_capacity(&r, 0, 64);
+    router_instance_capacity(&r, 1, 64);
+    uint64_t fill[64];
+    prompt_hashes(fill, 64, 9);
+    router_stored(&r, 1, fill, 64); /* instance 1's cache is full of something else */
+    r.pending_prefill[0] = 300;     /* 0.3 s more ahead on the holder */
+    RouteDecision d = router_pick_prompt(&r, h, 64, 64 * BS, NULL);
+    assert_int_equal(d.instance, 1); /* idle cluster: the sooner first token, by a move */
+    assert_true(d.move);
+    for (int k = 0; k < 6; k++) router_assigned(&r, 0, NULL), router_assigned(&r, 1, NULL); /* 5 waiting on each */
+    d = router_pick_prompt(&r, h, 64, 64 * BS, NULL);
+    assert_int_equal(d.instance, 0);
+    assert_false(d.move);
+    router_free(&r);
+}
+
+/* Finished requests teach the rates: TTFT over the tokens it waited for and computed; a move's
+ * share of its TTFT over the bytes it brought. Nonsense samples change nothing. */
+static void test_learning(void **state) {
+    (void)state;
+    RouteCostModel m = route_cost_model_init(true, 1000, 1e9, 0.0);
+    for (int k = 0; k < 40; k++) route_cost_learn(&m, 0.5, 0, 100, 0); /* 200 tokens/s measured */
+    assert_true(fabs(1.0 / m.s_per_token - 200) < 2);
+    assert_int_equal(m.prefill_samples, 40);
+    double before = m.s_per_token;
+    route_cost_learn(&m, -1, 0, 100, 0);
+    route_cost_learn(&m, NAN, 0, 100, 0);
+    route_cost_learn(&m, 1.0, 0, 0, 0); /* nothing computed or queued: not a prefill sample */
+    route_cost_learn(&m, 1.0, 0, 10, 0); /* 10 tokens: the TTFT is overhead, not prefill */
+    assert_true(m.s_per_token == before);
+    /* Moves of 100 MB whose TTFT is 1.1 s with 20 tokens computed (0.1 s): the link runs at 100 MB/s.
+     * From a 1 GB/s prior the samples (lower bounds) pull it down slowly; one slow outlier barely
+     * moves it; a faster sample lifts it at once. */
+    route_cost_learn(&m, 1.1, 0, 20, 100e6);
+    assert_true(m.link_bytes_per_s < 1e9 && m.link_bytes_per_s > 850e6);
+    for (int k = 0; k < 400; k++) route_cost_learn(&m, 1.1, 0, 20, 100e6);
+    assert_true(fabs(m.link_bytes_per_s - 100e6) / 100e6 < 0.02);
+    route_cost_learn(&m, 10.1, 0, 20, 100e6); /* a move that seemed to take 10 s */
+    assert_true(m.link_bytes_per_s > 85e6);
+    route_cost_learn(&m, 0.2, 0, 20, 100e6); /* 1 GB/s seen: the link is at least that fast */
+    assert_true(m.link_bytes_per_s > 250e6);
+    assert_true(fabs(1.0 / m.s_per_token - 200) < 2); /* the prefill rate is not touched by move samples */
+
+    /* Through the router's books: the charge records the queue ahead at dispatch. */
+    Router r;
+    cost_router(&r, 1);
+    RouteDecision d = {.instance = 0, .source = -1, .reason = "test"};
+    RouteCharge a = router_charge(&r, &d, 1000, 10.0);
+    RouteCharge b = router_charge(&r, &d, 1000, 10.0);
+    assert_true(b.ahead_tokens == 1000);
+    router_learn(&r, &a, 2.0, 1000, 0);
+    router_learn(&r, &b, 4.0, 1000, 0);
+    assert_true(r.pending_prefill[0] == 0);
+    assert_true(1.0 / r.cost.s_per_token < 1000); /* 500 tokens/s samples pulled it down */
+    RouteDecision moving = {.instance = 0, .source = 1, .source_blocks = 40, .priced = true, .priced_for = 0, .move = true};
+    RouteCharge failed = router_charge(&r, &moving, 1000, 11.0);
+    assert_true(failed.moved_bytes > 0);
+    double before_fail = r.cost.s_per_token;
+    router_learn(&r, &failed, 5.5, 1000, 0); /* the move timed out: nothing learned, the queue settled */
+    assert_true(r.cost.s_per_token == before_fail);
+    assert_true(r.pending_prefill[0] == 0);
+    RouteCharge never = {0};
+    double s = r.cost.s_per_token;
+    router_learn(&r, &never, 1.0, 100, 0); /* never charged: nothing learned */
+    assert_true(r.cost.s_per_token == s);
+    router_free(&r);
+}
+
+/* A later rule that changes the instance voids the estimate: move_plan decides by its own rule. */
+static void test_overridden_decision(void **state) {
+    (void)state;
+    RouteDecision d = {.instance = 2, .matched_blocks = 0, .source = 0, .source_blocks = 10, .priced = true, .priced_for = 1,
+                       .move = false, .reason = "cost-local"};
+    assert_false(route_decision_priced(&d));
+    MoveCostModel m = move_cost_model_default();
+    bool can[3] = {true, true, true};
+    uint64_t bytes[3] = {BLOCK_BYTES, BLOCK_BYTES, BLOCK_BYTES};
+    assert_int_equal(move_plan(&m, &d, can, bytes, BS).source, 0);
+    d.priced_for = 2; /* still its own estimate, which said no move */
+    assert_int_equal(move_plan(&m, &d, can, bytes, BS).source, -1);
+    assert_int_equal(router_mode_parse("cost"), ROUTER_COST);
+    assert_int_equal(router_mode_parse("balanced"), ROUTER_BALANCED);
+    assert_int_equal(router_mode_parse("random"), -1);
+    assert_string_equal(router_mode_name(ROUTER_COST), "cost");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_estimate_parts),        cmocka_unit_test(test_idle_holder_wins),
+        cmocka_unit_test(test_queued_holder_loses_to_a_move), cmocka_unit_test(test_tiny_link_falls_back_to_compute),
+        cmocka_unit_test(test_ties_and_lenders),      cmocka_unit_test(test_congestion_keeps_locality),
+        cmocka_unit_test(test_learning),              cmocka_unit_test(test_overridden_decision),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
