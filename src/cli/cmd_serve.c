@@ -43,7 +43,8 @@ static const char serve_usage[] =
     "  --api-keys FILE          require 'Authorization: Bearer KEY' (401 otherwise; GET /health stays open). One key\n"
     "                           a line: KEY tenant=NAME [adapters=A,B|*] [shares=NS,...]; # starts a comment. A\n"
     "                           request runs in its key's tenant (a different tenant, unless shared, is a 403) and may\n"
-    "                           name only the listed adapters. A malformed file stops the server, naming the line\n"
+    "                           name only the listed adapters; the word admin lets a key load/unload adapters at run\n"
+    "                           time (POST /v1/load_lora_adapter). A malformed file stops the server, naming the line\n"
     "  --tls-cert FILE, --tls-key FILE  serve HTTPS only, with this PEM certificate (chain) and private key\n"
     "  --port P                 HTTP port (default 8000)\n"
     "  --served-model-name NAME the model id clients use (default: the GGUF file name without .gguf)\n"
@@ -153,6 +154,8 @@ static const char serve_usage[] =
     CLI_LORA_FLAGS_USAGE
     "                           serve: /v1/models lists each adapter; a request names one with \"adapter\",\n"
     "                           X-Braid-Adapter or \"model\": NAME (an unknown one gets a 404)\n"
+    "  --allow-runtime-lora     without --api-keys, let anyone POST /v1/load_lora_adapter and /v1/unload_lora_adapter\n"
+    "                           (with --api-keys only a key whose line says admin may; without either, both are 403)\n"
     "  --threads N              CPU threads per worker rank (default: the hardware threads of its --bind slice; all\n"
     "                           of the machine's when not bound)\n"
     "  --bind auto|none         auto (default): hwloc binds each worker rank to its own slice of its machine's cores\n"
@@ -198,6 +201,7 @@ typedef struct {
     long approx_window;
     long pin_budget; /* tokens per tenant per instance; 0 = a quarter of the pool */
     CliLora lora;
+    bool allow_runtime_lora;  /* --allow-runtime-lora: adapters at run time without an admin key */
     long restart_instances;   /* --restart-instances: restarts per instance (0: none) */
     long rewarm_heads, rewarm_tokens; /* bounds of a restarted instance's re-warm (warm_start.h) */
     long respawned_instance;  /* set by the coordinator on a spawned leader: its instance (-1: not one) */
@@ -212,7 +216,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
            O_KV_EVENTS_EP, O_KV_EVENTS_REPLAY, O_KV_EVENTS_TOPIC, O_LORA, O_LORA_CACHE, O_RESIDUAL_BLOCKS, O_MANIFEST_OUT, O_MANIFEST_CAPACITY,
            O_WARM_START, O_WARM_START_PIN, O_OCCUPANCY, O_OCCUPANCY_INTERVAL,
            O_RESTARTS, O_RESPAWNED, O_RESPAWN_HOST, O_REWARM_HEADS, O_REWARM_TOKENS, O_KV_MOVES, O_ROUTER, O_MOVE_GBPS,
-           O_MOVE_PREFILL, O_MOVE_TIMEOUT, O_WATCHDOG, O_WARM_HEADS, O_WARM_TOKENS, O_FAIR_SHARE, O_PBKV_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS };
+           O_MOVE_PREFILL, O_MOVE_TIMEOUT, O_WATCHDOG, O_WARM_HEADS, O_WARM_TOKENS, O_FAIR_SHARE, O_PBKV_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS, O_ALLOW_RUNTIME_LORA };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"chat-template", required_argument, 0, O_CHAT_TEMPLATE},
         {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
@@ -241,7 +245,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"kv-events-replay-endpoint", required_argument, 0, O_KV_EVENTS_REPLAY},
         {"kv-events-topic", required_argument, 0, O_KV_EVENTS_TOPIC},
         {"lora", required_argument, 0, O_LORA}, {"lora-cache", required_argument, 0, O_LORA_CACHE},
-        {"residual-blocks", required_argument, 0, O_RESIDUAL_BLOCKS},
+        {"residual-blocks", required_argument, 0, O_RESIDUAL_BLOCKS}, {"allow-runtime-lora", no_argument, 0, O_ALLOW_RUNTIME_LORA},
         {"manifest-out", required_argument, 0, O_MANIFEST_OUT}, {"manifest-capacity", required_argument, 0, O_MANIFEST_CAPACITY},
         {"warm-start", required_argument, 0, O_WARM_START}, {"warm-start-pin", required_argument, 0, O_WARM_START_PIN},
         {"occupancy-log", required_argument, 0, O_OCCUPANCY}, {"occupancy-interval", required_argument, 0, O_OCCUPANCY_INTERVAL},
@@ -421,6 +425,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_LORA: if (cli_parse_lora("serve", optarg, &a->lora, verbose)) return 2; break;
         case O_LORA_CACHE: if (cli_parse_lora_cache("serve", optarg, &a->lora, verbose)) return 2; break;
         case O_RESIDUAL_BLOCKS: if (cli_parse_residual_blocks("serve", optarg, &a->lora, verbose)) return 2; break;
+        case O_ALLOW_RUNTIME_LORA: a->allow_runtime_lora = true; break;
         case 'h': if (verbose) fputs(serve_usage, stdout); return 1;
         default: if (verbose) fputs(serve_usage, stderr); return 2;
         }
@@ -692,7 +697,7 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, const Lo
                         .max_connections = (int)a->max_connections, .max_connections_per_client = (int)a->max_connections_per_client,
                         .timeout_s = (int)a->http_timeout,
                         .tls_cert_pem = access->tls_cert, .tls_key_pem = access->tls_key, .segment_reuse = (int)a->segment_reuse,
-                        .manifest = manifest};
+                        .manifest = manifest, .allow_runtime_lora = a->allow_runtime_lora};
     HttpApi *http = http_api_start(&hc, &err);
     if (!http) {
         fprintf(stderr, "braid serve: %s\n", err.msg);

@@ -12,7 +12,8 @@ static void list_adapters(const LoraSet *lora, char *out, size_t cap) {
     size_t used = 0;
     out[0] = '\0';
     for (int i = 0; lora && i < lora->n && used + 1 < cap; i++) {
-        int n = snprintf(out + used, cap - used, "%s'%.32s'", i ? ", " : "", lora->adapters[i].name);
+        if (!lora_set_get(lora, i + 1)) continue; /* unloaded at run time */
+        int n = snprintf(out + used, cap - used, "%s'%.32s'", used ? ", " : "", lora->adapters[i].name);
         if (n < 0) break;
         used += (size_t)n;
     }

@@ -34,6 +34,7 @@ struct AuthKey {
     int max_concurrent; /* max_concurrent=: requests in flight at once; 0 = no limit */
     double rate;       /* rate=: requests per second; 0 = no limit */
     double weight;     /* weight=: share in the instances' fair scheduling (default 1) */
+    bool admin;        /* the bare word `admin`: may load and unload adapters at run time */
 };
 
 struct AuthKeys {
@@ -140,8 +141,13 @@ static int parse_field(const LineCtx *l, AuthKey *k, int index, const char *s, s
     const char *eq = memchr(s, '=', n);
     size_t name_len = eq ? (size_t)(eq - s) : n, value_len = eq ? n - name_len - 1 : 0;
     const char *value = eq ? eq + 1 : NULL;
+    if (!eq && n == 5 && strncmp(s, "admin", 5) == 0) { /* a flag, not NAME=VALUE */
+        if (k->admin) return braid_error_set(l->err, "api-keys %s line %d: admin given twice", l->source, l->line);
+        k->admin = true;
+        return 0;
+    }
     if (!eq)
-        return braid_error_set(l->err, "api-keys %s line %d: field %d is not NAME=VALUE (expected tenant=, adapters=, shares=, segment_reuse=, auto_splice=, weight=, max_concurrent=, rate=)",
+        return braid_error_set(l->err, "api-keys %s line %d: field %d is not NAME=VALUE (expected tenant=, adapters=, shares=, segment_reuse=, auto_splice=, weight=, max_concurrent=, rate=, admin)",
                                l->source, l->line, index);
     if (name_len == 6 && strncmp(s, "tenant", 6) == 0) {
         if (k->tenant) return braid_error_set(l->err, "api-keys %s line %d: tenant= given twice", l->source, l->line);
@@ -182,9 +188,9 @@ static int parse_field(const LineCtx *l, AuthKey *k, int index, const char *s, s
     /* The name is quoted only when it looks like one: a mistyped line could hold part of a key. */
     bool quotable = name_len > 0 && name_len <= 16 && strspn(s, "abcdefghijklmnopqrstuvwxyz_-") >= name_len;
     if (!quotable)
-        return braid_error_set(l->err, "api-keys %s line %d: field %d has an unknown name (expected tenant=, adapters=, shares=, segment_reuse=, auto_splice=, weight=, max_concurrent=, rate=)",
+        return braid_error_set(l->err, "api-keys %s line %d: field %d has an unknown name (expected tenant=, adapters=, shares=, segment_reuse=, auto_splice=, weight=, max_concurrent=, rate=, admin)",
                                l->source, l->line, index);
-    return braid_error_set(l->err, "api-keys %s line %d: unknown field '%.*s' (expected tenant=, adapters=, shares=, segment_reuse=, auto_splice=, weight=, max_concurrent=, rate=)", l->source,
+    return braid_error_set(l->err, "api-keys %s line %d: unknown field '%.*s' (expected tenant=, adapters=, shares=, segment_reuse=, auto_splice=, weight=, max_concurrent=, rate=, admin)", l->source,
                            l->line, (int)name_len, s);
 }
 
@@ -391,3 +397,5 @@ bool auth_key_allows_adapter(const AuthKey *key, const char *adapter) { return k
 
 int auth_key_segment_reuse(const AuthKey *key) { return key->segment_reuse; }
 int auth_key_auto_splice(const AuthKey *key) { return key->auto_splice; }
+
+bool auth_key_admin(const AuthKey *key) { return key && key->admin; }

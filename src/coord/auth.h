@@ -7,7 +7,7 @@
  *     # comment lines and blank lines are skipped
  *     KEY tenant=NAME [adapters=A,B,...|*] [shares=NS,NS,...] [segment_reuse=off|exact|approx]
  *         [auto_splice=amortize|forget|off]
- *         [weight=W] [max_concurrent=N] [rate=R]
+ *         [weight=W] [max_concurrent=N] [rate=R] [admin]
  *
  * KEY is 16 to AUTH_MAX_KEY_BYTES characters of RFC 6750's b64token alphabet (A-Z a-z 0-9 - . _ ~
  * + / and trailing =), what `Authorization: Bearer KEY` carries. tenant= is required: every request
@@ -17,7 +17,8 @@
  * is the tenant's segment-reuse opt-in (auth_key_segment_reuse). weight= is the key's tenant's share
  * in the instances' fair scheduling (default 1; the first key of a tenant decides); max_concurrent=
  * and rate= (requests per second) limit the key's own requests: past them the key gets 429 with
- * Retry-After (key_limiter.h), never another key. A malformed line
+ * Retry-After (key_limiter.h), never another key. The bare word admin lets the key load and unload
+ * LoRA adapters at run time (POST /v1/load_lora_adapter, /v1/unload_lora_adapter). A malformed line
  * is an error naming the file and line, never quoting the key.
  *
  * Lookup compares the presented key with every configured key, each over AUTH_MAX_KEY_BYTES bytes,
@@ -72,6 +73,8 @@ double auth_keys_tenant_weight(const AuthKeys *keys, const char *tenant);
 /* Whether some key's requests may run in tenant's namespace (its own tenant or one it shares);
  * false for NULL. A warm start refuses manifest lines of any other tenant. */
 bool auth_keys_knows_tenant(const AuthKeys *keys, const char *tenant);
+/* Whether the key's line says admin (adapters at run time); false for NULL. */
+bool auth_key_admin(const AuthKey *key);
 /* Whether a request made with `key` may name this adapter. */
 bool auth_key_allows_adapter(const AuthKey *key, const char *adapter);
 /* The key's segment_reuse= (0 off, 1 exact, 2 approx: kv_cache.h SegmentReuseMode), -1 when the

@@ -1,5 +1,6 @@
 #include "coord/coordinator.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,7 @@ int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm worl
     }
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->wake, NULL);
+    pthread_cond_init(&c->lora_op.done, NULL);
     ctrl_init(&c->ctrl, world);
     return 0;
 }
@@ -116,6 +118,7 @@ void coordinator_free(Coordinator *c) {
     ctrl_free(&c->ctrl);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->wake);
+    pthread_cond_destroy(&c->lora_op.done);
 }
 
 /* ---- any thread ---- */
@@ -535,6 +538,119 @@ static int dispatch_workflow_end(Coordinator *c, const char *tenant, const char 
     return rc;
 }
 
+/* ---- adapters at run time ---- */
+
+/* Requests in flight that run adapter `name` (MPI thread: the table is its own). */
+static int requests_of_adapter(const Coordinator *c, const char *name) {
+    int n = 0;
+    for (int i = 0; i < c->n_table; i++)
+        if (c->table[i]->adapter && strcmp(c->table[i]->adapter, name) == 0) n++;
+    return n;
+}
+
+static void lora_op_finish_locked(Coordinator *c) {
+    c->lora_op.finished = true;
+    pthread_cond_broadcast(&c->lora_op.done);
+}
+
+/* CMD_LORA: LORA_LOAD / LORA_UNLOAD to every live instance's leader (its TP peers take no part:
+ * adapters run with --tp 1 only, which the leader checks). */
+static int dispatch_lora(Coordinator *c, BraidError *err) {
+    pthread_mutex_lock(&c->mu);
+    CoordLoraOp *op = &c->lora_op;
+    if (!op->active || op->finished) {
+        pthread_mutex_unlock(&c->mu);
+        return 0;
+    }
+    if (op->unload && (op->busy = requests_of_adapter(c, op->name)) > 0) {
+        lora_op_finish_locked(c);
+        pthread_mutex_unlock(&c->mu);
+        return 0;
+    }
+    int rc = 0;
+    op->expected = 0;
+    for (int i = 0; rc == 0 && i < c->cfg.n_instances; i++) {
+        if (c->status[i].state != INSTANCE_UP) continue;
+        WireBuf b = {0};
+        wire_put_str(&b, op->name);
+        if (!op->unload) wire_put_str(&b, op->path);
+        if ((rc = send_to_instance(c, i, op->unload ? MSG_LORA_UNLOAD : MSG_LORA_LOAD, &b, err)) == 0) op->expected++;
+    }
+    if (op->expected == 0) {
+        snprintf(op->why, sizeof op->why, "no instance is up to %s the adapter", op->unload ? "unload" : "load");
+        lora_op_finish_locked(c);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+/* LORA_RESULT: u8 ok, str name, str error. */
+static void on_lora_result(Coordinator *c, int instance, WireReader *rd) {
+    int ok = wire_get_u8(rd);
+    char *name = wire_get_str(rd), *why = wire_get_str(rd);
+    pthread_mutex_lock(&c->mu);
+    CoordLoraOp *op = &c->lora_op;
+    if (op->active && !op->finished && !rd->failed && name && strcmp(name, op->name) == 0) {
+        op->replied++;
+        if (ok != 1 && op->failed++ == 0) snprintf(op->why, sizeof op->why, "instance %d: %s", instance, why ? why : "?");
+        if (op->replied >= op->expected) lora_op_finish_locked(c);
+    } else {
+        LOG_WARN("coord", "instance %d: stray lora_result for '%s' ignored", instance, name ? name : "?");
+    }
+    pthread_mutex_unlock(&c->mu);
+    free(name);
+    free(why);
+}
+
+int coordinator_lora(Coordinator *c, bool unload, const char *name, const char *path, double timeout_s, int *succeeded, char *why,
+                     size_t cap) {
+    CoordLoraOp *op = &c->lora_op;
+    if (succeeded) *succeeded = 0;
+    pthread_mutex_lock(&c->mu);
+    if (op->active) {
+        pthread_mutex_unlock(&c->mu);
+        snprintf(why, cap, "another adapter load or unload is under way; retry when it is done");
+        return 409;
+    }
+    if (c->draining || c->failed) {
+        pthread_mutex_unlock(&c->mu);
+        snprintf(why, cap, "the server is %s", c->failed ? "failing" : "shutting down");
+        return 503;
+    }
+    op->active = true, op->finished = false, op->unload = unload; /* done stays: a condition is not copied */
+    op->expected = op->replied = op->failed = op->busy = 0;
+    op->why[0] = '\0';
+    snprintf(op->name, sizeof op->name, "%s", name);
+    snprintf(op->path, sizeof op->path, "%s", path ? path : "");
+    int rc = 0;
+    if (enqueue_locked(c, (CoordCommand){.kind = CMD_LORA})) {
+        snprintf(why, cap, "out of memory queueing the adapter %s", unload ? "unload" : "load");
+        rc = 503;
+    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)timeout_s;
+    while (rc == 0 && !op->finished)
+        if (pthread_cond_timedwait(&op->done, &c->mu, &deadline) == ETIMEDOUT) break;
+    if (rc == 0 && !op->finished) {
+        snprintf(why, cap, "%d of %d instances answered within %.0f s", op->replied, op->expected, timeout_s);
+        rc = 503;
+    } else if (rc == 0 && op->busy > 0) {
+        snprintf(why, cap, "adapter '%s' has %d request(s) in flight; unload it when they are done", name, op->busy);
+        rc = 409;
+    } else if (rc == 0 && op->failed > 0) {
+        snprintf(why, cap, "%s", op->why);
+        rc = 400;
+    } else if (rc == 0 && op->expected == 0) {
+        snprintf(why, cap, "%s", op->why);
+        rc = 503;
+    }
+    if (succeeded) *succeeded = op->replied - op->failed;
+    op->active = false;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 /* Takes the queued commands in one swap so HTTP threads wait on the mutex only for that. */
 static int drain_commands(Coordinator *c, BraidError *err) {
     pthread_mutex_lock(&c->mu);
@@ -549,6 +665,7 @@ static int drain_commands(Coordinator *c, BraidError *err) {
         if (rc == 0 && cmd->kind == CMD_SUBMIT) rc = dispatch_submit(c, cmd->req, err);
         else if (rc == 0 && cmd->kind == CMD_CANCEL) rc = dispatch_cancel(c, cmd->req_id, err);
         else if (rc == 0 && cmd->kind == CMD_WORKFLOW_END) rc = dispatch_workflow_end(c, cmd->tenant, cmd->workflow, err);
+        else if (rc == 0 && cmd->kind == CMD_LORA) rc = dispatch_lora(c, err);
         else if (cmd->kind == CMD_SUBMIT) fail_request(c, cmd->req, "coordinator failed"), coord_request_release(cmd->req);
         free(cmd->workflow);
         free(cmd->tenant);
@@ -779,6 +896,7 @@ static void handle_instance_message(Coordinator *c, int instance, int type, cons
     case MSG_KV_EVENTS: on_kv_events(c, instance, &rd); break;
     case MSG_HIDDEN: on_hidden(c, &rd); break;
     case MSG_REJOIN: on_rejoin(c, instance, &rd); break;
+    case MSG_LORA_RESULT: on_lora_result(c, instance, &rd); break;
     default: LOG_WARN("coord", "unexpected %s message from instance %d ignored", msg_type_name(type), instance);
     }
 }

@@ -54,7 +54,7 @@
 #include "predict/workflow_forecast.h"
 #include "transport/ctrl_endpoint.h"
 
-typedef enum { CMD_SUBMIT, CMD_CANCEL, CMD_WORKFLOW_END } CoordCommandKind;
+typedef enum { CMD_SUBMIT, CMD_CANCEL, CMD_WORKFLOW_END, CMD_LORA } CoordCommandKind;
 
 typedef struct {
     CoordCommandKind kind;
@@ -102,6 +102,16 @@ typedef struct {
 } InstanceStatus;
 
 typedef enum { SUBMIT_OK = 0, SUBMIT_BUSY = 429, SUBMIT_UNAVAILABLE = 503 } SubmitResult;
+
+/* The adapter load or unload the instances are carrying out (coordinator_lora), under mu. */
+typedef struct {
+    bool active, finished, unload;
+    char name[257], path[4097];
+    int expected, replied, failed; /* instances sent to / answered / refused */
+    int busy;                      /* unload: requests of the adapter in flight (then nothing is sent) */
+    char why[640];                 /* the first refusal, "instance N: ..." */
+    pthread_cond_t done;
+} CoordLoraOp;
 
 typedef struct {
     CoordinatorConfig cfg;
@@ -155,9 +165,19 @@ typedef struct {
     RequestWatchdog watchdog;    /* MPI thread only */
     uint64_t watchdog_failed;    /* (under mu) requests the watchdog answered 500 */
     uint64_t watchdog_last_id;   /* (under mu) the latest of them */
+    CoordLoraOp lora_op;         /* (under mu) adapters at run time */
 } Coordinator;
 
 int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm world, Metrics *metrics, BraidError *err);
+/* Adapters at run time (coord/http_lora.h): has every live instance's leader load adapter `name`
+ * from `path` (unload: retire it), and waits up to timeout_s for their answers. Returns 0 when every
+ * instance did it; 409 when an unload finds requests of the adapter in flight (nothing sent) or
+ * another load/unload is under way; 400 when an instance refused (why: the first refusal; a load
+ * may have succeeded on others: the caller unloads it there); 503 when no instance is up or not all
+ * answered in time. why is filled whenever the result is not 0; *succeeded (may be NULL) counts the
+ * instances that did it. */
+int coordinator_lora(Coordinator *c, bool unload, const char *name, const char *path, double timeout_s, int *succeeded, char *why,
+                     size_t cap);
 void coordinator_free(Coordinator *c);
 /* MPI thread: runs until the drain after a signal completes (0) or an instance failed (-1). */
 int coordinator_run(Coordinator *c, const sigset_t *stop_signals, BraidError *err);

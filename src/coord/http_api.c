@@ -19,6 +19,7 @@
 #include "coord/http_generate.h"
 #include "coord/explicit_caches.h"
 #include "coord/http_caches.h"
+#include "coord/http_lora.h"
 #include "coord/http_internal.h"
 #include "coord/http_manifest.h"
 #include "coord/http_messages.h"
@@ -34,6 +35,7 @@ struct HttpApi {
     int open_requests; /* requests whose response is not completely sent yet */
     _Atomic uint64_t seed_counter; /* makes every unseeded request's seed distinct (api_request_sampling_seed) */
     KeyLimiter *limiter;           /* the keys' max_concurrent= / rate= (key_limiter.h); NULL without keys */
+    HttpLora *lora_admin;          /* adapters at run time (http_lora.h); NULL: out of memory at start (503) */
 };
 
 /* The body of one request, collected across MHD's upload callbacks. */
@@ -110,7 +112,7 @@ static enum MHD_Result handle_models(HttpApi *api, struct MHD_Connection *conn) 
     json_t *data = json_array();
     if (data && json_array_append_new(data, model_entry(api, api->cfg.served_model, NULL))) json_decref(data), data = NULL;
     for (int i = 0; data && api->cfg.lora && i < api->cfg.lora->n; i++)
-        if (json_array_append_new(data, model_entry(api, api->cfg.lora->adapters[i].name, api->cfg.served_model)))
+        if (lora_set_get(api->cfg.lora, i + 1) && json_array_append_new(data, model_entry(api, api->cfg.lora->adapters[i].name, api->cfg.served_model)))
             json_decref(data), data = NULL;
     return http_send_json(conn, 200, dump(data ? json_pack("{s:s, s:o}", "object", "list", "data", data) : NULL));
 }
@@ -285,6 +287,12 @@ static enum MHD_Result route(HttpApi *api, struct MHD_Connection *conn, const ch
         return route_post(api, conn, url, post, body);
     if (strcmp(url, "/v1/messages") == 0) return route_messages(api, conn, url, post, body, ANTHROPIC_MESSAGES);
     if (strcmp(url, "/v1/messages/count_tokens") == 0) return route_messages(api, conn, url, post, body, ANTHROPIC_COUNT_TOKENS);
+    if (http_lora_path(url)) { /* adapters at run time (http_lora.h) */
+        const AuthKey *key = authenticate(api, conn, &e);
+        if (e.status) return http_send_error(api->cfg.metrics, conn, NULL, &e);
+        if (!api->lora_admin) return api_error_set(&e, 503, NULL, NULL, "adapters at run time are unavailable"), http_send_error(api->cfg.metrics, conn, NULL, &e);
+        return http_lora(api->lora_admin, conn, method, url, key, body->data, body->len, body->too_large, api->cfg.max_body_bytes);
+    }
     if (http_caches_path(url)) { /* explicit caches (http_caches.h) */
         const AuthKey *key = authenticate(api, conn, &e);
         if (e.status) return http_send_error(api->cfg.metrics, conn, NULL, &e);
@@ -448,8 +456,13 @@ HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err) {
         free(api);
         return braid_error_set(err, "http: --tls-cert/--tls-key given, but this libmicrohttpd was built without TLS"), NULL;
     }
+    /* The coordinator's set is written only by http_lora, under its lock; readers tolerate it (lora_adapter.h). */
+    HttpLoraConfig lc = {.coord = cfg->coord, .set = (LoraSet *)cfg->lora, .base = cfg->model ? &cfg->model->weights.cfg : NULL,
+                         .served_model = cfg->served_model, .keys = cfg->keys, .allow_open = cfg->allow_runtime_lora, .metrics = cfg->metrics};
+    if (cfg->lora && cfg->model && !(api->lora_admin = http_lora_create(&lc))) LOG_WARN("http", "out of memory: adapters at run time are off");
     raise_fd_limit();
     if (!(api->daemon = start_daemon(api, tls))) {
+        http_lora_destroy(api->lora_admin);
         key_limiter_destroy(api->limiter);
         auto_splice_store_free(api->generate.auto_splice);
         explicit_caches_destroy(api->generate.caches);
@@ -463,6 +476,7 @@ HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err) {
                           .line_timeout_s = api->cfg.timeout_s, .hand_over = add_connection, .hand_over_ctx = api};
     if (!(api->front_door = front_door_start(&fc, err))) {
         MHD_stop_daemon(api->daemon);
+        http_lora_destroy(api->lora_admin);
         key_limiter_destroy(api->limiter);
         auto_splice_store_free(api->generate.auto_splice);
         explicit_caches_destroy(api->generate.caches);
@@ -499,6 +513,7 @@ void http_api_stop(HttpApi *api) {
     if (!api) return;
     http_api_stop_accepting(api); /* no new connections; then the daemon ends the open ones */
     MHD_stop_daemon(api->daemon);
+    http_lora_destroy(api->lora_admin);
     key_limiter_destroy(api->limiter);
     auto_splice_store_free(api->generate.auto_splice);
     explicit_caches_destroy(api->generate.caches);

@@ -167,23 +167,59 @@ int lora_set_add_spec(LoraSet *set, const char *spec, const ModelConfig *base, B
     memcpy(name, spec, name_len);
     name[name_len] = '\0';
     if (lora_set_find(set, name) > 0) return braid_error_set(err, "--lora: adapter name '%s' is given twice", name);
-    LoraAdapter *grown = realloc(set->adapters, (size_t)(set->n + 1) * sizeof *grown);
-    if (!grown) return braid_error_set(err, "--lora: out of memory");
-    set->adapters = grown;
-    if (lora_adapter_load(eq + 1, name, base, &set->adapters[set->n], err)) return -1;
-    set->n++;
+    LoraAdapter ad;
+    if (lora_adapter_load(eq + 1, name, base, &ad, err)) return -1;
+    if (lora_set_install(set, &ad, NULL, err)) {
+        lora_adapter_free(&ad);
+        return -1;
+    }
+    return 0;
+}
+
+int lora_set_install(LoraSet *set, LoraAdapter *ad, int *id, BraidError *err) {
+    if (lora_set_find(set, ad->name) > 0) return braid_error_set(err, "adapter name '%s' is already loaded", ad->name);
+    int n = __atomic_load_n(&set->n, __ATOMIC_ACQUIRE);
+    if (n >= LORA_SET_CAPACITY) return braid_error_set(err, "at most %d adapters may be loaded over a server's life", LORA_SET_CAPACITY);
+    if (!set->adapters && !(set->adapters = calloc(LORA_SET_CAPACITY, sizeof *set->adapters)))
+        return braid_error_set(err, "lora: out of memory");
+    set->adapters[n] = *ad;
+    memset(ad, 0, sizeof *ad);
+    __atomic_store_n(&set->n, n + 1, __ATOMIC_RELEASE); /* readers see the slot filled */
+    if (id) *id = n + 1;
+    return 0;
+}
+
+int lora_set_retire(LoraSet *set, const char *name) {
+    int id = lora_set_find(set, name);
+    if (id <= 0) return -1;
+    LoraAdapter *a = &set->adapters[id - 1];
+    __atomic_store_n(&a->retired, 1, __ATOMIC_RELEASE);
+    for (int i = 0; a->pairs && i < a->n_layers * LORA_PROJ_COUNT; i++) {
+        free(a->pairs[i].a);
+        free(a->pairs[i].b);
+        a->pairs[i].a = a->pairs[i].b = NULL;
+    }
+    return 0;
+}
+
+int lora_set_was_retired(const LoraSet *set, const char *name) {
+    if (!name || lora_set_find(set, name) > 0) return 0;
+    int n = set ? __atomic_load_n(&set->n, __ATOMIC_ACQUIRE) : 0;
+    for (int i = 0; i < n; i++)
+        if (strcmp(set->adapters[i].name, name) == 0) return 1;
     return 0;
 }
 
 int lora_set_find(const LoraSet *set, const char *name) {
     if (!name || !name[0]) return 0;
-    for (int i = 0; set && i < set->n; i++)
-        if (strcmp(set->adapters[i].name, name) == 0) return i + 1;
+    int n = set ? __atomic_load_n(&set->n, __ATOMIC_ACQUIRE) : 0;
+    for (int i = 0; i < n; i++)
+        if (!__atomic_load_n(&set->adapters[i].retired, __ATOMIC_ACQUIRE) && strcmp(set->adapters[i].name, name) == 0) return i + 1;
     return -1;
 }
 
 const LoraAdapter *lora_set_get(const LoraSet *set, int id) {
-    return set && id >= 1 && id <= set->n ? &set->adapters[id - 1] : NULL;
+    return set && id >= 1 && id <= set->n && !set->adapters[id - 1].retired ? &set->adapters[id - 1] : NULL;
 }
 
 void lora_set_free(LoraSet *set) {
@@ -195,6 +231,6 @@ void lora_set_free(LoraSet *set) {
 int lora_set_max_rank(const LoraSet *set) {
     int rank = 0;
     for (int i = 0; set && i < set->n; i++)
-        if (set->adapters[i].rank > rank) rank = set->adapters[i].rank;
+        if (!set->adapters[i].retired && set->adapters[i].rank > rank) rank = set->adapters[i].rank;
     return rank;
 }

@@ -44,10 +44,19 @@ typedef struct {
     int n_layers;
     LoraPair *pairs; /* (n_layers, LORA_PROJ_COUNT) */
     size_t bytes;  /* fp32 memory the pairs take */
+    /* Unloaded at run time (POST /v1/unload_lora_adapter): its pairs are freed, its name is kept so
+     * a reader that raced the unload still reads valid memory; find/get skip it, its id is never
+     * reused (a request cannot reach the cache blocks it left behind). */
+    int retired;
 } LoraAdapter;
 
-/* The adapters one server loaded (--lora, in order). Adapter id k (1-based) is adapters[k - 1];
- * id 0 is the base model. Every rank loads the same list in the same order, so ids agree. */
+/* The adapters one server loaded (--lora, in order, then those loaded at run time). Adapter id k
+ * (1-based) is adapters[k - 1]; id 0 is the base model. Every rank loads the --lora list in the same
+ * order, so those ids agree; requests name adapters, so ids need not agree across processes.
+ * The array is allocated once at LORA_SET_CAPACITY slots and never moves, so readers on other
+ * threads (the coordinator's HTTP threads) may read it while one writer appends (lora_set_install
+ * publishes n after filling the slot) or retires (lora_set_retire). */
+#define LORA_SET_CAPACITY 256
 typedef struct {
     int n;
     LoraAdapter *adapters;
@@ -59,6 +68,14 @@ void lora_adapter_free(LoraAdapter *a);
 
 /* Parses one --lora value "NAME=PATH" and loads it into the set (names must be unique). */
 int lora_set_add_spec(LoraSet *set, const char *spec, const ModelConfig *base, BraidError *err);
+/* Takes *ad over into the next free slot (published last); -1 with err when the set is full or the
+ * name is already live. Returns its id via *id when non-NULL. */
+int lora_set_install(LoraSet *set, LoraAdapter *ad, int *id, BraidError *err);
+/* Retires the live adapter `name` (frees its pairs, keeps its name); -1 when there is none. */
+int lora_set_retire(LoraSet *set, const char *name);
+/* 1 when `name` names a retired adapter and no live one (it may not be loaded again: its cache
+ * namespace may still hold blocks of the old weights). */
+int lora_set_was_retired(const LoraSet *set, const char *name);
 /* The adapter id (1-based) named `name`, 0 for NULL or "" (the base model), -1 when unknown. */
 int lora_set_find(const LoraSet *set, const char *name);
 /* The largest rank in the set (0 when empty or NULL): the ForkKV residual pool's width. */

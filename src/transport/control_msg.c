@@ -10,7 +10,8 @@ static const char *const type_names[MSG_TYPE_END] = {
     [MSG_READY] = "ready", [MSG_TOKENS] = "tokens", [MSG_FINISH] = "finish", [MSG_STATS] = "stats",
     [MSG_KV_EVENTS] = "kv_events", [MSG_PREDICT] = "predict", [MSG_HIDDEN] = "hidden",
     [MSG_REJOIN] = "rejoin", [MSG_KV_EXPORT] = "kv_export", [MSG_KV_EXPORTED] = "kv_exported",
-    [MSG_KV_RELEASE] = "kv_release"};
+    [MSG_KV_RELEASE] = "kv_release", [MSG_LORA_LOAD] = "lora_load", [MSG_LORA_UNLOAD] = "lora_unload",
+    [MSG_LORA_RESULT] = "lora_result"};
 
 const char *msg_type_name(int type) { return type > 0 && type < MSG_TYPE_END ? type_names[type] : "unknown"; }
 

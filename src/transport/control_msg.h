@@ -47,6 +47,11 @@ typedef enum {
     MSG_KV_EXPORT,
     MSG_KV_EXPORTED,
     MSG_KV_RELEASE,
+    /* Adapters at run time (coord/lora_admin.h): LORA_LOAD (str name, str path) and LORA_UNLOAD
+     * (str name) to a leader; it answers LORA_RESULT (u8 ok, str name, str error). */
+    MSG_LORA_LOAD,
+    MSG_LORA_UNLOAD,
+    MSG_LORA_RESULT,
     MSG_TYPE_END
 } MsgType;
 

@@ -12,6 +12,7 @@
 #include "transport/ctrl_endpoint.h"
 #include "transport/mpi_error.h"
 #include "worker/kv_moves.h"
+#include "worker/leader_lora.h"
 #include "worker/occupancy_log.h"
 #include "worker/step_msg.h"
 #include "transport/tp_collective_mpi.h"
@@ -313,8 +314,37 @@ static int refuse_submit(Leader *L, const uint8_t *data, size_t len) {
     return ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_FINISH, &b, &L->err);
 }
 
+/* How many requests the leader holds that run adapter `name` (an unload waits for none). */
+static int requests_of_adapter(void *ctx, const char *name) {
+    const Leader *L = ctx;
+    int n = 0;
+    for (int i = 0; i < L->n_active; i++)
+        if (L->active[i]->req.adapter && strcmp(L->active[i]->req.adapter, name) == 0) n++;
+    return n;
+}
+
+/* LORA_LOAD / LORA_UNLOAD (leader_lora.h): applied between steps, answered with LORA_RESULT. The set
+ * is the one this rank loaded at start-up and lent its engine read-only; the leader is its only
+ * writer, on the thread that runs the steps. */
+static void handle_lora(Leader *L, bool unload, const uint8_t *data, size_t len) {
+    const EngineConfig *ec = &L->engine.cfg;
+    LeaderLoraCtx ctx = {.set = (LoraSet *)ec->lora, .base = &L->cfg->model->weights.cfg, .tp_size = L->tp.tp_size,
+                         .device = ec->device, .residual_rank = ec->lora_shared ? L->engine.backend.cfg.residual_rank : 0};
+    WireBuf reply = {0};
+    if (!ctx.set) {
+        wire_put_u8(&reply, 0), wire_put_str(&reply, ""), wire_put_str(&reply, "this instance has no adapter set");
+    } else {
+        leader_lora_apply(&ctx, unload, data, len, requests_of_adapter, L, &reply);
+    }
+    if (ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_LORA_RESULT, &reply, &L->err)) L->failed = true;
+}
+
 static void handle_message(Leader *L, int type, const uint8_t *data, size_t len) {
     WireReader rd = wire_reader(data, len);
+    if (type == MSG_LORA_LOAD || type == MSG_LORA_UNLOAD) {
+        handle_lora(L, type == MSG_LORA_UNLOAD, data, len);
+        return;
+    }
     if (type == MSG_SUBMIT) {
         MsgSubmit m;
         if (msg_submit_decode(&rd, &m)) {

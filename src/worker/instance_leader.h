@@ -11,6 +11,8 @@
  * KV block moves (kv_moves.h): the leader also takes KV_EXPORT / KV_EXPORTED / KV_RELEASE from
  * other leaders, parks a SUBMIT with a pull hint until its move is over, and sends its peers MOVE
  * plans; a peer serves those with its own mover (kv_move_rank.h).
+ * Adapters at run time: LORA_LOAD / LORA_UNLOAD from the coordinator change the rank's adapter set
+ * between steps and are answered with LORA_RESULT (leader_lora.h).
  * A SUBMIT the leader cannot take (it does not decode: an empty prompt, a bad field) is never
  * dropped in silence: its FINISH says FINISH_ERROR with the reason (instance_leader_refusal), so
  * the coordinator answers the client; only a message too short to hold a request id is just logged
