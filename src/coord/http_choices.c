@@ -253,8 +253,10 @@ static void wait_progress(Choice *c) {
         if (tokens && (lps || !r->want_logprobs)) c->cap = cap;
         else p.n_tokens = c->cap, p.finished = false; /* keep what fits; the next wait picks up the rest */
     }
-    memcpy(c->tokens, r->tokens, (size_t)p.n_tokens * sizeof *c->tokens);
-    if (r->want_logprobs) memcpy(c->logprobs, r->logprobs, (size_t)p.n_tokens * sizeof *c->logprobs);
+    if (p.n_tokens > 0) { /* before the first token both buffers may still be NULL */
+        memcpy(c->tokens, r->tokens, (size_t)p.n_tokens * sizeof *c->tokens);
+        if (r->want_logprobs) memcpy(c->logprobs, r->logprobs, (size_t)p.n_tokens * sizeof *c->logprobs);
+    }
     pthread_mutex_unlock(&r->mu);
     c->progress = p;
 }

@@ -99,7 +99,10 @@ static void splice_outcomes(const Scheduler *s, const SchedRequest *r, OutcomeTe
 }
 
 static int apply_hint(Scheduler *s, SchedRequest *r, const CacheHint *h, KvHintOutcome *out, BraidError *err) {
-    int end = h->end < r->n_tokens ? h->end : r->n_tokens;
+    /* The tree holds whole blocks and the walks compare whole blocks, so a hint never reaches into
+     * the request's last partial block (reading it would run past r->tokens). */
+    int whole = r->n_tokens / s->block_size * s->block_size;
+    int end = h->end < whole ? h->end : whole;
     switch (h->op) {
     case CACHE_HINT_PIN:
         return kv_cache_pin(&s->cache, &r->identity, r->tokens, end, h->ttl_s, s->pin_budget_blocks, out, err);
