@@ -100,19 +100,20 @@ typedef struct {
     char id[40];
     const char *endpoint;
     StreamPhase phase;
-    char *out;            /* the SSE event being written */
-    size_t out_len, out_off;
+    SseOutbox box;        /* the SSE event being written */
+    bool failed;          /* out of memory: the stream ends with an error */
 } Stream;
 
 static void set_event(Stream *s, char *json) {
-    free(s->out);
-    s->out = NULL;
-    s->out_len = s->out_off = 0;
-    if (!json) return;
-    size_t n = strlen(json);
-    s->out = malloc(n + 9);
-    if (s->out) s->out_len = (size_t)sprintf(s->out, "data: %s\n\n", json);
-    free(json);
+    sse_outbox_clear(&s->box);
+    char *event = NULL;
+    if (json) {
+        size_t n = strlen(json);
+        event = malloc(n + 9);
+        if (event) sprintf(event, "data: %s\n\n", json);
+        free(json);
+    }
+    if (!sse_outbox_append(&s->box, event)) s->failed = true;
 }
 
 static char *error_event(int status, const char *message) {
@@ -163,7 +164,7 @@ static bool tools_event(Stream *s) {
     return set_event(s, api_response_chunk(&s->head, false, &ch)), true;
 }
 
-/* Produces the next SSE event into s->out; false when the stream is over. */
+/* Produces the next SSE event into s->box; false when the stream is over. */
 static bool next_event(Stream *s) {
     Choice *c = s->cur < s->set.n ? &s->set.c[s->cur] : NULL;
     switch (s->phase) {
@@ -198,10 +199,8 @@ static bool next_event(Stream *s) {
         /* fall through */
     case PHASE_DONE:
         s->phase = PHASE_END;
-        free(s->out);
-        s->out = strdup("data: [DONE]\n\n");
-        s->out_len = s->out ? strlen(s->out) : 0;
-        s->out_off = 0;
+        sse_outbox_clear(&s->box);
+        if (!sse_outbox_append(&s->box, strdup("data: [DONE]\n\n"))) s->failed = true;
         return true;
     case PHASE_END: break;
     }
@@ -211,14 +210,11 @@ static bool next_event(Stream *s) {
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     Stream *s = cls;
-    while (s->out_off == s->out_len) {
+    while (sse_outbox_drained(&s->box)) {
         if (!next_event(s)) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (!s->out) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (s->failed) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
-    size_t n = s->out_len - s->out_off < max ? s->out_len - s->out_off : max;
-    memcpy(buf, s->out + s->out_off, n);
-    s->out_off += n;
-    return (ssize_t)n;
+    return (ssize_t)sse_outbox_drain(&s->box, buf, max);
 }
 
 static void stream_free(void *cls) {
@@ -229,7 +225,7 @@ static void stream_free(void *cls) {
     choices_record_metrics(s->ctx, s->endpoint, &s->set, complete ? 200 : 499, complete);
     choices_free(s->ctx, &s->set, !complete);
     api_request_free(&s->req);
-    free(s->out);
+    sse_outbox_clear(&s->box);
     free(s);
 }
 
@@ -247,6 +243,35 @@ static enum MHD_Result answer_stream(const HttpGenerateContext *ctx, struct MHD_
     s->head.id = s->id;
     s->endpoint = endpoint;
     return http_queue_event_stream(conn, stream_read, s, stream_free);
+}
+
+void sse_outbox_clear(SseOutbox *b) {
+    free(b->out);
+    *b = (SseOutbox){0};
+}
+
+bool sse_outbox_append(SseOutbox *b, char *text) {
+    if (!text) return false;
+    size_t n = strlen(text);
+    char *grown = realloc(b->out, b->len + n + 1);
+    if (!grown) {
+        free(text);
+        return false;
+    }
+    memcpy(grown + b->len, text, n + 1);
+    b->out = grown;
+    b->len += n;
+    free(text);
+    return true;
+}
+
+bool sse_outbox_drained(const SseOutbox *b) { return b->off == b->len; }
+
+size_t sse_outbox_drain(SseOutbox *b, char *buf, size_t max) {
+    size_t n = b->len - b->off < max ? b->len - b->off : max;
+    if (n) memcpy(buf, b->out + b->off, n);
+    b->off += n;
+    return n;
 }
 
 enum MHD_Result http_queue_event_stream(struct MHD_Connection *conn, MHD_ContentReaderCallback read, void *cls,

@@ -121,27 +121,12 @@ typedef struct {
     int next_block;   /* the index the next content block gets */
     bool failed;
     double last_sent_s; /* when the last events went out (braid_now_seconds) */
-    char *out;        /* the events being written */
-    size_t out_len, out_off;
+    SseOutbox box;    /* the events being written */
 } Stream;
 
 /* Appends an event (taken over; NULL = out of memory, which ends the stream). */
 static void emit(Stream *s, char *ev) {
-    if (!ev) {
-        s->failed = true;
-        return;
-    }
-    size_t n = strlen(ev);
-    char *grown = realloc(s->out, s->out_len + n + 1);
-    if (!grown) {
-        free(ev);
-        s->failed = true;
-        return;
-    }
-    memcpy(grown + s->out_len, ev, n + 1);
-    s->out = grown;
-    s->out_len += n;
-    free(ev);
+    if (!sse_outbox_append(&s->box, ev)) s->failed = true;
 }
 
 static void emit_text(Stream *s, const char *text, size_t len) {
@@ -173,7 +158,7 @@ static const char *take_text(Stream *s, Choice *c, size_t *len) {
 /* Text deltas until the choice is done; a ping when nothing was sent for PING_INTERVAL_S. */
 static void text_events(Stream *s) {
     Choice *c = &s->set.c[0];
-    while (s->out_len == 0) {
+    while (s->box.len == 0) {
         choice_advance(s->ctx, &s->req, c, true);
         bool done = choice_done(c);
         size_t len;
@@ -183,7 +168,7 @@ static void text_events(Stream *s) {
             s->phase = PHASE_BLOCKS;
             return;
         }
-        if (s->out_len == 0 && braid_now_seconds() - s->last_sent_s >= PING_INTERVAL_S) emit(s, anthropic_event_ping());
+        if (s->box.len == 0 && braid_now_seconds() - s->last_sent_s >= PING_INTERVAL_S) emit(s, anthropic_event_ping());
     }
 }
 
@@ -216,12 +201,10 @@ static void block_events(Stream *s) {
     }
 }
 
-/* Produces the next events into s->out; false when the stream is over. */
+/* Produces the next events into s->box; false when the stream is over. */
 static bool next_events(Stream *s) {
-    free(s->out);
-    s->out = NULL;
-    s->out_len = s->out_off = 0;
-    while (s->out_len == 0 && !s->failed) {
+    sse_outbox_clear(&s->box);
+    while (s->box.len == 0 && !s->failed) {
         switch (s->phase) {
         case PHASE_START:
             emit(s, anthropic_event_message_start(s->id, s->model, s->set.c[0].r->n_prompt));
@@ -248,14 +231,11 @@ static bool next_events(Stream *s) {
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     Stream *s = cls;
-    while (s->out_off == s->out_len) {
+    while (sse_outbox_drained(&s->box)) {
         bool ended = s->phase == PHASE_END;
         if (!next_events(s)) return ended || !s->failed ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
     }
-    size_t n = s->out_len - s->out_off < max ? s->out_len - s->out_off : max;
-    memcpy(buf, s->out + s->out_off, n);
-    s->out_off += n;
-    return (ssize_t)n;
+    return (ssize_t)sse_outbox_drain(&s->box, buf, max);
 }
 
 static void stream_free(void *cls) {
@@ -265,7 +245,7 @@ static void stream_free(void *cls) {
     choices_record_metrics(s->ctx, "messages", &s->set, complete ? 200 : 499, complete);
     choices_free(s->ctx, &s->set, !complete);
     api_request_free(&s->req);
-    free(s->out);
+    sse_outbox_clear(&s->box);
     free(s);
 }
 

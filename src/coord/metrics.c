@@ -477,24 +477,34 @@ static void render_requests(TextOut *o, const MetricsTotals *t) {
 }
 
 /* Emits `<name>_bucket{endpoint="..",le=".."}` cumulative counts, then `_sum` and `_count`. */
-static void render_histogram_series(TextOut *o, const char *name, const char *endpoint, const Histogram *h,
-                                    const double *bounds, int n_bounds) {
+/* Writes a series' labels (without braces) for render_histogram. */
+typedef void (*SeriesLabelsFn)(TextOut *o, const void *series);
+
+/* One histogram series: cumulative buckets, sum and count, each sample carrying the series' labels. */
+static void render_histogram(TextOut *o, const char *name, SeriesLabelsFn labels, const void *series, const Histogram *h,
+                             const double *bounds, int n_bounds) {
     char num[40];
     unsigned long long cumulative = 0;
     for (int b = 0; b <= n_bounds; b++) {
         cumulative += h->slot_counts[b];
         format_double(num, b < n_bounds ? bounds[b] : INFINITY);
-        out_printf(o, "%s_bucket{endpoint=\"", name);
-        out_label_value(o, endpoint);
-        out_printf(o, "\",le=\"%s\"} %llu\n", num, cumulative);
+        out_printf(o, "%s_bucket{", name);
+        labels(o, series);
+        out_printf(o, ",le=\"%s\"} %llu\n", num, cumulative);
     }
     assert(cumulative == h->count);
     format_double(num, h->sum);
-    out_printf(o, "%s_sum{endpoint=\"", name);
+    out_printf(o, "%s_sum{", name);
+    labels(o, series);
+    out_printf(o, "} %s\n%s_count{", num, name);
+    labels(o, series);
+    out_printf(o, "} %llu\n", h->count);
+}
+
+static void out_endpoint_label(TextOut *o, const void *endpoint) {
+    out_str(o, "endpoint=\"");
     out_label_value(o, endpoint);
-    out_printf(o, "\"} %s\n%s_count{endpoint=\"", num, name);
-    out_label_value(o, endpoint);
-    out_printf(o, "\"} %llu\n", h->count);
+    out_str(o, "\"");
 }
 
 static void render_histograms(TextOut *o, const MetricsTotals *t, int ttft) {
@@ -506,8 +516,8 @@ static void render_histograms(TextOut *o, const MetricsTotals *t, int ttft) {
         const EndpointSeries *e = &t->endpoints[i];
         /* The overflow slot shows up only once used (by overflow or by an explicit "_other"). */
         if (i >= t->n_endpoints && !(i == OVERFLOW_ENDPOINT && e->latency.count > 0)) continue;
-        if (ttft) render_histogram_series(o, name, e->label, &e->ttft, TTFT_BOUNDS, N_TTFT_BOUNDS);
-        else render_histogram_series(o, name, e->label, &e->latency, LATENCY_BOUNDS, N_LATENCY_BOUNDS);
+        if (ttft) render_histogram(o, name, out_endpoint_label, e->label, &e->ttft, TTFT_BOUNDS, N_TTFT_BOUNDS);
+        else render_histogram(o, name, out_endpoint_label, e->label, &e->latency, LATENCY_BOUNDS, N_LATENCY_BOUNDS);
     }
 }
 
@@ -715,23 +725,15 @@ static void out_vllm_labels(TextOut *o, int instance, const char *model_name) {
     out_str(o, "\"");
 }
 
-static void render_vllm_histogram(TextOut *o, const char *name, int instance, const char *model_name, const Histogram *h,
-                                  const double *bounds, int n_bounds) {
-    char num[40];
-    unsigned long long cumulative = 0;
-    for (int b = 0; b <= n_bounds; b++) {
-        cumulative += h->slot_counts[b];
-        format_double(num, b < n_bounds ? bounds[b] : INFINITY);
-        out_printf(o, "%s_bucket{", name);
-        out_vllm_labels(o, instance, model_name);
-        out_printf(o, ",le=\"%s\"} %llu\n", num, cumulative);
-    }
-    format_double(num, h->sum);
-    out_printf(o, "%s_sum{", name);
-    out_vllm_labels(o, instance, model_name);
-    out_printf(o, "} %s\n%s_count{", num, name);
-    out_vllm_labels(o, instance, model_name);
-    out_printf(o, "} %llu\n", h->count);
+/* The labels of one vLLM series: the instance as vLLM's engine index, and the served model. */
+typedef struct {
+    int instance;
+    const char *model_name;
+} VllmSeries;
+
+static void out_vllm_series_labels(TextOut *o, const void *series) {
+    const VllmSeries *v = series;
+    out_vllm_labels(o, v->instance, v->model_name);
 }
 
 /* A family with one sample per instance; value(i) formats instance i's value. */
@@ -811,7 +813,8 @@ static void render_vllm(TextOut *o, const InstanceStats *instances, const VllmRe
         out_family(o, HISTOGRAMS[h].name, "histogram", HISTOGRAMS[h].help);
         for (int i = 0; i < n_instances; i++) {
             const Histogram *hist = (const Histogram *)((const char *)&vllm[i] + HISTOGRAMS[h].offset);
-            render_vllm_histogram(o, HISTOGRAMS[h].name, i, model_name, hist, HISTOGRAMS[h].bounds, HISTOGRAMS[h].n_bounds);
+            render_histogram(o, HISTOGRAMS[h].name, out_vllm_series_labels, &(VllmSeries){i, model_name}, hist, HISTOGRAMS[h].bounds,
+                             HISTOGRAMS[h].n_bounds);
         }
     }
 }
