@@ -3,11 +3,13 @@
  *   ceilings: device-to-device copy bandwidth (bytes read + written) and the cuBLAS bf16 GEMM rate;
  *   decode: aggregate tokens/s of B sequences decoding together (each after a P-token prompt),
  *           with the step time, for each B in --batches; graphs on (default) and, for B=1, off;
- *   prefill: one N-token prompt into an empty context (tokens/s and achieved TFLOP/s).
+ *   prefill: one N-token prompt into an empty context (tokens/s and achieved TFLOP/s), once per
+ *            attention kernel of --prefill-kernels (wmma: the backend's default shared-memory kernel;
+ *            flash: the register kernel, opt-in; chosen through BRAID_CUDA_PREFILL as the backend reads it).
  * The model is a GGUF file or synthetic:llama3-8b (random bf16 weights generated on the GPU).
  * Every result is one JSON line on stdout; a table goes to stderr.
  *   bench_cuda --model PATH|synthetic:NAME [--batches 1,16,64,256] [--prompt 128] [--steps 64]
- *              [--prefill 512] [--no-ceilings] [--no-graphs]
+ *              [--prefill 512] [--prefill-kernels flash,wmma] [--no-ceilings] [--no-graphs]
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -28,6 +30,7 @@
 typedef struct {
     const char *model;
     char batches[128];
+    char prefill_kernels[64];
     long prompt, steps, prefill;
     bool ceilings, graphs;
 } BenchArgs;
@@ -234,10 +237,11 @@ static double prefill_flops(const ModelConfig *c, int n) {
     return c->n_layers * (per_layer * n + attention) + 2.0 * c->dim * c->vocab_size;
 }
 
-static int bench_prefill(const ModelWeights *w, int n, const char *model_name) {
+static int bench_prefill(const ModelWeights *w, int n, const char *model_name, const char *kernel) {
     BraidError err;
     Backend be;
     Fleet f = {0};
+    if (setenv("BRAID_CUDA_PREFILL", kernel, 1)) return -1; /* read by the backend at creation */
     if (fleet_init(&f, 1, n + 1, n) || make_backend(&be, w, 1, n + 1, n, true, &err)) {
         fprintf(stderr, "bench_cuda: prefill: %s\n", err.msg);
         fleet_free(&f);
@@ -255,9 +259,9 @@ static int bench_prefill(const ModelWeights *w, int n, const char *model_name) {
         if (rep > 0 && dt < best) best = dt; /* rep 0 warms up */
     }
     double tflops = prefill_flops(&w->cfg, n) / best / 1e12;
-    printf("{\"bench\":\"prefill\",\"model\":\"%s\",\"tokens\":%d,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.1f}\n", model_name, n,
-           best * 1e3, n / best, tflops);
-    fprintf(stderr, "prefill N=%-5d %9.3f ms  %10.1f tok/s  %6.1f TFLOP/s\n", n, best * 1e3, n / best, tflops);
+    printf("{\"bench\":\"prefill\",\"model\":\"%s\",\"kernel\":\"%s\",\"tokens\":%d,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.1f}\n",
+           model_name, kernel, n, best * 1e3, n / best, tflops);
+    fprintf(stderr, "prefill N=%-5d %-5s %9.3f ms  %10.1f tok/s  %6.1f TFLOP/s\n", n, kernel, best * 1e3, n / best, tflops);
     backend_destroy(&be);
     fleet_free(&f);
     return 0;
@@ -266,10 +270,11 @@ static int bench_prefill(const ModelWeights *w, int n, const char *model_name) {
 static int parse(int argc, char **argv, BenchArgs *a) {
     *a = (BenchArgs){.prompt = 128, .steps = 64, .prefill = 512, .ceilings = true, .graphs = true};
     snprintf(a->batches, sizeof a->batches, "1,16,64,256");
+    snprintf(a->prefill_kernels, sizeof a->prefill_kernels, "flash");
     static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"batches", required_argument, 0, 'b'},
                                          {"prompt", required_argument, 0, 'p'}, {"steps", required_argument, 0, 's'},
                                          {"prefill", required_argument, 0, 'f'}, {"no-ceilings", no_argument, 0, 'c'},
-                                         {"no-graphs", no_argument, 0, 'g'},
+                                         {"no-graphs", no_argument, 0, 'g'}, {"prefill-kernels", required_argument, 0, 'k'},
                                          {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -280,6 +285,7 @@ static int parse(int argc, char **argv, BenchArgs *a) {
         else if (c == 'f' && !cli_parse_int("--prefill", optarg, 0, 1 << 16, &a->prefill)) continue;
         else if (c == 'c') a->ceilings = false;
         else if (c == 'g') a->graphs = false;
+        else if (c == 'k') snprintf(a->prefill_kernels, sizeof a->prefill_kernels, "%s", optarg);
         else return -1;
     }
     return 0;
@@ -289,7 +295,7 @@ int main(int argc, char **argv) {
     BenchArgs a;
     if (parse(argc, argv, &a)) {
         fprintf(stderr, "usage: bench_cuda --model PATH|synthetic:llama3-8b [--batches 1,16,64,256] [--prompt N] [--steps N] "
-                        "[--prefill N] [--no-ceilings] [--no-graphs]\n");
+                        "[--prefill N] [--prefill-kernels flash,wmma] [--no-ceilings] [--no-graphs]\n");
         return 2;
     }
     if (!backend_cuda_available()) {
@@ -323,7 +329,8 @@ int main(int argc, char **argv) {
         rc |= bench_decode(w, &a, b, a.graphs, spec);
         if (b == 1 && a.graphs) rc |= bench_decode(w, &a, b, false, spec);
     }
-    if (a.prefill > 0) rc |= bench_prefill(w, (int)a.prefill, spec);
+    for (char *save = NULL, *k = strtok_r(a.prefill_kernels, ",", &save); a.prefill > 0 && k; k = strtok_r(NULL, ",", &save))
+        rc |= bench_prefill(w, (int)a.prefill, spec, k);
     if (synthetic) synthetic_model_free(&synth);
     else braid_model_free(&model);
     return rc ? 1 : 0;

@@ -8,7 +8,11 @@
 # SEP_BLOCKS [320] (separate mode's KV pool, blocks of 16 tokens), RES_EQUIV [64] (of those, the
 # base-block equivalents shared mode gives its residual pool: RES_EQUIV * ratio residual blocks,
 # ratio = base block bytes / residual block bytes, kv_dim / rank = 12 for SmolLM2-135M at rank 16),
-# ARMS [separate shared] (any of separate shared auto), BRAID_BIN / BENCH_BIN (frozen binaries).
+# ARMS [separate shared] (any of separate shared auto), BRAID_BIN / BENCH_BIN (frozen binaries),
+# DEVICE [cpu] (cuda: the GPU backend), ADAPTERS [files] (synthetic: random rank-LORA_RANK [16]
+# adapters of the model's shape, `--lora NAME=synthetic:RANK:SEED`, for synthetic models such as
+# synthetic:llama3-8b that have no adapter files; set RATIO to the model's kv_dim / rank, 64 for the
+# 8B shape at rank 16), RUN_ARGS [] (more braid-bench run flags, e.g. --fixed-output).
 # Writes OUT/<workload>-<arm>/ (braid-bench run results), OUT/<arm>.err (server logs, which name
 # the pools' bytes) and OUT/table.md. Prints progress on stderr.
 set -euo pipefail
@@ -28,18 +32,26 @@ MAX_TOKENS_CAP=${MAX_TOKENS_CAP:-64}
 SEP_BLOCKS=${SEP_BLOCKS:-320}
 RES_EQUIV=${RES_EQUIV:-64}
 ARMS=${ARMS:-separate shared}
-RATIO=12 # 2 * 30 layers * 192 kv dims * 16 slots * 2 B over 2 * 30 * 16 ranks * 16 * 2 B (the server log says the same)
+RATIO=${RATIO:-12} # 2 * 30 layers * 192 kv dims * 16 slots * 2 B over 2 * 30 * 16 ranks * 16 * 2 B (the server log says the same)
+DEVICE=${DEVICE:-cpu}
+ADAPTERS=${ADAPTERS:-files}
+LORA_RANK=${LORA_RANK:-16}
+RUN_ARGS=${RUN_ARGS:-}
 # shellcheck source=serve_lib.sh
 source "$root/bench/serve_lib.sh"
+
+adapter() {  # the path of committed adapter $1 (index $2 seeds a synthetic one)
+  if [ "$ADAPTERS" = synthetic ]; then echo "synthetic:$LORA_RANK:$2"; else echo "$root/adapters/$1.gguf"; fi
+}
 
 adapters_for() {  # the --lora flags for a workload's adapter names, from the four committed adapters
   local files=(planner coder tester summarizer)
   if [ "$1" = react-lora ]; then
-    echo "--lora lora-planner=$root/adapters/planner.gguf --lora lora-actor=$root/adapters/coder.gguf" \
-         "--lora lora-answerer=$root/adapters/summarizer.gguf"
+    echo "--lora lora-planner=$(adapter planner 1) --lora lora-actor=$(adapter coder 2)" \
+         "--lora lora-answerer=$(adapter summarizer 3)"
   else
-    local flags="--lora lora-reducer=$root/adapters/summarizer.gguf"
-    for k in $(seq 0 $((FANOUT - 1))); do flags+=" --lora lora-mapper-$k=$root/adapters/${files[$((k % 4))]}.gguf"; done
+    local flags="--lora lora-reducer=$(adapter summarizer 3)"
+    for k in $(seq 0 $((FANOUT - 1))); do flags+=" --lora lora-mapper-$k=$(adapter "${files[$((k % 4))]}" $((10 + k)))"; done
     echo "$flags"
   fi
 }
@@ -58,10 +70,10 @@ for w in $WORKLOADS; do
     fi
     echo "[forkkv_live] $w / $arm: $pool_text; $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
     # shellcheck disable=SC2086
-    serve "$w-$arm" --device cpu --host-kv-blocks 0 $pools $(adapters_for "$w")
+    serve "$w-$arm" --device "$DEVICE" --host-kv-blocks 0 $pools $(adapters_for "$w")
     dir=$out/$w-$arm
     "$bench" run --workload "$w" --url "$url" --model "$model" --workflows "$WORKFLOWS" --concurrency "$CONCURRENCY" \
-      --context-tokens "$CONTEXT_TOKENS" --fanout "$FANOUT" --scale "$SCALE" --max-tokens-cap "$MAX_TOKENS_CAP" --seed 1 \
+      --context-tokens "$CONTEXT_TOKENS" --fanout "$FANOUT" --scale "$SCALE" --max-tokens-cap "$MAX_TOKENS_CAP" --seed 1 $RUN_ARGS \
       --out "$dir" 2> "$dir.progress" || echo "[forkkv_live] braid-bench failed (see $dir.progress)" >&2
     forks=$(metric braid_kv_fork_tokens_total); preempt=$(metric 'braid_instance_preemptions_total{instance="0"}')
     # auto: the server log says when each adapter's choice changed and what the cost model compared.

@@ -3,7 +3,8 @@
 # virtual environment, for tests/integration/test_bench_standard_tool.sh:
 #   bench/install_guidellm.sh [VENV_DIR]      (default: .venv-guidellm in the repository root)
 # then: BRAID_GUIDELLM=VENV_DIR/bin/guidellm ctest -R bench_standard_tool
-# Needs PyPI once (guidellm pulls in torch and transformers, ~1 GB); the test itself runs offline.
+# Needs PyPI once (guidellm 0.4+ pulls in torch and transformers, ~6 GB); the test itself runs offline.
+# Without it the test runs guidellm 0.3.1 (no torch), which scripts/test.sh installs into .venv-test.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${1:-$root/.venv-guidellm}

@@ -4,10 +4,16 @@
 # warm-up pass of the same workload with other workflow seeds (reuse off, so the cache and segment
 # index are alike for both rounds), then the measured requests carrying "segment_reuse": "off" or
 # "approx".
-# Usage: bench/segment_reuse_live.sh [OUT_DIR]  (env: WORKFLOWS=8 SCALE=0.5 WINDOW=16 MAX_TOKENS=8
-#        CONCURRENCY="1 16" WORKLOAD=templates APPEND=1)
+# Usage: bench/segment_reuse_live.sh [--device cpu|cuda] [OUT_DIR]  (env: WORKFLOWS=8 SCALE=0.5 WINDOW=16
+#        MAX_TOKENS=8 CONCURRENCY="1 16" WORKLOAD=templates APPEND=1 MODES="off approx" (any of off exact
+#        approx; the server allows approx, which includes exact) DEVICE=cpu SERVE_ARGS="" (more
+#        braid-local flags, e.g. --kv-blocks 4096); BRAID_MODEL may be synthetic:NAME[:TOKENIZER])
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+device=${DEVICE:-cpu}
+if [ "${1:-}" = --device ]; then device=${2:?--device needs cpu or cuda}; shift 2; fi
+modes=${MODES:-off approx}
+serve_args=${SERVE_ARGS:-}
 braid=${BRAID_BIN:-$root/build/braid}
 bench=${BRAID_BENCH_BIN:-$root/build/braid-bench}
 model=${BRAID_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -26,7 +32,7 @@ for seed in 1 2; do
   "$bench" gen --workload "$workload" --workflows "$workflows" --concurrency 4 --scale "$scale" --seed "$seed" --model "$model" \
     --out "$out/gen$seed.trace" --batch-out "$out/gen$seed.jsonl" 2> /dev/null
 done
-for mode in off approx; do
+for mode in $modes; do
   python3 - "$out/gen1.jsonl" "$out/$mode.jsonl" "$mode" "$max_tokens" <<'PY'
 import json, sys
 with open(sys.argv[2], "w") as f:
@@ -44,8 +50,9 @@ with open(sys.argv[2], "w") as f:
 PY
 
 start_server() {
-  BRAID_BIN=$braid setsid "$root/launch/braid-local" --model "$model" --port "$port" --segment-reuse approx --approx-window "$window" \
-    > "$out/server.out" 2> "$out/server.err" &
+  # shellcheck disable=SC2086 # SERVE_ARGS: several flags
+  BRAID_BIN=$braid setsid "$root/launch/braid-local" --model "$model" --port "$port" --device "$device" --segment-reuse approx \
+    --approx-window "$window" $serve_args > "$out/server.out" 2> "$out/server.err" &
   server=$!
   local ready=0
   for _ in $(seq 1 240); do
@@ -65,7 +72,7 @@ echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|" >> "$table"
 # Each round on a fresh server: the warm-up pass (other workflows of the same workload, reuse off, so
 # both rounds start from the same cache and index), then the measured requests with reuse off or approx.
 for c in $concurrency; do
-  for mode in off approx; do
+  for mode in $modes; do
     start_server
     "$bench" replay --url "$url" --input "$out/warm.jsonl" --out "$out/warm.out" --concurrency "$c" 2> /dev/null
     "$bench" replay --url "$url" --input "$out/$mode.jsonl" --out "$out/$mode.c$c.out" --concurrency "$c" 2> "$out/$mode.c$c.err"
@@ -88,7 +95,7 @@ if [ "${APPEND:-1}" = 1 ]; then
     echo
     echo "### Segment reuse live, TTFT ($(date -u +%Y-%m-%d), $(nproc) cores: $(lscpu | sed -n 's/^Model name: *//p'))"
     echo
-    echo "Command: \`WORKFLOWS=$workflows SCALE=$scale WINDOW=$window MAX_TOKENS=$max_tokens WORKLOAD=$workload bench/segment_reuse_live.sh\`"
+    echo "Command: \`WORKFLOWS=$workflows SCALE=$scale WINDOW=$window MAX_TOKENS=$max_tokens WORKLOAD=$workload MODES=\"$modes\" bench/segment_reuse_live.sh --device $device\`"
     echo
     cat "$table"
   } >> "$root/bench/RESULTS.md"

@@ -16,6 +16,12 @@
 #                                            $GPU_STAGE_TMP/payload.tar.zst (default /tmp/gpu-stage)
 #   scripts/gpu-stage.sh unpack              checks the SHA256 and unpacks into $GPU_STAGE_TMP/root
 #   scripts/gpu-stage.sh visit               receive + unpack + scripts/gpu-suite.sh --stage ROOT
+# Optional, here: scripts/gpu-stage.sh llama   builds llama.cpp's CUDA binaries (llama-batched-bench,
+#                                            llama-bench; sm_90 only, shared libraries) OUTSIDE the repo
+#                                            from the llama-cpp-python sdist on PyPI (it vendors llama.cpp's
+#                                            sources), at nice 19; then pack with LLAMA_CPP_BIN=<printed dir>.
+#                                            Env: LLAMA_CPP_PY_VERSION [0.3.16], LLAMA_CPP_DIR [/tmp/llama-cpp],
+#                                            LLAMA_CPP_JOBS [nproc]. Nothing of llama.cpp is ever committed.
 # Rehearsal here, end to end: scripts/gpu-stage.sh rehearse [BUILD_DIR] packs (BUILD_DIR default
 # build-gpu, a CPU build), receives each part as separate runs would, unpacks into a temporary
 # GPU_STAGE_TMP and runs the suite in --rehearse mode from the unpacked payload.
@@ -26,7 +32,7 @@ tmp=${GPU_STAGE_TMP:-/tmp/gpu-stage}
 part_bytes=$((60 * 1024 * 1024))
 device_libs=${DEVICE_LIBS:-$root/../shared/device/device-libs.txt}
 bins=(braid braid-bench bench_cuda bench_cache_ops bench_kv_move bench_rotate)
-tests=(test_synthetic_cuda test_cuda_kv_ipc test_cuda_backend test_rotate test_residual_attention_cuda test_grammar_mask_cuda test_lora_cuda
+tests=(test_attention_prefill_cuda test_synthetic_cuda test_cuda_kv_ipc test_cache_paths_cuda test_cuda_backend test_rotate test_residual_attention_cuda test_grammar_mask_cuda test_lora_cuda
        test_arch_cuda test_engine_grammar test_engine test_synthetic_model)
 model=${BRAID_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 
@@ -40,6 +46,22 @@ cmd_build() {
   local dir=${1:-build-gpu-cuda}
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DBRAID_CUDA=ON -DBRAID_CUDA_ARCHITECTURES=90a > "$dir.cmake.log"
   cmake --build "$dir" -j"$(nproc)" --target "${bins[@]}" "${tests[@]}"
+}
+
+# llama.cpp's CUDA build for suite stage (f), outside the repository. The two targets only, FA
+# kernels for the default quant types only (GGML_CUDA_FA_ALL_QUANTS=OFF), one architecture.
+cmd_llama() {
+  local version=${LLAMA_CPP_PY_VERSION:-0.3.16} dir=${LLAMA_CPP_DIR:-/tmp/llama-cpp} jobs=${LLAMA_CPP_JOBS:-$(nproc)}
+  case "$dir" in "$root"|"$root"/*) echo "gpu-stage: LLAMA_CPP_DIR must be outside the repository" >&2; exit 1 ;; esac
+  mkdir -p "$dir"
+  local sdist=$dir/llama_cpp_python-$version.tar.gz src=$dir/llama_cpp_python-$version/vendor/llama.cpp
+  [ -f "$sdist" ] || pip download --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$dir" >&2
+  [ -d "$src" ] || tar -C "$dir" -xzf "$sdist"
+  nice -n 19 cmake -S "$src" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DGGML_CUDA_FA_ALL_QUANTS=OFF -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF > "$dir/cmake.log"
+  local t0=$SECONDS
+  nice -n 19 cmake --build "$dir/build" -j"$jobs" --target llama-batched-bench llama-bench
+  echo "gpu-stage: llama.cpp built in $((SECONDS - t0)) s; pack with: LLAMA_CPP_BIN=$dir/build/bin scripts/gpu-stage.sh pack" >&2
 }
 
 # Copies the libraries the binaries need that the GPU image lacks into $1.
@@ -69,7 +91,9 @@ cmd_pack() {
   if [ -n "${LLAMA_CPP_BIN:-}" ]; then
     mkdir -p "$pay/llama.cpp"
     cp "$LLAMA_CPP_BIN"/llama-batched-bench "$LLAMA_CPP_BIN"/llama-bench "$pay/llama.cpp/" 2> /dev/null || true
-    cp -P "$LLAMA_CPP_BIN"/*.so* "$pay/llama.cpp/" 2> /dev/null || true
+    # its shared libraries (libllama, libggml*), wherever that build put them; stage (f) sets LD_LIBRARY_PATH
+    find "$LLAMA_CPP_BIN" "$LLAMA_CPP_BIN/.." -maxdepth 3 -name 'lib*.so*' \( -type f -o -type l \) -exec cp -P {} "$pay/llama.cpp/" \; 2> /dev/null || true
+    strip --strip-debug "$pay"/llama.cpp/* 2> /dev/null || true
   fi
   printf '%s\n' "${have[@]}" > "$pay/STAGED"
   exclude_devstage
@@ -142,10 +166,11 @@ cmd_rehearse() {
 
 case "${1:-}" in
   build) shift; cmd_build "$@" ;;
+  llama) cmd_llama ;;
   pack) shift; cmd_pack "$@" ;;
   receive) cmd_receive ;;
   unpack) cmd_unpack ;;
   visit) shift; cmd_visit "$@" ;;
   rehearse) shift; cmd_rehearse "$@" ;;
-  *) sed -n '2,26p' "$0"; exit 2 ;;
+  *) sed -n '2,27p' "$0"; exit 2 ;;
 esac

@@ -18,6 +18,8 @@
 #   --rehearse    CPU stand-ins for every stage (automatic when no GPU is visible): --device cpu,
 #                 synthetic:smollm2-135m instead of synthetic:llama3-8b, small sizes; checks the
 #                 script end to end so the first GPU call is the real one
+#   env G_ARMS    stage g's arms (default "pbkv forkkv segment_reuse splice"); BRAID_CUDA_PREFILL=wmma|flash
+#                 picks the prefill kernel (default wmma; stage a sets flash once its test passes)
 # Writes $OUT (default /tmp/gpu-suite-out): gpu-suite.json (every stage: status, seconds, metrics),
 # gpu-suite.md (the short table, also printed last) and gpu-suite-logs.tar.gz (every stage's log).
 set -uo pipefail
@@ -32,7 +34,7 @@ while [ $# -gt 0 ]; do
     --stage) stage_dir=$(cd "$2" && pwd); shift ;;
     --budget) budget=$2; shift ;;
     --only) only=$2; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "gpu-suite: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -63,7 +65,7 @@ fi
 if [ "$mode" = gpu ]; then device=cuda big=synthetic:llama3-8b greedy_tokens=16 small_tokens=128
 else device=cpu big=synthetic:smollm2-135m greedy_tokens=4 small_tokens=4; fi
 # each stage's own cap (s), on top of the whole budget: priority order decides what a slow stage squeezes
-declare -A stage_cap=([a]=200 [b]=150 [c]=100 [d]=90 [e]=150 [f]=100 [g]=170)
+declare -A stage_cap=([a]=200 [b]=150 [c]=200 [d]=90 [e]=150 [f]=100 [g]=260)
 stage_end=0
 big_spec=$big:$model # the synthetic model takes the default GGUF's tokenizer
 export BRAID_TEST_MODEL=$model BRAID_TEST_GOLDEN_DIR=$root/tests/golden BRAID_TEST_ADAPTER_DIR=$root/adapters
@@ -159,14 +161,22 @@ greedy_texts() {
 
 stage_a() { # GPU tests + memcheck
   local t0=$SECONDS pass=0 fail=0 skip=0 missing=0 failed=""
-  local list=(test_synthetic_cuda test_cuda_backend test_rotate:cuda test_residual_attention_cuda test_grammar_mask_cuda
+  local list=(test_attention_prefill_cuda test_synthetic_cuda test_cuda_backend test_cache_paths_cuda test_rotate:cuda test_residual_attention_cuda test_grammar_mask_cuda
               test_lora_cuda test_arch_cuda test_engine_grammar:cuda test_engine:cuda)
   for entry in "${list[@]}"; do
     local name=${entry%%:*} env=()
     [ "$entry" != "$name" ] && env=(env BRAID_TEST_DEVICE=cuda)
     if ! have "$tests/$name"; then missing=$((missing + 1)); continue; fi
     step "a_$name" 150 "${env[@]}" "$tests/$name"
-    case $? in 0) pass=$((pass + 1)) ;; 77) skip=$((skip + 1)) ;; *) fail=$((fail + 1)); failed="$failed $name" ;; esac
+    local rc=$?
+    case $rc in 0) pass=$((pass + 1)) ;; 77) skip=$((skip + 1)) ;; *) fail=$((fail + 1)); failed="$failed $name" ;; esac
+    if [ "$name" = test_attention_prefill_cuda ]; then
+      # the flash prefill kernel is opt-in until it has passed here: only then do the later stages use it
+      if [ $rc = 0 ]; then export BRAID_CUDA_PREFILL=flash; metric a prefill_kernel "flash (its test passed)"
+      else export BRAID_CUDA_PREFILL=wmma; metric a prefill_kernel "wmma (flash failed or skipped its test)"; fi
+      grep '^prefill-attention' "$work/logs/a_$name.log" | awk '{split($2,k,"="); split($4,m,"="); split($5,t,"=");
+        printf "attn4096_%s_ms\t%s\nattn4096_%s_tflops\t%s\n", k[2], m[2], k[2], t[2]}' >> "$work/metrics/a.tsv"
+    fi
   done
   local sanitizer; sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   local memcheck="not run"
@@ -178,6 +188,15 @@ stage_a() { # GPU tests + memcheck
       124|125) memcheck="timed out" ;;
       *) memcheck=errors; fail=$((fail + 1)); failed="$failed memcheck" ;;
     esac
+    if have "$tests/test_attention_prefill_cuda"; then
+      # both prefill attention kernels on the small scenarios (QUICK skips the 4096-token case)
+      step a_memcheck_prefill 90 env BRAID_TEST_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 9 "$tests/test_attention_prefill_cuda"
+      case $? in
+        0) memcheck="$memcheck, prefill clean" ;;
+        124|125) memcheck="$memcheck, prefill timed out" ;;
+        *) memcheck="$memcheck, prefill errors"; fail=$((fail + 1)); failed="$failed memcheck_prefill" ;;
+      esac
+    fi
   elif [ "$mode" = rehearse ] && have "$tests/test_synthetic_model"; then
     # CPU stand-in: the synthetic model's CPU test in place of the sanitizer run
     if step a_standin_test_synthetic_model 120 "$tests/test_synthetic_model"; then pass=$((pass + 1)); else fail=$((fail + 1)); failed="$failed test_synthetic_model"; fi
@@ -239,6 +258,25 @@ EOF2
       *) ipc=fail ;;
     esac
   fi
+  # the real move path: two CUDA instances on the GPU, the router's move over IPC (tests/integration/test_kv_moves_cuda.sh)
+  local moves=""
+  if [ "$device" = cuda ] && have "$bin/braid"; then
+    step c_kv_moves_cuda 120 bash "$root/tests/integration/test_kv_moves_cuda.sh" "$bin/braid" "$model"
+    case $? in
+      0) moves=pass ;;
+      77) moves=skipped ;;
+      *) moves=fail ;;
+    esac
+    metric c moves_checks_ok "$(grep -c '^ok' "$work/logs/c_kv_moves_cuda.log")"
+    metric c moves_checks_failed "$(grep -c '^FAIL' "$work/logs/c_kv_moves_cuda.log")"
+    python3 - "$work/logs/c_kv_moves_cuda.log" >> "$work/metrics/c.tsv" << 'EOF2'
+import json, sys
+for line in open(sys.argv[1]):
+    if '"kv_moves_cuda"' in line:
+        r = json.loads(line)
+        print(f"moves_moved_blocks\t{r['moved_blocks']}\nmoves_moved_bytes\t{r['moved_bytes']}\nmoves_pair_gbps\t{r['pair_gbps']}")
+EOF2
+  fi
   # the UCX data plane's rate between two ranks (host memory): what CPU instances' moves use
   if have "$bin/bench_kv_move" && command -v mpirun > /dev/null; then
     if step c_bench_kv_move 60 mpirun --oversubscribe -n 2 "$bin/bench_kv_move" --blocks 256 --repeats 2 --large-mib 16; then
@@ -246,10 +284,12 @@ EOF2
       [ -n "$gbs" ] && metric c ucx_host_run256_gbs "$gbs"
     fi
   fi
-  local why="the move protocol does not route CUDA instances through IPC yet (issue 34 Half 1 item 1: protocol wiring)"
+  local why="the move path (test_kv_moves_cuda.sh) $moves"
+  [ "$moves" = fail ] && ipc="$ipc+moves_fail"
   case "$device:$ipc" in
-    cuda:pass) finish c partial "CUDA IPC copies exact, rate measured; $why" $((SECONDS - t0)) ;;
-    cuda:fail) finish c fail "test_cuda_kv_ipc failed (logs/c_kv_ipc.log)" $((SECONDS - t0)) ;;
+    cuda:pass) finish c pass "CUDA IPC copies exact, rate measured; $why" $((SECONDS - t0)) ;;
+    cuda:pass+moves_fail) finish c fail "test_kv_moves_cuda.sh failed (logs/c_kv_moves_cuda.log); IPC copies exact" $((SECONDS - t0)) ;;
+    cuda:fail*) finish c fail "test_cuda_kv_ipc failed (logs/c_kv_ipc.log); $why" $((SECONDS - t0)) ;;
     cuda:*) finish c "skipped: test_cuda_kv_ipc not staged or no GPU" "" $((SECONDS - t0)) ;;
     *) finish c "pass (cpu stand-in)" "UCX host-memory moves between 2 ranks; CUDA IPC needs a GPU" $((SECONDS - t0)) ;;
   esac
@@ -289,7 +329,8 @@ stage_e() { # prefill / decode vs ceilings
   local t0=$SECONDS
   if [ "$device" = cuda ] && have "$bin/bench_cuda"; then
     step e_default 120 "$bin/bench_cuda" --model "$model" --batches 1,16,64,256 --prefill 512 --steps 32
-    step e_llama3_8b 150 "$bin/bench_cuda" --model synthetic:llama3-8b --no-ceilings --batches 1,64 --steps 32 --prefill 4096
+    step e_llama3_8b 150 "$bin/bench_cuda" --model synthetic:llama3-8b --no-ceilings --batches 1,64 --steps 32 --prefill 4096 \
+      --prefill-kernels "$([ "${BRAID_CUDA_PREFILL:-}" = flash ] && echo flash,wmma || echo wmma)"
     python3 - "$work/logs/e_default.log" "$work/logs/e_llama3_8b.log" >> "$work/metrics/e.tsv" << 'EOF'
 import json, sys
 tf = None
@@ -302,8 +343,10 @@ for path, tag in zip(sys.argv[1:], ["default", "8b"]):
         elif r.get("bench") == "decode" and r.get("graphs") is True:
             print(f"{tag}_decode_b{r['batch']}_tok_s\t{r['tokens_per_s']}")
         elif r.get("bench") == "prefill":
-            print(f"{tag}_prefill_{r['tokens']}_tok_s\t{r['tokens_per_s']}\n{tag}_prefill_{r['tokens']}_tflops\t{r['tflops']}")
-            if tf: print(f"{tag}_prefill_vs_cublas\t{r['tflops'] / tf:.3f}")
+            k = r.get("kernel", "flash")  # flash: the default kernel; wmma: the fallback, beside it
+            p = f"{tag}_prefill_{r['tokens']}" + ("" if k == "flash" else "_" + k)
+            print(f"{p}_tok_s\t{r['tokens_per_s']}\n{p}_tflops\t{r['tflops']}")
+            if tf: print(f"{p}_vs_cublas\t{r['tflops'] / tf:.3f}")
 EOF
     grep -q '"bench":"prefill"' "$work/logs/e_llama3_8b.log" && finish e pass "bench_cuda default GGUF + synthetic:llama3-8b" $((SECONDS - t0)) ||
       finish e fail "bench_cuda did not finish (logs/e_*)" $((SECONDS - t0))
@@ -338,7 +381,21 @@ stage_f() { # llama.cpp CUDA beside Braid
   done
   local llama=${stage_dir:+$stage_dir/llama.cpp}
   if [ -n "$llama" ] && have "$llama/llama-batched-bench"; then
-    step f_llama_cpp 150 "$llama/llama-batched-bench" -m "$model" -ngl 99 -c 16384 -npp 32 -ntg $tokens -npl 1,16,64
+    # shared libraries staged beside the binaries (scripts/gpu-stage.sh llama + pack)
+    step f_llama_cpp 150 env LD_LIBRARY_PATH="$llama${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      "$llama/llama-batched-bench" -m "$model" -ngl 99 -c 16384 -npp 32 -ntg $tokens -npl 1,16,64
+    if have "$llama/llama-bench"; then # single-stream prefill (pp512) and decode (tg128), flash attention on
+      step f_llama_bench 40 env LD_LIBRARY_PATH="$llama${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        "$llama/llama-bench" -m "$model" -ngl 99 -fa 1 -p 512 -n 128 -r 2 -o jsonl
+      python3 - "$work/logs/f_llama_bench.log" >> "$work/metrics/f.tsv" << 'EOF2'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        kind = "pp%d" % r["n_prompt"] if r.get("n_prompt") else "tg%d" % r["n_gen"]
+        print(f"llama_bench_{kind}_tok_s\t{r['avg_ts']:.1f}")
+EOF2
+    fi
     python3 - "$work/logs/f_llama_cpp.log" >> "$work/metrics/f.tsv" << 'EOF'
 import sys
 # llama-batched-bench's table: | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
@@ -353,13 +410,14 @@ EOF
   fi
 }
 
-stage_g() { # mission arms on the synthetic 8B (PBKV vs LRU here; the others say why not yet)
+stage_g() { # mission arms on the synthetic 8B: PBKV vs LRU, ForkKV, segment reuse, splice
   local t0=$SECONDS
   have "$bin/braid" && have "$bin/braid-bench" || { finish g "skipped: braid / braid-bench not built" "" 0; return; }
   # CPU stand-in: the default GGUF (int8) — the synthetic bf16 shape prefills too slowly on 2 cores
   local wf=1 scale=0.05 blocks=128 cap=1 g_model=$model
   [ "$mode" = gpu ] && wf=16 scale=0.5 blocks=512 cap=32 g_model=$big_spec
   for policy in lru pbkv; do
+    g_arm_on pbkv || break
     [ "$(remaining)" -lt 60 ] || [ $((stage_end - SECONDS)) -lt 40 ] && break
     serve_start "g_$policy" --model "$g_model" --instances 1 --device $device --policy $policy --kv-blocks $blocks --host-kv-blocks 0 || continue
     step "g_$policy" 120 "$bin/braid-bench" run --workload codegen --url "$srv_url" --model "$g_model" --workflows $wf --concurrency 4 \
@@ -390,13 +448,75 @@ m = dict(l.rstrip("\n").split("\t", 1) for l in open(sys.argv[1]))
 if "lru_workflow_latency_s" in m and "pbkv_workflow_latency_s" in m:
     print(f"pbkv_speedup_vs_lru\t{float(m['lru_workflow_latency_s']) / float(m['pbkv_workflow_latency_s']):.3f}")
 EOF2
-  metric g forkkv "skipped: no LoRA adapters of the 8B shape (adapters/ are SmolLM2's); bench/forkkv_live.sh is CPU-only"
-  metric g segment_reuse "skipped: bench/segment_reuse_live.sh has no --device passthrough yet"
-  metric g splice "skipped: no 1K-in-8K splice benchmark yet"
-  if grep -q "pbkv_workflow_latency_s" "$work/metrics/g.tsv" 2> /dev/null; then
-    finish g "$([ "$mode" = gpu ] && echo "partial" || echo "partial (cpu stand-in)")" "PBKV vs LRU on $g_model at $blocks KV blocks; ForkKV / segment reuse / splice arms not built" $((SECONDS - t0))
+  g_forkkv
+  g_segment_reuse
+  g_splice
+  local arms; arms=$(grep -c -E '^(pbkv_workflow_latency_s|forkkv_shared_over_separate|seg_approx_ttft_mean_ms|splice_reprefill_over_splice)' "$work/metrics/g.tsv" 2> /dev/null)
+  if [ "${arms:-0}" -ge 4 ]; then
+    finish g "$([ "$mode" = gpu ] && echo pass || echo "pass (cpu stand-in)")" "PBKV vs LRU, ForkKV, segment reuse, splice on $g_model" $((SECONDS - t0))
+  elif [ "${arms:-0}" -ge 1 ]; then
+    finish g "$([ "$mode" = gpu ] && echo "partial" || echo "partial (cpu stand-in)")" "$arms of 4 arms measured on $g_model (the others: see metrics / logs/g_*)" $((SECONDS - t0))
   elif [ "$mode" = rehearse ]; then finish g "partial (cpu stand-in)" "no clean LRU + PBKV pair within the cap on this CPU (see the figures)" $((SECONDS - t0))
   else finish g fail "PBKV vs LRU runs did not complete (logs/g_*)" $((SECONDS - t0)); fi
+}
+
+# Stage g's arms after PBKV, each skipped (with a metric saying so) when the stage's time is short.
+g_time_ok() { [ "$(remaining)" -gt $(($1 + 25)) ] && [ $((stage_end - SECONDS)) -gt "$1" ]; }
+# G_ARMS (default "pbkv forkkv segment_reuse splice") picks the arms, e.g. to rehearse one alone.
+g_arm_on() { [[ " ${G_ARMS:-pbkv forkkv segment_reuse splice} " == *" $1 "* ]]; }
+
+g_forkkv() { # ForkKV shared vs separate at equal KV bytes, mapreduce-lora (bench/forkkv_live.sh)
+  g_arm_on forkkv || return 0
+  g_time_ok 60 || { metric g forkkv "skipped: out of time"; return; }
+  # GPU: the synthetic 8B with random rank-16 adapters of its shape (kv_dim 1024 / rank 16 = RATIO 64);
+  # CPU stand-in: the default GGUF and its committed adapters, tiny sizes
+  local envs=(DEVICE=$device WORKLOADS=mapreduce-lora RUN_ARGS=--fixed-output)
+  if [ "$mode" = gpu ]; then envs+=(BRAID_MODEL=$g_model ADAPTERS=synthetic LORA_RANK=16 RATIO=64 WORKFLOWS=8 CONCURRENCY=8
+                                   FANOUT=4 CONTEXT_TOKENS=1024 SCALE=0.5 MAX_TOKENS_CAP=32 SEP_BLOCKS=320 RES_EQUIV=64)
+  else envs+=(BRAID_MODEL=$model WORKFLOWS=1 CONCURRENCY=1 FANOUT=2 CONTEXT_TOKENS=64 SCALE=0.05 MAX_TOKENS_CAP=1 SEP_BLOCKS=96
+              RES_EQUIV=16); fi
+  step g_forkkv 110 env BRAID_BIN="$bin/braid" BENCH_BIN="$bin/braid-bench" "${envs[@]}" bash "$root/bench/forkkv_live.sh" "$work/g_forkkv"
+  python3 - "$work/g_forkkv" >> "$work/metrics/g.tsv" << 'EOF2' 2> /dev/null
+import json, os, sys
+d = sys.argv[1]; v = {}
+for arm in ("separate", "shared"):
+    s = json.load(open(os.path.join(d, f"mapreduce-lora-{arm}", "summary.json")))
+    if s.get("errors"): continue
+    v[arm] = s["generated_tok_s"]
+    print(f"forkkv_{arm}_tok_s\t{s['generated_tok_s']:.1f}\nforkkv_{arm}_workflow_latency_s\t{s['mean_workflow_latency_s']:.2f}")
+if len(v) == 2 and v["separate"] > 0: print(f"forkkv_shared_over_separate\t{v['shared'] / v['separate']:.3f}")
+EOF2
+}
+
+g_segment_reuse() { # segment reuse TTFT: off vs exact vs approx (bench/segment_reuse_live.sh --device)
+  g_arm_on segment_reuse || return 0
+  g_time_ok 60 || { metric g segment_reuse "skipped: out of time"; return; }
+  local envs=(BRAID_BIN="$bin/braid" BRAID_BENCH_BIN="$bin/braid-bench" CONCURRENCY=1 APPEND=0)
+  if [ "$mode" = gpu ]; then envs+=(BRAID_MODEL=$g_model MODES="off exact approx" WORKFLOWS=4 SCALE=0.5 MAX_TOKENS=8)
+  else envs+=(BRAID_MODEL=$model MODES=approx WORKFLOWS=1 SCALE=0.05 MAX_TOKENS=1); fi # one round: the CPU is slow
+  step g_segment_reuse 100 env "${envs[@]}" bash "$root/bench/segment_reuse_live.sh" --device $device "$work/g_segment_reuse"
+  # table rows: | concurrency | mode | requests | TTFT mean | p50 | p90 | reused | prefix-cached | prompt |
+  awk -F'|' '$3 ~ /^ (off|exact|approx) $/ {gsub(/ /, "", $3); gsub(/ /, "", $5); gsub(/ /, "", $7); gsub(/ /, "", $8);
+    printf "seg_%s_ttft_mean_ms\t%s\nseg_%s_ttft_p90_ms\t%s\nseg_%s_reused_tokens\t%s\n", $3, $5, $3, $7, $3, $8}' \
+    "$work/g_segment_reuse/table.md" >> "$work/metrics/g.tsv" 2> /dev/null
+}
+
+g_splice() { # a 1K-token splice vs recompute-from-the-edit vs full re-prefill in an 8K context (bench/splice_live.py)
+  g_arm_on splice || return 0
+  g_time_ok 45 || { metric g splice "skipped: out of time"; return; }
+  local ctx=7168 span=1024 rounds=2
+  [ "$mode" = gpu ] || { ctx=256 span=32 rounds=1; }
+  serve_start g_splice --model "$g_model" --instances 1 --device $device || { metric g splice "failed: server did not start"; return; }
+  step g_splice 90 python3 "$root/bench/splice_live.py" --url "$srv_url" --context-tokens $ctx --span-tokens $span --rounds $rounds
+  serve_stop
+  python3 - "$work/logs/g_splice.log" >> "$work/metrics/g.tsv" << 'EOF2' 2> /dev/null
+import json, sys
+for line in open(sys.argv[1]):
+    if '"splice_live_summary"' in line:
+        r = json.loads(line)
+        for k in ("splice_s", "forget_s", "reprefill_s", "reprefill_over_splice", "forget_over_splice"):
+            print(f"splice_{k}\t{r[k]:.3f}")
+EOF2
 }
 
 # ---- run, in priority order ----

@@ -18,6 +18,13 @@ if ! .venv-test/bin/python -c 'import openai, zmq, msgpack, langgraph, langchain
   [ -x .venv-test/bin/python ] || python3 -m venv .venv-test
   .venv-test/bin/pip install -q "openai==3.54.0" "pyzmq==26.2.0" "msgpack==1.1.0" "langgraph==1.2.24" "langchain-openai==1.7.4" "prometheus-client==0.21.1" "anthropic==2.14.0"
 fi
+# The standard-tool test runs guidellm against a live cluster: 0.3.1 is its last release without
+# torch (~0.55 GB with datasets and transformers, against ~6 GB for later ones); gguf and tokenizers
+# turn the GGUF's tokenizer into a local tokenizer.json for it (bench/gguf_tokenizer_json.py).
+if ! .venv-test/bin/python -c 'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ("guidellm", "gguf")))' 2> /dev/null; then
+  echo "[test] installing guidellm 0.3.1 and gguf into .venv-test"
+  .venv-test/bin/pip install -q "guidellm==0.3.1" "transformers==4.57.1" "gguf==0.19.0"
+fi
 echo "[test] release build"
 ctest --test-dir build --output-on-failure -j2
 
@@ -26,7 +33,7 @@ cmake -S . -B build-asan -DBRAID_SANITIZE=ON -DBRAID_CUDA=OFF -DCMAKE_BUILD_TYPE
   || { cat build-asan.cmake.log; exit 1; }
 cmake --build build-asan -j"$(nproc)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j2 -E 'test_golden_logits|test_golden_lora|test_engine|test_int8_engine|cluster_integration|agent_clients_integration|kv_events_integration|segment_reuse_integration|directives_integration|bench_driver_integration|rank_binding_integration|slurm_integration'
+  ctest --test-dir build-asan --output-on-failure -j2 -E 'test_golden_logits|test_golden_lora|test_engine|test_int8_engine|cluster_integration|agent_clients_integration|kv_events_integration|segment_reuse_integration|directives_integration|bench_driver_integration|bench_standard_tool_integration|rank_binding_integration|slurm_integration'
 
 echo "[test] libFuzzer, ${BRAID_FUZZ_SECONDS:-30} s per target"
 status=0

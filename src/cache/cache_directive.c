@@ -57,6 +57,7 @@ const char *cache_hint_op_name(int op) {
     case CACHE_HINT_DECAY: return "decay";
     case CACHE_HINT_EVICT: return "evict";
     case CACHE_HINT_SHARE: return "share";
+    case CACHE_HINT_UNPIN: return "unpin";
     default: return "?";
     }
 }

@@ -17,7 +17,9 @@
  *   EVICT  the blocks from `start` on, and what the cache holds after them on this path (a prefix
  *          cache cannot serve K/V past a dropped block), leave the cache now (those in use: later);
  *   SHARE  the prefix through `end` becomes visible to the named tenants (or to all): their
- *          requests copy it instead of computing it.
+ *          requests copy it instead of computing it;
+ *   UNPIN  the pins on the prefix through `end` end now (its blocks become ordinary cached blocks,
+ *          evictable by the policy; the tenant's pin budget gets them back).
  * `index` is the directive's place in the client's list, so outcomes name it.
  */
 #ifndef BRAID_CACHE_CACHE_DIRECTIVE_H
@@ -27,7 +29,7 @@
 #include <stdint.h>
 
 typedef enum { CACHE_SPLICE_NONE = 0, CACHE_SPLICE_AMORTIZE = 1, CACHE_SPLICE_FORGET = 2 } CacheSpliceMode;
-typedef enum { CACHE_HINT_PIN = 1, CACHE_HINT_DECAY = 2, CACHE_HINT_EVICT = 3, CACHE_HINT_SHARE = 4 } CacheHintOp;
+typedef enum { CACHE_HINT_PIN = 1, CACHE_HINT_DECAY = 2, CACHE_HINT_EVICT = 3, CACHE_HINT_SHARE = 4, CACHE_HINT_UNPIN = 5 } CacheHintOp;
 
 #define CACHE_DIRECTIVE_MAX 32        /* directives in one request */
 #define CACHE_SHARE_MAX_TENANTS 16    /* tenants one SHARE names */

@@ -62,6 +62,7 @@
 #include "cache/evict_policy.h"
 #include "cache/radix_tree.h"
 #include "cache/segment_index.h"
+#include "cache/segment_lsh.h"
 #include "common/error.h"
 
 typedef struct {
@@ -131,11 +132,18 @@ typedef struct {
     uint64_t segments_indexed, segments_refused_full;
     uint64_t segment_candidates, segments_exact, segments_approx, segments_rejected_context, segments_rejected_window;
     uint64_t segment_reused_tokens;
+    /* Near-duplicate segments (segment_lsh.h; approx mode with segment_lsh on, for chunks whose
+     * hash no entry has): chunks indexed and refused with the LSH index full; lookups that found
+     * LSH candidates, of those admitted (some tokens reused) and rejected (below tau_seg / tau_ctx,
+     * or no token passed the window guard), and the tokens they reused (also in segment_reused_tokens). */
+    uint64_t segment_lsh_indexed, segment_lsh_refused_full;
+    uint64_t segment_lsh_candidates, segment_lsh_admitted, segment_lsh_rejected_tau, segment_lsh_rejected_guard;
+    uint64_t segment_lsh_reused_tokens;
     /* Directives (kv_hints.c): tokens copied from another tenant's shared prefix, and from a
      * spliced context (amortize); pins taken, blocks whose pin expired, blocks unpinned early to
      * admit a request (the engine keeps ownership of memory); blocks decayed and evicted on request. */
     uint64_t shared_hit_tokens, spliced_tokens;
-    uint64_t pins, pin_expired_blocks, pin_revoked_blocks, decayed_blocks, directive_evicted_blocks;
+    uint64_t pins, pin_expired_blocks, pin_revoked_blocks, decayed_blocks, directive_evicted_blocks, unpinned_blocks;
     /* KV block moves: blocks lent to other instances (kv_cache_lend). */
     uint64_t lent_blocks;
     /* Workflow uses of nodes not recorded (or recorded in place of a node's least recent one)
@@ -171,6 +179,7 @@ typedef struct {
     int reused_tokens;  /* sum of the spans' n_tokens */
     bool inexact;       /* some span is approximate; the first starts at first_inexact */
     int first_inexact;
+    int lsh_tokens;     /* of reused_tokens, those from near-duplicate chunks (segment_lsh.h) */
 } KvSegmentPlan;
 
 /* Defaults: workflow ids nothing refers to kept for a workflow's return (its forecast stays), and
@@ -204,7 +213,23 @@ typedef struct {
     int approx_window;
     int segment_max_entries;
     uint64_t model_seed;
+    /* Near-duplicate segments (segment_lsh.h), approx mode only: on when segment_lsh; a chunk
+     * with no exact-hash entry may take the equal tokens of an entry whose MinHash similarity is at
+     * least tau_seg and whose left-context similarity is at least tau_ctx (0 = the defaults
+     * below). segment_canon (n_segment_canon; NULL = token ids as they are; borrowed, must outlive
+     * the cache): each token id's canonical class, for index keys only. */
+    bool segment_lsh;
+    double segment_tau_seg, segment_tau_ctx;
+    const int32_t *segment_canon;
+    int n_segment_canon;
+    /* By default a near-duplicate is taken only past the sequence's first approximate span (it
+     * never makes an exact sequence approximate: approximate blocks are never sources, so an early
+     * approximation shrinks what later requests can reuse). anywhere: also before it. */
+    bool segment_lsh_anywhere;
 } KvCacheConfig;
+
+#define KV_CACHE_DEFAULT_TAU_SEG 0.5
+#define KV_CACHE_DEFAULT_TAU_CTX 0.5
 
 /* A SHARE's audience: the owner tenant's nodes marked with it are visible to these tenants. */
 typedef struct {
@@ -271,6 +296,10 @@ typedef struct KvCache {
     int cap_cands;
     bool segments_on;
     SegmentIndex segments;
+    bool lsh_on;               /* near-duplicate index (segment_lsh.h) kept beside segments */
+    SegmentLsh lsh;
+    double tau_seg, tau_ctx;
+    bool lsh_anywhere;
     ChunkerConfig chunker;
     int approx_window;
     uint64_t model_seed;
@@ -392,6 +421,14 @@ int kv_cache_decay(KvCache *c, const CacheIdentity *id, const int32_t *tokens, i
  * use or pinned stay (decayed, so they go first once free): then clipped, or deferred if all stay. */
 int kv_cache_evict_from(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens, int start, KvHintOutcome *out,
                         BraidError *err);
+/* Unpins the pinned blocks of the path through `end` (they become ordinary cached blocks, evictable
+ * by the policy): accepted with the blocks unpinned, rejected when none of the path was pinned. */
+int kv_cache_unpin(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int end, KvHintOutcome *out, BraidError *err);
+/* Drops adapter `adapter`'s namespaces (every tenant's tree of that adapter name, or cache name):
+ * their pins are released and every block nobody holds leaves the cache at once (every tier); held
+ * blocks stay, decayed, and *kept counts them. Returns the blocks dropped (0 when the name was never
+ * seen). For an adapter that was unloaded: no request can reach those trees again. */
+int kv_cache_drop_adapter(KvCache *c, const char *adapter, int *kept);
 /* Makes the prefix through `end` visible to the named tenants (all: to every tenant). */
 int kv_cache_share(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int end, bool all, const char *const *tenants,
                    int n_tenants, KvHintOutcome *out, BraidError *err);

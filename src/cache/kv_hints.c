@@ -286,6 +286,52 @@ int kv_cache_evict_from(KvCache *c, const CacheIdentity *id, const int32_t *toke
     return 0;
 }
 
+/* ---- unpin ---- */
+
+int kv_cache_unpin(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int end, KvHintOutcome *out, BraidError *err) {
+    *out = (KvHintOutcome){.status = KV_HINT_ACCEPTED};
+    PathWalk w = {.c = c, .id = id};
+    RadixNode *node;
+    int matched = walk(c, own_ns(id), &w, tokens, blocks_ceil(c, end), &node);
+    if (matched < 0) return oom(err, "unpinning");
+    out->blocks_asked = matched;
+    for (RadixNode *n = node; !radix_is_root(n); n = n->parent) {
+        if (!n->meta.pinned) continue;
+        out->blocks += n->n_blocks;
+        unpin_node(c, n);
+    }
+    c->counters.unpinned_blocks += (uint64_t)out->blocks;
+    if (out->blocks == 0) *out = (KvHintOutcome){.status = KV_HINT_REJECTED, .reason = "nothing of the span is pinned", .blocks_asked = matched};
+    return 0;
+}
+
+/* ---- dropping an adapter's namespaces ---- */
+
+/* Unpins every pinned node of n's subtree (n itself included unless it is a root). */
+static void unpin_subtree(KvCache *c, RadixNode *n, int *unpinned) {
+    for (int i = 0; i < n->n_children; i++) unpin_subtree(c, n->children[i], unpinned);
+    if (!radix_is_root(n) && n->meta.pinned) {
+        *unpinned += n->n_blocks;
+        unpin_node(c, n);
+    }
+}
+
+int kv_cache_drop_adapter(KvCache *c, const char *adapter, int *kept) {
+    *kept = 0;
+    uint32_t id = adapter && adapter[0] ? cache_names_find(&c->names, CACHE_NAME_ADAPTER, adapter) : 0;
+    if (id == 0) return 0; /* never seen here (or the base namespace, which is never dropped) */
+    int dropped = 0, unpinned = 0;
+    for (int r = 0; r < c->tree.n_roots; r++) {
+        if ((uint32_t)(c->tree.roots[r].ns & 0xffffffffu) != id) continue;
+        RadixNode *root = c->tree.roots[r].root;
+        unpin_subtree(c, root, &unpinned); /* the adapter is gone: nothing of it is worth keeping */
+        for (int i = root->n_children - 1; i >= 0; i--) evict_subtree(c, root->children[i], &dropped, kept);
+    }
+    c->counters.directive_evicted_blocks += (uint64_t)dropped;
+    c->counters.pin_revoked_blocks += (uint64_t)unpinned;
+    return dropped;
+}
+
 /* ---- share ---- */
 
 static int cmp_u32(const void *a, const void *b) {

@@ -37,10 +37,11 @@ int kv_segments_init(KvCache *c, const KvCacheConfig *cfg, BraidError *err) {
     c->segments_on = true;
     c->approx_window = cfg->approx_window > 0 ? cfg->approx_window : 0;
     c->model_seed = cfg->model_seed;
-    return 0;
+    return kv_segments_lsh_init(c, cfg, max_entries, err);
 }
 
 void kv_segments_free(KvCache *c) {
+    segment_lsh_free(&c->lsh);
     segment_index_free(&c->segments);
     chunker_config_free(&c->chunker);
     free(c->chunks);
@@ -50,6 +51,8 @@ void kv_segments_free(KvCache *c) {
 void kv_segments_forget_blocks(KvCache *c, const int32_t *blocks, int n) {
     if (!c->segments_on) return;
     for (int i = 0; i < n; i++) segment_index_drop_block(&c->segments, blocks[i]);
+    if (c->lsh_on)
+        for (int i = 0; i < n; i++) segment_lsh_drop_block(&c->lsh, blocks[i]);
 }
 
 static uint64_t chunk_seed(const KvCache *c, const CacheIdentity *id) { return id->hash_seed ^ c->model_seed; }
@@ -99,6 +102,7 @@ void kv_segments_register(KvCache *c, const CacheIdentity *id, const int32_t *to
         int rc = segment_index_add(&c->segments, &key, c->seq_blocks + first, last - first + 1);
         if (rc == 0) c->counters.segments_indexed++;
         else if (rc == 2) c->counters.segments_refused_full++;
+        if (rc == 0) kv_segments_lsh_register(c, id, seed, tokens, ch, key.window_hash, c->seq_blocks + first, last - first + 1);
         left = chain_left(left, ch->hash);
     }
 }
@@ -138,6 +142,7 @@ static void plan_reset(KvSegmentPlan *plan) {
     plan->reused_tokens = 0;
     plan->inexact = false;
     plan->first_inexact = 0;
+    plan->lsh_tokens = 0;
 }
 
 int kv_segments_add_span(KvCache *c, KvSegmentPlan *plan, int lo, int hi, int32_t src_lo, const int32_t *blocks, int base, bool exact) {
@@ -199,6 +204,11 @@ int kv_cache_find_more_segments(KvCache *c, const CacheIdentity *id, const int32
             } else if (pick.found) {
                 if (mode == SEGMENT_REUSE_APPROX) c->counters.segments_rejected_window++;
                 else c->counters.segments_rejected_context++;
+            } else if (mode == SEGMENT_REUSE_APPROX && c->lsh_on) { /* never in exact mode */
+                if (kv_segments_lsh_find(c, id, seed, tokens, ch, lo, hi, window_hash(c, seed, tokens, ch->start), plan)) {
+                    kv_cache_drop_segments(c, plan);
+                    return braid_error_set(err, "kv cache: out of memory planning segment reuse");
+                }
             }
         }
         left = chain_left(left, ch->hash);

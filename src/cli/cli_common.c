@@ -89,6 +89,15 @@ const EvictPolicy *cli_parse_policy(const char *cmd, const char *name, bool verb
     return NULL;
 }
 
+int cli_parse_prefetch_copies(const char *cmd, const char *text, bool *thread_copies, bool verbose) {
+    if (strcmp(text, "thread") != 0 && strcmp(text, "inline") != 0) {
+        if (verbose) fprintf(stderr, "braid %s: --prefetch-copies expects thread or inline, got '%s'\n", cmd, text);
+        return -1;
+    }
+    *thread_copies = strcmp(text, "thread") == 0;
+    return 0;
+}
+
 int cli_parse_pbkv_gamma(const char *cmd, const char *text, double *gamma, bool verbose) {
     char *end;
     errno = 0;

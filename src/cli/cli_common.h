@@ -57,6 +57,14 @@ int cli_apply_chat_template(const char *cmd, BraidModel *model, const char *path
     "                           tokens of left context match: keys re-positioned by delta-RoPE, K/V approximate)\n" \
     "  --approx-window W        tokens of left context that must match in approx mode (default 64; 0 = none)\n"
 
+#define CLI_SEGMENT_LSH_USAGE                                                                                        \
+    "  --segment-lsh M          approx mode also finds near-duplicate chunks (a few tokens changed) by MinHash/LSH\n" \
+    "                           over canonical token text (lowercased, trimmed, numbers masked), per tenant and\n"  \
+    "                           adapter; only their equal tokens are reused, the rest computed. off (default);\n"   \
+    "                           on (only past a request's first approximate span); anywhere (also before it)\n"     \
+    "  --segment-tau-seg T      least estimated Jaccard similarity of a near-duplicate chunk (default 0.5)\n"       \
+    "  --segment-tau-ctx T      least similarity of its 64-token left context (default 0.5)\n"
+
 #define CLI_DEFAULT_APPROX_WINDOW 64
 
 #define CLI_OCCUPANCY_FLAGS_USAGE                                                                                    \
@@ -78,9 +86,16 @@ void cli_list_policies(FILE *out);
 #define CLI_PBKV_FLAGS_USAGE                                                                                         \
     "  --pbkv-gamma G           PBKV's lookahead discount gamma in (0, 1] (default 0.7, the paper's): a forecast's\n"  \
     "                           step s weighs gamma^(s-1); only with --policy pbkv\n"                                  \
-    "  --prefetch-blocks N      S_bw: the most host-tier blocks one pure-decode step prefetches (default 8; 1 to\n"   \
-    "                           65536); only with prefetch on\n"
+    "  --prefetch-blocks N|auto S_bw: the most host-tier blocks one pure-decode step prefetches (1 to 65536), or\n"   \
+    "                           auto (default): measured host->device copy bandwidth x decode step time / block\n"\
+    "                           bytes (8 until both are measured); only with\n"                               \
+    "                           prefetch on\n"                                                                        \
+    "  --prefetch-copies thread|inline  CPU: the prefetch's host->device copies inline before the forward\n"     \
+    "                           (default: a worker's threads take every core of its slice), or on a copy\n"    \
+    "                           thread beside it (a machine with a core to spare); CUDA always overlaps\n"
 
+/* --prefetch-copies thread|inline into *thread_copies; -1 after an error message (when verbose). */
+int cli_parse_prefetch_copies(const char *cmd, const char *text, bool *thread_copies, bool verbose);
 /* --pbkv-gamma's value (in (0, 1]) into *gamma; -1 after an error message (when verbose). */
 int cli_parse_pbkv_gamma(const char *cmd, const char *text, double *gamma, bool verbose);
 /* --pbkv-gamma given (gamma > 0) with a policy that has no discount: -1 after an error message

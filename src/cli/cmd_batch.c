@@ -9,6 +9,7 @@
 #include "coord/auto_splice.h"
 #include "coord/directive_plan.h"
 #include "cli/cli_common.h"
+#include "cli/cli_span_guard.h"
 #include "cli/cli_lora.h"
 #include "cli/commands.h"
 #include "common/timeutil.h"
@@ -35,7 +36,9 @@ static const char batch_usage[] =
     CLI_CHAT_TEMPLATE_USAGE
     CLI_CACHE_FLAGS_USAGE
     CLI_SEGMENT_FLAGS_USAGE
+    CLI_SPAN_GUARD_USAGE
     "                           (in batch the mode applies to every line without its own \"segment_reuse\")\n"
+    CLI_SEGMENT_LSH_USAGE
     "  --prefetch on|off        load host-tier blocks the policy expects the next calls to use into free device\n"
     "                           blocks on pure-decode steps (PBKV's conservative prefetch; never evicts for it;\n"
     "                           default on when the policy can value them: pbkv)\n"
@@ -82,15 +85,20 @@ typedef struct {
     CliLora lora;
     int prefetch; /* -1: on when the policy has prefetch_value; 0 off; 1 on */
     long prefetch_blocks; /* --prefetch-blocks; 0 = the scheduler's default */
+    bool prefetch_copies_thread; /* --prefetch-copies thread: the CPU backend's copy thread (worker/backend.h) */
     double pbkv_gamma;    /* --pbkv-gamma; 0 = the policy's default */
     SegmentReuseMode segment_reuse;
     long approx_window;
+    bool segment_lsh, segment_lsh_anywhere; /* --segment-lsh on / anywhere */
+    double segment_tau_seg, segment_tau_ctx;
+    SpanGuardConfig span_guard; /* --segment-probe-tokens, --segment-probe-min-cos, --approx-window-deep */
 } BatchArgs;
 
 static int parse_args(int argc, char **argv, BatchArgs *a) {
     enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE, O_DEVICE, O_NO_GRAPHS,
            O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_LOGITS, O_TRACE_TOKENS, O_LORA, O_LORA_CACHE, O_RESIDUAL_BLOCKS,
-           O_OCCUPANCY, O_OCCUPANCY_INTERVAL, O_PBKV_GAMMA, O_PREFETCH_BLOCKS, O_CHAT_TEMPLATE };
+           O_OCCUPANCY, O_OCCUPANCY_INTERVAL, O_PBKV_GAMMA, O_PREFETCH_BLOCKS, O_PREFETCH_COPIES, O_CHAT_TEMPLATE,
+           O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
         {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
@@ -102,17 +110,21 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         {"list-policies", no_argument, 0, O_LIST_POLICIES}, {"host-kv-blocks", required_argument, 0, O_HOST_BLOCKS},
         {"host-kv-gib", required_argument, 0, O_HOST_GIB}, {"prefetch", required_argument, 0, O_PREFETCH},
         {"hidden-out", required_argument, 0, O_HIDDEN}, {"segment-reuse", required_argument, 0, O_SEGMENTS},
-        {"approx-window", required_argument, 0, O_WINDOW}, {"logits-out", required_argument, 0, O_LOGITS},
+        {"approx-window", required_argument, 0, O_WINDOW}, {"segment-lsh", required_argument, 0, O_SEG_LSH},
+        {"segment-tau-seg", required_argument, 0, O_TAU_SEG}, {"segment-tau-ctx", required_argument, 0, O_TAU_CTX}, {"logits-out", required_argument, 0, O_LOGITS},
         {"trace-tokens", no_argument, 0, O_TRACE_TOKENS},
         {"lora", required_argument, 0, O_LORA}, {"lora-cache", required_argument, 0, O_LORA_CACHE},
         {"residual-blocks", required_argument, 0, O_RESIDUAL_BLOCKS},
         {"occupancy-log", required_argument, 0, O_OCCUPANCY}, {"occupancy-interval", required_argument, 0, O_OCCUPANCY_INTERVAL},
         {"pbkv-gamma", required_argument, 0, O_PBKV_GAMMA}, {"prefetch-blocks", required_argument, 0, O_PREFETCH_BLOCKS},
+        {"prefetch-copies", required_argument, 0, O_PREFETCH_COPIES},
         {"chat-template", required_argument, 0, O_CHAT_TEMPLATE},
+        CLI_SPAN_GUARD_OPTIONS(O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP),
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (BatchArgs){.prefetch = -1, .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
-                     .cpu_matmul = CPU_MATMUL_DEFAULT, .host = CLI_HOST_TIER_DEFAULT, .occupancy_interval = 1.0};
+                     .cpu_matmul = CPU_MATMUL_DEFAULT, .host = CLI_HOST_TIER_DEFAULT, .occupancy_interval = 1.0,
+                     .span_guard = cli_span_guard_defaults()};
     int c;
     BraidError err;
     optind = 1;
@@ -160,6 +172,19 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         case O_LIST_POLICIES: cli_list_policies(stdout); return 1;
         case O_SEGMENTS: if (cli_parse_segment_reuse("batch", optarg, &a->segment_reuse, true)) return 2; break;
         case O_WINDOW: if (cli_parse_int("--approx-window", optarg, 0, 1 << 20, &a->approx_window)) return 2; break;
+        case O_SEG_LSH:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off") && strcmp(optarg, "anywhere")) {
+                fprintf(stderr, "braid batch: --segment-lsh expects on, anywhere or off, got '%s'\n", optarg);
+                return 2;
+            }
+            a->segment_lsh = strcmp(optarg, "off") != 0;
+            a->segment_lsh_anywhere = strcmp(optarg, "anywhere") == 0;
+            break;
+        case O_TAU_SEG: if (cli_parse_float("--segment-tau-seg", optarg, 0, 1, &a->segment_tau_seg)) return 2; break;
+        case O_TAU_CTX: if (cli_parse_float("--segment-tau-ctx", optarg, 0, 1, &a->segment_tau_ctx)) return 2; break;
+        case O_PROBE_TOKENS: if (cli_span_guard_parse("segment-probe-tokens", optarg, &a->span_guard)) return 2; break;
+        case O_PROBE_COS: if (cli_span_guard_parse("segment-probe-min-cos", optarg, &a->span_guard)) return 2; break;
+        case O_WINDOW_DEEP: if (cli_span_guard_parse("approx-window-deep", optarg, &a->span_guard)) return 2; break;
         case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("batch", optarg, &a->host, true)) return 2; break;
         case O_HOST_GIB: if (cli_parse_host_kv_gib("batch", optarg, &a->host, true)) return 2; break;
         case O_PREFETCH:
@@ -170,7 +195,13 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
             a->prefetch = strcmp(optarg, "on") == 0;
             break;
         case O_PBKV_GAMMA: if (cli_parse_pbkv_gamma("batch", optarg, &a->pbkv_gamma, true)) return 2; break;
-        case O_PREFETCH_BLOCKS: if (cli_parse_int("--prefetch-blocks", optarg, 1, 65536, &a->prefetch_blocks)) return 2; break;
+        case O_PREFETCH_COPIES:
+            if (cli_parse_prefetch_copies("batch", optarg, &a->prefetch_copies_thread, true)) return 2;
+            break;
+        case O_PREFETCH_BLOCKS: /* auto: S_bw measured (worker/prefetch_budget.h) */
+            if (strcmp(optarg, "auto") == 0) a->prefetch_blocks = 0;
+            else if (cli_parse_int("--prefetch-blocks", optarg, 1, 65536, &a->prefetch_blocks)) return 2;
+            break;
         case O_LORA: if (cli_parse_lora("batch", optarg, &a->lora, true)) return 2; break;
         case O_LORA_CACHE: if (cli_parse_lora_cache("batch", optarg, &a->lora, true)) return 2; break;
         case O_RESIDUAL_BLOCKS: if (cli_parse_residual_blocks("batch", optarg, &a->lora, true)) return 2; break;
@@ -495,6 +526,11 @@ static void print_summary(const Engine *e, const SchedRequest *reqs, int n, doub
             kv_cache_total(&e->sched.cache, CACHE_TIER_DEVICE), (unsigned long long)c->steps, (unsigned long long)c->pure_decode_steps,
             (unsigned long long)k->prefetched_blocks, (unsigned long long)k->prefetch_hit_blocks,
             (unsigned long long)k->prefetch_wasted_blocks, (unsigned long long)c->prefetch_steps);
+    if (e->cfg.segment_lsh)
+        fprintf(stderr, "[batch] near-duplicate segments (LSH): %llu chunks with candidates, %llu admitted, %llu rejected, %llu tokens reused\n",
+                (unsigned long long)k->segment_lsh_candidates, (unsigned long long)k->segment_lsh_admitted,
+                (unsigned long long)(k->segment_lsh_rejected_tau + k->segment_lsh_rejected_guard),
+                (unsigned long long)k->segment_lsh_reused_tokens);
     if (e->constrained_tokens > 0)
         fprintf(stderr, "[batch] structured outputs: %llu constrained tokens, %.1f ms of grammar work on the host (%.1f us per token, %.2f%% of the run)\n",
                 (unsigned long long)e->constrained_tokens, e->grammar_seconds * 1e3, e->grammar_seconds * 1e6 / (double)e->constrained_tokens,
@@ -528,9 +564,11 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, const LoraSe
     EngineConfig cfg = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
                         .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
                         .policy = a->policy, .policy_options = {.gamma = a->pbkv_gamma}, .prefetch = prefetch,
-                        .prefetch_max_blocks = (int)a->prefetch_blocks, .device = a->device, .cuda_graphs_off = a->no_graphs,
+                        .prefetch_max_blocks = (int)a->prefetch_blocks, .sync_copies = !a->prefetch_copies_thread, .device = a->device, .cuda_graphs_off = a->no_graphs,
                         .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
-                        .approx_window = (int)a->approx_window, .lora = lora, .lora_shared = a->lora.shared, .lora_auto = a->lora.auto_mode,
+                        .approx_window = (int)a->approx_window, .span_guard = a->span_guard, .segment_lsh = a->segment_lsh,
+                        .segment_lsh_anywhere = a->segment_lsh_anywhere, .segment_tau_seg = a->segment_tau_seg,
+                        .segment_tau_ctx = a->segment_tau_ctx, .lora = lora, .lora_shared = a->lora.shared, .lora_auto = a->lora.auto_mode,
                         .residual_blocks = cli_residual_blocks(&a->lora, a->kv_blocks)};
     if (a->lora.shared)
         fprintf(stderr, "[batch] LoRA cache %s (ForkKV): %d residual blocks at rank %d\n", a->lora.auto_mode ? "auto" : "shared",

@@ -9,11 +9,13 @@
 #include <unistd.h>
 
 #include "cli/cli_common.h"
+#include "cli/cli_span_guard.h"
 #include "cli/cli_lora.h"
 #include "cli/commands.h"
 #include "common/log.h"
 #include "coord/auth.h"
 #include "coord/coordinator.h"
+#include "coord/explicit_caches.h"
 #include "coord/http_api.h"
 #include "coord/manifest_recorder.h"
 #include "coord/metrics.h"
@@ -62,8 +64,10 @@ static const char serve_usage[] =
     "  --cache radix|off        prefix cache (default radix)\n"
     CLI_CACHE_FLAGS_USAGE
     CLI_SEGMENT_FLAGS_USAGE
+    CLI_SPAN_GUARD_USAGE
     "                           (served: approx is only what a request may ask for with \"segment_reuse\": \"approx\";\n"
     "                           requests without the field get exact)\n"
+    CLI_SEGMENT_LSH_USAGE
     "  --pin-budget TOKENS      cache directives: the most prompt tokens one tenant may keep pinned on each\n"
     "                           instance (\"pin\" directives and cache_control); default a quarter of the KV pool;\n"
     "                           pins never take more than half of the pool, and give way when a request could\n"
@@ -144,6 +148,11 @@ static const char serve_usage[] =
     "                           served tenant's request is admitted first, and while several tenants have work\n"
     "                           each gets its weighted part of a step's prefill budget (--api-keys weight=W,\n"
     "                           default 1); off = first come, first served (see bench/RESULTS.md)\n"
+    "  --fair-step-tokens N     with --fair-share on, the most prompt tokens a step takes while several tenants\n"
+    "                           have had work on the instance in the last 256 steps (default 64): one tenant's long\n"
+    "                           prompts then lengthen the steps another's tokens wait for less; one tenant alone\n"
+    "                           gets all of --max-batch-tokens. Smaller: shorter waits, less throughput on the CPU;\n"
+    "                           on a GPU, where big steps cost little more than small ones, set it higher (512)\n"
     "  --request-watchdog-s S   a request that gets no token while its instance's queue stands still for S seconds\n"
     "                           (the instance lost it) is answered 500, logged and counted (/metrics:\n"
     "                           braid_requests_watchdog_total; /health: requests_past_watchdog); default 300, 0 = off\n"
@@ -154,6 +163,10 @@ static const char serve_usage[] =
     CLI_LORA_FLAGS_USAGE
     "                           serve: /v1/models lists each adapter; a request names one with \"adapter\",\n"
     "                           X-Braid-Adapter or \"model\": NAME (an unknown one gets a 404)\n"
+    "  --cache-create-rate R    explicit caches a tenant may create or renew (POST /v1/caches, PATCH) per second,\n"
+    "                           after a burst of 16; past it 429 with Retry-After (default 1; 0 = no limit)\n"
+    "  --state-dir DIR          keep the explicit-cache registry in DIR/explicit_caches.json (rewritten atomically\n"
+    "                           on every change), so caches survive a restart of braid serve (default: memory only)\n"
     "  --allow-runtime-lora     without --api-keys, let anyone POST /v1/load_lora_adapter and /v1/unload_lora_adapter\n"
     "                           (with --api-keys only a key whose line says admin may; without either, both are 403)\n"
     "  --threads N              CPU threads per worker rank (default: the hardware threads of its --bind slice; all\n"
@@ -183,7 +196,10 @@ typedef struct {
     long markov, horizon, max_workflows; /* markov 0: not given */
     double idle_timeout, instance_timeout;
     double request_watchdog; /* --request-watchdog-s (request_watchdog.h); 0 = off */
+    double cache_create_rate; /* --cache-create-rate (explicit_caches.h); 0 = no limit */
+    const char *state_dir;    /* --state-dir: where the explicit-cache registry persists; NULL = memory only */
     bool fair_share;         /* --fair-share: weighted fair sharing between tenants on each instance (sched_fair.h) */
+    long fair_step_tokens;   /* --fair-step-tokens: a step's prefill tokens while tenants share (0 = default) */
     long warm_start_heads, warm_start_tokens; /* bounds of the start-up warm start (0 = none) */
     bool kv_moves;
     RouterMode router_mode;
@@ -195,10 +211,14 @@ typedef struct {
     CliHostTier host_tier;
     int prefetch; /* -1: on when the policy has prefetch_value; 0 off; 1 on */
     long prefetch_blocks; /* --prefetch-blocks; 0 = the scheduler's default */
+    bool prefetch_copies_thread; /* --prefetch-copies thread: the CPU backend's copy thread (worker/backend.h) */
     double pbkv_gamma;    /* --pbkv-gamma; 0 = the policy's default */
     RankBindMode bind;
     SegmentReuseMode segment_reuse;
     long approx_window;
+    bool segment_lsh, segment_lsh_anywhere; /* --segment-lsh on / anywhere */
+    double segment_tau_seg, segment_tau_ctx;
+    SpanGuardConfig span_guard; /* --segment-probe-tokens, --segment-probe-min-cos, --approx-window-deep */
     long pin_budget; /* tokens per tenant per instance; 0 = a quarter of the pool */
     CliLora lora;
     bool allow_runtime_lora;  /* --allow-runtime-lora: adapters at run time without an admin key */
@@ -212,12 +232,14 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     enum { O_MODEL = 256, O_CHAT_TEMPLATE, O_TP, O_HOST, O_PORT, O_NAME, O_BLOCKS, O_BS, O_MBT, O_RUN, O_PENDING, O_BODY, O_CACHE, O_POLICY,
            O_SLACK, O_EVENTS, O_PID, O_THREADS, O_DEVICE, O_TRACE, O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB,
            O_PREDICTOR, O_PREDICTOR_LEARN, O_MARKOV, O_HORIZON, O_IDLE, O_MAX_WORKFLOWS, O_PREFETCH, O_BIND, O_API_KEYS, O_TLS_CERT,
-           O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_PIN_BUDGET, O_INSTANCE_TIMEOUT, O_EXIT_STATUS, O_MAX_CONN, O_MAX_CONN_CLIENT, O_HTTP_TIMEOUT,
+           O_TLS_KEY, O_SEGMENTS, O_WINDOW, O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_PIN_BUDGET, O_INSTANCE_TIMEOUT, O_EXIT_STATUS, O_MAX_CONN, O_MAX_CONN_CLIENT, O_HTTP_TIMEOUT,
            O_KV_EVENTS_EP, O_KV_EVENTS_REPLAY, O_KV_EVENTS_TOPIC, O_LORA, O_LORA_CACHE, O_RESIDUAL_BLOCKS, O_MANIFEST_OUT, O_MANIFEST_CAPACITY,
            O_WARM_START, O_WARM_START_PIN, O_OCCUPANCY, O_OCCUPANCY_INTERVAL,
            O_RESTARTS, O_RESPAWNED, O_RESPAWN_HOST, O_REWARM_HEADS, O_REWARM_TOKENS, O_KV_MOVES, O_ROUTER, O_MOVE_GBPS,
-           O_MOVE_PREFILL, O_MOVE_TIMEOUT, O_WATCHDOG, O_WARM_HEADS, O_WARM_TOKENS, O_FAIR_SHARE, O_PBKV_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS, O_ALLOW_RUNTIME_LORA };
+           O_MOVE_PREFILL, O_MOVE_TIMEOUT, O_WATCHDOG, O_WARM_HEADS, O_WARM_TOKENS, O_FAIR_SHARE, O_FAIR_STEP, O_PBKV_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS, O_PREFETCH_COPIES, O_ALLOW_RUNTIME_LORA, O_CACHE_CREATE_RATE, O_STATE_DIR,
+           O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP };
     static const struct option opts[] = {
+        CLI_SPAN_GUARD_OPTIONS(O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP),
         {"model", required_argument, 0, O_MODEL}, {"chat-template", required_argument, 0, O_CHAT_TEMPLATE},
         {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -237,6 +259,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"bind", required_argument, 0, O_BIND}, {"api-keys", required_argument, 0, O_API_KEYS},
         {"tls-cert", required_argument, 0, O_TLS_CERT}, {"tls-key", required_argument, 0, O_TLS_KEY},
         {"segment-reuse", required_argument, 0, O_SEGMENTS}, {"approx-window", required_argument, 0, O_WINDOW},
+        {"segment-lsh", required_argument, 0, O_SEG_LSH}, {"segment-tau-seg", required_argument, 0, O_TAU_SEG},
+        {"segment-tau-ctx", required_argument, 0, O_TAU_CTX},
         {"pin-budget", required_argument, 0, O_PIN_BUDGET},
         {"instance-timeout", required_argument, 0, O_INSTANCE_TIMEOUT}, {"exit-status-file", required_argument, 0, O_EXIT_STATUS},
         {"max-connections", required_argument, 0, O_MAX_CONN}, {"max-connections-per-client", required_argument, 0, O_MAX_CONN_CLIENT},
@@ -246,6 +270,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"kv-events-topic", required_argument, 0, O_KV_EVENTS_TOPIC},
         {"lora", required_argument, 0, O_LORA}, {"lora-cache", required_argument, 0, O_LORA_CACHE},
         {"residual-blocks", required_argument, 0, O_RESIDUAL_BLOCKS}, {"allow-runtime-lora", no_argument, 0, O_ALLOW_RUNTIME_LORA},
+        {"cache-create-rate", required_argument, 0, O_CACHE_CREATE_RATE}, {"state-dir", required_argument, 0, O_STATE_DIR},
         {"manifest-out", required_argument, 0, O_MANIFEST_OUT}, {"manifest-capacity", required_argument, 0, O_MANIFEST_CAPACITY},
         {"warm-start", required_argument, 0, O_WARM_START}, {"warm-start-pin", required_argument, 0, O_WARM_START_PIN},
         {"occupancy-log", required_argument, 0, O_OCCUPANCY}, {"occupancy-interval", required_argument, 0, O_OCCUPANCY_INTERVAL},
@@ -257,16 +282,17 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"move-timeout", required_argument, 0, O_MOVE_TIMEOUT},
         {"request-watchdog-s", required_argument, 0, O_WATCHDOG}, {"warm-start-heads", required_argument, 0, O_WARM_HEADS},
         {"warm-start-tokens", required_argument, 0, O_WARM_TOKENS}, {"fair-share", required_argument, 0, O_FAIR_SHARE},
+        {"fair-step-tokens", required_argument, 0, O_FAIR_STEP},
         {"pbkv-gamma", required_argument, 0, O_PBKV_GAMMA}, {"pbkv-k", required_argument, 0, O_PBKV_K},
-        {"prefetch-blocks", required_argument, 0, O_PREFETCH_BLOCKS},
+        {"prefetch-blocks", required_argument, 0, O_PREFETCH_BLOCKS}, {"prefetch-copies", required_argument, 0, O_PREFETCH_COPIES},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
                      .max_running = 64, .max_pending = 256, .max_body = 8 << 20, .route_slack = 8, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
                      .cpu_matmul = CPU_MATMUL_DEFAULT, .host_tier = CLI_HOST_TIER_DEFAULT, .horizon = 4, .max_workflows = 65536,
                      .idle_timeout = 600, .instance_timeout = 60, .prefetch = -1, .bind = RANK_BIND_AUTO,
-                     .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW, .max_connections = 1024,
-                     .max_connections_per_client = 64, .http_timeout = 10,
+                     .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW, .span_guard = cli_span_guard_defaults(), .max_connections = 1024,
+                     .max_connections_per_client = 64, .http_timeout = 10, .cache_create_rate = EXPLICIT_CACHES_DEFAULT_CREATE_RATE,
                      .manifest_capacity = MANIFEST_RECORDER_DEFAULT_CAPACITY, .occupancy_interval = 1.0,
                      .respawned_instance = -1, .rewarm_heads = WARM_START_DEFAULT_REWARM_HEADS,
                      .rewarm_tokens = WARM_START_DEFAULT_REWARM_TOKENS, .kv_moves = true, .router_mode = ROUTER_COST,
@@ -308,6 +334,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_BS: target = &a->block_size, flag = "--block-size", hi = 1024; break;
         case O_MBT: target = &a->max_batch_tokens, flag = "--max-batch-tokens", hi = 1 << 20; break;
         case O_RUN: target = &a->max_running, flag = "--max-running", hi = 1 << 16; break;
+        case O_FAIR_STEP: target = &a->fair_step_tokens, flag = "--fair-step-tokens", hi = 1 << 20; break;
         case O_PENDING: target = &a->max_pending, flag = "--max-pending"; break;
         case O_BODY: target = &a->max_body, flag = "--max-body-bytes", lo = 1024, hi = 1L << 30; break;
         case O_MAX_CONN: target = &a->max_connections, flag = "--max-connections", hi = 1 << 20; break;
@@ -336,7 +363,16 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_HORIZON: target = &a->horizon, flag = "--horizon", hi = 64; break;
         case O_MAX_WORKFLOWS: target = &a->max_workflows, flag = "--max-workflows"; break;
         case O_PBKV_K: target = &a->horizon, flag = "--pbkv-k", hi = 64; break;
-        case O_PREFETCH_BLOCKS: target = &a->prefetch_blocks, flag = "--prefetch-blocks", hi = 65536; break;
+        case O_PREFETCH_COPIES:
+            if (cli_parse_prefetch_copies("serve", optarg, &a->prefetch_copies_thread, verbose)) return 2;
+            break;
+        case O_PREFETCH_BLOCKS:
+            if (strcmp(optarg, "auto") == 0) { /* S_bw measured (worker/prefetch_budget.h) */
+                a->prefetch_blocks = 0;
+                break;
+            }
+            target = &a->prefetch_blocks, flag = "--prefetch-blocks", hi = 65536;
+            break;
         case O_PBKV_GAMMA: if (cli_parse_pbkv_gamma("serve", optarg, &a->pbkv_gamma, verbose)) return 2; break;
         case O_IDLE:
             if (verbose ? cli_parse_float("--workflow-idle-timeout", optarg, 0, 1e9, &a->idle_timeout)
@@ -373,6 +409,23 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_LIST_POLICIES: if (verbose) cli_list_policies(stdout); return 1;
         case O_SEGMENTS: if (cli_parse_segment_reuse("serve", optarg, &a->segment_reuse, verbose)) return 2; break;
         case O_WINDOW: target = &a->approx_window, flag = "--approx-window", lo = 0, hi = 1 << 20; break;
+        case O_SEG_LSH:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off") && strcmp(optarg, "anywhere")) {
+                if (verbose) fprintf(stderr, "braid serve: --segment-lsh expects on, anywhere or off, got '%s'\n", optarg);
+                return 2;
+            }
+            a->segment_lsh = strcmp(optarg, "off") != 0;
+            a->segment_lsh_anywhere = strcmp(optarg, "anywhere") == 0;
+            break;
+        case O_TAU_SEG:
+            if (cli_parse_float("--segment-tau-seg", optarg, 0, 1, &a->segment_tau_seg)) return 2;
+            break;
+        case O_TAU_CTX:
+            if (cli_parse_float("--segment-tau-ctx", optarg, 0, 1, &a->segment_tau_ctx)) return 2;
+            break;
+        case O_PROBE_TOKENS: if (cli_span_guard_parse("segment-probe-tokens", optarg, &a->span_guard)) return 2; break;
+        case O_PROBE_COS: if (cli_span_guard_parse("segment-probe-min-cos", optarg, &a->span_guard)) return 2; break;
+        case O_WINDOW_DEEP: if (cli_span_guard_parse("approx-window-deep", optarg, &a->span_guard)) return 2; break;
         case O_PIN_BUDGET: target = &a->pin_budget, flag = "--pin-budget", lo = 0, hi = 1 << 30; break;
         case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("serve", optarg, &a->host_tier, verbose)) return 2; break;
         case O_HOST_GIB: if (cli_parse_host_kv_gib("serve", optarg, &a->host_tier, verbose)) return 2; break;
@@ -426,6 +479,12 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_LORA_CACHE: if (cli_parse_lora_cache("serve", optarg, &a->lora, verbose)) return 2; break;
         case O_RESIDUAL_BLOCKS: if (cli_parse_residual_blocks("serve", optarg, &a->lora, verbose)) return 2; break;
         case O_ALLOW_RUNTIME_LORA: a->allow_runtime_lora = true; break;
+        case O_STATE_DIR: a->state_dir = optarg; break;
+        case O_CACHE_CREATE_RATE:
+            if (verbose ? cli_parse_float("--cache-create-rate", optarg, 0, 1e6, &a->cache_create_rate)
+                        : (a->cache_create_rate = strtod(optarg, NULL), 0))
+                return 2;
+            break;
         case 'h': if (verbose) fputs(serve_usage, stdout); return 1;
         default: if (verbose) fputs(serve_usage, stderr); return 2;
         }
@@ -697,7 +756,8 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, const Lo
                         .max_connections = (int)a->max_connections, .max_connections_per_client = (int)a->max_connections_per_client,
                         .timeout_s = (int)a->http_timeout,
                         .tls_cert_pem = access->tls_cert, .tls_key_pem = access->tls_key, .segment_reuse = (int)a->segment_reuse,
-                        .manifest = manifest, .allow_runtime_lora = a->allow_runtime_lora};
+                        .manifest = manifest, .allow_runtime_lora = a->allow_runtime_lora,
+                        .cache_create_rate = a->cache_create_rate, .state_dir = a->state_dir};
     HttpApi *http = http_api_start(&hc, &err);
     if (!http) {
         fprintf(stderr, "braid serve: %s\n", err.msg);
@@ -772,12 +832,13 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet
         .engine = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
                    .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
                    .policy = a->policy, .policy_options = {.gamma = a->pbkv_gamma}, .prefetch = a->prefetch != 0,
-                   .prefetch_max_blocks = (int)a->prefetch_blocks, .device = a->device,
+                   .prefetch_max_blocks = (int)a->prefetch_blocks, .sync_copies = !a->prefetch_copies_thread, .device = a->device,
                    .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
-                   .approx_window = (int)a->approx_window, .lora = lora, .lora_shared = a->lora.shared, .lora_auto = a->lora.auto_mode,
+                   .approx_window = (int)a->approx_window, .span_guard = a->span_guard, .segment_lsh = a->segment_lsh, .segment_lsh_anywhere = a->segment_lsh_anywhere,
+                   .segment_tau_seg = a->segment_tau_seg, .segment_tau_ctx = a->segment_tau_ctx, .lora = lora, .lora_shared = a->lora.shared, .lora_auto = a->lora.auto_mode,
                    .residual_blocks = cli_residual_blocks(&a->lora, a->kv_blocks),
                    .pin_budget_blocks = (int)((a->pin_budget + a->block_size - 1) / a->block_size),
-                   .fair_share = a->fair_share},
+                   .fair_share = a->fair_share, .fair_step_tokens = (int)a->fair_step_tokens},
         .occupancy_log = a->occupancy_log, .occupancy_interval = a->occupancy_interval, .kv_moves = a->kv_moves && move_peers,
         .move_timeout_s = a->move_timeout};
     int tp_rank = (rank - 1) % tp;

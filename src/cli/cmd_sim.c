@@ -10,8 +10,10 @@
 #include "cache/evict_policy.h"
 #include "common/timeutil.h"
 #include "model/gguf.h"
+#include "model/token_canon.h"
 #include "model/tokenizer.h"
 #include "cli/sim_cluster_report.h"
+#include "cli/sim_tenants_report.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
 
@@ -22,9 +24,11 @@ static const char sim_usage[] =
     "                 [--predictor-learn] [--horizon K | --pbkv-k K] [--pbkv-gamma G] [--prediction-noise L]\n"
     "                 [--cache-outputs] [--prefetch [--prefetch-blocks N]]\n"
     "                 [--timeline FILE] [--hidden FILE] [--segment-reuse off|exact|approx [--approx-window W] [--model GGUF]]\n"
+    "                 [--segment-lsh on|anywhere|off [--segment-tau-seg T] [--segment-tau-ctx T]]\n"
     "                 [--lora-cache separate|shared [--residual-tokens N] [--lora-rank R] [--kv-dim D]]\n"
     "                 [--instances N [--router cost|cache|balanced|round-robin] [--moves on|off] [--link-gbps G]\n"
-    "                  [--link-latency-us L] [--route-slack S]] [--json]\n"
+    "                  [--link-latency-us L] [--route-slack S]]\n"
+    "                 [--tenants [--max-batch-tokens T] [--max-running R] [--fair-step-tokens F] [--step-ms S]] [--json]\n"
     "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's KV cache object (the one the server\n"
     "  runs) in arrival order, one request at a time, with a device cache of N tokens.\n"
     "  --host-kv-tokens: a host-memory tier of H tokens below the device cache: evicted blocks are\n"
@@ -57,6 +61,10 @@ static const char sim_usage[] =
     "            Needs a trace with token ids (braid-bench gen / braid batch --trace-tokens) and the model's\n"
     "            tokenizer for the chunker's anchors (--model, default $BRAID_MODEL or the default model); a\n"
     "            reused token costs no prefill in the model. Not with belady.\n"
+    "  --segment-lsh on|anywhere|off: with --segment-reuse approx, also near-duplicate chunks found by\n"
+    "            MinHash/LSH over canonical token text (default off); only their equal tokens are reused; on:\n"
+    "            only past a request's first approximate span, anywhere: also before it. --segment-tau-seg\n"
+    "            / --segment-tau-ctx: least estimated Jaccard of the chunk / of its 64-token left context (0.5)\n"
     "  --lora-cache: how requests with a LoRA adapter cache K/V (ForkKV, paper 002 § 5). separate (default):\n"
     "            the cache is keyed by (tenant, adapter), so adapters never share blocks. shared: the cache holds\n"
     "            base K/V keyed by tenant alone, shared by every adapter, and each adapted request also keeps\n"
@@ -86,6 +94,15 @@ static const char sim_usage[] =
     "            Reports prompt tokens by origin (local cache, moved in, computed), moves, modeled latency\n"
     "            (mean, p50, p99), TTFT (mean, p99) and wait, and the busiest instance's share. Not with a host tier, --policy other than lru,\n"
     "            --segment-reuse, --lora-cache shared or --prefetch\n"
+    "  --tenants: how tenants share one instance: the trace's requests arrive at their times and run\n"
+    "            through the live scheduler with continuous batching (chunked prefill in steps of --max-batch-tokens\n"
+    "            T, default 512; at most --max-running R, default 64), three ways: each tenant alone, all first come\n"
+    "            first served, and all with weighted fair sharing (braid serve --fair-share on, with\n"
+    "            --fair-step-tokens F, default 64; a line's \"weight\" is its tenant's weight). A step costs\n"
+    "            --step-ms S (default 8) + --prefill-ms-per-token x its prompt tokens + --decode-ms-per-token x its\n"
+    "            decoding sequences (defaults here 2.5 and 0.7: the 2-core CPU). Reports each tenant's median\n"
+    "            latency per arm and its slowdown against alone, and completion tokens per modeled second of\n"
+    "            both shared arms. Not with --instances\n"
     "  Reports hit rate, evictions, modeled latency per workflow (critical path of its stages) and\n"
     "  mean modeled TTFT per agent. --json prints one JSON object as the last line.\n";
 
@@ -129,6 +146,12 @@ static void print_text(const SimConfig *cfg, const SimResult *r, double elapsed)
                 segment_reuse_name((SegmentReuseMode)cfg->segment_reuse), cfg->approx_window,
                 (unsigned long long)r->segment_reused_tokens, r->prompt_tokens ? 100.0 * r->segment_reused_tokens / r->prompt_tokens : 0.0,
                 r->prompt_tokens ? 100.0 * (r->cached_tokens + r->segment_reused_tokens) / r->prompt_tokens : 0.0);
+    if (cfg->segment_reuse && cfg->segment_lsh)
+        fprintf(stderr, "[sim] near-duplicate segments (LSH): %llu chunks with candidates, %llu admitted, %llu rejected, %llu "
+                        "tokens reused, %llu chunks refused with the index full\n",
+                (unsigned long long)r->segment_lsh_candidates, (unsigned long long)r->segment_lsh_admitted,
+                (unsigned long long)r->segment_lsh_rejected, (unsigned long long)r->segment_lsh_reused_tokens,
+                (unsigned long long)r->segment_lsh_refused_full);
     if (cfg->lora_cache == SIM_LORA_SHARED) print_forkkv_text(cfg, r);
     if (cfg->prefetch)
         fprintf(stderr, "[sim] prefetch: %llu blocks prefetched between requests, %llu used by a request (device hits), "
@@ -195,6 +218,14 @@ static void print_json(const SimConfig *cfg, const SimResult *r) {
                             cfg->approx_window, "segment_reused_tokens", (json_int_t)r->segment_reused_tokens);
     if (o && seg) json_object_update(o, seg);
     json_decref(seg);
+    json_t *lsh = json_pack("{s:b, s:b, s:f, s:f, s:I, s:I, s:I, s:I, s:I}", "segment_lsh", cfg->segment_lsh,
+                            "segment_lsh_anywhere", cfg->segment_lsh_anywhere, "segment_tau_seg",
+                            cfg->segment_tau_seg, "segment_tau_ctx", cfg->segment_tau_ctx, "segment_lsh_candidates",
+                            (json_int_t)r->segment_lsh_candidates, "segment_lsh_admitted", (json_int_t)r->segment_lsh_admitted,
+                            "segment_lsh_rejected", (json_int_t)r->segment_lsh_rejected, "segment_lsh_reused_tokens",
+                            (json_int_t)r->segment_lsh_reused_tokens, "segment_lsh_refused_full", (json_int_t)r->segment_lsh_refused_full);
+    if (o && lsh) json_object_update(o, lsh);
+    json_decref(lsh);
     json_t *fork = forkkv_json(cfg, r);
     if (o && fork) json_object_update(o, fork);
     json_decref(fork);
@@ -234,7 +265,8 @@ int cmd_sim(int argc, char **argv) {
     enum { O_OUTPUTS = 300, O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV, O_LEARN,
            O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_MODEL, O_NOISE,
            O_LORA_CACHE, O_RESIDUAL, O_RANK, O_KV_DIM, O_INSTANCES, O_ROUTER, O_MOVES, O_LINK_GBPS, O_LINK_LAT, O_SLACK,
-           O_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS };
+           O_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS, O_TENANTS, O_MBT, O_RUNNING, O_FAIR_STEP, O_STEP_MS,
+           O_SEG_LSH, O_TAU_SEG, O_TAU_CTX };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
@@ -255,10 +287,16 @@ int cmd_sim(int argc, char **argv) {
         {"route-slack", required_argument, 0, O_SLACK},
         {"pbkv-gamma", required_argument, 0, O_GAMMA}, {"pbkv-k", required_argument, 0, O_PBKV_K},
         {"prefetch-blocks", required_argument, 0, O_PREFETCH_BLOCKS},
+        {"tenants", no_argument, 0, O_TENANTS}, {"max-batch-tokens", required_argument, 0, O_MBT},
+        {"max-running", required_argument, 0, O_RUNNING}, {"fair-step-tokens", required_argument, 0, O_FAIR_STEP},
+        {"step-ms", required_argument, 0, O_STEP_MS},
+        {"segment-lsh", required_argument, 0, O_SEG_LSH}, {"segment-tau-seg", required_argument, 0, O_TAU_SEG},
+        {"segment-tau-ctx", required_argument, 0, O_TAU_CTX},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     SimConfig cfg = sim_config_default();
     SimClusterConfig cluster = sim_cluster_config_default();
-    bool cluster_mode = false;
+    bool cluster_mode = false, tenants_mode = false, have_decode = false;
+    SimTenantsConfig tenants = sim_tenants_config_default();
     const char *trace_path = NULL, *timeline_path = NULL, *hidden_path = NULL, *model_path = NULL;
     SegmentReuseMode segment_mode = SEGMENT_REUSE_OFF;
     cfg.approx_window = CLI_DEFAULT_APPROX_WINDOW;
@@ -282,7 +320,7 @@ int cmd_sim(int argc, char **argv) {
             cfg.policy = optarg;
             break;
         case O_PREFILL: if (cli_parse_float("--prefill-ms-per-token", optarg, 0, 1e6, &d)) return 2; cfg.prefill_s_per_token = d / 1e3; break;
-        case O_DECODE: if (cli_parse_float("--decode-ms-per-token", optarg, 0, 1e6, &d)) return 2; cfg.decode_s_per_token = d / 1e3; break;
+        case O_DECODE: if (cli_parse_float("--decode-ms-per-token", optarg, 0, 1e6, &d)) return 2; cfg.decode_s_per_token = d / 1e3, have_decode = true; break;
         case O_JSON: json = 1; break;
         case O_HOST: if (cli_parse_int("--host-kv-tokens", optarg, 0, 1L << 30, &v)) return 2; cfg.host_kv_tokens = (int)v; break;
         case O_GBS: if (cli_parse_float("--host-gbs", optarg, 1e-3, 1e6, &d)) return 2; cfg.host_bandwidth_bytes_per_s = d * 1e9; break;
@@ -338,12 +376,31 @@ int cmd_sim(int argc, char **argv) {
         case O_LINK_GBPS: if (cli_parse_float("--link-gbps", optarg, 1e-6, 1e6, &d)) return 2; cluster.link_bytes_per_s = d * 1e9; break;
         case O_LINK_LAT: if (cli_parse_float("--link-latency-us", optarg, 0, 1e9, &d)) return 2; cluster.link_latency_s = d / 1e6; break;
         case O_SLACK: if (cli_parse_int("--route-slack", optarg, 0, 1 << 20, &v)) return 2; cluster.load_slack = (int)v; break;
+        case O_TENANTS: tenants_mode = true; break;
+        case O_MBT: if (cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &v)) return 2; tenants.max_batch_tokens = (int)v; break;
+        case O_RUNNING: if (cli_parse_int("--max-running", optarg, 1, 1 << 16, &v)) return 2; tenants.max_running = (int)v; break;
+        case O_FAIR_STEP: if (cli_parse_int("--fair-step-tokens", optarg, 1, 1 << 20, &v)) return 2; tenants.fair_step_tokens = (int)v; break;
+        case O_STEP_MS: if (cli_parse_float("--step-ms", optarg, 0, 1e6, &d)) return 2; tenants.step_s = d / 1e3; break;
+        case O_SEG_LSH:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off") && strcmp(optarg, "anywhere")) {
+                fprintf(stderr, "braid sim: --segment-lsh takes on, anywhere or off, not '%s'\n", optarg);
+                return 2;
+            }
+            cfg.segment_lsh = strcmp(optarg, "off") != 0;
+            cfg.segment_lsh_anywhere = strcmp(optarg, "anywhere") == 0;
+            break;
+        case O_TAU_SEG: if (cli_parse_float("--segment-tau-seg", optarg, 0, 1, &d)) return 2; cfg.segment_tau_seg = d; break;
+        case O_TAU_CTX: if (cli_parse_float("--segment-tau-ctx", optarg, 0, 1, &d)) return 2; cfg.segment_tau_ctx = d; break;
         case 'h': fputs(sim_usage, stdout); return 0;
         default: fputs(sim_usage, stderr); return 2;
         }
     }
     if (!trace_path || !have_kv) {
         fprintf(stderr, "braid sim: --trace and --kv-tokens are required\n%s", sim_usage);
+        return 2;
+    }
+    if (tenants_mode && cluster_mode) {
+        fprintf(stderr, "braid sim: --tenants replays one instance; not with --instances\n");
         return 2;
     }
     if (cluster_mode && (cfg.host_kv_tokens > 0 || strcmp(cfg.policy, "lru") || cfg.segment_reuse || cfg.lora_cache == SIM_LORA_SHARED ||
@@ -393,6 +450,7 @@ int cmd_sim(int argc, char **argv) {
     if (block_size) trace_coarsen_blocks(&trace, block_size / trace.block_size, &err);
     GgufFile *gguf = NULL;
     Tokenizer tok = {0};
+    int32_t *canon = NULL; /* --segment-lsh: the tokenizer's canonical classes */
     if (cfg.segment_reuse) {
         if (gguf_open(cli_model_path(model_path), &gguf, &err) || tokenizer_load(gguf, &tok, &err)) {
             fprintf(stderr, "braid sim: --segment-reuse reads the chunker's anchors from the tokenizer: %s\n", err.msg);
@@ -402,6 +460,25 @@ int cmd_sim(int argc, char **argv) {
         }
         cfg.anchor_tokens = tok.special_ids;
         cfg.n_anchor_tokens = tok.n_special;
+        if (cfg.segment_lsh) {
+            if (token_canon_build(&tok, &canon, &err)) {
+                fprintf(stderr, "braid sim: --segment-lsh: %s\n", err.msg);
+                tokenizer_free(&tok);
+                gguf_close(gguf);
+                trace_free(&trace);
+                return 1;
+            }
+            cfg.segment_canon = canon;
+            cfg.n_segment_canon = tok.n_vocab;
+        }
+    }
+    if (tenants_mode) {
+        tenants.kv_tokens = cfg.kv_tokens;
+        tenants.prefill_s_per_token = cfg.prefill_s_per_token;
+        if (have_decode) tenants.decode_s_per_token = cfg.decode_s_per_token;
+        int trc = sim_tenants_report(&trace, &tenants, json);
+        trace_free(&trace);
+        return trc;
     }
     if (cluster_mode) {
         cluster.kv_tokens = cfg.kv_tokens;
@@ -424,6 +501,7 @@ int cmd_sim(int argc, char **argv) {
     }
     sim_result_free(&r);
     trace_free(&trace);
+    free(canon);
     if (gguf) {
         tokenizer_free(&tok);
         gguf_close(gguf);

@@ -31,9 +31,18 @@ int adapter_select(ApiRequest *a, const char *served_model, const LoraSet *lora,
                                  quoted(a->model), a->model, quoted(a->adapter), a->adapter);
         if (!a->adapter && !(a->adapter = strdup(a->model))) return api_error_set(err, 503, NULL, NULL, "the server is out of memory");
     }
-    if (a->adapter && lora_set_find(lora, a->adapter) <= 0)
+    int id = a->adapter ? lora_set_find(lora, a->adapter) : 0;
+    if (a->adapter && (id <= 0 || strchr(a->adapter, LORA_GENERATION_SEP)))
         return api_error_set(err, 404, "adapter", "adapter_not_found", "The adapter '%.*s' is not loaded on this server (%s%s)",
                              quoted(a->adapter), a->adapter, names[0] ? "loaded: " : "none loaded; start it with --lora NAME=PATH",
                              names);
+    const LoraAdapter *ad = lora_set_get(lora, id);
+    free(a->adapter_cache);
+    a->adapter_cache = NULL;
+    if (ad && ad->generation > 1) {
+        char cache_name[LORA_CACHE_NAME_MAX];
+        if (lora_cache_name(ad->name, ad->generation, cache_name, sizeof cache_name) || !(a->adapter_cache = strdup(cache_name)))
+            return api_error_set(err, 503, NULL, NULL, "the server is out of memory");
+    }
     return 0;
 }

@@ -9,8 +9,10 @@
  *   - model an adapter's name: that adapter (an adapter field naming a different one is a 400);
  *   - model anything else: 404 model_not_found (the message lists what is served);
  *   - adapter naming no loaded adapter: 404 adapter_not_found.
- * On success ApiRequest.adapter holds the adapter's name (NULL for the base model), which travels
- * to the instance and namespaces the prefix cache there.
+ * On success ApiRequest.adapter holds the adapter's name (NULL for the base model) and, for an
+ * adapter loaded again after an unload, ApiRequest.adapter_cache its cache name (name + generation):
+ * what travels to the instance, seeds the routing hashes and namespaces the prefix cache there, so
+ * a reloaded adapter never meets its predecessor's K/V (adapter_cache_name).
  * Thread-safety: pure function of its inputs (the LoraSet is read-only).
  */
 #ifndef BRAID_COORD_ADAPTER_SELECT_H
@@ -21,5 +23,7 @@
 
 /* lora may be NULL (no adapters). Returns 0, or -1 with err set (400 / 404). */
 int adapter_select(ApiRequest *a, const char *served_model, const LoraSet *lora, ApiError *err);
+/* The name the request's K/V are kept under: adapter_cache when set, else adapter (NULL: base). */
+static inline const char *adapter_cache_name(const ApiRequest *a) { return a->adapter_cache ? a->adapter_cache : a->adapter; }
 
 #endif

@@ -11,6 +11,7 @@
 #include "common/json_text.h"
 #include "common/log.h"
 #include "common/timeutil.h"
+#include "model/lora_adapter.h"
 #include "sim/trace_writer.h"
 #include "transport/control_msg.h"
 
@@ -113,6 +114,9 @@ void coordinator_free(Coordinator *c) {
     free(c->ever_ready);
     free(c->can_move);
     free(c->block_bytes);
+    free(c->replay_pending);
+    free(c->replay_blocks);
+    lora_roster_free(&c->lora_roster);
     free(c->status);
     if (c->have_forecast) workflow_forecast_free(&c->forecast);
     ctrl_free(&c->ctrl);
@@ -544,7 +548,7 @@ static int dispatch_workflow_end(Coordinator *c, const char *tenant, const char 
 static int requests_of_adapter(const Coordinator *c, const char *name) {
     int n = 0;
     for (int i = 0; i < c->n_table; i++)
-        if (c->table[i]->adapter && strcmp(c->table[i]->adapter, name) == 0) n++;
+        if (lora_name_is(c->table[i]->adapter, name)) n++; /* requests carry the cache name (any generation) */
     return n;
 }
 
@@ -569,11 +573,17 @@ static int dispatch_lora(Coordinator *c, BraidError *err) {
     }
     int rc = 0;
     op->expected = 0;
+    /* A load is recorded before it is sent: an instance that restarts from now on gets it too. An
+     * unload leaves the roster when some instance did it (coordinator_lora): refused everywhere (a
+     * request in flight there), the adapter stays loaded and restarted instances still need it. */
+    if (!op->unload && lora_roster_put(&c->lora_roster, op->name, op->path, op->generation))
+        LOG_WARN("coord", "adapter '%s': out of memory recording it; an instance that restarts will not get it again", op->name);
     for (int i = 0; rc == 0 && i < c->cfg.n_instances; i++) {
-        if (c->status[i].state != INSTANCE_UP) continue;
+        /* A revived instance still loading the roster gets it after those (its answers come in order). */
+        if (c->status[i].state != INSTANCE_UP && !(c->replay_pending && c->replay_pending[i] > 0)) continue;
         WireBuf b = {0};
         wire_put_str(&b, op->name);
-        if (!op->unload) wire_put_str(&b, op->path);
+        if (!op->unload) wire_put_str(&b, op->path), wire_put_i32(&b, op->generation);
         if ((rc = send_to_instance(c, i, op->unload ? MSG_LORA_UNLOAD : MSG_LORA_LOAD, &b, err)) == 0) op->expected++;
     }
     if (op->expected == 0) {
@@ -584,10 +594,61 @@ static int dispatch_lora(Coordinator *c, BraidError *err) {
     return rc;
 }
 
+static void instance_up(Coordinator *c, int instance, int n_blocks);
+
+/* A revived instance's answer to one of the roster's loads; at the last it rejoins routing. */
+static void on_replay_result(Coordinator *c, int instance, int ok, const char *name, const char *why) {
+    if (ok != 1)
+        LOG_ERROR("coord", "instance %d: adapter '%s' could not be loaded again after its restart: %s; requests naming it fail there",
+                  instance, name ? name : "?", why ? why : "?");
+    if (--c->replay_pending[instance] > 0) return;
+    LOG_INFO("coord", "instance %d: the run-time adapters are loaded again", instance);
+    instance_up(c, instance, c->replay_blocks[instance]);
+}
+
+/* A revived instance is sent every run-time adapter (LORA_LOAD each) before it rejoins routing.
+ * Returns the loads sent (0: none to send, or they could not be: it rejoins at once). */
+static int replay_roster(Coordinator *c, int instance, int n_blocks) {
+    if (!c->replay_pending) {
+        c->replay_pending = calloc((size_t)c->cfg.n_instances, sizeof *c->replay_pending);
+        c->replay_blocks = calloc((size_t)c->cfg.n_instances, sizeof *c->replay_blocks);
+        if (!c->replay_pending || !c->replay_blocks) {
+            free(c->replay_pending), free(c->replay_blocks);
+            c->replay_pending = c->replay_blocks = NULL;
+            LOG_ERROR("coord", "instance %d: out of memory sending it the run-time adapters again", instance);
+            return 0;
+        }
+    }
+    int sent = 0;
+    BraidError err = {{0}};
+    pthread_mutex_lock(&c->mu);
+    for (int k = 0; k < c->lora_roster.n; k++) {
+        const LoraRosterEntry *e = &c->lora_roster.entries[k];
+        WireBuf b = {0};
+        wire_put_str(&b, e->name), wire_put_str(&b, e->path), wire_put_i32(&b, e->generation);
+        if (send_to_instance(c, instance, MSG_LORA_LOAD, &b, &err)) {
+            LOG_ERROR("coord", "instance %d: sending adapter '%s' again: %s", instance, e->name, err.msg);
+            break;
+        }
+        sent++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    c->replay_pending[instance] = sent;
+    c->replay_blocks[instance] = n_blocks;
+    if (sent > 0) LOG_INFO("coord", "instance %d restarted: loading its %d run-time adapter(s) again before it takes requests", instance, sent);
+    return sent;
+}
+
 /* LORA_RESULT: u8 ok, str name, str error. */
 static void on_lora_result(Coordinator *c, int instance, WireReader *rd) {
     int ok = wire_get_u8(rd);
     char *name = wire_get_str(rd), *why = wire_get_str(rd);
+    if (c->replay_pending && c->replay_pending[instance] > 0) { /* its answers come in order: the roster's first */
+        on_replay_result(c, instance, rd->failed ? 0 : ok, name, why);
+        free(name);
+        free(why);
+        return;
+    }
     pthread_mutex_lock(&c->mu);
     CoordLoraOp *op = &c->lora_op;
     if (op->active && !op->finished && !rd->failed && name && strcmp(name, op->name) == 0) {
@@ -602,8 +663,8 @@ static void on_lora_result(Coordinator *c, int instance, WireReader *rd) {
     free(why);
 }
 
-int coordinator_lora(Coordinator *c, bool unload, const char *name, const char *path, double timeout_s, int *succeeded, char *why,
-                     size_t cap) {
+int coordinator_lora(Coordinator *c, bool unload, const char *name, const char *path, int generation, double timeout_s, int *succeeded,
+                     char *why, size_t cap) {
     CoordLoraOp *op = &c->lora_op;
     if (succeeded) *succeeded = 0;
     pthread_mutex_lock(&c->mu);
@@ -622,6 +683,7 @@ int coordinator_lora(Coordinator *c, bool unload, const char *name, const char *
     op->why[0] = '\0';
     snprintf(op->name, sizeof op->name, "%s", name);
     snprintf(op->path, sizeof op->path, "%s", path ? path : "");
+    op->generation = generation > 0 ? generation : 1;
     int rc = 0;
     if (enqueue_locked(c, (CoordCommand){.kind = CMD_LORA})) {
         snprintf(why, cap, "out of memory queueing the adapter %s", unload ? "unload" : "load");
@@ -646,6 +708,8 @@ int coordinator_lora(Coordinator *c, bool unload, const char *name, const char *
         rc = 503;
     }
     if (succeeded) *succeeded = op->replied - op->failed;
+    if (!unload && rc != 0 && op->replied - op->failed <= 0) lora_roster_take(&c->lora_roster, name); /* nobody holds it */
+    if (unload && op->replied - op->failed > 0) lora_roster_take(&c->lora_roster, name);       /* somebody let it go: it is retired */
     op->active = false;
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -715,23 +779,32 @@ static void on_ready(Coordinator *c, int instance, WireReader *rd) {
         router_instance_kv(&c->router, instance, c->can_move[instance], m.block_bytes, m.block_size);
         if (!c->ever_ready[instance]) c->ready_instances++;
         c->ever_ready[instance] = true;
-        bool revived = c->reviving[instance];
-        if (revived) c->dead_instances--, c->reviving[instance] = false, c->status[instance].reason[0] = '\0';
-        int up = c->cfg.n_instances - c->dead_instances;
-        c->status[instance].state = INSTANCE_UP;
+        bool replay = c->reviving[instance] && c->lora_roster.n > 0;
         pthread_mutex_unlock(&c->mu);
-        instance_health_started(&c->health, instance, braid_now_seconds());
-        LOG_INFO("coord", "instance %d %s (%d KV blocks%s); %d of %d up", instance, revived ? "restarted" : "ready", m.n_blocks,
-                 revived ? (c->on_restarted ? ", empty cache: re-warming it" : ", empty cache") : "", up, c->cfg.n_instances);
-        if (revived) {
-            request_watchdog_instance_reset(&c->watchdog, instance);
-            router_instance_up(&c->router, instance);
-            metrics_instance_restarted(c->metrics, instance);
-            if (c->on_restarted) c->on_restarted(c->on_restarted_ctx, instance);
-        }
-        announce_when_started(c);
+        /* A revived leader has its --lora adapters only: the run-time ones first, then routing. */
+        if (!replay || replay_roster(c, instance, m.n_blocks) == 0) instance_up(c, instance, m.n_blocks);
     }
     msg_ready_free(&m);
+}
+
+/* The instance takes requests: READY (and, for a revived one, its run-time adapters) done. */
+static void instance_up(Coordinator *c, int instance, int n_blocks) {
+    pthread_mutex_lock(&c->mu);
+    bool revived = c->reviving[instance];
+    if (revived) c->dead_instances--, c->reviving[instance] = false, c->status[instance].reason[0] = '\0';
+    int up = c->cfg.n_instances - c->dead_instances;
+    c->status[instance].state = INSTANCE_UP;
+    pthread_mutex_unlock(&c->mu);
+    instance_health_started(&c->health, instance, braid_now_seconds());
+    LOG_INFO("coord", "instance %d %s (%d KV blocks%s); %d of %d up", instance, revived ? "restarted" : "ready", n_blocks,
+             revived ? (c->on_restarted ? ", empty cache: re-warming it" : ", empty cache") : "", up, c->cfg.n_instances);
+    if (revived) {
+        request_watchdog_instance_reset(&c->watchdog, instance);
+        router_instance_up(&c->router, instance);
+        metrics_instance_restarted(c->metrics, instance);
+        if (c->on_restarted) c->on_restarted(c->on_restarted_ctx, instance);
+    }
+    announce_when_started(c);
 }
 
 static void on_tokens(Coordinator *c, WireReader *rd) {
@@ -766,6 +839,15 @@ static void learn_route_cost(Coordinator *c, CoordRequest *r, const MsgFinish *m
     bool whole = m->reason == FINISH_STOP || m->reason == FINISH_LENGTH;
     double ttft = whole && r->t_first_token > 0 ? r->t_first_token - r->route_charge.t_dispatch : 0;
     router_learn(&c->router, &r->route_charge, ttft, m->prompt_tokens - m->cached_tokens - m->reused_tokens, m->cached_tokens_remote);
+    /* The borrower's own timing of the move (reads queued to landed): the pair's measured rate. */
+    if (!(m->move_s > 0)) return;
+    router_learn_move(&c->router, r->pull_source, r->instance, m->cached_tokens_remote, m->move_s, m->move_link);
+    const RouteLinkRate *l = router_link(&c->router, r->pull_source, r->instance);
+    if (!c->cfg.events || !l) return;
+    fprintf(c->cfg.events, "{\"t\":%.6f,\"event\":\"move_measured\",\"req\":%llu,\"from\":%d,\"to\":%d,\"tokens\":%d,\"seconds\":%.6f,"
+            "\"link\":\"%s\",\"pair_gbps\":%.4f}\n", braid_now_seconds(), (unsigned long long)r->id, r->pull_source, r->instance,
+            m->cached_tokens_remote, m->move_s, move_link_name(m->move_link), l->bytes_per_s / 1e9);
+    fflush(c->cfg.events);
 }
 
 static void on_finish(Coordinator *c, int instance, WireReader *rd) {
@@ -1012,6 +1094,7 @@ static int instance_lost(Coordinator *c, int instance, BraidError *err) {
     if (!c->reviving[instance]) c->dead_instances++; /* a restart that died before READY was still counted */
     c->reviving[instance] = false;
     c->status[instance].state = INSTANCE_DEAD;
+    if (c->replay_pending) c->replay_pending[instance] = 0; /* its answers will not come */
     snprintf(c->status[instance].reason, sizeof c->status[instance].reason, "%s", why);
     int alive = c->cfg.n_instances - c->dead_instances;
     pthread_mutex_unlock(&c->mu);

@@ -46,6 +46,7 @@
 #include "coord/instance_health.h"
 #include "coord/instance_restart.h"
 #include "coord/kv_event_publisher.h"
+#include "coord/lora_roster.h"
 #include "coord/metrics.h"
 #include "coord/move_plan.h"
 #include "coord/request_watchdog.h"
@@ -107,6 +108,7 @@ typedef enum { SUBMIT_OK = 0, SUBMIT_BUSY = 429, SUBMIT_UNAVAILABLE = 503 } Subm
 typedef struct {
     bool active, finished, unload;
     char name[257], path[4097];
+    int generation;                /* load: which load of the name (model/lora_adapter.h lora_cache_name) */
     int expected, replied, failed; /* instances sent to / answered / refused */
     int busy;                      /* unload: requests of the adapter in flight (then nothing is sent) */
     char why[640];                 /* the first refusal, "instance N: ..." */
@@ -166,6 +168,10 @@ typedef struct {
     uint64_t watchdog_failed;    /* (under mu) requests the watchdog answered 500 */
     uint64_t watchdog_last_id;   /* (under mu) the latest of them */
     CoordLoraOp lora_op;         /* (under mu) adapters at run time */
+    LoraRoster lora_roster;      /* (under mu) the run-time adapters every instance must hold (lora_roster.h) */
+    int *replay_pending;         /* MPI thread: (n_instances, allocated at the first replay) a revived instance's
+                                  * run-time adapter loads not yet answered; it rejoins routing at 0 */
+    int *replay_blocks;          /* MPI thread: its READY's KV blocks, for the log line when it rejoins */
 } Coordinator;
 
 int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm world, Metrics *metrics, BraidError *err);
@@ -175,9 +181,11 @@ int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm worl
  * another load/unload is under way; 400 when an instance refused (why: the first refusal; a load
  * may have succeeded on others: the caller unloads it there); 503 when no instance is up or not all
  * answered in time. why is filled whenever the result is not 0; *succeeded (may be NULL) counts the
- * instances that did it. */
-int coordinator_lora(Coordinator *c, bool unload, const char *name, const char *path, double timeout_s, int *succeeded, char *why,
-                     size_t cap);
+ * instances that did it. generation (load) goes to the instances with the name (lora_cache_name).
+ * A load sent is recorded in the roster (lora_roster.h) and an instance that restarts later gets it
+ * again before it rejoins routing; an unload that some instance carried out takes it out. */
+int coordinator_lora(Coordinator *c, bool unload, const char *name, const char *path, int generation, double timeout_s, int *succeeded,
+                     char *why, size_t cap);
 void coordinator_free(Coordinator *c);
 /* MPI thread: runs until the drain after a signal completes (0) or an instance failed (-1). */
 int coordinator_run(Coordinator *c, const sigset_t *stop_signals, BraidError *err);

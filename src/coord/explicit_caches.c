@@ -1,6 +1,7 @@
 /* The explicit-cache registry; the contract is in explicit_caches.h. */
 #include "coord/explicit_caches.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct {
     ExplicitCacheInfo info;
@@ -22,8 +24,17 @@ typedef struct {
     double at;
 } Tombstone;
 
+typedef struct {
+    char tenant[API_MAX_LABEL_BYTES + 1];
+    bool used;
+    double tokens, at; /* the bucket's level at time `at` */
+} Bucket;
+
 struct ExplicitCaches {
     pthread_mutex_t mu;
+    char *state_path; /* DIR/explicit_caches.json, or NULL: not persisted */
+    double create_rate; /* prefills per second per tenant; <= 0: no limit */
+    Bucket buckets[EXPLICIT_CACHES_RATE_TENANTS];
     Slot slots[EXPLICIT_CACHES_MAX];
     Tombstone tombs[EXPLICIT_CACHES_TOMBSTONES];
     int next_tomb;
@@ -56,11 +67,64 @@ void explicit_caches_destroy(ExplicitCaches *r) {
     if (!r) return;
     for (int i = 0; i < EXPLICIT_CACHES_MAX; i++)
         if (r->slots[i].used) explicit_cache_info_free(&r->slots[i].info);
+    free(r->state_path);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
 
 static const char *tenant_or_empty(const char *tenant) { return tenant ? tenant : ""; }
+
+void explicit_caches_set_create_rate(ExplicitCaches *r, double per_s) {
+    pthread_mutex_lock(&r->mu);
+    r->create_rate = per_s;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* The bucket's level now (refilled since it was last touched, capped at the burst). */
+static double bucket_level(const ExplicitCaches *r, const Bucket *b, double now) {
+    double level = b->tokens + (now > b->at ? now - b->at : 0) * r->create_rate;
+    return level < EXPLICIT_CACHES_PER_TENANT ? level : EXPLICIT_CACHES_PER_TENANT;
+}
+
+/* tenant's bucket, or a free (or full, hence stateless) one taken for it; NULL when every bucket is
+ * tracked and short. */
+static Bucket *bucket_of(ExplicitCaches *r, const char *tenant, double now) {
+    Bucket *spare = NULL;
+    for (int i = 0; i < EXPLICIT_CACHES_RATE_TENANTS; i++) {
+        Bucket *b = &r->buckets[i];
+        if (b->used && strcmp(b->tenant, tenant) == 0) return b;
+        if (!spare && (!b->used || bucket_level(r, b, now) >= EXPLICIT_CACHES_PER_TENANT)) spare = b;
+    }
+    if (spare) {
+        snprintf(spare->tenant, sizeof spare->tenant, "%s", tenant);
+        spare->used = true;
+        spare->tokens = EXPLICIT_CACHES_PER_TENANT;
+        spare->at = now;
+    }
+    return spare;
+}
+
+int explicit_caches_take_prefill(ExplicitCaches *r, const char *tenant, double now, double *retry_after_s, ApiError *e) {
+    tenant = tenant_or_empty(tenant);
+    *retry_after_s = 0;
+    pthread_mutex_lock(&r->mu);
+    int rc = 0;
+    if (r->create_rate > 0) {
+        Bucket *b = bucket_of(r, tenant, now);
+        double level = b ? bucket_level(r, b, now) : 0;
+        if (b && level >= 1) {
+            b->tokens = level - 1;
+            b->at = now;
+        } else {
+            *retry_after_s = (1 - level) / r->create_rate;
+            rc = api_error_set(e, 429, NULL, "cache_rate_limited",
+                               "this tenant creates or renews caches faster than the server allows (%.3g per second, --cache-create-rate); retry in %.0f s",
+                               r->create_rate, *retry_after_s < 1 ? 1.0 : *retry_after_s + 0.5);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
 
 /* ---- under the lock ---- */
 
@@ -119,6 +183,96 @@ static int copy_info(const ExplicitCacheInfo *src, ExplicitCacheInfo *dst, ApiEr
         return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
     }
     return 0;
+}
+
+/* ---- persistence (under the lock) ---- */
+
+static Slot *find_any_tenant(ExplicitCaches *r, const char *id);
+
+static json_t *slot_state(const Slot *s) {
+    json_t *o = json_pack("{s:s, s:s, s:i, s:f, s:f, s:f, s:I}", "id", s->info.id, "tenant", s->info.tenant, "tokens", s->info.tokens,
+                          "created_at", s->info.created_at, "expires_at", s->info.expires_at, "ttl_s", s->info.ttl_s, "seq",
+                          (json_int_t)s->seq);
+    if (o && s->info.messages && json_object_set(o, "messages", s->info.messages)) json_decref(o), o = NULL;
+    if (o && s->info.prompt && json_object_set_new(o, "prompt", json_string(s->info.prompt))) json_decref(o), o = NULL;
+    return o;
+}
+
+/* Rewrites the state file with every ready cache: temporary file, fsync, rename. Failures are
+ * logged by the caller's absence of a file only; the registry in memory stays right. */
+static void persist(ExplicitCaches *r) {
+    if (!r->state_path) return;
+    json_t *list = json_array();
+    for (int i = 0; list && i < EXPLICIT_CACHES_MAX; i++) {
+        const Slot *s = &r->slots[i];
+        if (!s->used || !s->info.ready) continue;
+        json_t *o = slot_state(s);
+        if (!o || json_array_append_new(list, o)) json_decref(list), list = NULL;
+    }
+    size_t n = strlen(r->state_path) + 8;
+    char *tmp = list ? malloc(n) : NULL;
+    if (tmp) snprintf(tmp, n, "%s.tmp", r->state_path);
+    FILE *f = tmp ? fopen(tmp, "w") : NULL;
+    bool ok = f && json_dumpf(list, f, JSON_COMPACT) == 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f && fclose(f) != 0) ok = false;
+    if (ok && rename(tmp, r->state_path) != 0) ok = false;
+    if (!ok && tmp) unlink(tmp);
+    if (!ok) fprintf(stderr, "[caches] warn: could not write %s; the explicit caches survive no coordinator restart until it can be\n", r->state_path);
+    free(tmp);
+    json_decref(list);
+}
+
+/* One cache of the state file into a free slot; false when it is malformed or expired. */
+static bool restore(ExplicitCaches *r, const json_t *o, double now) {
+    const char *id = json_string_value(json_object_get(o, "id")), *tenant = json_string_value(json_object_get(o, "tenant"));
+    const json_t *messages = json_object_get(o, "messages"), *prompt = json_object_get(o, "prompt");
+    double expires = json_number_value(json_object_get(o, "expires_at"));
+    if (!id || !tenant || strlen(id) >= EXPLICIT_CACHE_ID_BYTES || strlen(tenant) > API_MAX_LABEL_BYTES || !(expires > now) ||
+        (messages ? !json_is_array(messages) || prompt : !json_is_string(prompt)) || find_any_tenant(r, id))
+        return false;
+    Slot *s = NULL;
+    for (int i = 0; i < EXPLICIT_CACHES_MAX && !s; i++)
+        if (!r->slots[i].used) s = &r->slots[i];
+    if (!s) return false;
+    memset(s, 0, sizeof *s);
+    snprintf(s->info.id, sizeof s->info.id, "%s", id);
+    snprintf(s->info.tenant, sizeof s->info.tenant, "%s", tenant);
+    s->info.messages = messages ? json_deep_copy(messages) : NULL;
+    s->info.prompt = prompt ? strdup(json_string_value(prompt)) : NULL;
+    if (!s->info.messages && !s->info.prompt) return explicit_cache_info_free(&s->info), false;
+    s->info.ready = true;
+    s->info.tokens = (int)json_integer_value(json_object_get(o, "tokens"));
+    s->info.created_at = json_number_value(json_object_get(o, "created_at"));
+    s->info.expires_at = expires;
+    s->info.ttl_s = json_number_value(json_object_get(o, "ttl_s"));
+    json_int_t seq = json_integer_value(json_object_get(o, "seq"));
+    s->seq = seq > 0 ? (uint64_t)seq : ++r->next_seq;
+    if (s->seq > r->next_seq) r->next_seq = s->seq;
+    s->used = true;
+    return true;
+}
+
+int explicit_caches_open_state(ExplicitCaches *r, const char *dir, double now, char *why, size_t cap) {
+    size_t n = strlen(dir) + sizeof EXPLICIT_CACHES_STATE_FILE + 2;
+    char *path = malloc(n);
+    if (!path) return snprintf(why, cap, "out of memory"), -1;
+    snprintf(path, n, "%s/%s", dir, EXPLICIT_CACHES_STATE_FILE);
+    pthread_mutex_lock(&r->mu);
+    free(r->state_path);
+    r->state_path = path;
+    int rc = 0, restored = 0;
+    json_error_t jerr;
+    FILE *f = fopen(path, "r");
+    if (!f && errno != ENOENT) rc = -1, snprintf(why, cap, "%s: %s", path, strerror(errno));
+    json_t *list = f ? json_loadf(f, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+    if (f && !json_is_array(list)) rc = -1, snprintf(why, cap, "%s: not a JSON array of caches (%s); starting empty", path, list ? "wrong type" : jerr.text);
+    if (f) fclose(f);
+    for (size_t i = 0; rc == 0 && i < json_array_size(list); i++) restored += restore(r, json_array_get(list, i), now);
+    json_decref(list);
+    persist(r); /* the directory is writable now, or the warning says so at once */
+    pthread_mutex_unlock(&r->mu);
+    if (rc == 0) snprintf(why, cap, "%d cache(s) restored from %s", restored, path);
+    return rc;
 }
 
 /* ---- the operations ---- */
@@ -183,6 +337,7 @@ void explicit_caches_commit(ExplicitCaches *r, const char *id, int tokens, const
         s->info.expires_at = now + s->info.ttl_s;
         free(s->info.pin_outcome);
         s->info.pin_outcome = pin_outcome ? strdup(pin_outcome) : NULL; /* out of memory: the outcome is just not shown */
+        persist(r);
     }
     pthread_mutex_unlock(&r->mu);
 }
@@ -240,6 +395,7 @@ int explicit_caches_set_ttl(ExplicitCaches *r, const char *tenant, const char *i
     if (s) {
         s->info.ttl_s = ttl_s;
         if (s->info.ready) s->info.expires_at = now + ttl_s;
+        persist(r);
     }
     pthread_mutex_unlock(&r->mu);
     return s ? 0 : -1;
@@ -249,7 +405,7 @@ int explicit_caches_delete(ExplicitCaches *r, const char *tenant, const char *id
     tenant = tenant_or_empty(tenant);
     pthread_mutex_lock(&r->mu);
     Slot *s = find_live(r, tenant, id, now, "id", e);
-    if (s) bury(r, s, false, now);
+    if (s) bury(r, s, false, now), persist(r);
     pthread_mutex_unlock(&r->mu);
     return s ? 0 : -1;
 }

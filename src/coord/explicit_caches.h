@@ -3,6 +3,8 @@
  * idea in Braid's terms): named, tenant-owned prompt heads that were prefilled and pinned, and that
  * a chat or completion request names with `cache_id` to start from.
  *
+ * Also: a per-tenant prefill bucket (explicit_caches_take_prefill) and, with a state directory,
+ * the registry's file (explicit_caches_open_state), both below.
  * Owns: each cache's id, tenant, content (a copy of its OpenAI-style messages array, or its prompt
  * text), token count, TTL and expiry, and the pin outcome its prefill reported. The routes
  * (http_caches.h) prefill and pin through the normal request path; this module only keeps the
@@ -60,6 +62,28 @@ double explicit_caches_now(void);
 
 ExplicitCaches *explicit_caches_create(void);
 void explicit_caches_destroy(ExplicitCaches *r);
+
+/* Prefills per tenant (`braid serve --cache-create-rate R`): each cache creation or TTL change runs a
+ * prefill on an instance, so a tenant gets a token bucket refilled at R per second that holds at
+ * most EXPLICIT_CACHES_PER_TENANT (its first caches go at once), full at first. R <= 0: no limit (the
+ * default of a registry). The table tracks EXPLICIT_CACHES_RATE_TENANTS tenants; a full bucket
+ * carries no state, so one is forgotten to make room, and when every tracked bucket is short a new
+ * tenant is refused until one refills (bounded memory, never unbounded). */
+#define EXPLICIT_CACHES_RATE_TENANTS 256
+#define EXPLICIT_CACHES_DEFAULT_CREATE_RATE 1.0
+void explicit_caches_set_create_rate(ExplicitCaches *r, double per_s);
+/* Persistence (`braid serve --state-dir DIR`): the registry keeps DIR/explicit_caches.json, rewritten
+ * after every change (a cache ready, a TTL changed, a cache deleted) by writing a temporary file,
+ * fsync and rename, so a crash leaves the old or the new file, never a torn one. Opening loads the
+ * file's caches that have not expired (ready, their pin outcome unknown: the K/V is not there until
+ * a request computes it again or a PATCH re-pins it). 0, or -1 with why set: a file that cannot be
+ * read or parsed (the registry then starts empty and keeps writing the file). */
+#define EXPLICIT_CACHES_STATE_FILE "explicit_caches.json"
+int explicit_caches_open_state(ExplicitCaches *r, const char *dir, double now, char *why, size_t cap);
+
+/* Takes one prefill of tenant's bucket. 0, or -1 with e set (429, code cache_rate_limited) and
+ * *retry_after_s: when the next one is due. */
+int explicit_caches_take_prefill(ExplicitCaches *r, const char *tenant, double now, double *retry_after_s, ApiError *e);
 
 /* Reserves an id for a new cache of tenant with this content (messages: borrowed, deep-copied;
  * prompt: copied) and TTL. 0 with id set, or -1 with e set: 429 when the tenant (or the server) is

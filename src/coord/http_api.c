@@ -296,6 +296,14 @@ static enum MHD_Result route(HttpApi *api, struct MHD_Connection *conn, const ch
     if (http_caches_path(url)) { /* explicit caches (http_caches.h) */
         const AuthKey *key = authenticate(api, conn, &e);
         if (e.status) return http_send_error(api->cfg.metrics, conn, NULL, &e);
+        /* A write runs a prefill: the key's own limits apply to it as to a completion. */
+        if (!get && key && api->limiter && (auth_key_max_concurrent(key) > 0 || auth_key_rate(key) > 0)) {
+            double retry_after;
+            KeyLimitResult lim = key_limiter_acquire(api->limiter, auth_key_index(key), auth_key_max_concurrent(key), auth_key_rate(key),
+                                                     braid_now_seconds(), &retry_after);
+            if (lim != KEY_LIMIT_OK) return send_key_limited(api, conn, "caches", key, lim, retry_after);
+            body->limit_slot = auth_key_index(key);
+        }
         return http_caches(&api->generate, conn, method, url, key, body->data, body->len, body->too_large, api->cfg.max_body_bytes);
     }
     bool health = strcmp(url, "/health") == 0, models = strcmp(url, "/v1/models") == 0, metrics = strcmp(url, "/metrics") == 0;
@@ -439,6 +447,14 @@ HttpApi *http_api_start(const HttpApiConfig *cfg, BraidError *err) {
         auto_splice_store_free(api->generate.auto_splice);
         free(api);
         return braid_error_set(err, "http: out of memory"), NULL;
+    }
+    explicit_caches_set_create_rate(api->generate.caches, cfg->cache_create_rate);
+    if (cfg->state_dir) {
+        char why[600];
+        if (explicit_caches_open_state(api->generate.caches, cfg->state_dir, explicit_caches_now(), why, sizeof why))
+            LOG_WARN("http", "--state-dir: %s", why);
+        else
+            LOG_INFO("http", "--state-dir: %s", why);
     }
     pthread_mutex_init(&api->mu, NULL);
     if (cfg->keys && !(api->limiter = key_limiter_create(auth_keys_count(cfg->keys)))) {

@@ -54,6 +54,8 @@ typedef struct {
     size_t max_body_bytes;
     const AuthKeys *keys;     /* NULL: no API keys (anyone may call, tenants are self-declared) */
     bool allow_runtime_lora;  /* --allow-runtime-lora: without keys, anyone may load/unload adapters (http_lora.h) */
+    double cache_create_rate; /* --cache-create-rate: explicit-cache prefills per tenant per second (explicit_caches.h); 0 = no limit */
+    const char *state_dir;    /* --state-dir: the explicit-cache registry persists there (explicit_caches.h); NULL = memory only */
     const char *tls_cert_pem, *tls_key_pem; /* both set: HTTPS only (PEM text, borrowed); both NULL: plain HTTP */
     int segment_reuse;        /* --segment-reuse: the most a request may ask for (SegmentReuseMode; 0 = off) */
     ManifestRecorder *manifest; /* counts every submitted prompt's chunks (borrowed); NULL = recording off */

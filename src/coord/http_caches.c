@@ -35,6 +35,19 @@ static enum MHD_Result send_405(struct MHD_Connection *conn, const char *allow, 
     return rc;
 }
 
+/* A 429 with Retry-After (whole seconds, at least 1): the tenant's prefill rate (--cache-create-rate). */
+static enum MHD_Result send_429(struct MHD_Connection *conn, const ApiError *e, double retry_after_s) {
+    char *body = api_error_json(e), retry[32];
+    struct MHD_Response *resp = body ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE) : NULL;
+    if (!resp) return free(body), MHD_NO;
+    snprintf(retry, sizeof retry, "%.0f", ceil(retry_after_s > 1 ? retry_after_s : 1));
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry);
+    enum MHD_Result rc = MHD_queue_response(conn, 429, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
 /* ---- tenant and body ---- */
 
 /* The caller's tenant ("" = none): the key's, or one it shares named by header / body; without
@@ -98,8 +111,12 @@ static int read_ttl(const json_t *v, double *ttl_s, ApiError *e) {
 
 typedef struct {
     int tokens;
-    char *pin_outcome; /* the first directive outcome as JSON text, or NULL */
+    char *pin_outcome; /* the last directive's outcome as JSON text (the pin, or DELETE's unpin), or NULL */
 } Prefill;
+
+/* What a prefill does to the content's pin: create pins it, PATCH ends the old pin and pins it
+ * again with the new TTL (a pin on its own only ever extends a deadline), DELETE ends the pin. */
+typedef enum { PIN_SET, PIN_RESET, PIN_END } PinChange;
 
 static void wait_finished(CoordRequest *r) {
     pthread_mutex_lock(&r->mu);
@@ -107,21 +124,26 @@ static void wait_finished(CoordRequest *r) {
     pthread_mutex_unlock(&r->mu);
 }
 
-/* The pin's outcome out of the instance's outcome list (one directive: the first). */
-static char *first_outcome(const char *list_text) {
+/* The last directive's outcome out of the instance's outcome list (the pin, or DELETE's unpin). */
+static char *last_outcome(const char *list_text) {
     json_t *list = list_text && list_text[0] ? json_loads(list_text, 0, NULL) : NULL;
-    json_t *first = json_array_get(list, 0);
+    json_t *first = json_array_size(list) ? json_array_get(list, json_array_size(list) - 1) : NULL;
     if (first) json_object_del(first, "index");
     char *text = first ? json_dumps(first, JSON_COMPACT) : NULL;
     json_decref(list);
     return text;
 }
 
-/* Prefills content (messages or prompt) in tenant with a pin of ttl_s through the request path. */
-static int prefill(const HttpGenerateContext *ctx, const char *tenant, const json_t *messages, const char *prompt, double ttl_s, Prefill *out,
-                   ApiError *e) {
+/* Prefills content (messages or prompt) in tenant through the request path with the directives of
+ * `change` (ttl_s: the pin's). The instance the router picks is the one holding the content, so an
+ * unpin reaches the pin (a copy pinned elsewhere, by a re-warm, keeps its own deadline). */
+static int prefill(const HttpGenerateContext *ctx, const char *tenant, const json_t *messages, const char *prompt, double ttl_s, PinChange change,
+                   Prefill *out, ApiError *e) {
     memset(out, 0, sizeof *out);
-    json_t *o = json_pack("{s:i, s:i, s:[{s:s, s:f}]}", "max_tokens", 1, "temperature", 0, "directives", "op", "pin", "ttl", ttl_s);
+    json_t *dirs = change == PIN_SET    ? json_pack("[{s:s, s:f}]", "op", "pin", "ttl", ttl_s)
+                   : change == PIN_END ? json_pack("[{s:s}]", "op", "unpin")
+                                       : json_pack("[{s:s}, {s:s, s:f}]", "op", "unpin", "op", "pin", "ttl", ttl_s);
+    json_t *o = dirs ? json_pack("{s:i, s:i, s:o}", "max_tokens", 1, "temperature", 0, "directives", dirs) : NULL;
     if (o && messages) json_object_set(o, "messages", (json_t *)messages);
     if (o && prompt) json_object_set_new(o, "prompt", json_string(prompt));
     if (o && tenant[0]) json_object_set_new(o, "tenant", json_string(tenant));
@@ -140,7 +162,7 @@ static int prefill(const HttpGenerateContext *ctx, const char *tenant, const jso
         wait_finished(r);
         pthread_mutex_lock(&r->mu);
         if (r->error[0]) rc = api_error_set(e, r->error_status ? r->error_status : 500, NULL, NULL, "prefilling the cache failed: %s", r->error);
-        else out->tokens = r->prompt_tokens, out->pin_outcome = first_outcome(r->directive_outcomes);
+        else out->tokens = r->prompt_tokens, out->pin_outcome = last_outcome(r->directive_outcomes);
         pthread_mutex_unlock(&r->mu);
         /* Counted once in the manifest: the first request naming the cache makes its head hot, so a
          * restarted instance's re-warm (warm_start.h) prefills it again. Advisory: failure is ignored. */
@@ -177,8 +199,15 @@ static enum MHD_Result create(const HttpGenerateContext *ctx, struct MHD_Connect
         rc = api_error_set(&e, 404, "model", "model_not_found", "caches are kept for the base model '%s' only", ctx->served_model);
     if (rc == 0)
         rc = explicit_caches_reserve(ctx->caches, tenant, messages, prompt ? json_string_value(prompt) : NULL, ttl_s, explicit_caches_now(), id, &e);
+    /* After the bound: a creation the bound refuses takes no prefill token. */
+    double retry_after = 0;
+    if (rc == 0 && explicit_caches_take_prefill(ctx->caches, tenant, explicit_caches_now(), &retry_after, &e)) {
+        explicit_caches_abandon(ctx->caches, id);
+        json_decref(o);
+        return send_429(conn, &e, retry_after);
+    }
     Prefill p;
-    if (rc == 0 && (rc = prefill(ctx, tenant, messages, prompt ? json_string_value(prompt) : NULL, ttl_s, &p, &e)) != 0)
+    if (rc == 0 && (rc = prefill(ctx, tenant, messages, prompt ? json_string_value(prompt) : NULL, ttl_s, PIN_SET, &p, &e)) != 0)
         explicit_caches_abandon(ctx->caches, id);
     json_decref(o);
     if (rc) return send_error(conn, &e);
@@ -202,7 +231,8 @@ static enum MHD_Result list(const HttpGenerateContext *ctx, struct MHD_Connectio
     return http_send_json(conn, 200, text);
 }
 
-/* PATCH: a new TTL from now; the pin is renewed by prefilling the content again (a cache hit) with it. */
+/* PATCH: a new TTL from now; the pin is ended and set again with it by prefilling the content again
+ * (a cache hit), so a shorter TTL shortens the pin too. */
 static enum MHD_Result patch(const HttpGenerateContext *ctx, struct MHD_Connection *conn, const AuthKey *key, const char *id, const char *body,
                              size_t len) {
     static const char *const allowed[] = {"ttl", "tenant"};
@@ -218,8 +248,13 @@ static enum MHD_Result patch(const HttpGenerateContext *ctx, struct MHD_Connecti
     ExplicitCacheInfo c = {0};
     if (rc == 0) rc = explicit_caches_get(ctx->caches, tenant, id, explicit_caches_now(), "id", &c, &e);
     if (rc == 0 && !c.ready) rc = api_error_set(&e, 409, "id", "cache_not_ready", "cache '%.40s' is still being prefilled", id);
+    double retry_after = 0;
+    if (rc == 0 && explicit_caches_take_prefill(ctx->caches, tenant, explicit_caches_now(), &retry_after, &e)) {
+        explicit_cache_info_free(&c);
+        return send_429(conn, &e, retry_after);
+    }
     Prefill p = {0};
-    if (rc == 0) rc = prefill(ctx, tenant, c.messages, c.prompt, ttl_s, &p, &e);
+    if (rc == 0) rc = prefill(ctx, tenant, c.messages, c.prompt, ttl_s, PIN_RESET, &p, &e);
     if (rc == 0) rc = explicit_caches_set_ttl(ctx->caches, tenant, id, ttl_s, explicit_caches_now(), &e);
     if (rc == 0) explicit_caches_commit(ctx->caches, id, c.tokens, p.pin_outcome, explicit_caches_now());
     free(p.pin_outcome);
@@ -231,19 +266,42 @@ static enum MHD_Result patch(const HttpGenerateContext *ctx, struct MHD_Connecti
     return r;
 }
 
+/* DELETE: the id goes at once (requests naming it get a 404 that says it was deleted), then the
+ * content's pin is ended on the instance holding it, so its blocks are evictable again and the
+ * tenant's pin budget gets them back. The answer carries the unpin's outcome ("unpin"), or why none
+ * ran ("unpin_error": the cache was still being prefilled, or the unpin request failed). */
+static enum MHD_Result delete_cache(const HttpGenerateContext *ctx, struct MHD_Connection *conn, const char *tenant, const char *id) {
+    ApiError e;
+    ExplicitCacheInfo c = {0};
+    bool have = explicit_caches_get(ctx->caches, tenant, id, explicit_caches_now(), "id", &c, &e) == 0;
+    if (!have && e.status != 409) return send_error(conn, &e); /* unknown, deleted, expired: as before */
+    if (explicit_caches_delete(ctx->caches, tenant, id, explicit_caches_now(), &e)) {
+        explicit_cache_info_free(&c);
+        return send_error(conn, &e);
+    }
+    json_t *o = json_pack("{s:s, s:s, s:b}", "id", id, "object", "cache.deleted", "deleted", 1);
+    Prefill p = {0};
+    if (have && prefill(ctx, tenant, c.messages, c.prompt, 0, PIN_END, &p, &e) == 0 && p.pin_outcome) {
+        json_t *outcome = json_loads(p.pin_outcome, 0, NULL);
+        if (o && outcome) json_object_set_new(o, "unpin", outcome);
+        else json_decref(outcome);
+    } else if (o) {
+        json_object_set_new(o, "unpin_error", json_string(!have ? "the cache was still being prefilled; its pin ends at its deadline" : e.message));
+    }
+    free(p.pin_outcome);
+    explicit_cache_info_free(&c);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return http_send_json(conn, 200, text);
+}
+
 static enum MHD_Result by_id(const HttpGenerateContext *ctx, struct MHD_Connection *conn, const char *method, const AuthKey *key, const char *id,
                              const char *body, size_t len) {
     ApiError e;
     char tenant[API_MAX_LABEL_BYTES + 1];
     if (strcmp(method, "PATCH") == 0) return patch(ctx, conn, key, id, body, len);
     if (resolve_tenant(conn, key, NULL, tenant, &e)) return send_error(conn, &e);
-    if (strcmp(method, "DELETE") == 0) {
-        if (explicit_caches_delete(ctx->caches, tenant, id, explicit_caches_now(), &e)) return send_error(conn, &e);
-        json_t *o = json_pack("{s:s, s:s, s:b}", "id", id, "object", "cache.deleted", "deleted", 1);
-        char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        json_decref(o);
-        return http_send_json(conn, 200, text);
-    }
+    if (strcmp(method, "DELETE") == 0) return delete_cache(ctx, conn, tenant, id);
     ExplicitCacheInfo c;
     if (explicit_caches_get(ctx->caches, tenant, id, explicit_caches_now(), "id", &c, &e)) return send_error(conn, &e);
     enum MHD_Result r = send_cache(conn, 200, &c);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cache/content_hash.h"
+#include "coord/adapter_select.h"
 #include "coord/api/api_tools.h"
 #include "coord/api/chat_render.h"
 #include "coord/cache_key_affinity.h"
@@ -105,7 +106,7 @@ static CoordRequest *build_request(const HttpGenerateContext *ctx, const ApiRequ
     if (r) r->prompt = malloc((size_t)ids->n * sizeof *r->prompt);
     if (r && chunk && r->block_hashes && r->prompt && (!a->workflow_id || (r->workflow = strdup(a->workflow_id))) &&
         (!a->agent || (r->agent = strdup(a->agent))) && (!a->tenant || (r->tenant = strdup(a->tenant))) &&
-        (!a->adapter || (r->adapter = strdup(a->adapter))) &&
+        (!a->adapter || (r->adapter = strdup(adapter_cache_name(a)))) && /* what the instance's cache keys it by */
         (!a->prompt_cache_key || (r->cache_key = cache_key_affinity_scoped(a->tenant, a->prompt_cache_key)))) {
         memcpy(r->prompt, ids->ids, (size_t)ids->n * sizeof *r->prompt);
         r->n_prompt = ids->n;
@@ -123,7 +124,7 @@ static CoordRequest *build_request(const HttpGenerateContext *ctx, const ApiRequ
          * dies it can start over on another one (coordinator.c: the failure domain). */
         r->restartable = !a->stream && a->n_stop == 0;
         /* The same seed the instance's cache uses, so the router's index and the prompt agree. */
-        content_hash_blocks(content_hash_namespace(a->tenant, a->adapter), r->prompt, n_blocks, block, r->block_hashes, chunk);
+        content_hash_blocks(content_hash_namespace(a->tenant, adapter_cache_name(a)), r->prompt, n_blocks, block, r->block_hashes, chunk);
         r->n_hashes = n_blocks;
         free(chunk);
         return r;

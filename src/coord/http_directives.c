@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coord/adapter_select.h"
 #include "coord/api/chat_render.h"
 #include "coord/auto_splice.h"
 #include "coord/directive_plan.h"
@@ -71,7 +72,7 @@ static int plan_auto_splice(const HttpGenerateContext *ctx, const ApiRequest *a,
     if (a->auto_splice <= CACHE_SPLICE_NONE || !ctx->auto_splice || out->splice_mode != CACHE_SPLICE_NONE) return 0;
     if (a->kind == API_COMPLETION && a->n_prompts > 1) return 0; /* one conversation, one prompt */
     bool oom;
-    char *key = auto_splice_key(a->tenant, a->adapter, a->conversation_id, a->workflow_id, &oom);
+    char *key = auto_splice_key(a->tenant, adapter_cache_name(a), a->conversation_id, a->workflow_id, &oom);
     if (!key) return oom ? api_error_set(e, 503, NULL, NULL, "the server is out of memory") : 0;
     CacheDirectives found;
     int rc = auto_splice_apply(ctx->auto_splice, key, ids->ids, ids->n, a->auto_splice, a->n_directives, &found);

@@ -89,23 +89,22 @@ static int load_adapter(HttpLora *h, const char *name, const char *path, ApiErro
         return api_error_set(e, 400, "lora_name", "invalid_value", "'%.64s' is the base model's name; choose another adapter name", name);
     if (lora_set_find(h->cfg.set, name) > 0)
         return api_error_set(e, 409, "lora_name", "adapter_exists", "adapter '%.64s' is already loaded (unload it first)", name);
-    if (lora_set_was_retired(h->cfg.set, name))
-        return api_error_set(e, 409, "lora_name", "adapter_name_retired",
-                             "adapter name '%.64s' was unloaded earlier and may not be reused while this server runs (its cache may "
-                             "still hold blocks of the old weights); choose another name",
-                             name);
+    /* A name unloaded before loads again as its next generation: a cache namespace of its own
+     * (lora_cache_name), so no block the old weights computed can serve it. */
+    unsigned generation = lora_set_next_generation(h->cfg.set, name);
     BraidError err;
     LoraAdapter ad;
     if (lora_adapter_load(path, name, h->cfg.base, &ad, &err)) /* the start-up checks, before any instance */
         return api_error_set(e, 400, "lora_path", "invalid_adapter", "%s", err.msg);
+    ad.generation = generation;
     char why[640];
-    int ok = 0, status = coordinator_lora(h->cfg.coord, false, name, path, HTTP_LORA_TIMEOUT_S, &ok, why, sizeof why);
+    int ok = 0, status = coordinator_lora(h->cfg.coord, false, name, path, (int)generation, HTTP_LORA_TIMEOUT_S, &ok, why, sizeof why);
     if (status == 0 && lora_set_install(h->cfg.set, &ad, NULL, &err)) status = 500, snprintf(why, sizeof why, "%s", err.msg);
     if (status == 0) return 0;
     lora_adapter_free(&ad);
     if (ok > 0 || status == 503 || status == 500) { /* take it back from the instances that took it */
         char undo_why[640];
-        if (coordinator_lora(h->cfg.coord, true, name, NULL, HTTP_LORA_TIMEOUT_S, NULL, undo_why, sizeof undo_why))
+        if (coordinator_lora(h->cfg.coord, true, name, NULL, 0, HTTP_LORA_TIMEOUT_S, NULL, undo_why, sizeof undo_why))
             LOG_WARN("http", "adapter '%s': undoing a partial load: %s", name, undo_why);
     }
     return api_error_set(e, status, status == 400 ? "lora_path" : NULL, status == 400 ? "invalid_adapter" : NULL,
@@ -117,7 +116,7 @@ static int unload_adapter(HttpLora *h, const char *name, ApiError *e) {
     if (lora_set_find(h->cfg.set, name) <= 0)
         return api_error_set(e, 404, "lora_name", "adapter_not_found", "adapter '%.64s' is not loaded", name);
     char why[640];
-    int ok = 0, status = coordinator_lora(h->cfg.coord, true, name, NULL, HTTP_LORA_TIMEOUT_S, &ok, why, sizeof why);
+    int ok = 0, status = coordinator_lora(h->cfg.coord, true, name, NULL, 0, HTTP_LORA_TIMEOUT_S, &ok, why, sizeof why);
     if (status == 0) {
         lora_set_retire(h->cfg.set, name);
         return 0;

@@ -15,11 +15,14 @@
  * registered here, so /v1/models lists it and requests may name it, on every instance at once. If an
  * instance refuses (say the CUDA backend, or a rank above the --lora-cache shared residual pool's),
  * the adapter is unloaded from those that took it and the answer is a 400 naming the instance and
- * its reason. A name already loaded is a 409; a name unloaded earlier may not be loaded again (409):
- * its prefix-cache namespace may still hold blocks computed with the old weights.
+ * its reason. A name already loaded is a 409. A name unloaded earlier loads again as its next
+ * generation (model/lora_adapter.h lora_cache_name): its K/V live in a namespace of their own, so
+ * nothing the old weights computed can serve it. Names holding a control character are refused
+ * (400), which keeps cache names (name, separator, generation) apart from every adapter name.
  * Unload: 404 for a name not loaded; 409 while requests of the adapter are in flight (refused, not
- * waited for: retry when they are done). Its cache blocks are unreachable from then on (no request can
- * name that adapter) and are evicted as the pools need space; they are not freed at once.
+ * waited for: retry when they are done). Every instance then drops the adapter's cache namespaces
+ * at once (worker/leader_lora.h): its pins end and its blocks are freed. Instances restarted later
+ * get every loaded run-time adapter again before they take requests (coord/lora_roster.h).
  * Every error is OpenAI-shaped JSON. Runs on the connection's thread (blocking on the instances'
  * answers, at most HTTP_LORA_TIMEOUT_S); one load or unload at a time.
  */

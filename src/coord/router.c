@@ -33,9 +33,10 @@ int router_init(Router *r, int n, int load_slack) {
     r->match = calloc((size_t)n, sizeof *r->match);
     r->estimate = calloc((size_t)n, sizeof *r->estimate);
     r->capacity_blocks = calloc((size_t)n, sizeof *r->capacity_blocks);
+    r->links = calloc((size_t)n * (size_t)n, sizeof *r->links);
     /* Until the instances report and the coordinator learns, the move cost model's defaults. */
     r->cost = route_cost_model_init(true, MOVE_DEFAULT_PREFILL_TPS, MOVE_DEFAULT_LINK_GBPS * 1e9, MOVE_DEFAULT_LATENCY_S);
-    if (!r->index || !r->load || !r->down || !r->affinity || !r->pending_prefill || !r->can_move || !r->bytes_per_token || !r->match || !r->estimate || !r->capacity_blocks) {
+    if (!r->index || !r->load || !r->down || !r->affinity || !r->pending_prefill || !r->can_move || !r->bytes_per_token || !r->match || !r->estimate || !r->capacity_blocks || !r->links) {
         router_free(r);
         return -1;
     }
@@ -54,6 +55,7 @@ void router_free(Router *r) {
     free(r->match);
     free(r->estimate);
     free(r->capacity_blocks);
+    free(r->links);
     if (r->affinity) strmap_destroy(r->affinity);
     memset(r, 0, sizeof *r);
 }
@@ -176,7 +178,8 @@ static RouteDecision pick_cost(Router *r, const uint64_t *hashes, int n_hashes, 
         RouteCostInput in = {.queue_s = ahead_tokens(r, i) * r->cost.s_per_token, .prompt_tokens = prompt_tokens, .block_size = bs,
                              .local_blocks = r->match[i], .source_blocks = source >= 0 ? r->match[source] : 0,
                              .can_move = source >= 0 && r->can_move[i], .bytes_per_token = source >= 0 ? r->bytes_per_token[source] : 0,
-                             .free_blocks = free_blocks(r, i)};
+                             .free_blocks = free_blocks(r, i),
+                             .link_bytes_per_s = source >= 0 ? r->links[(size_t)source * r->n_instances + i].bytes_per_s : 0};
         r->estimate[i] = route_cost_estimate(&r->cost, &in);
         double work = route_cost_work_s(&r->estimate[i]);
         if (min_work < 0 || work < min_work) min_work = work;
@@ -250,6 +253,18 @@ void router_learn(Router *r, RouteCharge *c, double ttft_s, int computed_tokens,
     if (c->moved_bytes > 0 && moved_tokens <= 0) return; /* its move failed: the TTFT holds a timeout, not a rate */
     double moved_bytes = moved_tokens > 0 ? moved_tokens * r->bytes_per_token[c->instance] : 0;
     route_cost_learn(&r->cost, ttft_s, c->ahead_tokens, computed_tokens, moved_bytes);
+}
+
+void router_learn_move(Router *r, int lender, int borrower, int moved_tokens, double move_s, int link) {
+    if (lender < 0 || borrower < 0 || lender >= r->n_instances || borrower >= r->n_instances || lender == borrower || moved_tokens <= 0) return;
+    double bytes = moved_tokens * r->bytes_per_token[borrower];
+    route_link_learn(&r->links[(size_t)lender * r->n_instances + borrower], bytes, move_s, link);
+}
+
+const RouteLinkRate *router_link(const Router *r, int lender, int borrower) {
+    if (lender < 0 || borrower < 0 || lender >= r->n_instances || borrower >= r->n_instances) return NULL;
+    const RouteLinkRate *l = &r->links[(size_t)lender * r->n_instances + borrower];
+    return l->samples > 0 ? l : NULL;
 }
 
 void router_assigned(Router *r, int instance, const char *workflow) {

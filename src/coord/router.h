@@ -65,6 +65,7 @@ typedef struct {
     double *pending_prefill; /* (n_instances) prefill tokens charged and not yet past their first token */
     bool *can_move;          /* (n_instances) takes part in KV moves (READY) */
     double *bytes_per_token; /* (n_instances) K/V bytes of a token, from READY's block bytes */
+    RouteLinkRate *links;    /* (n_instances x n_instances) [lender * n + borrower]: measured move rates */
     long *capacity_blocks;   /* (n_instances) blocks its cache holds, all tiers (0: unknown) */
     int block_size;          /* tokens per block (0 until an instance told: 16 is assumed) */
     RouteCostEstimate *estimate; /* (n_instances) scratch: each instance's estimate for the prompt being priced */
@@ -109,6 +110,12 @@ void router_prefill_done(Router *r, RouteCharge *c);
  * A planned move that brought nothing (it failed, and the request waited for its timeout) teaches
  * nothing. */
 void router_learn(Router *r, RouteCharge *c, double ttft_s, int computed_tokens, int moved_tokens);
+/* A move landed on borrower: moved_tokens brought from lender in move_s seconds (measured by the
+ * borrower) over link (MoveLink): one sample of that pair's rate (router_cost.h). No-op without a
+ * lender, tokens or a time. */
+void router_learn_move(Router *r, int lender, int borrower, int moved_tokens, double move_s, int link);
+/* The measured rate from lender to borrower (NULL: never measured). */
+const RouteLinkRate *router_link(const Router *r, int lender, int borrower);
 /* Bookkeeping: a request was sent to / finished on an instance. */
 void router_assigned(Router *r, int instance, const char *workflow);
 void router_finished(Router *r, int instance);

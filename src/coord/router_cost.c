@@ -20,7 +20,8 @@ RouteCostEstimate route_cost_estimate(const RouteCostModel *m, const RouteCostIn
     if (m->moves && in->can_move && gain >= min_gain) {
         int gain_tokens = gain * bs;
         if (gain_tokens > e.computed_tokens) gain_tokens = e.computed_tokens;
-        double move_s = gain_tokens * in->bytes_per_token / m->link_bytes_per_s + m->move_latency_s;
+        double rate = in->link_bytes_per_s > 0 ? in->link_bytes_per_s : m->link_bytes_per_s;
+        double move_s = gain_tokens * in->bytes_per_token / rate + m->move_latency_s;
         e.recompute_s = gain_tokens * m->s_per_token;
         if (gain_tokens > 0 && move_s < e.recompute_s) {
             e.move_s = move_s;
@@ -70,4 +71,13 @@ void route_cost_learn(RouteCostModel *m, double ttft_s, double ahead_tokens, int
     double w = sample > m->link_bytes_per_s ? 0.5 : ROUTE_COST_LEARN_WEIGHT / 4;
     m->link_bytes_per_s = follow_w(m->link_bytes_per_s, sample, 1, w);
     m->link_samples++;
+}
+
+void route_link_learn(RouteLinkRate *l, double bytes, double seconds, int link) {
+    if (!(bytes > 0) || !(seconds > 0) || !isfinite(bytes) || !isfinite(seconds)) return;
+    double sample = bytes / seconds;
+    if (l->samples > 0 && l->link != link) l->samples = 0; /* another link: start afresh */
+    l->bytes_per_s = l->samples == 0 ? sample : follow_w(l->bytes_per_s, sample, l->samples, ROUTE_LINK_WEIGHT);
+    l->link = link;
+    l->samples++;
 }

@@ -32,6 +32,14 @@
  *    ROUTE_COST_LEARN_WEIGHT). Coarse — the coordinator sees no timestamps inside a move — but it
  *    follows the order of magnitude of the link, which is what the choice between moving and
  *    computing turns on.
+ * Measured per pair: the borrowing leader times each move it lands (reads queued to landed) and
+ * reports that time with the move's link (MOVE_LINK_*: host memory over UCX, same-node CUDA IPC,
+ * cross-node pinned-host staging) on the request's FINISH; each ordered (lender, borrower) pair
+ * keeps its own rate (RouteLinkRate, an exponentially weighted average in the log domain,
+ * ROUTE_LINK_WEIGHT), which prices that pair's moves instead of the shared rate above once it has a
+ * sample. A sample over another link than the pair's last one starts the pair afresh: the two links
+ * differ by orders of magnitude (GPU to GPU over IPC vs host staging over the network), so an
+ * average across them would fit neither.
  * Pure functions on the model; no global state. Not thread-safe (the coordinator's MPI thread).
  */
 #ifndef BRAID_COORD_ROUTER_COST_H
@@ -65,7 +73,17 @@ typedef struct {
     bool can_move;            /* the instance takes moves and a lender exists */
     double bytes_per_token;   /* K/V bytes of one token across layers */
     long free_blocks;         /* room left in the instance's cache, in blocks; < 0: unknown (never counted full) */
+    double link_bytes_per_s;  /* the measured rate from that lender to this instance; 0: the model's shared rate */
 } RouteCostInput;
+
+/* One ordered (lender, borrower) pair's measured move rate. Zeroed: never measured. */
+typedef struct {
+    double bytes_per_s;
+    long samples;
+    int link; /* MoveLink (transport/control_msg.h) of the last sample */
+} RouteLinkRate;
+
+#define ROUTE_LINK_WEIGHT 0.3 /* weight of a new measured move in the pair's average */
 
 typedef struct {
     double queue_s, compute_s, move_s, ttft_s;
@@ -99,5 +117,8 @@ double route_cost_score(const RouteCostEstimate *e, double min_work_s, double ba
  * it was charged at dispatch (prefill tokens), the tokens it computed, and the bytes moved in for
  * it (0: no move). Samples that say nothing (a TTFT <= 0) are ignored. */
 void route_cost_learn(RouteCostModel *m, double ttft_s, double ahead_tokens, int computed_tokens, double moved_bytes);
+/* A landed move of `bytes` measured at `seconds` over `link`: one sample of the pair's rate.
+ * Samples that say nothing (bytes or seconds <= 0) are ignored. */
+void route_link_learn(RouteLinkRate *l, double bytes, double seconds, int link);
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/gguf.h"
+#include "model/synthetic_lora.h"
 #include "model/tensor_types.h"
 
 static const char *const PROJ_STEMS[LORA_PROJ_COUNT] = {"attn_q", "attn_k", "attn_v", "attn_output"};
@@ -126,6 +127,7 @@ static int check_pairs(const LoraAdapter *ad, const char *path, BraidError *err)
 }
 
 int lora_adapter_load(const char *path, const char *name, const ModelConfig *base, LoraAdapter *out, BraidError *err) {
+    if (synthetic_lora_spec(path)) return synthetic_lora_create(path, name, base, out, err); /* issue 34: no file */
     memset(out, 0, sizeof *out);
     GgufFile *f = NULL;
     if (gguf_open(path, &f, err)) return braid_error_wrap(err, "lora adapter '%s'", name);
@@ -210,12 +212,55 @@ int lora_set_was_retired(const LoraSet *set, const char *name) {
     return 0;
 }
 
+/* Splits a cache name into its name's length and its generation (1 when it has no suffix); -1 when
+ * the suffix is malformed. */
+static int split_cache_name(const char *s, size_t *name_len, unsigned *generation) {
+    const char *sep = strchr(s, LORA_GENERATION_SEP);
+    *name_len = sep ? (size_t)(sep - s) : strlen(s);
+    *generation = 1;
+    if (!sep) return 0;
+    char *end;
+    unsigned long g = sep[1] == 'g' ? strtoul(sep + 2, &end, 10) : 0;
+    if (g < 2 || g > 1000000 || *end != '\0') return -1;
+    *generation = (unsigned)g;
+    return 0;
+}
+
+static unsigned generation_of(const LoraAdapter *a) { return a->generation > 1 ? a->generation : 1; }
+
+int lora_cache_name(const char *name, unsigned generation, char *out, size_t cap) {
+    int n = generation > 1 ? snprintf(out, cap, "%s%cg%u", name, LORA_GENERATION_SEP, generation) : snprintf(out, cap, "%s", name);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+int lora_name_is(const char *cache_name, const char *name) {
+    size_t len;
+    unsigned g;
+    if (!cache_name || !name || split_cache_name(cache_name, &len, &g)) return 0;
+    return strlen(name) == len && strncmp(cache_name, name, len) == 0;
+}
+
 int lora_set_find(const LoraSet *set, const char *name) {
     if (!name || !name[0]) return 0;
+    size_t len;
+    unsigned g;
+    if (split_cache_name(name, &len, &g)) return -1;
+    int n = set ? __atomic_load_n(&set->n, __ATOMIC_ACQUIRE) : 0;
+    for (int i = 0; i < n; i++) {
+        const LoraAdapter *a = &set->adapters[i];
+        if (__atomic_load_n(&a->retired, __ATOMIC_ACQUIRE) || strlen(a->name) != len || strncmp(a->name, name, len) != 0) continue;
+        /* One live adapter per name. A plain name means whichever generation is live; a cache name only its own. */
+        return !strchr(name, LORA_GENERATION_SEP) || generation_of(a) == g ? i + 1 : -1;
+    }
+    return -1;
+}
+
+unsigned lora_set_next_generation(const LoraSet *set, const char *name) {
+    unsigned g = 1;
     int n = set ? __atomic_load_n(&set->n, __ATOMIC_ACQUIRE) : 0;
     for (int i = 0; i < n; i++)
-        if (!__atomic_load_n(&set->adapters[i].retired, __ATOMIC_ACQUIRE) && strcmp(set->adapters[i].name, name) == 0) return i + 1;
-    return -1;
+        if (strcmp(set->adapters[i].name, name) == 0 && generation_of(&set->adapters[i]) >= g) g = generation_of(&set->adapters[i]) + 1;
+    return g;
 }
 
 const LoraAdapter *lora_set_get(const LoraSet *set, int id) {

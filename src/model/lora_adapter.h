@@ -16,10 +16,13 @@
  * shape against the base model's dims, one rank shared by all pairs, and every value finite; a
  * file that fails is refused with a message naming the file and, where it applies, the tensor.
  * Owns: fp32 copies of A and B (the GGUF mapping is closed after load) and the adapter's name.
+ * A path "synthetic:RANK[:SEED]" loads no file: random pairs of the base's shape (synthetic_lora.h).
  * Thread-safety: read-only after load.
  */
 #ifndef BRAID_MODEL_LORA_ADAPTER_H
 #define BRAID_MODEL_LORA_ADAPTER_H
+
+#include <stddef.h>
 
 #include "common/error.h"
 #include "model/model_config.h"
@@ -48,7 +51,26 @@ typedef struct {
      * a reader that raced the unload still reads valid memory; find/get skip it, its id is never
      * reused (a request cannot reach the cache blocks it left behind). */
     int retired;
+    /* Which load of this name it is (1 = the first: every --lora adapter and a name's first run-time
+     * load; k = its k-th load after k - 1 unloads). A generation above 1 qualifies the adapter's
+     * cache namespace (lora_cache_name), so a reloaded name never sees the K/V its predecessor left. */
+    unsigned generation;
 } LoraAdapter;
+
+/* Cache namespaces of adapters. A request names an adapter by its name; the prefix cache, the
+ * residual tree and the routing hashes key its K/V by its cache name: the name itself for
+ * generation 1 (so start-up adapters hash as they always did), else "NAME" LORA_GENERATION_SEP
+ * "gK". The separator is a control character, which no run-time adapter name may hold
+ * (coord/http_lora.h), so a cache name never equals another adapter's name. The coordinator sends
+ * instances the cache name; lora_set_find resolves a suffixed one only to the live adapter of that
+ * exact generation, so a request that raced an unload and reload of its adapter gets "unknown
+ * adapter", never the other generation's weights. */
+#define LORA_GENERATION_SEP '\x1f'
+#define LORA_CACHE_NAME_MAX 300 /* bytes of a cache name, NUL included (names are at most 256 bytes) */
+/* Writes adapter `name`'s cache name for `generation` into out; -1 when it does not fit. */
+int lora_cache_name(const char *name, unsigned generation, char *out, size_t cap);
+/* Whether `cache_name` (a name or a cache name) belongs to adapter `name`, whatever the generation. */
+int lora_name_is(const char *cache_name, const char *name);
 
 /* The adapters one server loaded (--lora, in order, then those loaded at run time). Adapter id k
  * (1-based) is adapters[k - 1]; id 0 is the base model. Every rank loads the --lora list in the same
@@ -73,11 +95,14 @@ int lora_set_add_spec(LoraSet *set, const char *spec, const ModelConfig *base, B
 int lora_set_install(LoraSet *set, LoraAdapter *ad, int *id, BraidError *err);
 /* Retires the live adapter `name` (frees its pairs, keeps its name); -1 when there is none. */
 int lora_set_retire(LoraSet *set, const char *name);
-/* 1 when `name` names a retired adapter and no live one (it may not be loaded again: its cache
- * namespace may still hold blocks of the old weights). */
+/* 1 when `name` names a retired adapter and no live one. */
 int lora_set_was_retired(const LoraSet *set, const char *name);
-/* The adapter id (1-based) named `name`, 0 for NULL or "" (the base model), -1 when unknown. */
+/* The adapter id (1-based) named `name`, 0 for NULL or "" (the base model), -1 when unknown. A plain
+ * name finds the live adapter of that name (whatever its generation); a cache name with a
+ * generation suffix (lora_cache_name) finds it only when the generation matches. */
 int lora_set_find(const LoraSet *set, const char *name);
+/* The generation the next load of `name` gets: 1 + the retired adapters of that name. */
+unsigned lora_set_next_generation(const LoraSet *set, const char *name);
 /* The largest rank in the set (0 when empty or NULL): the ForkKV residual pool's width. */
 int lora_set_max_rank(const LoraSet *set);
 /* The adapter of id k (1..n), or NULL for the base model / an id out of range. */

@@ -462,6 +462,11 @@ static void copy_counters(const KvCache *cache, const SimResidualPool *residual,
     res->prefetch_hit_blocks = k->prefetch_hit_blocks;
     res->prefetch_wasted_blocks = k->prefetch_wasted_blocks;
     res->uses_over_bound = k->uses_over_bound;
+    res->segment_lsh_candidates = k->segment_lsh_candidates;
+    res->segment_lsh_admitted = k->segment_lsh_admitted;
+    res->segment_lsh_rejected = k->segment_lsh_rejected_tau + k->segment_lsh_rejected_guard;
+    res->segment_lsh_reused_tokens = k->segment_lsh_reused_tokens;
+    res->segment_lsh_refused_full = k->segment_lsh_refused_full;
     if (residual) res->residual_evicted_blocks = sim_residual_counters(residual)->device_evicted_blocks;
     res->hit_rate = res->prompt_tokens ? (double)res->cached_tokens / (double)res->prompt_tokens : 0.0;
 }
@@ -492,7 +497,10 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
                         .host_blocks = cfg->host_kv_tokens > 0 ? cfg->host_kv_tokens / bs + 1 : 0, .policy = policy,
                         .policy_options = {.gamma = cfg->pbkv_gamma}, .policy_state = belady ? &bstate : NULL, .segments = cfg->segment_reuse != 0,
                         .anchor_tokens = cfg->anchor_tokens, .n_anchor_tokens = cfg->n_anchor_tokens,
-                        .approx_window = cfg->approx_window};
+                        .approx_window = cfg->approx_window, .segment_lsh = cfg->segment_lsh,
+                        .segment_lsh_anywhere = cfg->segment_lsh_anywhere,
+                        .segment_tau_seg = cfg->segment_tau_seg, .segment_tau_ctx = cfg->segment_tau_ctx,
+                        .segment_canon = cfg->segment_canon, .n_segment_canon = cfg->n_segment_canon};
     KvCache cache;
     SimResidualPool residual_pool;
     Replay rp = {.cfg = cfg, .cache = &cache, .keys = &keys, .bs = bs, .tpb = tpb, .peaks = &res->peaks};

@@ -69,6 +69,12 @@ typedef struct {
     int approx_window;
     const int32_t *anchor_tokens;
     int n_anchor_tokens;
+    /* Near-duplicate segments (KvCacheConfig.segment_lsh, approx mode only): the LSH index, its
+     * thresholds (0 = defaults) and the tokenizer's canonical classes (token_canon.h; NULL = ids). */
+    bool segment_lsh, segment_lsh_anywhere;
+    double segment_tau_seg, segment_tau_ctx;
+    const int32_t *segment_canon;
+    int n_segment_canon;
     /* ForkKV (sim_forkkv.h). lora_cache SIM_LORA_SEPARATE (the default): the cache is keyed by
      * (tenant, adapter). SIM_LORA_SHARED: the kv_tokens cache holds base K/V keyed by tenant alone
      * (every request; the trace needs token ids) and each adapted request also holds its residual
@@ -103,6 +109,8 @@ typedef struct {
     int requests, too_large;  /* too_large: needed more blocks than the whole cache */
     uint64_t prompt_tokens, cached_tokens, evicted_blocks;
     uint64_t segment_reused_tokens; /* prompt tokens past the cached prefix taken from reused segments */
+    /* the cache's near-duplicate counters (KvCacheCounters.segment_lsh_*) */
+    uint64_t segment_lsh_candidates, segment_lsh_admitted, segment_lsh_rejected, segment_lsh_reused_tokens, segment_lsh_refused_full;
     /* cached_tokens = device_cached_tokens + host_cached_tokens (loaded back before the forward); in
      * shared LoRA mode these two are the base tree's match, and cached_tokens is min(base, residual) */
     uint64_t device_cached_tokens, host_cached_tokens;

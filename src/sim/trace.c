@@ -79,6 +79,8 @@ static int parse_request(json_t *o, TraceRequest *r, int *block_size, BraidError
     r->adapter = dup_field(o, "adapter");
     if (!r->id || !r->workflow || !r->agent || !r->tenant || !r->adapter) return braid_error_set(err, "out of memory");
     r->ns = content_hash_namespace(r->tenant, r->adapter);
+    json_t *weight = json_object_get(o, "weight");
+    r->weight = json_is_number(weight) && json_number_value(weight) > 0 ? json_number_value(weight) : 0;
     json_t *hidden = json_object_get(o, "hidden");
     if (hidden && json_is_string(hidden) && !(r->hidden = float_b64_decode(json_string_value(hidden), TRACE_MAX_HIDDEN, &r->hidden_dim)))
         return braid_error_set(err, "hidden is not base64 of at most %d finite float32 values", TRACE_MAX_HIDDEN);

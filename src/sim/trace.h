@@ -23,6 +23,7 @@ typedef struct {
     float *hidden;      /* the prefill's post-norm hidden state of the last prompt token, or NULL */
     int hidden_dim;     /* its width (0 when absent) */
     int32_t *tokens;    /* the prompt's token ids (prompt_tokens of them) when the line has "tokens", else NULL */
+    double weight;      /* the tenant's weight in fair sharing (the line's "weight"; 0 when absent: 1) */
 } TraceRequest;
 
 typedef struct {

@@ -151,6 +151,16 @@ void msg_tokens_free(MsgTokens *m) {
     memset(m, 0, sizeof *m);
 }
 
+const char *move_link_name(int link) {
+    switch (link) {
+    case MOVE_LINK_NONE: return "none";
+    case MOVE_LINK_HOST: return "host_ucx";
+    case MOVE_LINK_CUDA_IPC: return "cuda_ipc";
+    case MOVE_LINK_CUDA_STAGED: return "cuda_staged";
+    default: return "unknown";
+    }
+}
+
 void msg_finish_encode(WireBuf *b, const MsgFinish *m) {
     wire_put_u64(b, m->req_id);
     wire_put_u8(b, m->reason);
@@ -163,6 +173,8 @@ void msg_finish_encode(WireBuf *b, const MsgFinish *m) {
     wire_put_i32(b, m->preemptions);
     wire_put_str(b, m->error);
     wire_put_str(b, m->directive_outcomes);
+    wire_put_f64(b, m->move_s);
+    wire_put_u8(b, m->move_link);
 }
 
 int msg_finish_decode(WireReader *r, MsgFinish *m) {
@@ -178,6 +190,8 @@ int msg_finish_decode(WireReader *r, MsgFinish *m) {
     m->preemptions = wire_get_i32(r);
     m->error = wire_get_str(r);
     m->directive_outcomes = wire_get_str(r);
+    m->move_s = wire_get_f64(r);
+    m->move_link = wire_get_u8(r);
     if (reader_ok(r)) {
         msg_finish_free(m);
         return -1;

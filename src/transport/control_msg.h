@@ -97,6 +97,11 @@ typedef struct {
 
 typedef enum { FINISH_STOP = 0, FINISH_LENGTH, FINISH_CANCELLED, FINISH_ERROR } FinishReason;
 
+/* The link a KV move went over (worker/kv_moves.h), for the router's per-pair rates. */
+typedef enum { MOVE_LINK_NONE = 0, MOVE_LINK_HOST, MOVE_LINK_CUDA_IPC, MOVE_LINK_CUDA_STAGED } MoveLink;
+/* "none", "host_ucx", "cuda_ipc", "cuda_staged"; "unknown" for anything else (logs, events). */
+const char *move_link_name(int link);
+
 typedef struct {
     uint64_t req_id;
     uint8_t reason;           /* FinishReason */
@@ -108,6 +113,8 @@ typedef struct {
     int32_t completion_tokens, preemptions;
     char *error;              /* empty unless FINISH_ERROR */
     char *directive_outcomes; /* JSON array, one object per directive (sched_directives.h); empty when none */
+    double move_s;            /* the KV move's measured time, reads queued to landed (0: no move landed) */
+    uint8_t move_link;        /* MoveLink of that move */
 } MsgFinish;
 
 typedef struct {

@@ -39,7 +39,7 @@ static int get_hint(WireReader *r, CacheHint *h) {
     h->ttl_s = wire_get_f32(r);
     h->share_all = wire_get_u8(r);
     int n = wire_get_i32(r);
-    if (r->failed || h->op < CACHE_HINT_PIN || h->op > CACHE_HINT_SHARE || n < 0 || n > CACHE_SHARE_MAX_TENANTS) return -1;
+    if (r->failed || h->op < CACHE_HINT_PIN || h->op > CACHE_HINT_UNPIN || n < 0 || n > CACHE_SHARE_MAX_TENANTS) return -1;
     if (n > 0 && !(h->with = calloc((size_t)n, sizeof *h->with))) return -1;
     for (; h->n_with < n; h->n_with++)
         if (!(h->with[h->n_with] = wire_get_str(r))) return -1;

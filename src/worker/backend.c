@@ -102,12 +102,33 @@ static int check_cache_op(const Backend *b, const CacheOp *op, int i, BraidError
     }
 }
 
-int backend_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError *err) {
-    if (n == 0) return 0;
+int backend_sync(Backend *b, BraidError *err) {
+    if (!b->ops || !b->ops->sync) return 0;
+    if (b->ops->sync(b, err)) return braid_error_wrap(err, "%s backend: completing overlapped cache operations", b->ops->name);
+    return 0;
+}
+
+static int check_cache_op_list(Backend *b, const CacheOp *ops, int n, BraidError *err) {
     if (n < 0 || !ops) return braid_error_set(err, "%s backend: invalid cache operation list (%d operations)", b->ops->name, n);
     for (int i = 0; i < n; i++)
         if (check_cache_op(b, &ops[i], i, err)) return braid_error_wrap(err, "%s backend", b->ops->name);
+    return 0;
+}
+
+int backend_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError *err) {
+    if (backend_sync(b, err)) return -1; /* list order: earlier overlapped operations come first */
+    if (n == 0) return 0;
+    if (check_cache_op_list(b, ops, n, err)) return -1;
     if (b->ops->apply_cache_ops(b, ops, n, err)) return braid_error_wrap(err, "%s backend: applying %d cache operations", b->ops->name, n);
+    return 0;
+}
+
+int backend_apply_cache_ops_overlapped(Backend *b, const CacheOp *ops, int n, BraidError *err) {
+    if (n == 0) return 0;
+    if (!b->ops->apply_cache_ops_overlapped) return backend_apply_cache_ops(b, ops, n, err);
+    if (check_cache_op_list(b, ops, n, err)) return -1;
+    if (b->ops->apply_cache_ops_overlapped(b, ops, n, err))
+        return braid_error_wrap(err, "%s backend: applying %d overlapped cache operations", b->ops->name, n);
     return 0;
 }
 
@@ -115,6 +136,7 @@ int backend_read_block(Backend *b, int32_t block, float *keys, float *values, in
     if (block < 1 || block >= b->cfg.n_blocks)
         return braid_error_set(err, "%s backend: cannot read device block %d (blocks 1..%d)", b->ops->name, block,
                                b->cfg.n_blocks - 1);
+    if (backend_sync(b, err)) return -1;
     if (b->ops->read_block(b, block, keys, values, positions, err))
         return braid_error_wrap(err, "%s backend: reading device block %d", b->ops->name, block);
     return 0;
@@ -124,6 +146,7 @@ int backend_kv_memory(Backend *b, int tier, BackendKvMemory *out, BraidError *er
     const char *tier_name = tier == 0 ? "device" : "host";
     if (!b->ops->kv_memory)
         return braid_error_set(err, "%s backend: its %s KV tier cannot be lent to other instances (not host memory)", b->ops->name, tier_name);
+    if (backend_sync(b, err)) return -1;
     if (b->ops->kv_memory(b, tier, out)) return braid_error_set(err, "%s backend: no %s KV tier", b->ops->name, tier_name);
     return 0;
 }

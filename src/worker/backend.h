@@ -24,6 +24,13 @@
  *     frequencies the backend's forward uses, so a key rotated by Δ is the key a forward at p + Δ
  *     stores, up to the pool's rounding;
  *   - tensor parallelism: every rank applies the same list to its own shard (its KV heads).
+ * Overlapped operations (backend_apply_cache_ops_overlapped, PBKV §4.3's prefetch off the critical
+ * path): a list whose blocks no forward reads or writes before the next backend_sync() may run
+ * beside that forward (CPU: on a copy thread when host_blocks > 0 and sync_copies is off, memcpy
+ * kinds only; CUDA: on the copy stream without the compute stream waiting for it). They are
+ * complete, and visible to forwards, after backend_sync(); backend_apply_cache_ops,
+ * backend_read_block, backend_kv_memory and backend_destroy sync first. The caller (the engine)
+ * syncs at the end of every step, so nothing is in flight between steps.
  * Owns: the KV pools (device and host tier) and all scratch of its device. Borrows the weights
  * (which must outlive it).
  * Not thread-safe: one thread of control drives a backend.
@@ -63,6 +70,9 @@ typedef struct {
     /* ForkKV (--lora-cache shared): residual pool blocks (incl. the null block; 0 = none) and its
      * width, the widest adapter's rank. Both backends (CPU: IEEE halves; CUDA: bf16, on the GPU). */
     int residual_blocks, residual_rank;
+    /* CPU: overlapped operations run inline, before the call returns, instead of on a copy thread
+     * (the zero value, false, has the thread whenever there is a host tier). */
+    bool sync_copies;
 } BackendConfig;
 
 typedef struct {
@@ -104,6 +114,12 @@ typedef struct {
     size_t host_kv_bytes; /* host memory the host KV tier takes (0 without one) */
     size_t residual_kv_bytes; /* memory the ForkKV residual pool takes (0 without one) */
     size_t weight_bytes;  /* device memory the weights take (0 when read in place) */
+    /* Host->device copies the backend timed (LOADs; CPU only, 0 elsewhere), for PBKV's S_bw
+     * (worker/prefetch_budget.h): bytes and seconds since creation, and the overlapped operations
+     * run so far. Settled after backend_sync(). */
+    double load_bytes, load_seconds;
+    uint64_t overlapped_ops;
+    struct CopyThread *copier; /* CPU with a copy thread: tests may hold it (copy_thread.h); else NULL */
     void *impl;
 } Backend;
 
@@ -112,6 +128,10 @@ struct BackendOps {
     int (*forward)(Backend *b, const ForwardBatch *batch, ForwardOutput *out, BraidError *err);
     /* Called with n >= 1 operations already validated by backend_apply_cache_ops. */
     int (*apply_cache_ops)(Backend *b, const CacheOp *ops, int n, BraidError *err);
+    /* Optional (NULL: run as apply_cache_ops): the same, validated, overlapping later forwards. */
+    int (*apply_cache_ops_overlapped)(Backend *b, const CacheOp *ops, int n, BraidError *err);
+    /* Optional: completes the overlapped operations (see the contract above). */
+    int (*sync)(Backend *b, BraidError *err);
     /* Called with a block already range-checked by backend_read_block. */
     int (*read_block)(Backend *b, int32_t block, float *keys, float *values, int32_t *positions, BraidError *err);
     /* Optional (NULL: this backend's KV cannot be moved): a tier's memory, 0 or -1 when the tier is off. */
@@ -130,6 +150,12 @@ int backend_forward(Backend *b, const ForwardBatch *batch, ForwardOutput *out, B
  * COPY names the same block twice, a ROTATE has a nonzero dst or |delta| >= cfg.max_context, or
  * an operation is of unknown kind; then nothing is applied. */
 int backend_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError *err);
+/* The same validation; the operations may run beside the following forwards until backend_sync()
+ * (see the contract above): only for blocks none of those forwards reads or writes. */
+int backend_apply_cache_ops_overlapped(Backend *b, const CacheOp *ops, int n, BraidError *err);
+/* Overlapped operations complete (CPU: waits for the copy thread; CUDA: the compute stream waits
+ * for the copy stream). 0, or -1 with err. */
+int backend_sync(Backend *b, BraidError *err);
 /* Reads back device block `block` (1..n_blocks-1) for tests and benchmarks: keys and values, each
  * (n_layers, n_kv_heads of this rank, block_size, head_dim), widened to fp32 exactly from the
  * pool's storage, and the positions (block_size) recorded for its slots (any may be NULL). Waits

@@ -6,7 +6,10 @@
  * The host KV tier is a second KvPool in ordinary memory; cache operations are block copies
  * between the two pools, or a rotation of one device block's keys in place (ROTATE, with the
  * forward's own RoPE angles: cpu_rope_angles of the position difference), done synchronously, so
- * they are complete before the next forward.
+ * they are complete before the next forward. Overlapped lists (backend.h; the prefetch's STOREs
+ * and LOADs) of block copies only go to a copy thread (worker/copy_thread.h) that runs them while
+ * the forward computes other blocks; backend_sync waits for it. Every LOAD is timed (the measured
+ * bandwidth of PBKV's S_bw).
  */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -17,7 +20,9 @@
 #include "kernels/cpu/vec.h"
 #include "kernels/cpu/weight_widen.h"
 #include "model/synthetic_model.h"
+#include "common/timeutil.h"
 #include "worker/backend.h"
+#include "worker/copy_thread.h"
 #include "worker/forward.h"
 #include "worker/kv_pool.h"
 #include "worker/residual_pool.h"
@@ -37,6 +42,11 @@ typedef struct {
     float *logits; /* (cap_logits, vocab) when the caller wants fewer rows than computed */
     int cap_logits;
     float *rot_cos, *rot_sin; /* (rope_dim/2) angles of the ROTATE being applied */
+    CopyThread copier;        /* started with a host tier unless cfg.sync_copies */
+    CacheOp *overlapped;      /* the list the copy thread runs (a private copy) */
+    int n_overlapped, cap_overlapped;
+    double thread_load_bytes, thread_load_seconds; /* the copy thread's LOADs, folded into the Backend at sync */
+    size_t load_block_bytes; /* bytes one LOAD moves (kv_pool_block_bytes) */
 } CpuBackend;
 
 static int cpu_reserve_logits(CpuBackend *cb, int rows, int vocab, BraidError *err) {
@@ -89,17 +99,74 @@ static void cpu_copy_slots(CpuBackend *cb, const ModelWeights *w, const CacheOp 
                        cb->rot_cos, cb->rot_sin);
 }
 
+/* A LOAD, timed: its bytes and seconds go to *bytes and *seconds. */
+static void cpu_load_block(CpuBackend *cb, const CacheOp *op, double *bytes, double *seconds) {
+    double t0 = braid_now_seconds();
+    kv_pool_copy_block(&cb->host, op->src, &cb->kv, op->dst);
+    *seconds += braid_now_seconds() - t0;
+    *bytes += (double)cb->load_block_bytes;
+}
+
 static int cpu_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError *err) {
     CpuBackend *cb = b->impl;
     for (int i = 0; i < n; i++) {
         const CacheOp *op = &ops[i];
         if (op->kind == CACHE_OP_COPY) kv_pool_copy_block(&cb->kv, op->src, &cb->kv, op->dst);
         else if (op->kind == CACHE_OP_STORE) kv_pool_copy_block(&cb->kv, op->src, &cb->host, op->dst);
-        else if (op->kind == CACHE_OP_LOAD) kv_pool_copy_block(&cb->host, op->src, &cb->kv, op->dst);
+        else if (op->kind == CACHE_OP_LOAD) cpu_load_block(cb, op, &b->load_bytes, &b->load_seconds);
         else if (op->kind == CACHE_OP_ROTATE) cpu_rotate_block(cb, b->weights, op->src, op->delta);
         else if (op->kind == CACHE_OP_COPY_SLOTS) cpu_copy_slots(cb, b->weights, op);
         else return braid_error_set(err, "cache op %d: %s is not supported", i, cache_op_name(op->kind));
     }
+    return 0;
+}
+
+/* The copy thread's job: the overlapped list, block copies only (checked at submission). */
+static void cpu_copy_job(void *ctx) {
+    CpuBackend *cb = ctx;
+    for (int i = 0; i < cb->n_overlapped; i++) {
+        const CacheOp *op = &cb->overlapped[i];
+        if (op->kind == CACHE_OP_COPY) kv_pool_copy_block(&cb->kv, op->src, &cb->kv, op->dst);
+        else if (op->kind == CACHE_OP_STORE) kv_pool_copy_block(&cb->kv, op->src, &cb->host, op->dst);
+        else cpu_load_block(cb, op, &cb->thread_load_bytes, &cb->thread_load_seconds);
+    }
+}
+
+static bool only_block_copies(const CacheOp *ops, int n) {
+    for (int i = 0; i < n; i++)
+        if (ops[i].kind != CACHE_OP_COPY && ops[i].kind != CACHE_OP_STORE && ops[i].kind != CACHE_OP_LOAD) return false;
+    return true;
+}
+
+static int cpu_sync(Backend *b, BraidError *err) {
+    (void)err;
+    CpuBackend *cb = b->impl;
+    copy_thread_wait(&cb->copier);
+    b->load_bytes += cb->thread_load_bytes;
+    b->load_seconds += cb->thread_load_seconds;
+    cb->thread_load_bytes = cb->thread_load_seconds = 0.0;
+    return 0;
+}
+
+/* Block copies go to the copy thread (after the previous overlapped list); anything else, or no
+ * thread, runs inline. */
+static int cpu_apply_cache_ops_overlapped(Backend *b, const CacheOp *ops, int n, BraidError *err) {
+    CpuBackend *cb = b->impl;
+    if (!cb->copier.started || !only_block_copies(ops, n)) {
+        if (cpu_sync(b, err)) return -1;
+        return cpu_apply_cache_ops(b, ops, n, err);
+    }
+    if (cpu_sync(b, err)) return -1; /* the thread's list is free to refill */
+    if (n > cb->cap_overlapped) {
+        CacheOp *p = realloc(cb->overlapped, (size_t)n * sizeof *p);
+        if (!p) return braid_error_set(err, "cpu backend: out of memory for %d overlapped cache operations", n);
+        cb->overlapped = p;
+        cb->cap_overlapped = n;
+    }
+    memcpy(cb->overlapped, ops, (size_t)n * sizeof *ops);
+    cb->n_overlapped = n;
+    b->overlapped_ops += (uint64_t)n;
+    copy_thread_submit(&cb->copier, cpu_copy_job, cb);
     return 0;
 }
 
@@ -136,6 +203,8 @@ static int cpu_kv_memory(Backend *b, int tier, BackendKvMemory *out) {
 static void cpu_destroy(Backend *b) {
     CpuBackend *cb = b->impl;
     if (!cb) return;
+    copy_thread_stop(&cb->copier); /* finishes the list in flight first */
+    free(cb->overlapped);
     forward_free(&cb->fwd);
     model_weights_free(&cb->packed);
     model_weights_free(&cb->widened);
@@ -151,8 +220,9 @@ static void cpu_destroy(Backend *b) {
 }
 
 static const BackendOps CPU_OPS = {
-    .name = "cpu", .forward = cpu_forward, .apply_cache_ops = cpu_apply_cache_ops, .read_block = cpu_read_block, .kv_memory = cpu_kv_memory,
-    .destroy = cpu_destroy};
+    .name = "cpu", .forward = cpu_forward, .apply_cache_ops = cpu_apply_cache_ops,
+    .apply_cache_ops_overlapped = cpu_apply_cache_ops_overlapped, .sync = cpu_sync, .read_block = cpu_read_block,
+    .kv_memory = cpu_kv_memory, .destroy = cpu_destroy};
 
 static int cpu_create_host_tier(CpuBackend *cb, const Backend *b, BraidError *err) {
     const ModelConfig *c = &b->weights->cfg;
@@ -196,6 +266,9 @@ int backend_cpu_create(Backend *b, BraidError *err) {
     int rc = !cb->rot_cos || !cb->rot_sin ? braid_error_set(err, "cpu backend: out of memory") : 0;
     if (rc == 0) rc = kv_pool_create(&cb->kv, c, b->cfg.n_blocks, b->cfg.block_size, err);
     if (rc == 0) rc = cpu_create_host_tier(cb, b, err);
+    cb->load_block_bytes = kv_pool_block_bytes(c, b->cfg.block_size);
+    if (rc == 0 && b->cfg.host_blocks > 0 && !b->cfg.sync_copies && copy_thread_start(&cb->copier, err))
+        rc = braid_error_wrap(err, "cpu backend");
     if (rc == 0 && b->cfg.residual_blocks > 0)
         rc = residual_pool_create(&cb->res, c, b->cfg.residual_blocks, b->cfg.block_size, b->cfg.residual_rank, err);
     /* A synthetic model's matrices have no data: generated here, the same bits the CUDA backend makes. */
@@ -226,5 +299,6 @@ int backend_cpu_create(Backend *b, BraidError *err) {
     b->kv_bytes = cb->kv.bytes;
     b->host_kv_bytes = cb->host.bytes;
     b->residual_kv_bytes = cb->res.bytes;
+    b->copier = cb->copier.started ? &cb->copier : NULL;
     return 0;
 }

@@ -72,6 +72,7 @@ typedef struct {
 
 typedef struct {
     int device, n_sms;
+    bool prefill_wmma; /* the shared-memory prefill kernel (default) rather than the flash one (BRAID_CUDA_PREFILL=flash) */
     cudaStream_t stream;
     cudaStream_t copy_stream;            /* cache operations */
     cudaEvent_t compute_done, copies_done; /* copy stream waits on the first, compute stream on the second */
@@ -314,7 +315,8 @@ static int encode_layer(CudaBackend *cb, const Backend *b, int l, const StepShap
              "QKV bias and Q/K norm");
     CUDA_TRY(cuda_rope_kv_store(cb->qkv, m + cb->meta.positions, m + cb->meta.slots, n, &rope, cb->q, cb->k_cache[l],
                                 cb->v_cache[l], b->cfg.block_size, st), "RoPE and KV store");
-    CUDA_TRY(cuda_attention_prefill(&att, m + cb->meta.tiles, s->n_tiles, st), "prefill attention");
+    CUDA_TRY((cb->prefill_wmma ? cuda_attention_prefill : cuda_attention_prefill_flash)(&att, m + cb->meta.tiles, s->n_tiles, st),
+             "prefill attention");
     CUDA_TRY(cuda_attention_decode(&att, m + cb->meta.dec_seqs, s->n_dec, s->n_splits, cb->partials, st), "decode attention");
     if (s->adapted && cuda_lora_attend(&cb->lora, l, &att, &rope, st, err)) return -1;
     if (row_parallel_gemm(cb, b, L->wo, q_dim, cb->att, n, err)) return -1;
@@ -581,7 +583,9 @@ static int copy_run(CudaBackend *cb, const Backend *b, const CacheOp *op, int le
     return 0;
 }
 
-static int cuda_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError *err) {
+/* Enqueues the list on the copy stream after the work already on the compute stream; with
+ * `fence`, the compute stream then waits for the copies. */
+static int cuda_enqueue_cache_ops(Backend *b, const CacheOp *ops, int n, bool fence, BraidError *err) {
     CudaBackend *cb = b->impl;
     CUDA_TRY(cudaSetDevice(cb->device), "selecting the device");
     /* Copies start after the work already on the compute stream (a STORE reads what it wrote)... */
@@ -593,8 +597,26 @@ static int cuda_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidErro
             return braid_error_wrap(err, "cache ops %d..%d (%s of %d blocks from %d to %d)", i, i + len - 1,
                                     cache_op_name(ops[i].kind), len, ops[i].src, ops[i].dst);
     }
-    /* ...and the next forward starts after the copies (a LOAD has landed, a STORE has read). */
+    /* ...and the next forward starts after the copies (a LOAD has landed, a STORE has read);
+     * overlapped lists leave that to cuda_sync, so the forward runs beside them. */
     CUDA_TRY(cudaEventRecord(cb->copies_done, cb->copy_stream), "recording the copies");
+    if (fence) CUDA_TRY(cudaStreamWaitEvent(cb->stream, cb->copies_done, 0), "ordering the next forward after the copies");
+    return 0;
+}
+
+static int cuda_apply_cache_ops(Backend *b, const CacheOp *ops, int n, BraidError *err) {
+    return cuda_enqueue_cache_ops(b, ops, n, true, err);
+}
+
+/* Overlapped (backend.h): the compute stream does not wait for these until cuda_sync. */
+static int cuda_apply_cache_ops_overlapped(Backend *b, const CacheOp *ops, int n, BraidError *err) {
+    return cuda_enqueue_cache_ops(b, ops, n, false, err);
+}
+
+/* Work queued on the compute stream from here on starts after every copy so far; the host does not block. */
+static int cuda_sync(Backend *b, BraidError *err) {
+    CudaBackend *cb = b->impl;
+    CUDA_TRY(cudaSetDevice(cb->device), "selecting the device");
     CUDA_TRY(cudaStreamWaitEvent(cb->stream, cb->copies_done, 0), "ordering the next forward after the copies");
     return 0;
 }
@@ -687,7 +709,8 @@ static void cuda_destroy(Backend *b) {
 }
 
 static const BackendOps CUDA_OPS = {
-    .name = "cuda", .forward = cuda_forward, .apply_cache_ops = cuda_apply_cache_ops, .read_block = cuda_read_block,
+    .name = "cuda", .forward = cuda_forward, .apply_cache_ops = cuda_apply_cache_ops,
+    .apply_cache_ops_overlapped = cuda_apply_cache_ops_overlapped, .sync = cuda_sync, .read_block = cuda_read_block,
     .destroy = cuda_destroy};
 
 static int check_shape(const Backend *b, BraidError *err) {
@@ -701,6 +724,19 @@ static int check_shape(const Backend *b, BraidError *err) {
     return 0;
 }
 
+/* BRAID_CUDA_PREFILL picks the prefill attention kernel: wmma (default: the shared-memory kernel
+ * that has run on an H100) or flash (registers, attention_prefill_flash.cu). flash becomes the
+ * default once a GPU visit has passed its test and measured it; until then it is opt-in, and the
+ * visit's suite turns it on only after test_attention_prefill_cuda passes. */
+static int select_prefill_kernel(CudaBackend *cb, BraidError *err) {
+    const char *v = getenv("BRAID_CUDA_PREFILL");
+    if (!v || !*v || strcmp(v, "wmma") == 0) cb->prefill_wmma = true;
+    else if (strcmp(v, "flash") == 0) cb->prefill_wmma = false;
+    else return braid_error_set(err, "cuda backend: BRAID_CUDA_PREFILL=%s: expected wmma or flash", v);
+    if (!cb->prefill_wmma) LOG_INFO("cuda", "prefill attention: flash kernel (BRAID_CUDA_PREFILL=flash)");
+    return 0;
+}
+
 static int setup_device(CudaBackend *cb, const Backend *b, BraidError *err) {
     int n_devices = 0;
     if (cudaGetDeviceCount(&n_devices) != cudaSuccess || n_devices == 0)
@@ -711,6 +747,7 @@ static int setup_device(CudaBackend *cb, const Backend *b, BraidError *err) {
     CUDA_TRY(cudaSetDevice(cb->device), "selecting the device");
     CUDA_TRY(cudaDeviceGetAttribute(&cb->n_sms, cudaDevAttrMultiProcessorCount, cb->device), "reading the SM count");
     CUDA_TRY(cuda_kernels_init(), "configuring kernels");
+    if (select_prefill_kernel(cb, err)) return -1;
     CUDA_TRY(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking), "creating a stream");
     CUDA_TRY(cudaStreamCreateWithFlags(&cb->copy_stream, cudaStreamNonBlocking), "creating the copy stream");
     CUDA_TRY(cudaEventCreateWithFlags(&cb->compute_done, cudaEventDisableTiming), "creating an event");

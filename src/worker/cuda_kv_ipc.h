@@ -11,7 +11,7 @@
  * counts differ. The lender must not overwrite a block while a borrower copies it (the move
  * protocol pins them). Opening fails across nodes (the description names its host) and within the
  * process that exported it (CUDA refuses). Built only with CUDA; the move protocol
- * (worker/kv_moves.h) does not route CUDA instances' moves through it yet.
+ * (worker/kv_moves.h) uses it through worker/kv_move_cuda.h.
  */
 #ifndef BRAID_WORKER_CUDA_KV_IPC_H
 #define BRAID_WORKER_CUDA_KV_IPC_H

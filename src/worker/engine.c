@@ -6,6 +6,8 @@
 #include "common/grow.h"
 #include "common/timeutil.h"
 #include "grammar/grammar.h"
+#include "model/token_canon.h"
+#include "worker/engine_probe.h"
 #include "worker/grammar_tokens.h"
 #include "worker/sched_forkkv.h"
 
@@ -22,13 +24,26 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
                       .prefetch = cfg->prefetch, .prefetch_max_blocks = cfg->prefetch_max_blocks,
                       .segments = cfg->segment_reuse != SEGMENT_REUSE_OFF, .anchor_tokens = model->tokenizer.special_ids,
                       .n_anchor_tokens = model->tokenizer.n_special, .approx_window = cfg->approx_window,
-                      .model_seed = engine_model_seed(mc), .flops_per_token = engine_prefill_flops_per_token(mc),
+                      .span_guard = cfg->span_guard, .model_seed = engine_model_seed(mc), .flops_per_token = engine_prefill_flops_per_token(mc),
                       .pin_budget_blocks = cfg->pin_budget_blocks, .lora_shared = cfg->lora_shared,
                       .residual_blocks = cfg->residual_blocks, .fair_share = cfg->fair_share,
+                      .fair_step_tokens = cfg->fair_step_tokens,
                       .lora_auto = cfg->lora_shared && cfg->lora_auto, .model_layers = mc->n_layers, .model_heads = mc->n_heads,
                       .model_kv_heads = mc->n_kv_heads, .model_head_dim = mc->head_dim,
                       .lora_rank = cfg->lora_shared ? lora_set_max_rank(cfg->lora) : 0};
-    if (sched_init(&e->sched, &sc, err)) return -1;
+    if (cfg->segment_lsh && cfg->segment_reuse == SEGMENT_REUSE_APPROX) {
+        if (token_canon_build(&model->tokenizer, &e->segment_canon, err)) return -1;
+        sc.segment_lsh = true;
+        sc.segment_lsh_anywhere = cfg->segment_lsh_anywhere;
+        sc.segment_tau_seg = cfg->segment_tau_seg;
+        sc.segment_tau_ctx = cfg->segment_tau_ctx;
+        sc.segment_canon = e->segment_canon;
+        sc.n_segment_canon = model->tokenizer.n_vocab;
+    }
+    if (sched_init(&e->sched, &sc, err)) {
+        free(e->segment_canon);
+        return -1;
+    }
     BackendConfig bc = backend_config_default(cfg->device, &model->weights.cfg, cfg->n_blocks, cfg->block_size,
                                               cfg->max_batch_tokens);
     bc.max_seqs = cfg->max_running > 0 && cfg->max_running < cfg->max_batch_tokens ? cfg->max_running : cfg->max_batch_tokens;
@@ -42,16 +57,21 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
     }
     /* The host tier holds evicted cache; with caching off there is nothing to put there. */
     bc.host_blocks = cfg->cache_enabled ? cfg->host_blocks : 0;
+    bc.sync_copies = cfg->sync_copies;
     if (backend_create(&e->backend, cfg->shard ? cfg->shard : &model->weights, &bc, err)) {
         sched_free(&e->sched);
+        free(e->segment_canon);
         return -1;
     }
+    prefetch_budget_init(&e->prefetch_budget, e->backend.kv_bytes / (size_t)(cfg->n_blocks > 0 ? cfg->n_blocks : 1),
+                         cfg->prefetch_max_blocks, SCHED_PREFETCH_MAX_BLOCKS_PER_STEP);
     return 0;
 }
 
 void engine_free(Engine *e) {
     backend_destroy(&e->backend);
     sched_free(&e->sched);
+    free(e->segment_canon);
     plan_free(&e->plan);
     free(e->tokens); free(e->positions); free(e->slots); free(e->res_slots); free(e->res_tables); free(e->seq_start); free(e->seq_ctx); free(e->logit_rows);
     free(e->seq_adapter); free(e->tables); free(e->logits); free(e->argmax); free(e->want_logits); free(e->want_hidden); free(e->hidden);
@@ -312,7 +332,21 @@ static void after_sample(Engine *e, SchedRequest *r, int32_t token) {
     else if (r->n_tokens - r->n_prompt >= r->max_tokens) sched_finish(s, r, "length");
 }
 
+/* S_bw for the coming step (a fixed --prefetch-blocks stays as the scheduler has it). */
+static void set_prefetch_budget(Engine *e) {
+    if (e->sched.prefetch && e->prefetch_budget.fixed_blocks == 0) e->sched.prefetch_max_blocks = prefetch_budget_blocks(&e->prefetch_budget);
+}
+
+/* The step's LOADs the backend timed, into the bandwidth average (after backend_sync). */
+static void observe_copies(Engine *e) {
+    double bytes = e->backend.load_bytes - e->seen_load_bytes, seconds = e->backend.load_seconds - e->seen_load_seconds;
+    prefetch_budget_observe_copy(&e->prefetch_budget, bytes, seconds);
+    e->seen_load_bytes = e->backend.load_bytes;
+    e->seen_load_seconds = e->backend.load_seconds;
+}
+
 int engine_step(Engine *e, BraidError *err) {
+    set_prefetch_budget(e);
     int n = sched_plan(&e->sched, &e->plan, err);
     if (n <= 0) return n;
     if (reserve(e, e->plan.n_tokens, e->plan.n, err)) return -1;
@@ -332,16 +366,22 @@ int engine_step(Engine *e, BraidError *err) {
                          .want_mask = constrained ? e->want_mask : NULL, .mask_words = e->mask_words};
     /* The plan's block operations come before its forward (a LOAD feeds it, a STORE saves a block it
      * may overwrite). Applied here first, so a list this backend refuses never reaches the peers. */
-    if (backend_apply_cache_ops(&e->backend, e->plan.ops.ops, e->plan.ops.n, err))
+    if (backend_apply_cache_ops(&e->backend, e->plan.ops.ops, e->plan.n_sync_ops, err))
         return braid_error_wrap(err, "engine: cache operations of a step");
+    /* The prefetch's copies run beside the forward (PBKV §4.3); backend_sync below ends them. */
+    if (backend_apply_cache_ops_overlapped(&e->backend, e->plan.ops.ops + e->plan.n_sync_ops, e->plan.ops.n - e->plan.n_sync_ops, err))
+        return braid_error_wrap(err, "engine: prefetch operations of a step");
     if (e->cfg.before_forward && e->cfg.before_forward(e->cfg.before_forward_ctx, &batch, &e->plan.ops, err)) return -1;
-    double t_forward = e->sched.fork_auto ? forkkv_cost_clock() : 0.0;
+    if (engine_probe_before(e, err)) return -1; /* approximate spans' cached keys, before the forward overwrites them */
+    double t_forward = e->sched.fork_auto ? forkkv_cost_clock() : 0.0, t_step = braid_now_seconds();
     if (backend_forward(&e->backend, &batch, &out, err)) return -1;
+    if (e->plan.pure_decode) prefetch_budget_observe_step(&e->prefetch_budget, braid_now_seconds() - t_step);
     if (e->sched.fork_auto) { /* --lora-cache auto prices a computed token from the live steps */
         int n_decode = 0;
         for (int i = 0; i < e->plan.n; i++) n_decode += e->plan.entries[i].count == 1;
         sched_forkkv_observe_step(&e->sched, batch.n_tokens, n_decode, forkkv_cost_clock() - t_forward);
     }
+    if (engine_probe_after(e, err)) return -1; /* their probes decide before the commit skips past them */
     sched_commit(&e->sched, &e->plan);
     size_t vocab = (size_t)e->model->weights.cfg.vocab_size;
     for (int i = 0, row = 0; i < e->plan.n && row < n_logits; i++) {
@@ -370,6 +410,9 @@ int engine_step(Engine *e, BraidError *err) {
         after_sample(e, r, token);
         if (t0 > 0.0) e->grammar_seconds += braid_now_seconds() - t0;
     }
+    /* Nothing stays in flight between steps (KV moves read the pools then). */
+    if (backend_sync(&e->backend, err)) return -1;
+    observe_copies(e);
 #ifndef NDEBUG
     /* Debug builds verify the pool accounting and the tree after every step. */
     if (sched_check(&e->sched, err)) return -1;

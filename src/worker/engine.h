@@ -19,6 +19,7 @@
 
 #include "model/model.h"
 #include "worker/backend.h"
+#include "worker/prefetch_budget.h"
 #include "worker/scheduler.h"
 
 typedef struct {
@@ -28,7 +29,9 @@ typedef struct {
     const EvictPolicy *policy;
     EvictPolicyOptions policy_options; /* --pbkv-gamma; zero: the policy's defaults */
     bool prefetch;       /* host-tier prefetch on pure-decode steps, when the policy has prefetch_value */
-    int prefetch_max_blocks; /* S_bw (--prefetch-blocks); 0 = SCHED_PREFETCH_MAX_BLOCKS_PER_STEP */
+    int prefetch_max_blocks; /* S_bw (--prefetch-blocks); 0 = auto: measured bandwidth x decode step time
+                                (worker/prefetch_budget.h), SCHED_PREFETCH_MAX_BLOCKS_PER_STEP until measured */
+    bool sync_copies;    /* CPU: the prefetch's copies inline before the forward, not on the copy thread */
     BackendKind device;  /* BACKEND_CPU (the zero value) or BACKEND_CUDA */
     bool cuda_graphs_off; /* CUDA: launch decode steps directly instead of replaying graphs */
     /* CPU: fp32 activations in every matmul. The zero value serves with int8 activations and
@@ -46,6 +49,13 @@ typedef struct {
      * APPROX permits requests to ask for it) and approximate mode's left-context window. */
     SegmentReuseMode segment_reuse;
     int approx_window;
+    /* Guards on approximate spans (sched_span_guard.h: depth-aware head W(L-1) = deep_window, online
+     * probe of probe_tokens keys against min_cos); the zero value is off (the CLI's defaults are on). */
+    SpanGuardConfig span_guard;
+    /* Near-duplicate segments (KvCacheConfig.segment_lsh; approx-mode requests only) and their
+     * thresholds (0 = defaults); the engine maps the vocabulary to canonical classes (token_canon.h). */
+    bool segment_lsh, segment_lsh_anywhere;
+    double segment_tau_seg, segment_tau_ctx;
     /* Pinned device blocks one tenant may hold (cache directives' PIN); 0 = a quarter of the pool. */
     int pin_budget_blocks;
     /* LoRA adapters (borrowed, outlive the engine; NULL = none): a request's adapter name picks
@@ -63,6 +73,7 @@ typedef struct {
     /* Weighted fair sharing between tenants in admission and the prefill budget (sched_fair.h);
      * false: first come, first served. */
     bool fair_share;
+    int fair_step_tokens; /* prefill tokens in a step while several tenants have work (0 = the default) */
 } EngineConfig;
 
 typedef struct {
@@ -71,6 +82,9 @@ typedef struct {
     Scheduler sched;
     Backend backend;
     StepPlan plan;
+    PrefetchBudget prefetch_budget; /* S_bw per step (auto unless cfg.prefetch_max_blocks > 0) */
+    int32_t *segment_canon;         /* cfg.segment_lsh: the vocabulary's canonical classes (the cache borrows it) */
+    double seen_load_bytes, seen_load_seconds; /* the backend's LOAD totals at the last step's end */
     int32_t *tokens, *positions, *slots, *res_slots, *seq_start, *seq_ctx, *logit_rows, *seq_adapter;
     const int32_t **tables, **res_tables;
     int cap_tokens, cap_seqs;

@@ -40,6 +40,8 @@ typedef struct {
     bool parked;         /* waiting for a KV move (kv_moves.h) before it reaches the engine */
     bool cancel_pending; /* cancelled while parked: cancelled once it reaches the engine */
     int moved_tokens;    /* prompt tokens a KV move brought in for it */
+    double move_s;       /* that move's measured time, and its link (MoveLink), for the router */
+    uint8_t move_link;
 } LeaderRequest;
 
 typedef struct {
@@ -189,7 +191,7 @@ static int send_finish(Leader *L, const LeaderRequest *lr) {
                    .cached_tokens_remote = r->cached_tokens > 0 ? (lr->moved_tokens < r->cached_tokens ? lr->moved_tokens : r->cached_tokens) : 0,
                    .reused_tokens = r->reused_tokens > 0 ? r->reused_tokens : 0,
                    .completion_tokens = r->n_tokens - r->n_prompt, .preemptions = r->preemptions, .error = (char *)r->error,
-                   .directive_outcomes = r->directive_outcomes};
+                   .directive_outcomes = r->directive_outcomes, .move_s = lr->move_s, .move_link = lr->move_link};
     WireBuf b = {0};
     msg_finish_encode(&b, &m);
     return ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_FINISH, &b, &L->err);
@@ -281,11 +283,13 @@ static int accept_submit(Leader *L, MsgSubmit *m) {
 }
 
 /* A parked request's move is over (moved or not): it goes to the engine now. */
-static void on_move_ready(void *ctx, void *owner, int moved_tokens) {
+static void on_move_ready(void *ctx, void *owner, int moved_tokens, double move_s, int link) {
     Leader *L = ctx;
     LeaderRequest *lr = owner;
     lr->parked = false;
     lr->moved_tokens = moved_tokens;
+    lr->move_s = moved_tokens > 0 ? move_s : 0;
+    lr->move_link = moved_tokens > 0 ? (uint8_t)link : MOVE_LINK_NONE;
     engine_submit(&L->engine, &lr->req);
     if (lr->cancel_pending && lr->req.state != REQ_FINISHED) sched_cancel(&L->engine.sched, &lr->req);
 }
@@ -319,7 +323,7 @@ static int requests_of_adapter(void *ctx, const char *name) {
     const Leader *L = ctx;
     int n = 0;
     for (int i = 0; i < L->n_active; i++)
-        if (L->active[i]->req.adapter && strcmp(L->active[i]->req.adapter, name) == 0) n++;
+        if (lora_name_is(L->active[i]->req.adapter, name)) n++; /* any generation: requests carry cache names */
     return n;
 }
 
@@ -329,7 +333,8 @@ static int requests_of_adapter(void *ctx, const char *name) {
 static void handle_lora(Leader *L, bool unload, const uint8_t *data, size_t len) {
     const EngineConfig *ec = &L->engine.cfg;
     LeaderLoraCtx ctx = {.set = (LoraSet *)ec->lora, .base = &L->cfg->model->weights.cfg, .tp_size = L->tp.tp_size,
-                         .device = ec->device, .residual_rank = ec->lora_shared ? L->engine.backend.cfg.residual_rank : 0};
+                         .device = ec->device, .residual_rank = ec->lora_shared ? L->engine.backend.cfg.residual_rank : 0,
+                         .cache = &L->engine.sched.cache, .residual_tree = L->engine.sched.forkkv ? &L->engine.sched.residual.tree : NULL};
     WireBuf reply = {0};
     if (!ctx.set) {
         wire_put_u8(&reply, 0), wire_put_str(&reply, ""), wire_put_str(&reply, "this instance has no adapter set");
@@ -629,7 +634,7 @@ int tp_peer_run(const WorkerRoleConfig *cfg, bool *lost_ranks, BraidError *err) 
     if (ok && cfg->kv_moves) {
         BraidError move_err;
         if (kv_move_rank_init(&mover, &backend, &move_err)) LOG_INFO("tp-peer", "instance %d: KV moves off: %s", cfg->instance, move_err.msg);
-        if (kv_moves_gather(cfg->tp_comm, mover.mover ? &mover.desc : NULL, NULL, &move_err) < 0)
+        if (kv_moves_gather(cfg->tp_comm, mover.mover || mover.cuda ? &mover.desc : NULL, NULL, &move_err) < 0)
             LOG_WARN("tp-peer", "instance %d: %s", cfg->instance, move_err.msg);
     }
     int rc = 0;

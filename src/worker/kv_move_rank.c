@@ -5,12 +5,20 @@
 #include <time.h>
 
 #include "common/timeutil.h"
+#include "transport/control_msg.h"
 
 /* Regions every rank registers, in this order: per tier, its K/V array then its positions. */
 enum { REGION_KV = 0, REGION_POS = 1, REGIONS_PER_TIER = 2 };
 
 int kv_move_rank_init(KvMoveRank *r, Backend *backend, BraidError *err) {
     memset(r, 0, sizeof *r);
+    if (backend->cfg.kind == BACKEND_CUDA) { /* GPU pool: same-node IPC, no UCX mover */
+        if (kv_move_cuda_create(&r->cuda, backend, &r->desc, err)) {
+            wire_buf_free(&r->desc);
+            return -1;
+        }
+        return 0;
+    }
     if (backend_kv_memory(backend, 0, &r->mem[0], err)) return -1;
     r->have_tier[0] = true;
     BraidError host_err;
@@ -35,14 +43,19 @@ fail:
 
 void kv_move_rank_free(KvMoveRank *r) {
     kv_mover_destroy(r->mover);
+    kv_move_cuda_destroy(r->cuda);
     wire_buf_free(&r->desc);
     memset(r, 0, sizeof *r);
 }
 
 int kv_move_rank_read(KvMoveRank *r, int lender_rank, const uint8_t *desc, size_t desc_len, const int32_t pool_blocks[2],
-                      const MoveRun *runs, int n_runs, KvMoveBatch **batch, BraidError *err) {
+                      const MoveRun *runs, int n_runs, KvRankBatch *out, BraidError *err) {
     int peer;
-    *batch = NULL;
+    *out = (KvRankBatch){0};
+    if (r->cuda) return kv_move_cuda_read(r->cuda, lender_rank, desc, desc_len, runs, n_runs, &out->ipc, err);
+    if (kv_move_cuda_desc_is_ipc(desc, desc_len))
+        return braid_error_set(err, "KV moves: the lender is a CUDA instance and this one is not (KV layouts differ)");
+    KvMoveBatch **batch = &out->ucx;
     if (kv_mover_connect(r->mover, lender_rank, desc, desc_len, &peer, err) || kv_mover_batch_begin(r->mover, peer, batch, err)) return -1;
     const BackendKvMemory *dst = &r->mem[0];
     size_t blb = dst->block_layer_bytes, pos_bytes = (size_t)dst->block_size * sizeof(int32_t);
@@ -65,22 +78,40 @@ int kv_move_rank_read(KvMoveRank *r, int lender_rank, const uint8_t *desc, size_
     return 0;
 }
 
+int kv_rank_batch_poll(KvRankBatch *b, BraidError *err) {
+    if (b->ipc) return kv_move_cuda_poll(b->ipc, err);
+    return kv_mover_poll(b->ucx, err);
+}
+
+size_t kv_rank_batch_bytes(const KvRankBatch *b) { return b->ipc ? kv_move_cuda_batch_bytes(b->ipc) : b->ucx ? kv_mover_batch_bytes(b->ucx) : 0; }
+
+void kv_rank_batch_end(KvRankBatch *b) {
+    kv_move_cuda_batch_end(b->ipc);
+    kv_mover_batch_end(b->ucx);
+    *b = (KvRankBatch){0};
+}
+
+int kv_move_rank_link(const KvMoveRank *r) { return r->cuda ? MOVE_LINK_CUDA_IPC : MOVE_LINK_HOST; }
+
+int kv_move_rank_lend_fence(KvMoveRank *r, BraidError *err) { return r->cuda ? kv_move_cuda_lend_fence(r->cuda, err) : 0; }
+
 /* Reads the plan's runs and waits for them up to its timeout; the bytes read, or 0 when they failed. */
 static size_t read_all(KvMoveRank *r, const StepMove *mv) {
-    KvMoveBatch *batch = NULL;
+    KvRankBatch batch = {0};
     BraidError e;
-    if (!r->mover || kv_move_rank_read(r, mv->lender_rank, mv->desc, mv->desc_len, mv->pool_blocks, mv->runs, mv->n_runs, &batch, &e)) {
-        kv_mover_batch_end(batch);
+    if ((!r->mover && !r->cuda) ||
+        kv_move_rank_read(r, mv->lender_rank, mv->desc, mv->desc_len, mv->pool_blocks, mv->runs, mv->n_runs, &batch, &e)) {
+        kv_rank_batch_end(&batch);
         return 0;
     }
     double deadline = braid_now_seconds() + mv->timeout_s;
     int st;
-    while ((st = kv_mover_poll(batch, &e)) == 0 && braid_now_seconds() < deadline) {
+    while ((st = kv_rank_batch_poll(&batch, &e)) == 0 && braid_now_seconds() < deadline) {
         struct timespec ts = {0, 50000};
         nanosleep(&ts, NULL);
     }
-    size_t bytes = st == 1 ? kv_mover_batch_bytes(batch) : 0;
-    kv_mover_batch_end(batch);
+    size_t bytes = st == 1 ? kv_rank_batch_bytes(&batch) : 0;
+    kv_rank_batch_end(&batch);
     return bytes;
 }
 

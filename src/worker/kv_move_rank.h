@@ -7,6 +7,9 @@
  * every layer's K then every layer's V, (n_blocks, block_layer_bytes) each, and one region of the
  * slots' positions; rank i of the lender has the same shard geometry as rank i of the borrower (the
  * same model and TP degree), so only the pools' block counts differ.
+ * A CUDA rank (its backend's device pool is GPU memory) has no UCX mover: its description is its
+ * pool's CUDA IPC description and its reads are device-to-device copies (worker/kv_move_cuda.h);
+ * KvRankBatch hides which of the two a batch is. A borrower refuses a lender of the other kind.
  * Not thread-safe (the rank's MPI thread).
  */
 #ifndef BRAID_WORKER_KV_MOVE_RANK_H
@@ -19,22 +22,41 @@
 #include "transport/kv_mover.h"
 #include "transport/wire.h"
 #include "worker/backend.h"
+#include "worker/kv_move_cuda.h"
 #include "worker/step_msg.h"
 
 typedef struct {
-    KvMover *mover;
+    KvMover *mover;    /* CPU ranks (host-memory pools over UCX); NULL on a CUDA rank */
+    KvMoveCuda *cuda;  /* CUDA ranks (same-node IPC); NULL on a CPU rank */
     BackendKvMemory mem[2];
     bool have_tier[2];
     WireBuf desc;
 } KvMoveRank;
 
-/* -1 with err when the backend cannot lend its pools or UCX cannot start. */
+/* One rank's reads of one move: UCX reads (CPU) or IPC copies (CUDA). Zeroed: none. */
+typedef struct {
+    KvMoveBatch *ucx;
+    KvMoveCudaBatch *ipc;
+} KvRankBatch;
+
+/* -1 with err when the backend cannot lend its pools, UCX cannot start (CPU) or the pool cannot be
+ * exported (CUDA). */
 int kv_move_rank_init(KvMoveRank *r, Backend *backend, BraidError *err);
 void kv_move_rank_free(KvMoveRank *r);
 /* Connects to the lender rank (desc, named by its world rank) and queues the reads of runs into this
  * rank's device pool as one batch (*batch; the caller polls and ends it). */
 int kv_move_rank_read(KvMoveRank *r, int lender_rank, const uint8_t *desc, size_t desc_len, const int32_t pool_blocks[2],
-                      const MoveRun *runs, int n_runs, KvMoveBatch **batch, BraidError *err);
+                      const MoveRun *runs, int n_runs, KvRankBatch *batch, BraidError *err);
+/* kv_mover_poll / kv_move_cuda_poll of the batch: 1 landed, 0 in flight, -1 failed (err). */
+int kv_rank_batch_poll(KvRankBatch *b, BraidError *err);
+size_t kv_rank_batch_bytes(const KvRankBatch *b);
+/* Ends the batch (zeroes it). A zeroed batch: no-op. */
+void kv_rank_batch_end(KvRankBatch *b);
+/* The link this rank's moves use, for the router: MOVE_LINK_HOST (UCX) or MOVE_LINK_CUDA_IPC. */
+int kv_move_rank_link(const KvMoveRank *r);
+/* A lender's last step before answering a loan: its queued GPU work on the lent blocks has
+ * finished (CUDA); a no-op on a CPU rank. */
+int kv_move_rank_lend_fence(KvMoveRank *r, BraidError *err);
 /* A TP peer's part of a move (a MOVE plan): applies the operations, reads the runs, waits for them
  * up to the plan's timeout, and answers the leader (TAG_MOVE_DONE on tp_comm: u64 xfer id, u8 ok,
  * u64 bytes read). -1 only when applying the operations or answering failed (the peer cannot go on). */

@@ -24,7 +24,8 @@ typedef struct {
     KvCacheMatch match;
     int32_t *table;
     int n_blocks, n_held, n_local; /* blocks to end up with, blocks of table held now, blocks cached here before */
-    KvMoveBatch *batch;   /* this rank's reads */
+    KvRankBatch batch;    /* this rank's reads */
+    double t_reads;       /* when they were queued (the move's measured time ends when it lands) */
     size_t bytes;         /* every rank's reads */
     int peers_waiting;    /* TP peers that have not answered their MOVE plan */
     bool peers_failed;
@@ -65,6 +66,8 @@ int kv_moves_create(KvMoves **out, const KvMovesConfig *cfg, BraidError *err) {
         free(mv);
         return -1;
     }
+    LOG_INFO("kv-moves", "instance %d: KV moves over %s", cfg->instance,
+             mv->self.cuda ? "CUDA IPC (same node, device to device)" : "UCX (host memory)");
     if (cfg->tp_size <= 1) { /* one rank: the list of descriptions is its own */
         wire_put_i32(&mv->ranks, 1);
         wire_put_u64(&mv->ranks, mv->self.desc.len);
@@ -126,6 +129,17 @@ static void lend(KvMoves *mv, int source, const MsgKvExport *ask) {
         return refuse_loan(mv, source, ask->xfer_id, n == 0 ? "prefix no longer cached here" : "lender out of memory");
     }
     kv_cache_lend(c, &m, tiers, blocks);
+    if (mv->self.cuda) { /* IPC maps the device pool only: lend the prefix's leading device blocks */
+        int device = 0;
+        while (device < n && tiers[device] == 0) device++;
+        n = device;
+        if (n == 0 || kv_move_rank_lend_fence(&mv->self, &err)) {
+            kv_cache_lend_end(c, m.node);
+            kv_cache_identity_release(c, &l.id);
+            free(tiers), free(blocks);
+            return refuse_loan(mv, source, ask->xfer_id, n == 0 ? "the prefix is in the host tier (a CUDA instance lends device blocks)" : err.msg);
+        }
+    }
     l.lock = m.node;
     mv->leases[mv->n_leases++] = l;
     mv->counters.lent_blocks += (uint64_t)n;
@@ -179,8 +193,7 @@ int kv_moves_park(KvMoves *mv, const SchedRequest *r, int source_rank, int sourc
 /* Gives back what an import holds; the reserved blocks return to the free list uncommitted. */
 static void import_drop_holds(KvMoves *mv, Import *im) {
     KvCache *c = cache_of(mv);
-    kv_mover_batch_end(im->batch);
-    im->batch = NULL;
+    kv_rank_batch_end(&im->batch);
     if (im->match.node) kv_cache_release(c, im->match.node, im->n_held ? im->table : NULL, im->n_held);
     if (im->have_id) kv_cache_identity_release(c, &im->id);
     free(im->table);
@@ -199,7 +212,8 @@ static void import_finish(KvMoves *mv, int at, int moved_tokens, bool failed, co
                  im.req->id, im.source, why);
     }
     import_drop_holds(mv, &im);
-    ready(ctx, im.owner, moved_tokens);
+    double move_s = moved_tokens > 0 ? braid_now_seconds() - im.t_reads : 0;
+    ready(ctx, im.owner, moved_tokens, move_s, kv_move_rank_link(&mv->self));
 }
 
 /* The loan's blocks [from, n) into table[from..n), as runs of ids consecutive on both sides. */
@@ -285,7 +299,8 @@ static int start_reads(KvMoves *mv, Import *im, const MsgKvExported *loan, const
     cache_ops_free(&ops);
     free(runs);
     if (rc) return rc;
-    im->bytes = kv_mover_batch_bytes(im->batch); /* the peers add theirs when they answer */
+    im->bytes = kv_rank_batch_bytes(&im->batch); /* the peers add theirs when they answer */
+    im->t_reads = braid_now_seconds();
     im->peers_waiting = mv->cfg.tp_size - 1;
     im->state = IMPORT_READING;
     return 0;
@@ -353,13 +368,13 @@ static void collect_peer_answers(KvMoves *mv) {
 
 void kv_moves_poll(KvMoves *mv, KvMoveReadyFn ready, void *ctx) {
     if (!mv) return;
-    kv_mover_progress(mv->self.mover);
+    if (mv->self.mover) kv_mover_progress(mv->self.mover);
     if (mv->cfg.tp_size > 1) collect_peer_answers(mv);
     double now = braid_now_seconds();
     for (int i = mv->n_imports - 1; i >= 0; i--) {
         Import *im = &mv->imports[i];
         BraidError e;
-        int st = im->state == IMPORT_READING ? kv_mover_poll(im->batch, &e) : 0;
+        int st = im->state == IMPORT_READING ? kv_rank_batch_poll(&im->batch, &e) : 0;
         if (st == 1 && im->peers_failed) st = -1, snprintf(e.msg, sizeof e.msg, "a TP peer's reads failed");
         if (st == 1 && im->peers_waiting == 0) land(mv, i, ready, ctx);
         else if (st < 0) {

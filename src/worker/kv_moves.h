@@ -27,9 +27,14 @@
  * plan (step_msg.h: the pending cache operations, the runs to read, the lender rank's description),
  * reads its own shard, and lands the move once every peer answered that its reads landed
  * (TAG_MOVE_DONE). Lender and borrower must have the same TP degree (else the borrower declines).
- * Scope: the CPU backend, whose pools are host memory. The CUDA backend's GPU pools (NCCL or
- * CUDA-aware UCX would be needed) and ForkKV's shared base cache refuse at kv_moves_create with the
- * reason, and the instance tells the coordinator it takes no part in moves (READY). A lone
+ * Backends: the CPU backend's pools are host memory, read over UCX (kv_mover.h), both tiers. A CUDA
+ * instance's ranks describe their device pools with CUDA IPC handles (kv_move_cuda.h): a borrower on
+ * the same node opens the lender's pool once and copies the runs device to device on its compute
+ * stream, polled by an event; a CUDA lender lends only the leading device-tier blocks of a prefix,
+ * after its queued GPU work finished. A CUDA borrower and a CPU lender (or the reverse) refuse each
+ * other, and a CUDA move across nodes fails (IPC is same-node; pinned-host staging over UCX is not
+ * built) and recomputes. ForkKV's shared base cache refuses at kv_moves_create with the reason, and
+ * the instance tells the coordinator it takes no part in moves (READY). A lone
  * instance, and a leader respawned outside the world, start no mover at all (braid serve decides).
  * Not thread-safe: the leader's thread.
  */
@@ -63,8 +68,10 @@ typedef struct {
 } KvMoveCounters;
 
 /* Called for a parked request once its move is over (landed or not): moved_tokens of its prompt
- * now sit in this instance's cache because of the move (0 when it failed). */
-typedef void (*KvMoveReadyFn)(void *ctx, void *owner, int moved_tokens);
+ * now sit in this instance's cache because of the move (0 when it failed); move_s is the move's
+ * measured time from queuing the reads to landing (0 when it failed) and link its MoveLink
+ * (transport/control_msg.h), which the coordinator's router learns per instance pair. */
+typedef void (*KvMoveReadyFn)(void *ctx, void *owner, int moved_tokens, double move_s, int link);
 
 /* -1 with err when this instance cannot take part (the scope above, or UCX could not start). With
  * tp_size > 1 the moves are usable after kv_moves_set_ranks. */

@@ -108,6 +108,7 @@ static int apply_hint(Scheduler *s, SchedRequest *r, const CacheHint *h, KvHintO
         return kv_cache_pin(&s->cache, &r->identity, r->tokens, end, h->ttl_s, s->pin_budget_blocks, out, err);
     case CACHE_HINT_DECAY: return kv_cache_decay(&s->cache, &r->identity, r->tokens, h->start, end, out, err);
     case CACHE_HINT_EVICT: return kv_cache_evict_from(&s->cache, &r->identity, r->tokens, r->n_tokens, h->start, out, err);
+    case CACHE_HINT_UNPIN: return kv_cache_unpin(&s->cache, &r->identity, r->tokens, end, out, err);
     case CACHE_HINT_SHARE:
         return kv_cache_share(&s->cache, &r->identity, r->tokens, end, h->share_all, (const char *const *)h->with, h->n_with, out, err);
     }

@@ -66,13 +66,19 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err) {
     s->prefetch_max_blocks = cfg->prefetch_max_blocks > 0 ? cfg->prefetch_max_blocks : SCHED_PREFETCH_MAX_BLOCKS_PER_STEP;
     s->clock = braid_now_seconds;
     s->flops_per_token = cfg->flops_per_token;
+    s->span_guard = cfg->span_guard;
+    s->span_guard.window = cfg->approx_window;
     s->pin_budget_blocks = cfg->pin_budget_blocks > 0 ? cfg->pin_budget_blocks : (cfg->device_blocks - 1) / 4;
     s->fair_share = cfg->fair_share;
+    s->fair_step_tokens = cfg->fair_step_tokens;
     KvCacheConfig cc = {.block_size = cfg->block_size, .device_blocks = cfg->device_blocks,
                         .host_blocks = cfg->cache_enabled ? cfg->host_blocks : 0, .policy = cfg->policy,
                         .policy_options = cfg->policy_options, .clock = braid_now_seconds,
                         .segments = cfg->segments && cfg->cache_enabled, .anchor_tokens = cfg->anchor_tokens,
-                        .n_anchor_tokens = cfg->n_anchor_tokens, .approx_window = cfg->approx_window, .model_seed = cfg->model_seed};
+                        .n_anchor_tokens = cfg->n_anchor_tokens, .approx_window = cfg->approx_window, .model_seed = cfg->model_seed,
+                        .segment_lsh = cfg->segment_lsh, .segment_lsh_anywhere = cfg->segment_lsh_anywhere, .segment_tau_seg = cfg->segment_tau_seg,
+                        .segment_tau_ctx = cfg->segment_tau_ctx, .segment_canon = cfg->segment_canon,
+                        .n_segment_canon = cfg->n_segment_canon};
     if (kv_cache_init(&s->cache, &cc, err)) return -1;
     kv_cache_set_observer(&s->cache, on_cache_event, s);
     if (cfg->lora_shared) {
@@ -120,6 +126,7 @@ void sched_request_free(SchedRequest *r) {
     free(r->blocks);
     free(r->res.blocks);
     kv_cache_segment_plan_free(&r->segments);
+    span_guard_free(&r->guard);
     cache_directives_free(&r->directives);
     free(r->splice_reused);
     free(r->directive_outcomes);
@@ -344,13 +351,39 @@ static int take_cached_prefix(Scheduler *s, SchedRequest *r, BraidError *err) {
     return m.host_blocks;
 }
 
-/* Prefill jumps over the reused spans that start where it stands. */
+/* Prefill jumps over the reused spans (past their guarded heads) that start where it stands;
+ * rejected spans are computed, and a probing one waits for its probe (sched_span_guard.h). */
 static void skip_reused(SchedRequest *r) {
     const KvSegmentPlan *p = &r->segments;
-    while (r->next_span < p->n && p->spans[r->next_span].dst_start == r->n_computed) {
-        r->n_computed += p->spans[r->next_span].n_tokens;
+    while (r->next_span < p->n) {
+        bool wait;
+        int from = span_guard_reuse_from(&r->guard, p, r->next_span, &wait);
+        if (wait) break;
+        if (from >= 0 && from != r->n_computed) break;
+        if (from >= 0) r->n_computed = p->spans[r->next_span].dst_start + p->spans[r->next_span].n_tokens;
         r->next_span++;
     }
+}
+
+/* The guards' plan for r's spans (sched_span_guard.h): the tokens they take back from reuse are
+ * counted as computed at first admission. */
+static int guard_spans(Scheduler *s, SchedRequest *r, bool first, BraidError *err) {
+    bool guarded = r->segment_mode == SEGMENT_REUSE_APPROX && r->directives.splice_mode != CACHE_SPLICE_AMORTIZE;
+    int lost = span_guard_plan(&r->guard, &s->span_guard, &r->segments, guarded);
+    if (lost < 0) return braid_error_set(err, "sched: out of memory guarding reused segments");
+    if (first && lost > 0) sched_span_guard_uncount(s, r, lost, false);
+    return 0;
+}
+
+void sched_span_guard_uncount(Scheduler *s, SchedRequest *r, int tokens, bool rejected) {
+    if (tokens <= 0) return;
+    if (rejected) s->guard_counters.rejected_tokens += (uint64_t)tokens;
+    else s->guard_counters.head_tokens += (uint64_t)tokens;
+    if (r->reused_tokens < tokens) return; /* not counted at a first admission */
+    r->reused_tokens -= tokens;
+    s->counters.segment_reused_prompt_tokens -= (uint64_t)tokens;
+    s->counters.segment_flops_saved -= s->flops_per_token * tokens;
+    s->counters.computed_prompt_tokens += (uint64_t)tokens;
 }
 
 /* The K/V r can copy instead of computing, past its cached prefix and in position order: a prefix
@@ -429,7 +462,8 @@ static int admit(Scheduler *s, SchedRequest *r, BraidError *err) {
     }
     if (r->segments.inexact && (r->approx_from < 0 || r->segments.first_inexact < r->approx_from))
         r->approx_from = r->segments.first_inexact;
-    if (r->cached_tokens < 0) {
+    bool first = r->cached_tokens < 0;
+    if (first) {
         count_first_admission(s, r, loaded);
         sched_forkkv_count_first(s, r, base_tokens);
     }
@@ -440,6 +474,9 @@ static int admit(Scheduler *s, SchedRequest *r, BraidError *err) {
     if (loaded > 0) event(s, "load", r, "\"blocks\":%d,\"tokens\":%d", loaded, loaded * s->block_size);
     if (r->segments.n > 0)
         event(s, "segments", r, "\"spans\":%d,\"tokens\":%d", r->segments.n, r->segments.reused_tokens);
+    if (r->segments.lsh_tokens > 0) /* of those, from near-duplicate chunks (segment_lsh.h) */
+        event(s, "segments_lsh", r, "\"tokens\":%d,\"of\":%d", r->segments.lsh_tokens, r->segments.reused_tokens);
+    if (guard_spans(s, r, first, err)) return -1;
     skip_reused(r);
     return 0;
 }
@@ -472,12 +509,22 @@ static int plan_prefill_chunk(const Scheduler *s, StepPlan *p, SchedRequest *r, 
     const KvSegmentPlan *seg = &r->segments;
     int at = r->n_computed, span = r->next_span;
     while (*budget > 0 && at < r->n_tokens && p->n < s->max_running) {
-        int end = span < seg->n ? seg->spans[span].dst_start : r->n_tokens;
+        bool wait = false;
+        int end = r->n_tokens;
+        for (; span < seg->n; span++) { /* the next span reused now, or probing (then up to its head's end) */
+            int from = span_guard_reuse_from(&r->guard, seg, span, &wait);
+            if (wait) end = span_guard_head_end(&r->guard, seg, span);
+            if (wait || from >= 0) {
+                if (!wait) end = from;
+                break;
+            }
+        }
         int chunk = end - at < *budget ? end - at : *budget;
         if (chunk > 0 && plan_add(p, r, at, chunk, at + chunk == r->n_tokens)) return -1;
         *budget -= chunk;
-        if (at + chunk < end || end == r->n_tokens) break;
-        for (at = end; span < seg->n && seg->spans[span].dst_start == at; span++) at += seg->spans[span].n_tokens;
+        if (at + chunk < end || end == r->n_tokens || wait) break;
+        at = seg->spans[span].dst_start + seg->spans[span].n_tokens; /* past the reused span */
+        span++;
     }
     return 0;
 }
@@ -521,8 +568,8 @@ static int plan_prefill_fair(Scheduler *s, StepPlan *p, SchedRequest *r, int *bu
 static int admit_waiting(Scheduler *s, StepPlan *p, int *budget, BraidError *err) {
     while (s->n_waiting > 0 && *budget > 0 && s->n_running < s->max_running) {
         int at = s->fair_share ? sched_fair_pick(&s->fair, s->waiting, s->n_waiting, s->clock()) : 0;
+        if (at < 0) break; /* every waiting tenant's part of the step is used */
         SchedRequest *r = s->waiting[at];
-        if (s->fair_share && sched_fair_allowance(&s->fair, r, *budget) <= 0) break; /* its tenant's part of the step is used */
         int rc = admit(s, r, err);
         if (rc < 0) return -1;
         if (rc > 0) break; /* first come, first served: wait for blocks */
@@ -541,6 +588,17 @@ static int admit_waiting(Scheduler *s, StepPlan *p, int *budget, BraidError *err
     return 0;
 }
 
+/* The running requests' next prefill chunks (with fair sharing: least-served tenant first, each
+ * within what sched_fair allows; a request already in this step's plan is skipped). */
+static int plan_running_prefills(Scheduler *s, StepPlan *p, int *budget) {
+    const int *order = s->fair_share ? sched_fair_order(&s->fair, s->running, s->n_running, s->clock()) : NULL;
+    for (int k = 0; k < s->n_running && *budget > 0; k++) {
+        SchedRequest *r = s->running[order ? order[k] : k];
+        if (r->n_computed < r->n_tokens - 1 && !in_plan(p, r) && plan_prefill_fair(s, p, r, budget)) return -1;
+    }
+    return 0;
+}
+
 int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
     p->n = 0;
     p->n_tokens = 0;
@@ -550,19 +608,18 @@ int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
     int budget = s->max_batch_tokens;
     if (plan_decodes(s, p, &budget)) return braid_error_set(err, "sched: out of memory");
     int n_decodes = p->n;
-    const int *order = NULL; /* fair sharing: prefills in order of the least-served tenant */
     if (s->fair_share) {
         double now = s->clock();
-        sched_fair_begin_step(&s->fair, s->running, s->n_running, s->waiting, s->n_waiting, budget, s->block_size, now);
+        sched_fair_begin_step(&s->fair, s->running, s->n_running, s->waiting, s->n_waiting, budget, s->fair_step_tokens, now);
         for (int i = 0; i < n_decodes; i++) sched_fair_charge(&s->fair, p->entries[i].req, p->entries[i].count, false, now);
-        order = sched_fair_order(&s->fair, s->running, s->n_running, now);
     }
-    for (int k = 0; k < s->n_running && budget > 0; k++) {
-        SchedRequest *r = s->running[order ? order[k] : k];
-        if (r->n_computed < r->n_tokens - 1 && !in_plan(p, r) && plan_prefill_fair(s, p, r, &budget))
-            return braid_error_set(err, "sched: out of memory");
-    }
+    if (plan_running_prefills(s, p, &budget)) return braid_error_set(err, "sched: out of memory");
     if (admit_waiting(s, p, &budget, err)) return -1;
+    /* Fair sharing's second pass: what a tenant's part left unused goes to the others. */
+    if (s->fair_share && budget > 0 && sched_fair_release_caps(&s->fair)) {
+        if (plan_running_prefills(s, p, &budget)) return braid_error_set(err, "sched: out of memory");
+        if (admit_waiting(s, p, &budget, err)) return -1;
+    }
     if (p->n == 0 && s->n_waiting > 0 && s->n_running == 0 && kv_cache_pinned(&s->cache) > 0) {
         /* Pins are hints: when they alone keep the head of the queue out, they go (earliest
          * deadline first), so pinned memory never stalls the scheduler. */
@@ -580,6 +637,7 @@ int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
      * set is full, or nothing waits). Only then does the host tier's bandwidth and the free pool
      * go to prefetching (PBKV §4.3: never against prefill traffic, never by evicting). */
     p->pure_decode = p->n > 0 && p->n == n_decodes && (s->n_waiting == 0 || s->n_running >= s->max_running);
+    int sync_ops = s->cache.pending.n; /* what the prefetch adds may overlap the forward */
     if (p->pure_decode) {
         s->counters.pure_decode_steps++;
         if (s->prefetch) prefetch(s);
@@ -587,6 +645,7 @@ int sched_plan(Scheduler *s, StepPlan *p, BraidError *err) {
     /* The cache's block operations run before this plan's forward. A plan with nothing to run
      * leaves them pending for the next one: list order still puts them before any reader. */
     if (p->n > 0 && kv_cache_take_ops(&s->cache, &p->ops)) return braid_error_set(err, "sched: out of memory");
+    p->n_sync_ops = p->n > 0 ? sync_ops : 0;
     s->counters.steps++;
     return p->n;
 }
@@ -601,6 +660,20 @@ void sched_commit(Scheduler *s, const StepPlan *p) {
          * while this one still runs; decoded blocks join the tree when the request ends. */
         if (prefill) cache_computed_prefix(s, r, true);
     }
+}
+
+void sched_span_probe_result(Scheduler *s, SchedRequest *r, bool accept, double min_cos, int layer) {
+    int span = r->next_span;
+    if (span >= r->segments.n) return;
+    const KvSegmentSpan *sp = &r->segments.spans[span];
+    int lost = span_guard_decide(&r->guard, &r->segments, span, accept);
+    if (accept) s->guard_counters.probes_ok++;
+    else s->guard_counters.probes_rejected++;
+    sched_span_guard_uncount(s, r, lost, true);
+    if (!s->events) return;
+    fprintf(s->events, "{\"t\":%.6f,\"event\":\"%s\",\"req\":", s->clock(), accept ? "probe_ok" : "probe_rejected");
+    json_text_string(s->events, r->id);
+    fprintf(s->events, ",\"span\":%d,\"tokens\":%d,\"min_cos\":%.5f,\"layer\":%d}\n", sp->dst_start, sp->n_tokens, min_cos, layer);
 }
 
 void sched_workflow_end(Scheduler *s, const char *workflow) { kv_cache_workflow_end(&s->cache, workflow); }

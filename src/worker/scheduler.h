@@ -42,6 +42,7 @@
 #include "common/error.h"
 #include "worker/sampler.h"
 #include "worker/sched_fair.h"
+#include "worker/sched_span_guard.h"
 
 typedef enum { REQ_WAITING = 0, REQ_RUNNING, REQ_FINISHED } RequestState;
 
@@ -83,6 +84,7 @@ typedef struct SchedRequest {
     uint8_t segment_mode;
     KvSegmentPlan segments;
     int next_span;
+    SpanGuard guard; /* approximate spans' depth-aware heads and probe (sched_span_guard.h) */
     int reused_tokens;
     /* The first token whose K/V are approximate (a matched node marked approximate, or the first
      * approximate span), -1 when none: its blocks from there on enter the tree marked so. */
@@ -133,6 +135,10 @@ typedef struct {
     /* Block operations (cache/cache_ops.h) every rank applies, in order, before this step's
      * forward: demotions to the host tier, load-backs, copies. */
     CacheOpList ops;
+    /* ops[0, n_sync_ops) must complete before the forward; the rest are the prefetch's, on blocks
+     * this step's forward neither reads nor writes, so they may run beside it
+     * (backend_apply_cache_ops_overlapped). */
+    int n_sync_ops;
     bool pure_decode; /* every entry is a one-token decode and nothing waiting could be admitted */
 } StepPlan;
 
@@ -185,7 +191,14 @@ typedef struct {
     int approx_window;
     uint64_t model_seed;
     double flops_per_token;
+    /* Near-duplicate segments: to the cache as they are (KvCacheConfig.segment_lsh ..; canon borrowed). */
+    bool segment_lsh, segment_lsh_anywhere;
+    double segment_tau_seg, segment_tau_ctx;
+    const int32_t *segment_canon;
+    int n_segment_canon;
     /* Pinned device blocks a tenant may hold (Leyline PIN budget); 0 = a quarter of the pool. */
+    /* Guards on approximate spans (sched_span_guard.h); the zero value is off. */
+    SpanGuardConfig span_guard;
     int pin_budget_blocks;
     /* ForkKV (--lora-cache shared): the base tree is keyed by tenant only and adapted requests
      * keep residuals in a residual tree of residual_blocks blocks (incl. the null block). */
@@ -197,6 +210,7 @@ typedef struct {
     bool lora_auto;
     int model_layers, model_heads, model_kv_heads, model_head_dim, lora_rank;
     bool fair_share; /* weighted fair sharing between tenants (sched_fair.h); false: first come, first served */
+    int fair_step_tokens; /* prefill tokens in a step while several tenants have work; 0 = SCHED_FAIR_DEFAULT_STEP_TOKENS */
 } SchedConfig;
 
 /* PBKV's S_bw (§4.3): the most blocks a pure-decode step prefetches, the copy volume one decode
@@ -220,12 +234,15 @@ typedef struct {
     SchedRequest **running;
     int n_running, cap_running;
     SchedCounters counters;
+    SpanGuardConfig span_guard;
+    SpanGuardCounters guard_counters;
     double flops_per_token;
     int pin_budget_blocks;
     FILE *events;           /* JSONL cache decisions, or NULL */
     SchedObserver observer;
     double (*clock)(void);
     bool fair_share;        /* weighted fair sharing between tenants (sched_fair.h); off: first come, first served */
+    int fair_step_tokens;   /* SchedConfig.fair_step_tokens */
     SchedFair fair;
 } Scheduler;
 
@@ -238,6 +255,13 @@ int sched_add(Scheduler *s, SchedRequest *req);
 int sched_plan(Scheduler *s, StepPlan *plan, BraidError *err);
 /* Marks the plan's tokens as computed (after the forward pass wrote their K/V). */
 void sched_commit(Scheduler *s, const StepPlan *plan);
+/* Approximate-span guards (sched_span_guard.h). uncount: `tokens` of r's reused span tokens are
+ * computed instead (a depth-aware head, or a rejected span's rest), the counters follow.
+ * probe_result: the engine's probe of r's span r->next_span (probing) before sched_commit:
+ * accepted or rejected, with the lowest per-layer mean key cosine and its layer (event
+ * probe_ok / probe_rejected). */
+void sched_span_guard_uncount(Scheduler *s, SchedRequest *r, int tokens, bool rejected);
+void sched_span_probe_result(Scheduler *s, SchedRequest *r, bool accept, double min_cos, int layer);
 /* Appends a sampled token to a running request. */
 int sched_append_token(SchedRequest *req, int32_t token);
 /* Ends a running request: inserts its computed full blocks into the cache, releases the rest. */

@@ -9,7 +9,9 @@
 #    name, a missing file, a malformed file and malformed bodies are 4xx JSON naming the problem (and
 #    the failed names are not listed); an unload with a request of the adapter in flight is a 409 that
 #    says so; once that request is cancelled (its client went away) the unload is a 200, the name is gone from /v1/models, a request naming it
-#    is a 404, unloading it again is a 404 and loading that name again is a 409.
+#    is a 404 and unloading it again is a 404; loading that name again (with planner.gguf) is a 200,
+#    and it answers as planner.gguf does with none of the old adapter's K/V (issue 32 gap: a
+#    generation-qualified cache namespace, and the unload drops the old one).
 # 2. 1 + 1 instance, --lora-cache shared (ForkKV), no keys but --allow-runtime-lora: coder.gguf
 #    loaded at run time answers as the start-up coder; planner.gguf loaded at run time differs from
 #    the base model and repeats itself from cache; unload works. (Shared and separate mode's greedy
@@ -99,12 +101,27 @@ unload_ok() { [ "$(admin unload unload_lora_adapter '{"lora_name": "coder2"}')" 
 wait_for 30 unload_ok
 check "unload coder2 once its request was cancelled: 200" grep -q "Success" "$work/unload.json"
 check "/v1/models no longer lists coder2" [ "$(models)" = "coder" ]
+check "the instances dropped coder2's cache at once (leader log: blocks freed)" grep -Eq "adapter 'coder2': its cache dropped \([1-9][0-9]* blocks freed" "$work/keyed.err"
 code=$(post gone "$(body ', "adapter": "coder2"')")
 check "a request naming coder2 now: 404 (got $code)" [ "$code" = 404 ]
 code=$(admin unload2 unload_lora_adapter '{"lora_name": "coder2"}')
 check "unloading it again: 404 (got $code)" [ "$code" = 404 ] && is_json_error unload2
-code=$(admin reuse load_lora_adapter "$load_coder2")
-check "loading the unloaded name again: 409 (got $code)" [ "$code" = 409 ]
+# The unloaded name loads again (its next generation) with other weights: it answers from those
+# weights and finds none of the old coder2's K/V (its cache namespace is new, and the unload dropped
+# the old one), then caches its own.
+code=$(admin reuse load_lora_adapter '{"lora_name": "coder2", "lora_path": "'"$adapters/planner.gguf"'"}')
+check "loading the unloaded name again (planner.gguf this time): 200 (got $code)" [ "$code" = 200 ]
+code=$(admin planner_ref load_lora_adapter '{"lora_name": "planner_ref", "lora_path": "'"$adapters/planner.gguf"'"}')
+check "planner.gguf as planner_ref: 200 (got $code)" [ "$code" = 200 ]
+check "reloaded coder2: 200" [ "$(post coder2_again "$(body ', "adapter": "coder2"')")" = 200 ]
+cached() { json_get "$work/$1.json" 'd["usage"]["prompt_tokens_details"]["cached_tokens"]'; }
+check "... no cached token of the old coder2's prompt (got $(cached coder2_again))" [ "$(cached coder2_again)" = 0 ]
+check "planner_ref: 200" [ "$(post planner_ref_out "$(body ', "adapter": "planner_ref"')")" = 200 ]
+check "... the reloaded coder2 answers exactly as planner.gguf does" [ "$(text coder2_again)" = "$(text planner_ref_out)" -a -n "$(text planner_ref_out)" ]
+check "... not as the old coder2" [ "$(text coder2_again)" != "$(text coder)" ]
+check "reloaded coder2 again: 200" [ "$(post coder2_third "$(body ', "adapter": "coder2"')")" = 200 ]
+check "... now from its own cache (cached $(cached coder2_third))" [ "$(cached coder2_third)" -ge 16 ] 2> /dev/null
+check "/v1/models lists the reloaded name once" [ "$(models)" = "coder coder2 planner_ref" ]
 check "the start-up coder still serves the same" [ "$(post coder_after "$(body ', "adapter": "coder"')")" = 200 -a "$(text coder_after)" = "$(text coder)" ]
 stop_cluster keyed
 

@@ -176,7 +176,8 @@ err("empty cache_id", post({"prompt": "hi", **G, "cache_id": ""}), 400, "cache_i
 err("non-string cache_id", post({"prompt": "hi", **G, "cache_id": 7}), 400, "cache_id")
 err("unknown cache_id in chat", post({"messages": [{"role": "user", "content": "hi"}], **G, "cache_id": "cache_ffffffffffffffff"}, "/v1/chat/completions"), 404, "no cache")
 st, d = call("DELETE", f"/v1/caches/{cid}")
-check("caches: delete 200", st == 200 and d == {"id": cid, "object": "cache.deleted", "deleted": True}, (st, d))
+check("caches: delete 200 (and the pin ended: unpin accepted)", st == 200 and {k: d.get(k) for k in ("id", "object", "deleted")} == {"id": cid, "object": "cache.deleted", "deleted": True}
+      and d.get("unpin", {}).get("outcome") == "accepted", (st, d))
 err("deleted id (GET)", call("GET", f"/v1/caches/{cid}"), 404, "was deleted")
 err("deleted id (chat)", post({"messages": [{"role": "user", "content": "hi"}], **G, "cache_id": cid}, "/v1/chat/completions"), 404, "was deleted")
 err("deleted id (DELETE again)", call("DELETE", f"/v1/caches/{cid}"), 404, "was deleted")

@@ -59,7 +59,7 @@ check "exact: some prompt tokens reused" [ "$(field_sum "$work/exact.jsonl" segm
 check "off: nothing reused" [ "$(field_sum "$work/off.jsonl" segment_reused_tokens)" = 0 ]
 check "exact: the summary counts exact admissions" grep -qE "segment reuse exact: [0-9]+ candidates, [1-9][0-9]* exact" "$work/exact.err"
 
-run_batch approx "$work/shifted.jsonl" --segment-reuse approx --approx-window 0
+run_batch approx "$work/shifted.jsonl" --segment-reuse approx --approx-window 0 --segment-probe-tokens 0
 reused=$(field_sum "$work/approx.jsonl" segment_reused_tokens)
 check "approx: the shifted schema is reused ($reused tokens)" [ "$reused" -gt 100 ]
 check "approx: reuse is not counted as cached" [ "$(field_sum "$work/approx.jsonl" cached_tokens)" -lt "$reused" ]
@@ -99,7 +99,7 @@ if start_cluster exact --threads 2; then
   check "served: usage carries segment_reused_tokens" [ "$(post "$(chat_body 0 '{}')")" = 200 ] && usage_reused > /dev/null
   stop_cluster exact
 fi
-if start_cluster approx --threads 2 --segment-reuse approx --approx-window 0; then
+if start_cluster approx --threads 2 --segment-reuse approx --approx-window 0 --segment-probe-tokens 0; then
   post "$(chat_body 0 '{"segment_reuse": "approx"}')" > /dev/null
   status=$(post "$(chat_body 1 '{"segment_reuse": "approx"}')")
   got=$(usage_reused 2> /dev/null || echo 0)

@@ -128,7 +128,7 @@ static int busy(void *ctx, const char *n) {
 }
 
 /* Runs one message through leader_lora_apply; returns the reply's ok and copies its error. */
-static int apply(const LeaderLoraCtx *ctx, bool unload, const char *n, const char *p, char *why, size_t cap) {
+static int apply(LeaderLoraCtx *ctx, bool unload, const char *n, const char *p, char *why, size_t cap) {
     WireBuf msg = {0}, reply = {0};
     if (n) wire_put_str(&msg, n);
     if (p) wire_put_str(&msg, p);

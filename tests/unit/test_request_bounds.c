@@ -338,29 +338,63 @@ static void fair_admission_prefers_the_least_served_tenant(void **state) {
 static void fair_budget_split_only_between_active_tenants(void **state) {
     (void)state;
     SchedFair f = {0};
-    SchedRequest a1 = {.tenant = "A"}, a2 = {.tenant = "A"}, b1 = {.tenant = "B", .tenant_weight = 3};
+    /* waiting requests with 1000-token prompts each: every tenant wants more than the step has */
+    SchedRequest a1 = {.tenant = "A", .n_tokens = 1000}, a2 = {.tenant = "A", .n_tokens = 1000},
+                 b1 = {.tenant = "B", .tenant_weight = 3, .n_tokens = 1000};
     SchedRequest *one[] = {&a1, &a2};
-    /* one tenant: no cap */
-    sched_fair_begin_step(&f, one, 2, NULL, 0, 512, 16, 0.0);
+    /* one tenant: no cap, the whole budget (not the shared step size) */
+    sched_fair_begin_step(&f, one, 2, NULL, 0, 512, 64, 0.0);
     assert_int_equal(sched_fair_allowance(&f, &a1, 512), 512);
-    /* A (weight 1) and B (weight 3) both have work: A gets a quarter of the budget, B three */
+    /* A (weight 1) and B (weight 3) both have work: A gets a quarter of the step, B three */
     SchedRequest *running[] = {&a1, &a2}, *waiting[] = {&b1};
-    sched_fair_begin_step(&f, running, 2, waiting, 1, 512, 16, 0.0);
+    sched_fair_begin_step(&f, running, 2, waiting, 1, 512, 512, 0.0);
     assert_int_equal(sched_fair_allowance(&f, &a1, 512), 128);
     assert_int_equal(sched_fair_allowance(&f, &b1, 512), 384);
     sched_fair_charge(&f, &a1, 100, true, 0.0);
     assert_int_equal(sched_fair_allowance(&f, &a2, 512), 28); /* A's part is shared by its requests */
     sched_fair_charge(&f, &a2, 28, true, 0.0);
     assert_int_equal(sched_fair_allowance(&f, &a2, 512), 0);
-    /* at least a block each, however small the weight */
-    SchedRequest tiny = {.tenant = "T", .tenant_weight = 0.01f};
+    /* the second pass: B's unused part goes to anyone, within what the step has left */
+    assert_true(sched_fair_release_caps(&f));
+    assert_int_equal(sched_fair_allowance(&f, &a2, 512), 384);
+    /* the shared step size bounds the step while tenants share (default when 0) */
+    sched_fair_begin_step(&f, running, 2, waiting, 1, 512, 0, 0.0);
+    assert_int_equal(sched_fair_allowance(&f, &a1, 512), SCHED_FAIR_DEFAULT_STEP_TOKENS / 4);
+    assert_int_equal(sched_fair_allowance(&f, &b1, 512), SCHED_FAIR_DEFAULT_STEP_TOKENS * 3 / 4);
+    /* at least a token each, however small the weight */
+    SchedRequest tiny = {.tenant = "T", .tenant_weight = 0.01f, .n_tokens = 1000};
     SchedRequest *three[] = {&a1, &b1, &tiny};
-    sched_fair_begin_step(&f, three, 3, NULL, 0, 512, 16, 0.0);
-    assert_int_equal(sched_fair_allowance(&f, &tiny, 512), 16);
+    sched_fair_begin_step(&f, three, 3, NULL, 0, 512, 512, 0.0);
+    assert_int_equal(sched_fair_allowance(&f, &tiny, 512), 1);
     /* order: least share first (A has 128 tokens, B 0 at weight 3, T 0) */
     const int *order = sched_fair_order(&f, three, 3, 0.0);
     assert_non_null(order);
     assert_int_equal(order[2], 0);
+    sched_fair_free(&f);
+}
+
+/* Work conservation inside the step: a tenant that needs less than its part (B decodes only, or
+ * prefills a short prompt) leaves the rest to the others already in the capped pass. */
+static void fair_split_gives_unused_parts_to_the_others(void **state) {
+    (void)state;
+    SchedFair f = {0};
+    SchedRequest a1 = {.tenant = "A", .state = REQ_RUNNING, .n_tokens = 1000, .n_computed = 100};
+    SchedRequest b_decoding = {.tenant = "B", .state = REQ_RUNNING, .n_tokens = 21, .n_computed = 20};
+    SchedRequest b_short = {.tenant = "B", .n_tokens = 10};
+    SchedRequest *running[] = {&a1, &b_decoding}, *waiting[] = {&b_short};
+    /* B only decodes: A may take the whole shared step */
+    sched_fair_begin_step(&f, running, 2, NULL, 0, 500, 64, 0.0);
+    assert_int_equal(sched_fair_allowance(&f, &a1, 500), 64);
+    assert_int_equal(sched_fair_allowance(&f, &b_decoding, 500), 0);
+    /* B's 10-token prompt waits: B gets its 10, A the other 54 */
+    sched_fair_begin_step(&f, running, 2, waiting, 1, 500, 64, 0.0);
+    assert_int_equal(sched_fair_allowance(&f, &b_short, 500), 10);
+    assert_int_equal(sched_fair_allowance(&f, &a1, 500), 54);
+    /* with B's part used, the pick skips B's waiting request (-1: no tenant may prefill) */
+    sched_fair_charge(&f, &b_short, 10, true, 0.0);
+    sched_fair_charge(&f, &a1, 54, true, 0.0);
+    assert_int_equal(sched_fair_pick(&f, waiting, 1, 0.0), -1);
+    assert_false(sched_fair_release_caps(&f)); /* and nothing is left for a second pass */
     sched_fair_free(&f);
 }
 
@@ -419,6 +453,60 @@ static void fair_scheduler_lets_a_short_request_in(void **state) {
     assert_true(fcfs >= 4);     /* after A's 320-token prefill at 64 tokens a step */
 }
 
+/* Prefill tokens each step plans for tenant A's 20000-token prompt: alone (steps 0-1), then while
+ * B's 20-token request is in flight (it arrives before step 2 and decodes to its 4th token), then
+ * while B lingers and after. */
+static void prefill_per_step_with_b(bool fair, int *tokens_of_a, int n_steps) {
+    Scheduler s;
+    StepPlan p = {0};
+    BraidError err;
+    SchedConfig cfg = {.device_blocks = 1400, .block_size = 16, .max_batch_tokens = 512, .max_running = 8, .cache_enabled = true,
+                       .policy = &evict_policy_lru, .fair_share = fair, .fair_step_tokens = 64};
+    if (sched_init(&s, &cfg, &err)) fail_msg("%s", err.msg);
+    SchedRequest *a = tenant_request("a", "A", 100, 20000), *b = tenant_request("b", "B", 90000, 20);
+    assert_int_equal(sched_add(&s, a), 0);
+    for (int step = 0; step < n_steps; step++) {
+        if (step == 2) assert_int_equal(sched_add(&s, b), 0);
+        if (sched_plan(&s, &p, &err) < 0) fail_msg("%s", err.msg);
+        sched_commit(&s, &p);
+        tokens_of_a[step] = 0;
+        for (int i = 0; i < p.n; i++) {
+            SchedRequest *r = p.entries[i].req;
+            if (r == a && p.entries[i].start < r->n_prompt) tokens_of_a[step] += p.entries[i].count;
+            if (p.entries[i].sample) assert_int_equal(sched_append_token(r, 7), 0);
+            if (r == b && b->n_tokens - b->n_prompt >= b->max_tokens) sched_finish(&s, b, "length");
+        }
+        if (sched_check(&s, &err)) fail_msg("%s", err.msg);
+    }
+    if (a->state != REQ_FINISHED) sched_finish(&s, a, "length");
+    if (b->state != REQ_FINISHED) sched_finish(&s, b, "length");
+    sched_request_free(a), sched_request_free(b);
+    free(a), free(b);
+    plan_free(&p);
+    sched_free(&s);
+}
+
+/* Fair sharing keeps every step's prefill full: alone, A gets the whole budget; while B is in
+ * flight the step is the shared step size, with B's unused part going to A (never an idle step);
+ * B lingers for SCHED_FAIR_LINGER_STEPS steps, then A has the whole budget again. First come,
+ * first served fills every step with A's chunk, B's prompt waiting behind it. */
+enum { WORK_STEPS = 6 + SCHED_FAIR_LINGER_STEPS + 2 };
+static void fair_scheduler_is_work_conserving(void **state) {
+    (void)state;
+    int fair[WORK_STEPS], fcfs[WORK_STEPS];
+    prefill_per_step_with_b(true, fair, WORK_STEPS);
+    prefill_per_step_with_b(false, fcfs, 3);
+    assert_int_equal(fair[0], 512);
+    assert_int_equal(fair[1], 512);
+    assert_int_equal(fair[2], 64 - 20); /* B's prompt takes its 20, A the rest of the shared step */
+    for (int i = 3; i < 6; i++) assert_int_equal(fair[i], 64); /* B only decodes: the shared step is A's */
+    /* B finished in step 5; it lingers (its next request would find a short step), then A is alone */
+    for (int i = 6; i <= 5 + SCHED_FAIR_LINGER_STEPS; i++) assert_int_equal(fair[i], 64);
+    assert_int_equal(fair[WORK_STEPS - 1], 512);
+    assert_int_equal(fcfs[0], 512);
+    assert_int_equal(fcfs[2], 512); /* first come, first served: B waits behind A's whole chunk */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(watchdog_expires_without_progress),
@@ -433,7 +521,9 @@ int main(void) {
         cmocka_unit_test(key_limits_are_per_key),
         cmocka_unit_test(fair_admission_prefers_the_least_served_tenant),
         cmocka_unit_test(fair_budget_split_only_between_active_tenants),
+        cmocka_unit_test(fair_split_gives_unused_parts_to_the_others),
         cmocka_unit_test(fair_scheduler_lets_a_short_request_in),
+        cmocka_unit_test(fair_scheduler_is_work_conserving),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,9 @@
  * (the idle holder of a long prefix, an idle non-holder with a move when the holder is queued,
  * computing when the link is too slow to move, the emptiest cache among equals, locality under
  * congestion), the bookkeeping that feeds the queue estimate, learning the rates from finished
- * requests, and move_plan following a priced decision (and not one a later rule changed). */
+ * requests, and move_plan following a priced decision (and not one a later rule changed); the
+ * measured rates per (lender, borrower) pair and link (same-node CUDA IPC vs staged) that FINISH
+ * carries, and the choice they change. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,6 +16,7 @@
 #include "coord/move_plan.h"
 #include "coord/router.h"
 #include "coord/router_cost.h"
+#include "transport/control_msg.h"
 
 enum { BS = 16, BLOCK_BYTES = 368640 }; /* SmolLM2-135M: 16 tokens x 30 layers x K,V x 192 halves */
 
@@ -277,12 +280,74 @@ static void test_overridden_decision(void **state) {
     assert_string_equal(router_mode_name(ROUTER_COST), "cost");
 }
 
+/* Measured move rates per ordered pair: a fast measured pair turns the choice into a move that the
+ * slow shared rate refused; other pairs keep the shared rate; a sample over another link starts
+ * the pair afresh; the FINISH message carries the time and link. */
+static void test_measured_pair_rates(void **state) {
+    (void)state;
+    Router r;
+    cost_router(&r, 3);
+    r.cost.link_bytes_per_s = 1e3; /* the shared (prior) rate: far too slow to move */
+    uint64_t h[64];
+    prompt_hashes(h, 64, 1);
+    router_stored(&r, 1, h, 64);
+    RouteDecision busy = {.instance = 1, .reason = "test", .source = -1};
+    router_charge(&r, &busy, 5000, 1.0); /* 5 s of prefill ahead on the holder */
+    RouteDecision d = router_pick_prompt(&r, h, 64, 64 * BS + 10, NULL);
+    assert_int_equal(d.instance, 0);
+    assert_false(d.move);
+    assert_null(router_link(&r, 1, 0));
+    /* Samples that say nothing are ignored; so is a pair of one instance. */
+    router_learn_move(&r, 1, 0, 0, 0.001, MOVE_LINK_CUDA_IPC);
+    router_learn_move(&r, 1, 0, 1024, 0, MOVE_LINK_CUDA_IPC);
+    router_learn_move(&r, 1, 1, 1024, 0.001, MOVE_LINK_CUDA_IPC);
+    router_learn_move(&r, -1, 0, 1024, 0.001, MOVE_LINK_CUDA_IPC);
+    assert_null(router_link(&r, 1, 0));
+    /* 1024 tokens (64 blocks, 23.6 MB) in 1 ms over IPC: 23.6 GB/s from 1 to 0. */
+    router_learn_move(&r, 1, 0, 1024, 0.001, MOVE_LINK_CUDA_IPC);
+    const RouteLinkRate *l = router_link(&r, 1, 0);
+    assert_non_null(l);
+    assert_int_equal(l->link, MOVE_LINK_CUDA_IPC);
+    assert_true(fabs(l->bytes_per_s - 1024.0 * BLOCK_BYTES / BS / 0.001) < 1);
+    assert_null(router_link(&r, 0, 1)); /* ordered pairs */
+    d = router_pick_prompt(&r, h, 64, 64 * BS + 10, NULL);
+    assert_int_equal(d.instance, 0);
+    assert_true(d.move);
+    assert_int_equal(d.source, 1);
+    assert_string_equal(d.reason, "cost-move");
+    assert_int_equal(r.estimate[2].moved_blocks, 0); /* 1 -> 2 was never measured: the shared 1 kB/s */
+    /* A second IPC sample, 4x slower: the average moves toward it, in the log domain, partly. */
+    router_learn_move(&r, 1, 0, 1024, 0.004, MOVE_LINK_CUDA_IPC);
+    double fast = 1024.0 * BLOCK_BYTES / BS / 0.001;
+    assert_true(l->bytes_per_s < fast && l->bytes_per_s > fast / 4);
+    assert_int_equal(l->samples, 2);
+    /* The pair now goes over host staging at 1 kB/s: the IPC history is dropped, not averaged. */
+    router_learn_move(&r, 1, 0, 1, (double)BLOCK_BYTES / BS / 1e3, MOVE_LINK_CUDA_STAGED);
+    assert_int_equal(l->samples, 1);
+    assert_int_equal(l->link, MOVE_LINK_CUDA_STAGED);
+    assert_true(fabs(l->bytes_per_s - 1e3) < 1e-6);
+    d = router_pick_prompt(&r, h, 64, 64 * BS + 10, NULL);
+    assert_false(d.move);
+    router_free(&r);
+    /* The borrower's measurement travels on FINISH. */
+    WireBuf b = {0};
+    msg_finish_encode(&b, &(MsgFinish){.req_id = 9, .error = "", .directive_outcomes = "", .move_s = 0.0125, .move_link = MOVE_LINK_CUDA_IPC});
+    WireReader rd = wire_reader(b.data, b.len);
+    MsgFinish f;
+    assert_int_equal(msg_finish_decode(&rd, &f), 0);
+    assert_true(f.move_s == 0.0125);
+    assert_int_equal(f.move_link, MOVE_LINK_CUDA_IPC);
+    msg_finish_free(&f);
+    wire_buf_free(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_estimate_parts),        cmocka_unit_test(test_idle_holder_wins),
         cmocka_unit_test(test_queued_holder_loses_to_a_move), cmocka_unit_test(test_tiny_link_falls_back_to_compute),
         cmocka_unit_test(test_ties_and_lenders),      cmocka_unit_test(test_congestion_keeps_locality),
         cmocka_unit_test(test_learning),              cmocka_unit_test(test_overridden_decision),
+        cmocka_unit_test(test_measured_pair_rates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

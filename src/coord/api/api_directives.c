@@ -100,11 +100,11 @@ static int read_with(const json_t *with, int i, ApiDirective *d, ApiError *err) 
 }
 
 static int read_op(const json_t *obj, int i, ApiDirective *d, ApiError *err) {
-    static const char *const ops[] = {"splice", "pin", "decay", "evict", "share"};
+    static const char *const ops[] = {"splice", "pin", "decay", "evict", "share", "unpin"};
     const json_t *op = json_object_get(obj, "op");
-    for (int k = 0; json_is_string(op) && k < 5; k++)
+    for (int k = 0; json_is_string(op) && k < 6; k++)
         if (strcmp(json_string_value(op), ops[k]) == 0) return d->op = k, 0; /* CacheHintOp values follow splice's 0 */
-    return bad(err, i, "op", "%s must be one of \"splice\", \"pin\", \"decay\", \"evict\", \"share\"%s", NULL);
+    return bad(err, i, "op", "%s must be one of \"splice\", \"pin\", \"decay\", \"evict\", \"share\", \"unpin\"%s", NULL);
 }
 
 /* The keys each op reads; any other is a 400 naming it. */

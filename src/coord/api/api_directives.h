@@ -5,7 +5,7 @@
  *   directives: [{"op": "splice", "span": [start, end] | {"match": "<text>", "occurrence": n},
  *                 "replacement": "<text>", "mode": "amortize" | "forget"},
  *                {"op": "pin", "span": …(optional), "ttl": "5m" | "1h" | "90s" | seconds},
- *                {"op": "decay" | "evict", "span": …(optional)},
+ *                {"op": "decay" | "evict" | "unpin", "span": …(optional)},
  *                {"op": "share", "span": …(optional), "with": ["tenant", …] | "all"}]
  * A span in token positions of the prompt as sent (end exclusive), or the occurrence-th (from 1)
  * occurrence of a text in the rendered prompt. Without a span a hint covers the whole prompt. A

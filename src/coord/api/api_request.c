@@ -700,6 +700,7 @@ void api_request_free(ApiRequest *r) {
     free(r->agent);
     free(r->tenant);
     free(r->adapter);
+    free(r->adapter_cache);
     memset(r, 0, sizeof *r);
 }
 

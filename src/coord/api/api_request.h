@@ -92,6 +92,9 @@ typedef struct {
     bool ignore_eos;             /* extension, default false */
     int segment_reuse;           /* extension: -1 absent, else 0 off, 1 exact, 2 approx (kv_cache.h SegmentReuseMode) */
     char *workflow_id, *agent, *tenant, *adapter; /* Braid extensions, NULL when absent */
+    /* The adapter's cache name when it is a reloaded one (generation > 1; model/lora_adapter.h
+     * lora_cache_name), set by adapter_select; NULL: the cache name is `adapter` itself. */
+    char *adapter_cache;
     /* Leyline (api_directives.h): the conversation whose turns share spliced K/V (NULL: the
      * workflow is it); auto_splice: -1 absent, else a CacheSpliceMode the server plans itself. */
     char *conversation_id;

@@ -11,6 +11,7 @@
 
 /* Set-up hooks of individual kernel files, called by kernels_init.cu. */
 extern "C" cudaError_t cuda_attention_prefill_init(void);
+extern "C" cudaError_t cuda_attention_prefill_flash_init(void);
 extern "C" cudaError_t cuda_residual_attention_init(void);
 extern "C" int cuda_decode_group_supported(int group);
 

@@ -99,6 +99,10 @@ typedef struct {
 /* Tiled causal attention for multi-token queries: tiles is (n_tiles, 2) = (sequence, first query
  * row of a 64-row tile). Tensor-core (bf16 WMMA) products, online softmax in fp32. */
 cudaError_t cuda_attention_prefill(const CudaAttention *a, const int32_t *tiles, int n_tiles, cudaStream_t stream);
+/* The same attention with the same tiles, S, P and O kept in registers (mma.sync, flash-attention
+ * 2 order; attention_prefill_flash.cu). Opt-in (BRAID_CUDA_PREFILL=flash) until a GPU run has
+ * tested it; cuda_attention_prefill above is the backend's default. */
+cudaError_t cuda_attention_prefill_flash(const CudaAttention *a, const int32_t *tiles, int n_tiles, cudaStream_t stream);
 
 /* One query token per listed sequence (its row is seq_start[s]); the context is split into
  * n_splits parts computed in parallel and merged. partials holds

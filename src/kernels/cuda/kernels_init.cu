@@ -6,6 +6,7 @@
 
 extern "C" cudaError_t cuda_kernels_init(void) {
     cudaError_t e = cuda_attention_prefill_init();
+    if (e == cudaSuccess) e = cuda_attention_prefill_flash_init();
     return e != cudaSuccess ? e : cuda_residual_attention_init();
 }
 

@@ -1,0 +1,62 @@
+/*
+ * kv_move_cuda.h — one CUDA rank's side of KV block moves (worker/kv_moves.h has the protocol,
+ * worker/kv_move_rank.h the CPU side it stands beside): the data plane for instances whose device
+ * KV tier is GPU memory, which UCX here cannot read (Debian's UCX is not CUDA-aware).
+ *
+ * Same node (the only link built): the rank's description is its pool's CUDA IPC description
+ * (worker/cuda_kv_ipc.h: cudaIpcGetMemHandle of the one pool allocation and of the slot positions,
+ * the host name, the geometry). A borrower opens a lender's description once and keeps the mapping
+ * (cached per lender rank; a different description from the same rank — a restarted lender —
+ * replaces it), then queues one device-to-device cudaMemcpyAsync per layer's K and V and one for the
+ * positions of each run on its backend's compute stream, records an event after them, and the batch
+ * is polled with cudaEventQuery, never waited on. The compute stream orders the copies after the
+ * cache operations applied before them (a block freed by a STORE is overwritten only after it was
+ * read) and before any later forward (the moved blocks are complete before they are attended).
+ * Only device-tier blocks travel: a CUDA lender lends the device part of a prefix (its host tier is
+ * pinned host memory that IPC cannot map); kv_move_cuda_lend_fence makes a lender's queued writes
+ * (forwards, cache operations) finish before it answers a loan, since a borrower's copies are not
+ * ordered after another process's stream.
+ * Across nodes the description names another host and opening it fails: that move fails and the
+ * request recomputes (pinned-host staging over UCX is not built).
+ * Descriptions of the two kinds never mix: a CPU rank's (UCX) and a CUDA rank's (IPC) are told apart
+ * by kv_move_cuda_desc_is_ipc, and a borrower refuses the other kind (KV layouts and dtypes differ).
+ * Built only with CUDA; the stub (kv_move_cuda_stub.c) refuses. Not thread-safe (the rank's MPI thread).
+ */
+#ifndef BRAID_WORKER_KV_MOVE_CUDA_H
+#define BRAID_WORKER_KV_MOVE_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "transport/wire.h"
+#include "worker/backend.h"
+#include "worker/step_msg.h"
+
+typedef struct KvMoveCuda KvMoveCuda;
+typedef struct KvMoveCudaBatch KvMoveCudaBatch;
+
+/* Exports the backend's device pool; appends this rank's description to desc. -1 with err when the
+ * backend is not CUDA, the build has no CUDA or the export failed. */
+int kv_move_cuda_create(KvMoveCuda **out, Backend *backend, WireBuf *desc, BraidError *err);
+/* Closes every opened lender pool (after the compute stream finished its copies). NULL ok. */
+void kv_move_cuda_destroy(KvMoveCuda *c);
+/* Whether a rank description is a CUDA IPC one (pure; both builds). */
+bool kv_move_cuda_desc_is_ipc(const uint8_t *desc, size_t len);
+/* Queues the copies of runs (device tier only) from the lender rank's pool into this rank's pool
+ * as one batch. -1 with err (nothing queued) on a description of another kind or host, a geometry
+ * mismatch, a host-tier run or a run out of range. */
+int kv_move_cuda_read(KvMoveCuda *c, int lender_rank, const uint8_t *desc, size_t desc_len, const MoveRun *runs, int n_runs,
+                      KvMoveCudaBatch **out, BraidError *err);
+/* 1 when every copy landed, 0 while in flight, -1 with err on a CUDA error. Never blocks. */
+int kv_move_cuda_poll(KvMoveCudaBatch *b, BraidError *err);
+size_t kv_move_cuda_batch_bytes(const KvMoveCudaBatch *b);
+/* Frees the batch. Copies in flight still land (stream order keeps them ahead of any later forward,
+ * so the blocks they write are safe to hand back). NULL ok. */
+void kv_move_cuda_batch_end(KvMoveCudaBatch *b);
+/* Lender side: waits until the work queued on the backend's streams (forwards, cache operations)
+ * has finished, so lent blocks hold their final contents. */
+int kv_move_cuda_lend_fence(KvMoveCuda *c, BraidError *err);
+
+#endif
