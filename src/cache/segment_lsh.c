@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include "common/grow.h"
+#include "common/mix64.h"
 
 int segment_lsh_init(SegmentLsh *l, int n_device_blocks, int max_entries, const int32_t *canon, int n_canon, BraidError *err) {
     memset(l, 0, sizeof *l);
@@ -41,11 +42,7 @@ void segment_lsh_free(SegmentLsh *l) {
 
 /* ---- signatures ---- */
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+
 
 static int32_t canonical(const SegmentLsh *l, int32_t token) {
     return token >= 0 && token < l->n_canon ? l->canon[token] : token;
@@ -63,7 +60,7 @@ void segment_lsh_sign(const SegmentLsh *l, uint64_t seed, const int32_t *tokens,
         /* One independent-looking value per hash function: the shingle's hash remixed with the
          * function's index (splitmix64 steps). */
         for (int f = 0; f < SEGMENT_LSH_HASHES; f++) {
-            uint32_t v = (uint32_t)mix64(h + (uint64_t)(f + 1) * 0x9e3779b97f4a7c15ull);
+            uint32_t v = (uint32_t)mix64_finalize(h + (uint64_t)(f + 1) * 0x9e3779b97f4a7c15ull);
             if (v < out->min[f]) out->min[f] = v;
         }
     }

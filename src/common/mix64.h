@@ -8,11 +8,13 @@
 
 #include <stdint.h>
 
-static inline uint64_t mix64(uint64_t x) {
-    uint64_t z = x + 0x9E3779B97F4A7C15ull;
+/* The finaliser alone (mix64_finalize(0) = 0): for mixing values that are already spread. */
+static inline uint64_t mix64_finalize(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
+
+static inline uint64_t mix64(uint64_t x) { return mix64_finalize(x + 0x9E3779B97F4A7C15ull); }
 
 #endif

@@ -207,17 +207,7 @@ static enum MHD_Result send_key_limited(HttpApi *api, struct MHD_Connection *con
                                        KeyLimitResult why, double retry_after_s) {
     ApiError e;
     key_limited_error(key, why, &e);
-    metrics_record_request(api->cfg.metrics, endpoint, 429, 0, -1, 0, 0, 0);
-    char *body = api_error_json(&e), retry[32];
-    if (!body) return MHD_NO;
-    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (!resp) return free(body), MHD_NO;
-    snprintf(retry, sizeof retry, "%.0f", ceil(retry_after_s > 1 ? retry_after_s : 1));
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry);
-    enum MHD_Result rc = MHD_queue_response(conn, 429, resp);
-    MHD_destroy_response(resp);
-    return rc;
+    return http_send_rate_limited(api->cfg.metrics, conn, endpoint, &e, retry_after_s);
 }
 
 /* The Anthropic Messages endpoints: as the completion endpoints below, with every error in

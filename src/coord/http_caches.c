@@ -2,7 +2,6 @@
 #include "coord/http_caches.h"
 
 #include <jansson.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,19 +30,6 @@ static enum MHD_Result send_405(struct MHD_Connection *conn, const char *allow, 
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     enum MHD_Result rc = MHD_queue_response(conn, 405, resp);
-    MHD_destroy_response(resp);
-    return rc;
-}
-
-/* A 429 with Retry-After (whole seconds, at least 1): the tenant's prefill rate (--cache-create-rate). */
-static enum MHD_Result send_429(struct MHD_Connection *conn, const ApiError *e, double retry_after_s) {
-    char *body = api_error_json(e), retry[32];
-    struct MHD_Response *resp = body ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE) : NULL;
-    if (!resp) return free(body), MHD_NO;
-    snprintf(retry, sizeof retry, "%.0f", ceil(retry_after_s > 1 ? retry_after_s : 1));
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry);
-    enum MHD_Result rc = MHD_queue_response(conn, 429, resp);
     MHD_destroy_response(resp);
     return rc;
 }
@@ -204,7 +190,7 @@ static enum MHD_Result create(const HttpGenerateContext *ctx, struct MHD_Connect
     if (rc == 0 && explicit_caches_take_prefill(ctx->caches, tenant, explicit_caches_now(), &retry_after, &e)) {
         explicit_caches_abandon(ctx->caches, id);
         json_decref(o);
-        return send_429(conn, &e, retry_after);
+        return http_send_rate_limited(NULL, conn, NULL, &e, retry_after);
     }
     Prefill p;
     if (rc == 0 && (rc = prefill(ctx, tenant, messages, prompt ? json_string_value(prompt) : NULL, ttl_s, PIN_SET, &p, &e)) != 0)
@@ -251,7 +237,7 @@ static enum MHD_Result patch(const HttpGenerateContext *ctx, struct MHD_Connecti
     double retry_after = 0;
     if (rc == 0 && explicit_caches_take_prefill(ctx->caches, tenant, explicit_caches_now(), &retry_after, &e)) {
         explicit_cache_info_free(&c);
-        return send_429(conn, &e, retry_after);
+        return http_send_rate_limited(NULL, conn, NULL, &e, retry_after);
     }
     Prefill p = {0};
     if (rc == 0) rc = prefill(ctx, tenant, c.messages, c.prompt, ttl_s, PIN_RESET, &p, &e);

@@ -1,6 +1,8 @@
 /* Reply helpers shared by the HTTP front-end's two halves (see http_internal.h). */
 #include "coord/http_internal.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,4 +35,12 @@ enum MHD_Result http_send_error(Metrics *metrics, struct MHD_Connection *conn, c
     case 401: header = MHD_HTTP_HEADER_WWW_AUTHENTICATE, value = "Bearer"; break;
     }
     return queue_json(conn, e->status, api_error_json(e), header, value);
+}
+
+enum MHD_Result http_send_rate_limited(Metrics *metrics, struct MHD_Connection *conn, const char *endpoint, const ApiError *e,
+                                       double retry_after_s) {
+    if (endpoint && metrics) metrics_record_request(metrics, endpoint, 429, 0, -1, 0, 0, 0);
+    char retry[32];
+    snprintf(retry, sizeof retry, "%.0f", ceil(retry_after_s > 1 ? retry_after_s : 1));
+    return queue_json(conn, 429, api_error_json(e), MHD_HTTP_HEADER_RETRY_AFTER, retry);
 }

@@ -24,5 +24,9 @@ enum MHD_Result http_send_json(struct MHD_Connection *conn, int status, char *bo
 /* Queues an OpenAI-style error (Retry-After on 429 and 503, Allow on 405, WWW-Authenticate on 401)
  * and counts it in `metrics` under `endpoint` (NULL endpoint or metrics: not counted). */
 enum MHD_Result http_send_error(Metrics *metrics, struct MHD_Connection *conn, const char *endpoint, const ApiError *e);
+/* A 429 whose Retry-After says when the caller's own limit lets it in again (whole seconds, at
+ * least 1), counted like http_send_error. */
+enum MHD_Result http_send_rate_limited(Metrics *metrics, struct MHD_Connection *conn, const char *endpoint, const ApiError *e,
+                                       double retry_after_s);
 
 #endif

@@ -12,6 +12,7 @@
 #include "coord/api/api_tools.h"
 
 #include "cache/kv_cache.h"
+#include "common/mix64.h"
 #include "coord/api/api_fields.h"
 
 #include <assert.h>
@@ -706,12 +707,7 @@ void api_request_free(ApiRequest *r) {
 
 /* ---- the seed ---- */
 
-/* splitmix64's finalizer: spreads every input bit over the output. */
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+
 
 uint64_t api_request_sampling_seed(const ApiRequest *r, uint64_t salt) {
     if (r->has_seed) return r->seed;
@@ -722,9 +718,9 @@ uint64_t api_request_sampling_seed(const ApiRequest *r, uint64_t salt) {
         struct timespec mono, wall;
         clock_gettime(CLOCK_MONOTONIC, &mono);
         clock_gettime(CLOCK_REALTIME, &wall);
-        entropy = mix64((uint64_t)mono.tv_nsec ^ ((uint64_t)mono.tv_sec << 30)) ^ (uint64_t)wall.tv_nsec;
+        entropy = mix64_finalize((uint64_t)mono.tv_nsec ^ ((uint64_t)mono.tv_sec << 30)) ^ (uint64_t)wall.tv_nsec;
     }
-    return mix64(entropy ^ mix64(salt + 0x9e3779b97f4a7c15ULL));
+    return mix64_finalize(entropy ^ mix64_finalize(salt + 0x9e3779b97f4a7c15ULL));
 }
 
 /* ---- headers ---- */
