@@ -2,6 +2,7 @@
 #include "coord/http_caches.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
