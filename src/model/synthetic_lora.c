@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/mix64.h"
+
 #define SPEC_PREFIX "synthetic:"
 #define B_SCALE 0.02 /* B's range relative to a unit-variance map: small deltas, like a trained adapter's */
 
@@ -17,12 +19,11 @@ static uint64_t fnv1a(const char *s) {
     return h;
 }
 
-/* splitmix64: a well-mixed stream from any seed, 0 included. */
+/* splitmix64: a well-mixed stream from any seed, 0 included (mix64 adds the step itself). */
 static uint64_t next_u64(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    uint64_t z = mix64(*state);
+    *state += 0x9E3779B97F4A7C15ull;
+    return z;
 }
 
 static float *random_matrix(size_t n, double range, uint64_t *state) {
