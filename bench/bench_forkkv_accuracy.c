@@ -2,7 +2,7 @@
  * bench_forkkv_accuracy — ForkKV's accuracy study (issue 16; paper 002 Fig. 5): how close an agent
  * that forks a context another adapter computed comes to computing it all itself.
  *
- *   bench_forkkv_accuracy --model M --trace T.jsonl --lora NAME=PATH ... [--requests N] [--generate G]
+ *   bench_forkkv_accuracy --model M --trace T.jsonl --lora NAME=PATH ... [--requests N] [--generate G] [--controls]
  *
  * T is a `braid-bench gen --trace-tokens` trace of a LoRA workload (react-lora, mapreduce-lora);
  * each request with an adapter is one case. Its "context" is the prefix it shares with the
@@ -19,6 +19,13 @@
  * every layer (the prompt's tokens after the context; mean over them, then min and mean over
  * layers), and the greedy agreement over G generated tokens (share of positions with the same
  * token, and the share of cases whose G tokens are identical). CPU, fp32 arithmetic.
+ * --controls adds two reference ways (issue 36: is a shortfall the model's or the method's?):
+ *   forkkv, B = A   A forks a context its own adapter prefilled in shared mode: the split into base
+ *                   and residual parts alone (fp16 rounding of two halves instead of one sum), the
+ *                   floor of ForkKV's error on this model — anything far below 100 % is a bug;
+ *   base model      the prompt without any adapter: how far the adapter moves the layer inputs and
+ *                   the greedy tokens at all (full reuse and ForkKV recover part of that distance).
+ * Works for any architecture Braid loads LoRA for (llama, qwen2); the layer count comes from the model.
  */
 #include <getopt.h>
 #include <jansson.h>
@@ -89,8 +96,10 @@ static int run_forward(Runner *R, const int32_t *tokens, int start, int n, int a
     return best;
 }
 
-typedef enum { WAY_SEPARATE = 0, WAY_FORKKV, WAY_FULL_REUSE, N_WAYS } Way;
-static const char *const WAY_NAMES[N_WAYS] = {"separate", "forkkv", "full reuse"};
+typedef enum { WAY_SEPARATE = 0, WAY_FORKKV, WAY_FULL_REUSE, WAY_FORKKV_SELF, WAY_BASE, N_WAYS } Way;
+static const char *const WAY_NAMES[N_WAYS] = {"separate", "forkkv", "full reuse", "forkkv, B = A (control)",
+                                              "base model, no adapter (control)"};
+enum { N_MAIN_WAYS = WAY_FORKKV_SELF }; /* how many ways run without --controls: separate, forkkv, full reuse */
 
 /* Runs one way: the context by `other` when the way needs it, then the prompt by `adapter` (probe
  * on), then `gen` greedy tokens. */
@@ -101,9 +110,11 @@ static void run_way(Runner *R, Way way, const int32_t *prompt, int n, int ctx, i
     int32_t *res_a = malloc(nb * sizeof *res_a), *res_b = malloc(nb * sizeof *res_b);
     memcpy(seq, prompt, n * sizeof *seq);
     for (int i = 0; i < nb; i++) table_a[i] = 1 + i, table_b[i] = 1 + nb + i, res_a[i] = 1 + i, res_b[i] = 1 + nb + i;
-    bool shared = way == WAY_FORKKV;
+    bool shared = way == WAY_FORKKV || way == WAY_FORKKV_SELF;
     int base_from = 0;
-    if (way != WAY_SEPARATE) { /* B computes the context into A's table (A then inherits its blocks) */
+    if (way == WAY_BASE) adapter = 0;
+    if (way == WAY_FORKKV_SELF) other = adapter;
+    if (way != WAY_SEPARATE && way != WAY_BASE) { /* B computes the context into A's table (A then inherits its blocks) */
         run_forward(R, prompt, 0, ctx, other, table_a, shared ? res_b : NULL, 0, 0, logits);
         base_from = ctx;
     }
@@ -129,21 +140,51 @@ typedef struct {
     double min_layer_cos;
 } WayStats;
 
+static double mean_layer_cosine(const WayStats *s, int n_layers) {
+    double mean = 0;
+    for (int l = 0; l < n_layers; l++) mean += s->layer_cos_sum[l] / (s->cases ? s->cases : 1);
+    return mean / n_layers;
+}
+
+/* The table of every way run so far. With the controls, "share of the adapter's distance" is
+ * (1 - cosine) / (1 - the base model's cosine): how much of the distance between the adapter's and
+ * the bare model's layer inputs a way leaves (0 = exact, 1 = as far off as not using the adapter). */
+static void print_table(FILE *out, const WayStats *stats, int n_ways, int n_layers, int gen) {
+    bool controls = n_ways == N_WAYS;
+    double base = controls ? mean_layer_cosine(&stats[WAY_BASE], n_layers) : 0;
+    fprintf(out, "| way | cases | input cosine vs separate: mean over layers | min layer (per case mean) | last layer | greedy tokens "
+                 "equal | cases with all %d tokens equal |%s\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |%s\n",
+            gen, controls ? " share of the adapter's distance |" : "", controls ? " ---: |" : "");
+    for (int w = 1; w < n_ways; w++) {
+        const WayStats *s = &stats[w];
+        double mean = mean_layer_cosine(s, n_layers);
+        fprintf(out, "| %s | %d | %.4f%% | %.4f%% | %.4f%% | %.1f%% | %d / %d |", WAY_NAMES[w], s->cases, 100 * mean,
+                100 * s->min_layer_cos, 100 * s->layer_cos_sum[n_layers - 1] / (s->cases ? s->cases : 1),
+                s->tokens ? 100.0 * s->token_matches / s->tokens : 0.0, s->identical, s->cases);
+        if (controls) fprintf(out, base < 1 ? " %.3f |" : " - |", (1 - mean) / (1 - base));
+        fputc('\n', out);
+    }
+    fflush(out);
+}
+
 static void usage(void) {
-    fputs("usage: bench_forkkv_accuracy --model M --trace T.jsonl --lora NAME=PATH ... [--requests N] [--generate G]\n", stderr);
+    fputs("usage: bench_forkkv_accuracy --model M --trace T.jsonl --lora NAME=PATH ... [--requests N] [--generate G] [--controls]\n",
+          stderr);
 }
 
 int main(int argc, char **argv) {
     const char *model_path = NULL, *trace_path = NULL, *specs[MAX_LORA];
-    int n_specs = 0, max_requests = 24, gen = 16;
+    int n_specs = 0, max_requests = 24, gen = 16, n_ways = N_MAIN_WAYS;
     static const struct option opts[] = {{"model", 1, 0, 'm'}, {"trace", 1, 0, 't'}, {"lora", 1, 0, 'l'},
-                                         {"requests", 1, 0, 'r'}, {"generate", 1, 0, 'g'}, {0, 0, 0, 0}};
+                                         {"requests", 1, 0, 'r'}, {"generate", 1, 0, 'g'}, {"controls", 0, 0, 'c'},
+                                         {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         if (c == 'm') model_path = optarg;
         else if (c == 't') trace_path = optarg;
         else if (c == 'l' && n_specs < MAX_LORA) specs[n_specs++] = optarg;
         else if (c == 'r') max_requests = atoi(optarg);
         else if (c == 'g') gen = atoi(optarg);
+        else if (c == 'c') n_ways = N_WAYS;
         else return usage(), 2;
     }
     if (!model_path || !trace_path || n_specs < 2 || max_requests < 1 || gen < 0) return usage(), 2;
@@ -198,13 +239,13 @@ int main(int argc, char **argv) {
             Probe probe = {.n_layers = c->n_layers, .dim = c->dim, .from = ctx, .n = n};
             int rows = n - ctx;
             double *inputs[N_WAYS];
-            for (int w = 0; w < N_WAYS; w++) {
+            for (int w = 0; w < n_ways; w++) {
                 probe.sum = inputs[w] = malloc((size_t)c->n_layers * rows * c->dim * sizeof(double));
                 R.fwd.layer_probe = probe_layer;
                 R.fwd.probe_ctx = &probe;
                 run_way(&R, (Way)w, prompt, n, ctx, adapter, other, gen, &probe, toks[w], logits);
             }
-            for (int w = 1; w < N_WAYS; w++) {
+            for (int w = 1; w < n_ways; w++) {
                 for (int l = 0; l < c->n_layers; l++) {
                     double sum = 0;
                     for (int r = 0; r < rows; r++)
@@ -220,25 +261,16 @@ int main(int argc, char **argv) {
                 stats[w].identical += same == gen;
                 stats[w].cases++;
             }
-            for (int w = 0; w < N_WAYS; w++) free(inputs[w]);
+            for (int w = 0; w < n_ways; w++) free(inputs[w]);
             cases++;
             fprintf(stderr, "[accuracy] case %d: %s (other %s), %d prompt tokens, context %d\n", cases, adapter_name,
                     lora.adapters[other - 1].name, n, ctx);
+            print_table(stderr, stats, n_ways, c->n_layers, gen); /* so far: a long run stopped early still reports */
         }
         free(prompt);
         json_decref(o);
     }
     fclose(f);
-    printf("| way | cases | input cosine vs separate: mean over layers | min layer (per case mean) | last layer | greedy tokens equal | "
-           "cases with all %d tokens equal |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n", gen);
-    for (int w = 1; w < N_WAYS; w++) {
-        WayStats *s = &stats[w];
-        double mean = 0;
-        for (int l = 0; l < c->n_layers; l++) mean += s->layer_cos_sum[l] / (s->cases ? s->cases : 1);
-        mean /= c->n_layers;
-        printf("| %s | %d | %.4f%% | %.4f%% | %.4f%% | %.1f%% | %d / %d |\n", WAY_NAMES[w], s->cases, 100 * mean,
-               100 * s->min_layer_cos, 100 * s->layer_cos_sum[c->n_layers - 1] / (s->cases ? s->cases : 1),
-               s->tokens ? 100.0 * s->token_matches / s->tokens : 0.0, s->identical, s->cases);
-    }
+    print_table(stdout, stats, n_ways, c->n_layers, gen);
     return 0;
 }

@@ -14,7 +14,9 @@
 # synthetic:llama3-8b that have no adapter files; set RATIO to the model's kv_dim / rank, 64 for the
 # 8B shape at rank 16), RUN_ARGS [] (more braid-bench run flags, e.g. --fixed-output).
 # Writes OUT/<workload>-<arm>/ (braid-bench run results), OUT/<arm>.err (server logs, which name
-# the pools' bytes) and OUT/table.md. Prints progress on stderr.
+# the pools' bytes) and OUT/table.md. Prints progress on stderr. The mean decode batch (the paper's
+# Fig. 14c) is sampled from /metrics (braid_instance_running_sequences, every 2 s while the bench
+# runs; the mean over samples with any sequence running) into OUT/<workload>-<arm>.batch.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 braid=${BRAID_BIN:-$root/build/braid}
@@ -57,8 +59,12 @@ adapters_for() {  # the --lora flags for a workload's adapter names, from the fo
 }
 
 table=$out/table.md
-echo "| workload | arm | KV pool (base blocks + residual blocks) | req/s | generated tok/s | mean workflow latency | mean TTFT | hit rate | fork tokens | preemptions | wall |" > "$table"
-echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" >> "$table"
+echo "| workload | arm | KV pool (base blocks + residual blocks) | req/s | generated tok/s | mean workflow latency | mean TTFT | hit rate | fork tokens | preemptions | mean running | wall |" > "$table"
+echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" >> "$table"
+
+sample_running() {  # every 2 s, the instance's running sequences, into $1 (until killed)
+  while sleep 2; do metric 'braid_instance_running_sequences{instance="0"}' >> "$1" || true; done
+}
 for w in $WORKLOADS; do
   for arm in $ARMS; do
     # shellcheck disable=SC2046
@@ -72,19 +78,25 @@ for w in $WORKLOADS; do
     # shellcheck disable=SC2086
     serve "$w-$arm" --device "$DEVICE" --host-kv-blocks 0 $pools $(adapters_for "$w")
     dir=$out/$w-$arm
+    : > "$dir.batch"
+    sample_running "$dir.batch" &
+    sampler=$!
     "$bench" run --workload "$w" --url "$url" --model "$model" --workflows "$WORKFLOWS" --concurrency "$CONCURRENCY" \
       --context-tokens "$CONTEXT_TOKENS" --fanout "$FANOUT" --scale "$SCALE" --max-tokens-cap "$MAX_TOKENS_CAP" --seed 1 $RUN_ARGS \
       --out "$dir" 2> "$dir.progress" || echo "[forkkv_live] braid-bench failed (see $dir.progress)" >&2
+    kill "$sampler" 2> /dev/null || true
+    wait "$sampler" 2> /dev/null || true
+    running=$(awk '$1 > 0 {s += $1; n++} END {if (n) printf "%.2f", s / n; else print "-"}' "$dir.batch")
     forks=$(metric braid_kv_fork_tokens_total); preempt=$(metric 'braid_instance_preemptions_total{instance="0"}')
     # auto: the server log says when each adapter's choice changed and what the cost model compared.
     [ "$arm" = auto ] && grep -- '--lora-cache auto' "$out/$w-$arm.err" > "$out/$w-$arm.choices" || true
     stop
-    python3 - "$dir/summary.json" "$w" "$arm" "$pool_text" "${forks:-0}" "${preempt:-0}" >> "$table" <<'PY'
+    python3 - "$dir/summary.json" "$w" "$arm" "$pool_text" "${forks:-0}" "${preempt:-0}" "$running" >> "$table" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
-w, arm, pools, forks, preempt = sys.argv[2:]
+w, arm, pools, forks, preempt, running = sys.argv[2:]
 print(f"| {w} | {arm} | {pools} | {s['req_s']:.3f} | {s['generated_tok_s']:.1f} | {s['mean_workflow_latency_s']:.1f} s | "
-      f"{s['mean_ttft_ms'] / 1000:.1f} s | {100 * s['hit_rate']:.1f}% | {forks} | {preempt} | {s['wall_s']:.0f} s |"
+      f"{s['mean_ttft_ms'] / 1000:.1f} s | {100 * s['hit_rate']:.1f}% | {forks} | {preempt} | {running} | {s['wall_s']:.0f} s |"
       + ("" if s['errors'] == 0 else f" ({s['errors']} errors)"))
 PY
     tail -1 "$table" >&2

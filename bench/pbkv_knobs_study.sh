@@ -10,13 +10,18 @@
 #   concurrency (Fig. 5a; not in the default PARTS) lru / pbkv-lae / pbkv / belady at CONC_KV tokens on
 #            traces of the same 400 workflows (seed 21) run CONCURRENCIES at a time, predictor as above;
 #   trainsize (App. C.1; not in the default PARTS) pbkv at TRAIN_KV tokens with graph predictors trained
-#            on seed-2 traces of TRAIN_SIZES workflows (braid-bench gen --workflows N --seed 2).
+#            on seed-2 traces of TRAIN_SIZES workflows (braid-bench gen --workflows N --seed 2);
+#   aggressive (App. E; not in the default PARTS) pbkv + host tier: PBKV-HE (no prefetch), conservative
+#            prefetch, and the aggressive variant at AGGR_RHOS (braid sim --prefetch-rho), at
+#            AGGR_BUDGETS tokens, per-gap cap AGGR_CAP (0 = none), prediction noise AGGR_NOISE; against
+#            device-only belady at the same tokens.
 # Hit rates are exact replays (the cache code itself); the latency is the modeled one.
 #   bench/pbkv_knobs_study.sh [OUT_DIR]
 # Environment: PARTS (default "arms k gamma prefetch"), WORKLOADS (codegen factcheck), BUDGETS
 # (tokens, "40000 80000 160000"), K_MAX (6), GAMMAS ("0.3 0.5 0.7 0.9 1"), GAMMA_K (3),
 # PREFETCH_BUDGETS ("40000 80000"), PREFETCH_CAPS ("8 32 0"; 0 = no cap), HOST_FACTOR (4),
 # CONCURRENCIES ("24 48 72"), CONC_KV (80000), TRAIN_SIZES ("10 25 50 100 200 400"), TRAIN_KV (80000),
+# AGGR_BUDGETS ("80000 160000"), AGGR_RHOS ("0.05 0.1 0.2 0.4"), AGGR_CAP (0), AGGR_NOISE ("0"),
 # BRAID / BRAID_BENCH (binaries, default build/braid, build/braid-bench), BRAID_MODEL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -128,6 +133,40 @@ r = json.load(sys.stdin); p = r["prompt_tokens"] or 1; pf = r["prefetched_blocks
 print("| %s | %s | %s | %.1f%% (%.1f%%) | %.1f s | %d | %d (%.0f%%) | %d |" % (sys.argv[1], sys.argv[2], sys.argv[3], 100 * r["hit_rate"],
       100 * r["device_cached_tokens"] / p, r["mean_workflow_latency_s"], pf, r["prefetch_hit_blocks"],
       100.0 * r["prefetch_hit_blocks"] / pf if pf else 0, r["prefetch_wasted_blocks"]))' "$w" "$d" "$cap"
+      done
+    done
+  done
+fi
+
+if has_part aggressive; then
+  acap=${AGGR_CAP:-0}
+  echo
+  echo "## Aggressive vs conservative prefetch (App. E): pbkv + host tier ($hf x the device), graph predictor (K = 4 head), per-gap cap $acap (0 = none)"
+  echo
+  echo "| workload | tokens | λ | arm | hit rate (device + host) | device hits | device hits / belady | prefetched | used (share) | wasted | active blocks displaced | modeled latency |"
+  echo "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  for w in $workloads; do
+    t=$out/$w.s21.jsonl
+    for d in ${AGGR_BUDGETS:-80000 160000}; do
+      bel=$("$braid" sim --trace "$t" --kv-tokens "$d" --policy belady --json 2> /dev/null | tail -1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["hit_rate"])')
+      for lam in ${AGGR_NOISE:-0}; do
+        for arm in he conservative ${AGGR_RHOS:-0.05 0.1 0.2 0.4}; do
+          args=(--policy pbkv --predictor "$out/$w.graph.k4.bin" --host-kv-tokens $((hf * d)) --prediction-noise "$lam")
+          case $arm in
+            he) ;;
+            conservative) args+=(--prefetch) ;;
+            *) args+=(--prefetch --prefetch-rho "$arm") ;;
+          esac
+          [ "$arm" = he ] || [ "$acap" = 0 ] || args+=(--prefetch-blocks "$acap")
+          "$braid" sim --trace "$t" --kv-tokens "$d" --json "${args[@]}" 2> /dev/null | tail -1 | python3 -c '
+import json, sys
+r = json.load(sys.stdin); p = r["prompt_tokens"] or 1; pf = r["prefetched_blocks"]; dev = r["device_cached_tokens"] / p
+w, d, lam, arm, bel = sys.argv[1:6]
+name = {"he": "PBKV-HE (no prefetch)", "conservative": "conservative"}.get(arm, "aggressive ρ = " + arm)
+print("| %s | %s | %s | %s | %.2f%% | %.2f%% | %.0f%% | %d | %d (%.1f%%) | %d | %d | %.1f s |" % (w, d, lam, name, 100 * r["hit_rate"], 100 * dev,
+      100 * dev / float(bel), pf, r["prefetch_hit_blocks"], 100.0 * r["prefetch_hit_blocks"] / pf if pf else 0,
+      r["prefetch_wasted_blocks"], r.get("prefetch_displaced_blocks", 0), r["mean_workflow_latency_s"]))' "$w" "$d" "$lam" "$arm" "$bel"
+        done
       done
     done
   done

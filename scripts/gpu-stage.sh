@@ -33,7 +33,7 @@ part_bytes=$((60 * 1024 * 1024))
 device_libs=${DEVICE_LIBS:-$root/../shared/device/device-libs.txt}
 bins=(braid braid-bench bench_cuda bench_cache_ops bench_kv_move bench_rotate)
 tests=(test_attention_prefill_cuda test_synthetic_cuda test_cuda_kv_ipc test_cache_paths_cuda test_cuda_backend test_rotate test_residual_attention_cuda test_grammar_mask_cuda test_lora_cuda
-       test_arch_cuda test_engine_grammar test_engine test_synthetic_model)
+       test_arch_cuda test_engine_grammar test_engine test_synthetic_model test_kv_stage_pipe test_kv_stage_wire)
 model=${BRAID_MODEL:-$root/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 
 exclude_devstage() {

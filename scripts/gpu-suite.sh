@@ -65,7 +65,7 @@ fi
 if [ "$mode" = gpu ]; then device=cuda big=synthetic:llama3-8b greedy_tokens=16 small_tokens=128
 else device=cpu big=synthetic:smollm2-135m greedy_tokens=4 small_tokens=4; fi
 # each stage's own cap (s), on top of the whole budget: priority order decides what a slow stage squeezes
-declare -A stage_cap=([a]=200 [b]=150 [c]=200 [d]=90 [e]=150 [f]=100 [g]=260)
+declare -A stage_cap=([a]=200 [b]=150 [c]=260 [d]=90 [e]=150 [f]=100 [g]=260)
 stage_end=0
 big_spec=$big:$model # the synthetic model takes the default GGUF's tokenizer
 export BRAID_TEST_MODEL=$model BRAID_TEST_GOLDEN_DIR=$root/tests/golden BRAID_TEST_ADAPTER_DIR=$root/adapters
@@ -259,9 +259,9 @@ EOF2
     esac
   fi
   # the real move path: two CUDA instances on the GPU, the router's move over IPC (tests/integration/test_kv_moves_cuda.sh)
-  local moves=""
+  local moves="" staged=""
   if [ "$device" = cuda ] && have "$bin/braid"; then
-    step c_kv_moves_cuda 120 bash "$root/tests/integration/test_kv_moves_cuda.sh" "$bin/braid" "$model"
+    KV_MOVES_CUDA_ONLY=ipc step c_kv_moves_cuda 120 bash "$root/tests/integration/test_kv_moves_cuda.sh" "$bin/braid" "$model"
     case $? in
       0) moves=pass ;;
       77) moves=skipped ;;
@@ -269,13 +269,42 @@ EOF2
     esac
     metric c moves_checks_ok "$(grep -c '^ok' "$work/logs/c_kv_moves_cuda.log")"
     metric c moves_checks_failed "$(grep -c '^FAIL' "$work/logs/c_kv_moves_cuda.log")"
-    python3 - "$work/logs/c_kv_moves_cuda.log" >> "$work/metrics/c.tsv" << 'EOF2'
+    # the cross-node path on the one GPU: IPC off for loans (BRAID_KV_MOVE_STAGED=1), pinned host staging over UCX
+    KV_MOVES_CUDA_ONLY=staged step c_kv_moves_staged 100 bash "$root/tests/integration/test_kv_moves_cuda.sh" "$bin/braid" "$model"
+    case $? in
+      0) staged=pass ;;
+      77) staged=skipped ;;
+      *) staged=fail ;;
+    esac
+    metric c staged_checks_ok "$(grep -c '^ok' "$work/logs/c_kv_moves_staged.log")"
+    metric c staged_checks_failed "$(grep -c '^FAIL' "$work/logs/c_kv_moves_staged.log")"
+    python3 - "$work/logs/c_kv_moves_cuda.log" "$work/logs/c_kv_moves_staged.log" >> "$work/metrics/c.tsv" << 'EOF2'
 import json, sys
-for line in open(sys.argv[1]):
-    if '"kv_moves_cuda"' in line:
-        r = json.loads(line)
-        print(f"moves_moved_blocks\t{r['moved_blocks']}\nmoves_moved_bytes\t{r['moved_bytes']}\nmoves_pair_gbps\t{r['pair_gbps']}")
+rate = {}
+for path in sys.argv[1:]:
+    try: lines = open(path).readlines()
+    except OSError: continue
+    for line in lines:
+        if line.startswith('{"bench":"kv_moves_cuda'):
+            r = json.loads(line)
+            key = "staged" if r["bench"] == "kv_moves_cuda_staged" else "moves"
+            rate[key] = float(r["pair_gbps"])
+            print(f"{key}_moved_blocks\t{r['moved_blocks']}\n{key}_moved_bytes\t{r['moved_bytes']}\n{key}_pair_gbps\t{r['pair_gbps']}")
+if rate.get("moves", 0) > 0 and "staged" in rate: print(f"staged_vs_ipc\t{rate['staged'] / rate['moves']:.3f}")
 EOF2
+  fi
+  # the staged moves' pipeline logic (chunking, order, failure and timeout in mid-move, buffer reuse): CPU, both modes
+  local pipe=""
+  if have "$tests/test_kv_stage_pipe"; then
+    if step c_stage_pipe 30 "$tests/test_kv_stage_pipe"; then pipe=pass; else pipe=fail; fi
+  fi
+  # ...and its wire half over real UCX between 2 ranks, a CPU rank standing in for the lender's staging
+  if have "$tests/test_kv_stage_wire" && command -v mpirun > /dev/null; then
+    if step c_stage_wire 60 mpirun --allow-run-as-root --oversubscribe -n 2 -x UCX_TLS=tcp "$tests/test_kv_stage_wire"; then
+      [ "$pipe" = fail ] || pipe=pass
+      local wire_s; wire_s=$(grep -o '"seconds":[0-9.]*' "$work/logs/c_stage_wire.log" | head -1 | cut -d: -f2)
+      [ -n "$wire_s" ] && metric c stage_wire_3mib_s "$wire_s"
+    else pipe=fail; fi
   fi
   # the UCX data plane's rate between two ranks (host memory): what CPU instances' moves use
   if have "$bin/bench_kv_move" && command -v mpirun > /dev/null; then
@@ -284,14 +313,16 @@ EOF2
       [ -n "$gbs" ] && metric c ucx_host_run256_gbs "$gbs"
     fi
   fi
-  local why="the move path (test_kv_moves_cuda.sh) $moves"
+  local why="the move path (test_kv_moves_cuda.sh) $moves, staged across \"nodes\" $staged, staging pipeline and wire (test_kv_stage_pipe, test_kv_stage_wire) ${pipe:-not built}"
   [ "$moves" = fail ] && ipc="$ipc+moves_fail"
+  [ "$staged" = fail ] || [ "$pipe" = fail ] && ipc="$ipc+moves_fail"
   case "$device:$ipc" in
     cuda:pass) finish c pass "CUDA IPC copies exact, rate measured; $why" $((SECONDS - t0)) ;;
-    cuda:pass+moves_fail) finish c fail "test_kv_moves_cuda.sh failed (logs/c_kv_moves_cuda.log); IPC copies exact" $((SECONDS - t0)) ;;
+    cuda:pass+moves_fail*) finish c fail "$why (logs/c_kv_moves_cuda.log, c_kv_moves_staged.log, c_stage_pipe.log, c_stage_wire.log); IPC copies exact" $((SECONDS - t0)) ;;
     cuda:fail*) finish c fail "test_cuda_kv_ipc failed (logs/c_kv_ipc.log); $why" $((SECONDS - t0)) ;;
     cuda:*) finish c "skipped: test_cuda_kv_ipc not staged or no GPU" "" $((SECONDS - t0)) ;;
-    *) finish c "pass (cpu stand-in)" "UCX host-memory moves between 2 ranks; CUDA IPC needs a GPU" $((SECONDS - t0)) ;;
+    *:*moves_fail*) finish c fail "$why (logs/c_stage_pipe.log, c_stage_wire.log)" $((SECONDS - t0)) ;;
+    *) finish c "pass (cpu stand-in)" "UCX host-memory moves between 2 ranks, staging pipeline ${pipe:-not built}; CUDA IPC and staged moves need a GPU" $((SECONDS - t0)) ;;
   esac
 }
 

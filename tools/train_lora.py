@@ -1,4 +1,4 @@
-"""Trains Braid's LoRA adapters for the default model and exports them in llama.cpp's GGUF adapter layout.
+"""Trains Braid's LoRA adapters for a GGUF base model (llama or qwen2) and exports them in llama.cpp's GGUF adapter layout.
 
     tools/setup_tools_venv.sh
     .venv-tools/bin/python tools/train_lora.py [--model models/SmolLM2-135M-Instruct.Q4_1.gguf] [--out adapters]
@@ -8,14 +8,18 @@ For each role (planner / coder / tester / summarizer) the script generates a sma
 the model's chat format (a role-specific answer style on templated tasks), trains a rank-16 LoRA on
 q/k/v/o of every layer with peft on the CPU (fp32, a few minutes on 2 cores), rounds A and B to fp16
 (the stored precision) and writes  OUT/<role>.gguf:
-    general.type = adapter, general.architecture = llama, adapter.type = lora, adapter.lora.alpha
+    general.type = adapter, general.architecture = the base's (llama, qwen2), adapter.type = lora, adapter.lora.alpha
     blk.N.attn_{q,k,v,output}.weight.lora_a   numpy (rank, in)  -> GGUF ne [in, rank]
     blk.N.attn_{q,k,v,output}.weight.lora_b   numpy (out, rank) -> GGUF ne [rank, out]
 The base model is read from the repository's GGUF (transformers de-quantizes it and un-permutes
 Q/K to the half-split RoPE layout). llama.cpp's GGUF stores Q/K rows permuted for the interleaved
 RoPE pairing, and Braid computes with those rows, so lora_b of q and k gets the same row
 permutation; the script checks numerically that this permutation maps transformers' q/k weights
-onto the GGUF's (de-quantized) ones before writing anything.
+onto the GGUF's (de-quantized) ones before writing anything. A qwen2 GGUF keeps HF's (NEOX) row order, so
+there lora_b is written as trained and the check is that the rows already agree; its tokenizer gets the
+pre-tokenizer tokenizer.ggml.pre = qwen2 names (transformers' GGUF loader builds a plain ByteLevel one).
+The data, rank, alpha, targets, steps and seeds are the same for every base model (issue 36: the same
+adapters on a second model family, for ForkKV's accuracy).
 
 Then (--golden) it writes the golden fixture Braid's test holds itself to: for the base model and
 each adapter (with the fp16-rounded weights), on a few prompts, the top-K logits at every prompt
@@ -84,9 +88,23 @@ def chat(tok, user, assistant=None):
     return text if assistant is None else text + assistant + "<|im_end|>\n"
 
 
-def load_base(model_path):
+def gguf_arch(model_path):
+    """general.architecture of a GGUF file ("llama", "qwen2", ...)."""
+    field = gguf.GGUFReader(model_path).fields["general.architecture"]
+    return bytes(field.parts[field.data[0]]).decode()
+
+
+def load_base(model_path, arch):
     directory, name = os.path.split(os.path.abspath(model_path))
     tok = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+    if arch == "qwen2":  # the pre-tokenizer Braid follows (tokenizer.ggml.pre = qwen2), as tools/golden does
+        import sys
+        from tokenizers import Regex, pre_tokenizers
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden"))
+        from make_arch_golden import QWEN2_PRE_REGEX
+        tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_PRE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, torch_dtype=torch.float32)
     model.eval()
     return tok, model
@@ -97,8 +115,13 @@ def permute_rows(w, n_head):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def check_permutation(model, model_path):
-    """The permutation must map transformers' q/k weights onto the GGUF's rows (which Braid uses)."""
+def row_order(w, n_head, arch):
+    """transformers' Q/K rows in the GGUF's order: permuted for llama, unchanged for qwen2 (NEOX RoPE)."""
+    return permute_rows(w, n_head) if arch == "llama" else w
+
+
+def check_permutation(model, model_path, arch):
+    """The row order must map transformers' q/k weights onto the GGUF's rows (which Braid uses)."""
     reader = gguf.GGUFReader(model_path)
     tensors = {t.name: t for t in reader.tensors}
     cfg = model.config
@@ -106,12 +129,12 @@ def check_permutation(model, model_path):
     for proj, stem, heads in ((layer.q_proj, "attn_q", cfg.num_attention_heads), (layer.k_proj, "attn_k", cfg.num_key_value_heads)):
         t = tensors[f"blk.0.{stem}.weight"]
         stored = gguf.quants.dequantize(t.data, t.tensor_type).reshape(proj.weight.shape)
-        mine = permute_rows(proj.weight.detach().numpy(), heads)
+        mine = row_order(proj.weight.detach().numpy(), heads, arch)
         err = float(np.abs(stored - mine).max())
         unpermuted = float(np.abs(stored - proj.weight.detach().numpy()).max())
         if err > 1e-5:
             raise SystemExit(f"train_lora: permuted {stem} differs from the GGUF by {err} (unpermuted: {unpermuted})")
-        print(f"permutation check {stem}: max |GGUF - permute(HF)| = {err:.2e} (unpermuted differs by {unpermuted:.2e})")
+        print(f"row-order check ({arch}) {stem}: max |GGUF - permute(HF)| = {err:.2e} (unpermuted differs by {unpermuted:.2e})")
 
 
 def train(model, tok, role, steps, seed):
@@ -149,9 +172,9 @@ def round_to_fp16(lm):
                 p.copy_(p.half().float())
 
 
-def export(lm, role, model, path):
+def export(lm, role, model, path, arch):
     cfg = model.config
-    writer = gguf.GGUFWriter(path, "llama")
+    writer = gguf.GGUFWriter(path, arch)
     writer.add_type(gguf.GGUFType.ADAPTER)
     writer.add_string("adapter.type", "lora")
     writer.add_float32("adapter.lora.alpha", ALPHA)
@@ -162,9 +185,9 @@ def export(lm, role, model, path):
             a = proj.lora_A[role].weight.detach().numpy().astype(np.float32)  # (rank, in)
             b = proj.lora_B[role].weight.detach().numpy().astype(np.float32)  # (out, rank)
             if stem == "attn_q":
-                b = permute_rows(b, cfg.num_attention_heads)
+                b = row_order(b, cfg.num_attention_heads, arch)
             elif stem == "attn_k":
-                b = permute_rows(b, cfg.num_key_value_heads)
+                b = row_order(b, cfg.num_key_value_heads, arch)
             writer.add_tensor(f"blk.{i}.{stem}.weight.lora_a", a.astype(np.float16))
             writer.add_tensor(f"blk.{i}.{stem}.weight.lora_b", np.ascontiguousarray(b).astype(np.float16))
     writer.write_header_to_file()
@@ -214,19 +237,23 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
-    tok, model = load_base(args.model)
+    arch = gguf_arch(args.model)
+    if arch not in ("llama", "qwen2"):
+        raise SystemExit(f"train_lora: base architecture '{arch}' is not supported (llama, qwen2)")
+    tok, model = load_base(args.model, arch)
     tok.padding_side = "right"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    check_permutation(model, args.model)
+    check_permutation(model, args.model, arch)
+    t_start = time.time()
     records = [golden_record(model, tok, "", n, u) for n, u in GOLDEN_PROMPTS] if args.golden else []
     roles = args.roles.split(",")
     for k, role in enumerate(roles):
         lm = train(model, tok, role, args.steps, seed=1000 + k)
         round_to_fp16(lm)
         path = os.path.join(args.out, f"{role}.gguf")
-        export(lm, role, model, path)
-        print(f"wrote {path} ({os.path.getsize(path)} bytes)", flush=True)
+        export(lm, role, model, path, arch)
+        print(f"wrote {path} ({os.path.getsize(path)} bytes; {time.time() - t_start:.0f} s since the base loaded)", flush=True)
         if args.golden:
             records += [golden_record(lm, tok, role, n, u) for n, u in GOLDEN_PROMPTS]
         model = lm.unload()  # the base model again, without this adapter's layers

@@ -90,11 +90,12 @@ static bool host_evictable(const RadixNode *n) {
  * giving its blocks back costs no store and loses nothing (the host copy stays), so a prefetch only
  * ever borrows blocks that would otherwise be free and can never make a request demote (and the
  * host tier drop) what it would have kept without prefetching: PBKV's lower-bound argument (§4.3). */
-static double node_key(const KvCacheTier *tier, int t, RadixNode *n) {
+static double node_key(const KvCache *c, const KvCacheTier *tier, int t, RadixNode *n) {
     double score = tier->policy->score(tier->state, n);
     n->heap_class[t] = n->meta.decayed ? 0 : 1;
     if (n->meta.decayed) return score;
-    if (t == CACHE_TIER_DEVICE && n->meta.prefetched && on_tier(n, CACHE_ON_HOST)) return score - 1e14;
+    /* (aggressive prefetch, App. E, keeps the policy's score: it paid active cache for the room) */
+    if (t == CACHE_TIER_DEVICE && n->meta.prefetched && on_tier(n, CACHE_ON_HOST) && c->prefetch_rho == 0) return score - 1e14;
     return score;
 }
 
@@ -107,7 +108,7 @@ static void heap_refresh(KvCache *c, RadixNode *n) {
             heap_remove(&tier->heap, t, n);
             continue;
         }
-        n->heap_key[t] = node_key(tier, t, n);
+        n->heap_key[t] = node_key(c, tier, t, n);
         if (n->heap_pos[t] >= 0) {
             heap_sift_up(&tier->heap, t, n->heap_pos[t]);
             heap_sift_down(&tier->heap, t, n->heap_pos[t]);
@@ -128,7 +129,7 @@ static void membership_changed(KvCache *c, RadixNode *n) {
 
 static void heap_rebuild(KvCache *c, int t) {
     KvCacheTier *tier = &c->tiers[t];
-    for (int i = 0; i < tier->heap.n; i++) tier->heap.nodes[i]->heap_key[t] = node_key(tier, t, tier->heap.nodes[i]);
+    for (int i = 0; i < tier->heap.n; i++) tier->heap.nodes[i]->heap_key[t] = node_key(c, tier, t, tier->heap.nodes[i]);
     for (int i = tier->heap.n / 2 - 1; i >= 0; i--) heap_sift_down(&tier->heap, t, i);
 }
 
@@ -685,6 +686,25 @@ static int reclaim_for_prefetch(KvCache *c, int room, int keep_free) {
     return dev->pool.n_free - keep_free;
 }
 
+/* Aggressive prefetch (App. E): past free blocks and retired cache, evicts the device heap's
+ * lowest-scored nodes, active cache included, until `room` blocks beyond keep_free are free, the
+ * heap is empty, or the next victim would take the active blocks displaced past rho x the device's
+ * blocks. A prefetched node no request used yet is given back on the way (it has its host copy) and
+ * does not count against rho. Returns the free blocks beyond keep_free. */
+static int displace_for_prefetch(KvCache *c, int room, int keep_free) {
+    KvCacheTier *dev = &c->tiers[CACHE_TIER_DEVICE];
+    long limit = (long)(c->prefetch_rho * (double)(dev->pool.n_blocks - 1)), displaced = 0;
+    while (dev->pool.n_free - keep_free < room && dev->heap.n > 0) {
+        RadixNode *victim = dev->heap.nodes[0];
+        bool active = !(victim->meta.prefetched && on_tier(victim, CACHE_ON_HOST));
+        if (active && displaced + victim->n_blocks > limit) break;
+        if (active) displaced += victim->n_blocks;
+        evict_device_node(c, victim);
+    }
+    c->counters.prefetch_displaced_blocks += (uint64_t)displaced;
+    return dev->pool.n_free - keep_free;
+}
+
 static void collect_all_candidates(PrefetchCtx *p) {
     for (int i = 0; i < p->c->tree.n_roots; i++) collect_candidates(p, p->c->tree.roots[i].root);
 }
@@ -702,6 +722,7 @@ int kv_cache_prefetch(KvCache *c, int max_blocks, int keep_free, int *loaded_out
     int want = wanted_blocks(&p, max_blocks);
     if (want == 0) return 0;
     int budget = reclaim_for_prefetch(c, want, keep_free);
+    if (c->prefetch_rho > 0 && budget < want) budget = displace_for_prefetch(c, want, keep_free);
     if (budget > max_blocks) budget = max_blocks;
     if (budget <= 0) return 0;
     p = (PrefetchCtx){.c = c, .policy = dev->policy, .state = dev->state};
@@ -1024,6 +1045,9 @@ int kv_cache_init(KvCache *c, const KvCacheConfig *cfg, BraidError *err) {
     const EvictPolicy *policy = cfg->policy ? cfg->policy : &evict_policy_lru;
     if (cfg->device_blocks < 2)
         return braid_error_set(err, "kv cache: need at least 2 device blocks (one is the null block), got %d", cfg->device_blocks);
+    if (!(cfg->prefetch_rho >= 0 && cfg->prefetch_rho <= 1))
+        return braid_error_set(err, "kv cache: prefetch rho %g is outside [0, 1]", cfg->prefetch_rho);
+    c->prefetch_rho = cfg->prefetch_rho;
     if (radix_init(&c->tree, cfg->block_size, err)) return -1;
     c->tree.on_split = on_split;
     c->tree.split_ctx = c;

@@ -126,6 +126,9 @@ typedef struct {
      * then acquired (also counted in device_hit_blocks), and blocks that left the device again
      * unused. prefetched - hit - wasted are on the device now, not yet used. */
     uint64_t prefetched_blocks, prefetch_hit_blocks, prefetch_wasted_blocks;
+    /* Aggressive prefetch (KvCacheConfig.prefetch_rho > 0): active device blocks evicted (demoted
+     * or dropped) to make room for a prefetch. Always 0 in the conservative mode. */
+    uint64_t prefetch_displaced_blocks;
     /* Segment reuse: chunks indexed (and refused with the index full); per lookup, chunks whose
      * hash was found (candidates), reused exactly or approximately, or rejected because the left
      * context (exact) or window (approximate) differed; the tokens reused. */
@@ -226,6 +229,12 @@ typedef struct {
      * never makes an exact sequence approximate: approximate blocks are never sources, so an early
      * approximation shrinks what later requests can reuse). anywhere: also before it. */
     bool segment_lsh_anywhere;
+    /* Prefetch mode (PBKV App. E). 0 = conservative (§4.3, the default): free blocks and retired
+     * cache only, and a prefetched node no request used yet is the device's next victim. In (0, 1]:
+     * aggressive, the paper's variant: each kv_cache_prefetch may also evict active cache, lowest
+     * score first, up to prefetch_rho x the device's blocks, and prefetched nodes keep the policy's
+     * own score (they are not given back first). */
+    double prefetch_rho;
 } KvCacheConfig;
 
 #define KV_CACHE_DEFAULT_TAU_SEG 0.5
@@ -294,6 +303,7 @@ typedef struct KvCache {
     long n_uses, max_uses;    /* workflow uses on all nodes (== index entries), and their bound */
     struct KvCachePrefetchCand *cands; /* (cap_cands) kv_cache_prefetch's candidate heap */
     int cap_cands;
+    double prefetch_rho;       /* KvCacheConfig.prefetch_rho: 0 conservative, > 0 aggressive */
     bool segments_on;
     SegmentIndex segments;
     bool lsh_on;               /* near-duplicate index (segment_lsh.h) kept beside segments */
@@ -384,7 +394,11 @@ int kv_cache_predict(KvCache *c, const char *workflow, const char *current_agent
  * is a load-back with no request: LOAD ops on the pending list, the node on both tiers, its device
  * blocks owned by the tree alone. Until a request uses it, such a node is the device's next victim
  * after decayed and retired cache (its host copy stays, so giving it back costs nothing): a
- * prefetch borrows room, it never displaces. *loaded_out (may be NULL) gets the blocks loaded. A
+ * prefetch borrows room, it never displaces. Aggressive mode (KvCacheConfig.prefetch_rho > 0,
+ * App. E): when free blocks and retired cache leave less room than the candidates want, active
+ * device nodes are evicted too, lowest score first, at most prefetch_rho x the device's blocks per
+ * call (counted as prefetch_displaced_blocks), and a prefetched node keeps its policy score (it is
+ * not the next victim). *loaded_out (may be NULL) gets the blocks loaded. A
  * policy without prefetch_value, or no host tier, loads nothing. Returns 0, or -1 when out of
  * memory (what was loaded before stays loaded and counted). */
 int kv_cache_prefetch(KvCache *c, int max_blocks, int keep_free, int *loaded_out);

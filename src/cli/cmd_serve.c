@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "coord/auth.h"
 #include "coord/coordinator.h"
+#include "coord/instance_join.h"
 #include "coord/explicit_caches.h"
 #include "coord/http_api.h"
 #include "coord/manifest_recorder.h"
@@ -141,6 +142,16 @@ static const char serve_usage[] =
     "                           heads the coordinator recorded (chunks seen at least twice, most seen first), then\n"
     "                           --warm-start's, are prefilled on it (/metrics: braid_instance_restarts_total,\n"
     "                           braid_instance_rewarm_heads_total, braid_instance_rewarms_total)\n"
+    "  --join-slots K           K more instances that have no rank in this job: each starts dead and is filled (or\n"
+    "                           filled again, after its node was lost) by a leader that joins from its own MPI job\n"
+    "                           (`mpirun -n 1 --ompi-server file:URI braid serve --join-instance I ...` on the\n"
+    "                           returning node; this job's mpirun needs the same --ompi-server). --tp 1 only. Open\n"
+    "                           MPI 4.1 connects only jobs whose ranks all run on their own mpirun's node: start\n"
+    "                           this job's mpirun on the coordinator's node with all its ranks there. A job that\n"
+    "                           accepts joins ends without MPI_Finalize. Joined instances take no part in KV moves\n"
+    "  --join-instance I        join a running coordinator (--join-slots) as its instance I (0-based), then serve\n"
+    "                           it like a restarted leader: re-warmed, routed to once ready\n"
+    "  --join-service NAME      the name the coordinator publishes its port under in ompi-server (default braid-join)\n"
     "  --rewarm-heads K         a restarted instance is re-warmed with at most K heads (default 64; 0 = it comes\n"
     "                           back cold)\n"
     "  --rewarm-tokens M        ... and at most M prompt tokens (default 16384)\n"
@@ -226,6 +237,9 @@ typedef struct {
     long rewarm_heads, rewarm_tokens; /* bounds of a restarted instance's re-warm (warm_start.h) */
     long respawned_instance;  /* set by the coordinator on a spawned leader: its instance (-1: not one) */
     long respawn_host_blocks; /* with it: the host tier the job's rank 0 decided */
+    long join_slots;          /* --join-slots: instances that only join from their own MPI job (rank 0) */
+    long join_instance;       /* --join-instance: this process joins a running coordinator as that instance (-1: no) */
+    const char *join_service; /* --join-service: the name both sides use in ompi-server */
 } ServeArgs;
 
 static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
@@ -237,9 +251,9 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
            O_WARM_START, O_WARM_START_PIN, O_OCCUPANCY, O_OCCUPANCY_INTERVAL,
            O_RESTARTS, O_RESPAWNED, O_RESPAWN_HOST, O_REWARM_HEADS, O_REWARM_TOKENS, O_KV_MOVES, O_ROUTER, O_MOVE_GBPS,
            O_MOVE_PREFILL, O_MOVE_TIMEOUT, O_WATCHDOG, O_WARM_HEADS, O_WARM_TOKENS, O_FAIR_SHARE, O_FAIR_STEP, O_PBKV_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS, O_PREFETCH_COPIES, O_ALLOW_RUNTIME_LORA, O_CACHE_CREATE_RATE, O_STATE_DIR,
-           O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP };
+           O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_JOIN_SLOTS, O_JOIN_INSTANCE, O_JOIN_SERVICE };
     static const struct option opts[] = {
-        CLI_SPAN_GUARD_OPTIONS(O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP),
+        CLI_SPAN_GUARD_OPTIONS(O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES),
         {"model", required_argument, 0, O_MODEL}, {"chat-template", required_argument, 0, O_CHAT_TEMPLATE},
         {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -277,6 +291,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"restart-instances", required_argument, 0, O_RESTARTS},
         {"rewarm-heads", required_argument, 0, O_REWARM_HEADS}, {"rewarm-tokens", required_argument, 0, O_REWARM_TOKENS},
         {"respawned-instance", required_argument, 0, O_RESPAWNED}, {"respawn-host-blocks", required_argument, 0, O_RESPAWN_HOST},
+        {"join-slots", required_argument, 0, O_JOIN_SLOTS}, {"join-instance", required_argument, 0, O_JOIN_INSTANCE},
+        {"join-service", required_argument, 0, O_JOIN_SERVICE},
         {"kv-moves", required_argument, 0, O_KV_MOVES}, {"router", required_argument, 0, O_ROUTER},
         {"move-gbps", required_argument, 0, O_MOVE_GBPS}, {"move-prefill-tps", required_argument, 0, O_MOVE_PREFILL},
         {"move-timeout", required_argument, 0, O_MOVE_TIMEOUT},
@@ -294,7 +310,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
                      .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW, .span_guard = cli_span_guard_defaults(), .max_connections = 1024,
                      .max_connections_per_client = 64, .http_timeout = 10, .cache_create_rate = EXPLICIT_CACHES_DEFAULT_CREATE_RATE,
                      .manifest_capacity = MANIFEST_RECORDER_DEFAULT_CAPACITY, .occupancy_interval = 1.0,
-                     .respawned_instance = -1, .rewarm_heads = WARM_START_DEFAULT_REWARM_HEADS,
+                     .respawned_instance = -1, .join_instance = -1, .join_service = JOIN_DEFAULT_SERVICE, .rewarm_heads = WARM_START_DEFAULT_REWARM_HEADS,
                      .rewarm_tokens = WARM_START_DEFAULT_REWARM_TOKENS, .kv_moves = true, .router_mode = ROUTER_COST,
                      .move_gbps = MOVE_DEFAULT_LINK_GBPS, .move_prefill_tps = MOVE_DEFAULT_PREFILL_TPS, .move_timeout = 5.0,
                      .request_watchdog = REQUEST_WATCHDOG_DEFAULT_S, .warm_start_heads = WARM_START_DEFAULT_HEADS,
@@ -354,6 +370,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
             break;
         case O_RESPAWNED: target = &a->respawned_instance, flag = "--respawned-instance", lo = 0, hi = 1 << 20; break;
         case O_RESPAWN_HOST: target = &a->respawn_host_blocks, flag = "--respawn-host-blocks", lo = 0, hi = 1L << 40; break;
+        case O_JOIN_SLOTS: target = &a->join_slots, flag = "--join-slots", lo = 0, hi = 1 << 16; break;
+        case O_JOIN_INSTANCE: target = &a->join_instance, flag = "--join-instance", lo = 0, hi = 1 << 20; break;
         case O_PREDICTOR: a->predictor_path = optarg; break;
         case O_API_KEYS: a->api_keys_path = optarg; break;
         case O_TLS_CERT: a->tls_cert = optarg; break;
@@ -426,6 +444,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_PROBE_TOKENS: if (cli_span_guard_parse("segment-probe-tokens", optarg, &a->span_guard)) return 2; break;
         case O_PROBE_COS: if (cli_span_guard_parse("segment-probe-min-cos", optarg, &a->span_guard)) return 2; break;
         case O_WINDOW_DEEP: if (cli_span_guard_parse("approx-window-deep", optarg, &a->span_guard)) return 2; break;
+        case O_APPROX_PREFIX: if (cli_span_guard_parse("approx-prefix", optarg, &a->span_guard)) return 2; break;
+        case O_PROBE_VALUES: if (cli_span_guard_parse("segment-probe-values", optarg, &a->span_guard)) return 2; break;
         case O_PIN_BUDGET: target = &a->pin_budget, flag = "--pin-budget", lo = 0, hi = 1 << 30; break;
         case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("serve", optarg, &a->host_tier, verbose)) return 2; break;
         case O_HOST_GIB: if (cli_parse_host_kv_gib("serve", optarg, &a->host_tier, verbose)) return 2; break;
@@ -479,6 +499,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_LORA_CACHE: if (cli_parse_lora_cache("serve", optarg, &a->lora, verbose)) return 2; break;
         case O_RESIDUAL_BLOCKS: if (cli_parse_residual_blocks("serve", optarg, &a->lora, verbose)) return 2; break;
         case O_ALLOW_RUNTIME_LORA: a->allow_runtime_lora = true; break;
+        case O_JOIN_SERVICE: a->join_service = optarg; break;
         case O_STATE_DIR: a->state_dir = optarg; break;
         case O_CACHE_CREATE_RATE:
             if (verbose ? cli_parse_float("--cache-create-rate", optarg, 0, 1e6, &a->cache_create_rate)
@@ -504,6 +525,10 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     if (cli_check_pbkv_gamma("serve", a->policy, a->pbkv_gamma, verbose)) return 2;
     if (a->prefetch_blocks > 0 && !a->prefetch) {
         if (verbose) fprintf(stderr, "braid serve: --prefetch-blocks caps the prefetch, which is off (policy %s)\n", a->policy->name);
+        return 2;
+    }
+    if ((a->join_slots > 0 || a->join_instance >= 0) && a->tp > 1) {
+        if (verbose) fprintf(stderr, "braid serve: --join-slots / --join-instance need --tp 1: a joining instance is one process\n");
         return 2;
     }
     if (a->restart_instances > 0 && a->tp > 1) {
@@ -668,7 +693,7 @@ static WarmStart *start_warm_start(const ServeArgs *a, Coordinator *coord, const
                           .generate = {.coord = coord, .model = model, .served_model = served_name, .lora = lora,
                                        .segment_reuse = (int)a->segment_reuse},
                           .recorder = recorder, .metrics = metrics,
-                          .rewarm_max_heads = a->restart_instances > 0 ? (int)a->rewarm_heads : 0,
+                          .rewarm_max_heads = a->restart_instances > 0 || a->join_slots > 0 ? (int)a->rewarm_heads : 0,
                           .rewarm_max_tokens = a->rewarm_tokens, .max_heads = a->warm_start_heads,
                           .max_tokens = a->warm_start_tokens, .keys = keys};
     BraidError err;
@@ -733,7 +758,8 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, const Lo
     CoordinatorConfig cc = {.n_instances = n_instances, .tp = (int)a->tp, .max_pending = (int)a->max_pending,
                             .load_slack = (int)a->route_slack, .router_mode = a->router_mode,
                             .moves = {.enabled = a->kv_moves, .link_bytes_per_s = a->move_gbps * 1e9, .latency_s = MOVE_DEFAULT_LATENCY_S,
-                                      .prefill_tokens_per_s = a->move_prefill_tps, .min_blocks = MOVE_DEFAULT_MIN_BLOCKS}, .events = events, .trace = trace, .ready_line = ready_line,
+                                      .prefill_tokens_per_s = a->move_prefill_tps, .min_blocks = MOVE_DEFAULT_MIN_BLOCKS,
+                                      .lender_step_tokens = (int)a->max_batch_tokens, .timeout_s = a->move_timeout}, .events = events, .trace = trace, .ready_line = ready_line,
                             .forecast = {.predictor = *predictor, .kind = a->markov == 2 ? PREDICTOR_MARKOV2 : PREDICTOR_MARKOV1,
                                          .learn = a->predictor_learn, .horizon = (int)a->horizon,
                                          .max_workflows = (int)a->max_workflows, .idle_timeout_s = a->idle_timeout},
@@ -741,6 +767,7 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, const Lo
                             .instance_timeout_s = a->instance_timeout, .kv_publisher = kv_publisher,
                             .warm_start = a->warm_start != NULL,
                             .max_restarts = (int)a->restart_instances, .respawn_args = respawn_args,
+                            .join_first = n_instances - (int)a->join_slots, .join_service = a->join_slots > 0 ? a->join_service : NULL,
                             .request_watchdog_s = a->request_watchdog, .keys = access->keys};
     int rc = 1;
     *predictor = NULL; /* cc.forecast holds it; coordinator_init takes it over, even when it fails */
@@ -766,7 +793,8 @@ static int run_coordinator(const ServeArgs *a, const BraidModel *model, const Lo
     } else {
         coordinator_on_drain(&coord, stop_accepting, http); /* a stop signal closes the listening socket at once */
     }
-    bool rewarms = a->restart_instances > 0 && a->rewarm_heads > 0;
+    /* A restarted or (re)joined instance comes back with an empty cache: it is re-warmed. */
+    bool rewarms = (a->restart_instances > 0 || a->join_slots > 0) && a->rewarm_heads > 0;
     WarmStart *warm = a->warm_start || rewarms ? start_warm_start(a, &coord, model, name, lora, manifest, metrics, access->keys) : NULL;
     if (coordinator_run(&coord, stop, &err)) fprintf(stderr, "braid serve: %s\n", err.msg);
     else rc = http ? 0 : 1;
@@ -940,6 +968,30 @@ static int run_respawned(const ServeArgs *a, MPI_Comm parent) {
     return rc;
 }
 
+/* Before MPI_Init (which must know the thread level): is --join-slots given with K > 0? */
+static bool wants_join_slots(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *v = strncmp(argv[i], "--join-slots=", 13) == 0 ? argv[i] + 13
+                        : strcmp(argv[i], "--join-slots") == 0 && i + 1 < argc ? argv[i + 1] : NULL;
+        if (v && atol(v) > 0) return true;
+    }
+    return false;
+}
+
+/* A leader that joins a running coordinator from its own MPI job (--join-instance): connected,
+ * taken, it runs as a respawned leader of that instance. */
+static int run_joining(ServeArgs *a) {
+    BraidError err;
+    MPI_Comm inter = MPI_COMM_NULL;
+    if (join_connect(a->join_service, (int)a->join_instance, &inter, &err)) {
+        fprintf(stderr, "braid serve: joining as instance %ld: %s\n", a->join_instance, err.msg);
+        return 1;
+    }
+    fprintf(stderr, "braid serve: joined the coordinator as instance %ld\n", a->join_instance);
+    a->respawned_instance = a->join_instance;
+    return run_respawned(a, inter);
+}
+
 static int check_layout(int world, long tp, int rank) {
     if (world >= 2 && (world - 1) % tp == 0) return 0;
     if (rank == 0)
@@ -956,7 +1008,8 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     int provided = 0, rank = 0, world = 0;
-    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    /* The join acceptor (instance_join.h) calls MPI from its own thread. */
+    if (MPI_Init_thread(&argc, &argv, wants_join_slots(argc, argv) ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
         fprintf(stderr, "braid serve: MPI_Init_thread failed\n");
         return 1;
     }
@@ -974,6 +1027,11 @@ int cmd_serve(int argc, char **argv) {
     AgentPredictor *predictor = NULL; /* rank 0's --predictor until the coordinator takes it */
     AccessConfig access = {0};        /* rank 0's --api-keys and TLS files */
     int rc = parse_args(argc, argv, &a, rank == 0);
+    if (rc == 0 && a.join_instance >= 0) { /* its own MPI job: no job start-up, no MPI_Finalize */
+        rc = run_joining(&a);
+        free(respawn.args);
+        return rc;
+    }
     if (parent != MPI_COMM_NULL) { /* a restarted instance's leader: no job start-up, no MPI_Finalize */
         rc = rc == 0 ? run_respawned(&a, parent) : rc;
         free(respawn.args);
@@ -1015,7 +1073,7 @@ int cmd_serve(int argc, char **argv) {
             long host_blocks = cli_load_lora("serve", &a.lora, &model.weights.cfg, &lora, rank == 0) ? -1 : decide_host_blocks(&a, &model, rank);
             if (rank == 0 && host_blocks >= 0) respawn_args_add_host_blocks(&respawn, host_blocks);
             if (host_blocks < 0) rc = 1;
-            else rc = rank == 0 ? run_coordinator(&a, &model, &lora, (world - 1) / (int)a.tp, &stop, &predictor, binding_metrics, &access,
+            else rc = rank == 0 ? run_coordinator(&a, &model, &lora, (world - 1) / (int)a.tp + (int)a.join_slots, &stop, &predictor, binding_metrics, &access,
                                                   &ranks, a.restart_instances > 0 ? (const char *const *)respawn.args : NULL, &lost_ranks)
                                 : run_worker(&a, &model, &lora, rank, (int)a.tp, MPI_COMM_WORLD, tp_comm, host_blocks, &binding,
                                              (world - 1) / (int)a.tp > 1, &lost_ranks);

@@ -22,12 +22,14 @@ static const char sim_usage[] =
     "                 [--prefill-ms-per-token X] [--decode-ms-per-token Y] [--host-gbs G]\n"
     "                 [--host-latency-us L] [--kv-bytes-per-token K] [--predictor FILE | --markov 1|2]\n"
     "                 [--predictor-learn] [--horizon K | --pbkv-k K] [--pbkv-gamma G] [--prediction-noise L]\n"
-    "                 [--cache-outputs] [--prefetch [--prefetch-blocks N]]\n"
+    "                 [--cache-outputs] [--prefetch [--prefetch-blocks N] [--prefetch-mode conservative|aggressive] [--prefetch-rho R]]\n"
     "                 [--timeline FILE] [--hidden FILE] [--segment-reuse off|exact|approx [--approx-window W] [--model GGUF]]\n"
     "                 [--segment-lsh on|anywhere|off [--segment-tau-seg T] [--segment-tau-ctx T]]\n"
-    "                 [--lora-cache separate|shared [--residual-tokens N] [--lora-rank R] [--kv-dim D]]\n"
+    "                 [--directives on|off] [--pin-budget TOKENS]\n"
+    "                 [--lora-cache separate|shared|auto [--residual-tokens N] [--lora-rank R] [--kv-dim D]\n"
+    "                  [--residual-attention none|cpu|RHO_D:RHO_P]]\n"
     "                 [--instances N [--router cost|cache|balanced|round-robin] [--moves on|off] [--link-gbps G]\n"
-    "                  [--link-latency-us L] [--route-slack S]]\n"
+    "                  [--link-latency-us L] [--route-slack S] [--max-batch-tokens T] [--move-timeout S]]\n"
     "                 [--tenants [--max-batch-tokens T] [--max-running R] [--fair-step-tokens F] [--step-ms S]] [--json]\n"
     "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's KV cache object (the one the server\n"
     "  runs) in arrival order, one request at a time, with a device cache of N tokens.\n"
@@ -50,6 +52,10 @@ static const char sim_usage[] =
     "            next calls to use into free device blocks, never evicting for them (pbkv; needs a host tier).\n"
     "            Their copies are on no request's TTFT; reported as prefetched / used / wasted blocks.\n"
     "            --prefetch-blocks N: at most N blocks per gap (the live S_bw per step; default: no cap)\n"
+    "            --prefetch-mode aggressive: the paper's App. E variant: beyond free blocks and retired cache,\n"
+    "            each gap may also evict active cache, lowest lookahead score first, up to R x the device\n"
+    "            (--prefetch-rho R in (0, 1], default 0.2, the paper's best; R alone selects aggressive),\n"
+    "            and prefetched blocks keep their score. Default conservative.\n"
     "  --cache-outputs: also cache each request's generated blocks (unique to it), as the live engine\n"
     "            does; by default only prompt blocks are cached\n"
     "  --timeline FILE: write one JSON line per request in trace order (after a header line with the\n"
@@ -61,6 +67,13 @@ static const char sim_usage[] =
     "            Needs a trace with token ids (braid-bench gen / braid batch --trace-tokens) and the model's\n"
     "            tokenizer for the chunker's anchors (--model, default $BRAID_MODEL or the default model); a\n"
     "            reused token costs no prefill in the model. Not with belady.\n"
+    "  --approx-prefix on|off: approx mode: take approximate K/V earlier requests committed through the\n"
+    "            prefix cache (on, default) or stop the prefix match at the first approximate block (off),\n"
+    "            as braid serve --approx-prefix\n"
+    "  --directives on|off: a trace whose lines carry \"directives\" (pin, unpin, decay, evict, share, splice;\n"
+    "            docs/TRACE_FORMAT.md) replays on token ids and applies them as braid serve does (on, the\n"
+    "            default); off replays the same trace without them. Tokens a splice or a shared prefix copies\n"
+    "            count as hits. --pin-budget: pinned tokens per tenant (default a quarter of --kv-tokens)\n"
     "  --segment-lsh on|anywhere|off: with --segment-reuse approx, also near-duplicate chunks found by\n"
     "            MinHash/LSH over canonical token text (default off); only their equal tokens are reused; on:\n"
     "            only past a request's first approximate span, anywhere: also before it. --segment-tau-seg\n"
@@ -72,7 +85,12 @@ static const char sim_usage[] =
     "            --kv-tokens) with its own LRU. A request computes from min(base hit, residual hit) and writes\n"
     "            each part past its own hit; reports base / residual hits, fork tokens (base hit, residual\n"
     "            computed), partial tokens (residual hit, base recomputed) and peak memory of both pools.\n"
-    "            Needs token ids in the trace (--trace-tokens); not with --segment-reuse\n"
+    "            Needs token ids in the trace (--trace-tokens); not with --segment-reuse. auto: shared's pools, and\n"
+    "            each adapted request forks or keeps a separate copy by the server's --lora-cache auto cost model\n"
+    "            (attention penalty vs regret-priced memory saving; not with belady)\n"
+    "  --residual-attention: ResidualAttention's extra time on every forked request's modeled latency: none\n"
+    "            (default), cpu (the committed CPU probe: 3.14x decode, 1.58x prefill over 72.2 / 50.6 ns a slot\n"
+    "            and layer, 30 layers) or RHO_D:RHO_P (those plain costs, these ratios)\n"
     "  --lora-rank, --kv-dim: size a residual token at --kv-bytes-per-token x R / D bytes (defaults 16 and\n"
     "            192, SmolLM2-135M's 3 KV heads x 64: 1920 of 23040 bytes, a per-agent memory ratio of 12)\n"
     "  --block-size: cache block size, a multiple of the trace's (default: the trace's)\n"
@@ -91,6 +109,9 @@ static const char sim_usage[] =
     "            instances (--moves on, the default) over a link of --link-gbps G\n"
     "            (default 10) and --link-latency-us L a move (default 20: RDMA between nodes) when moving is\n"
     "            cheaper than recomputing. Each instance serves one request at a time (no batching).\n"
+    "            A busy lender answers a move between its engine steps (the rest of its prefill, at most\n"
+    "            --max-batch-tokens T tokens, default 512), and a move that takes --move-timeout S (default 5;\n"
+    "            0: never) fails and its blocks are computed, as serve's do.\n"
     "            Reports prompt tokens by origin (local cache, moved in, computed), moves, modeled latency\n"
     "            (mean, p50, p99), TTFT (mean, p99) and wait, and the busiest instance's share. Not with a host tier, --policy other than lru,\n"
     "            --segment-reuse, --lora-cache shared or --prefetch\n"
@@ -152,12 +173,17 @@ static void print_text(const SimConfig *cfg, const SimResult *r, double elapsed)
                 (unsigned long long)r->segment_lsh_candidates, (unsigned long long)r->segment_lsh_admitted,
                 (unsigned long long)r->segment_lsh_rejected, (unsigned long long)r->segment_lsh_reused_tokens,
                 (unsigned long long)r->segment_lsh_refused_full);
-    if (cfg->lora_cache == SIM_LORA_SHARED) print_forkkv_text(cfg, r);
+    if (cfg->lora_cache != SIM_LORA_SEPARATE) print_forkkv_text(cfg, r);
+    if (r->directives.requests > 0 || cfg->ignore_directives) sim_directives_print(&r->directives, r->prompt_tokens, cfg->ignore_directives);
+    if (cfg->lora_cache != SIM_LORA_SEPARATE)
+        fprintf(stderr, "[sim] lora-cache %s: %d adapted requests forked, %d on a separate cache; ResidualAttention charged %.2f s\n",
+                sim_lora_cache_name(cfg->lora_cache), r->forked_requests, r->separate_adapted_requests, r->fork_attention_s);
     if (cfg->prefetch)
-        fprintf(stderr, "[sim] prefetch: %llu blocks prefetched between requests, %llu used by a request (device hits), "
-                        "%llu evicted unused (copies %.3f s of idle time)\n",
-                (unsigned long long)r->prefetched_blocks, (unsigned long long)r->prefetch_hit_blocks,
-                (unsigned long long)r->prefetch_wasted_blocks, r->prefetch_copy_s);
+        fprintf(stderr, "[sim] prefetch (%s): %llu blocks prefetched between requests, %llu used by a request (device hits), "
+                        "%llu evicted unused (copies %.3f s of idle time), %llu active blocks displaced for it\n",
+                cfg->prefetch_rho > 0 ? "aggressive" : "conservative", (unsigned long long)r->prefetched_blocks,
+                (unsigned long long)r->prefetch_hit_blocks, (unsigned long long)r->prefetch_wasted_blocks, r->prefetch_copy_s,
+                (unsigned long long)r->prefetch_displaced_blocks);
     if (r->predicted_calls)
         fprintf(stderr, "[sim] next-agent forecasts: %llu of %llu calls predicted right at step 1 (%.1f%%)\n",
                 (unsigned long long)r->correct_next, (unsigned long long)r->predicted_calls, 100.0 * r->correct_next / r->predicted_calls);
@@ -186,6 +212,10 @@ static json_t *forkkv_json(const SimConfig *cfg, const SimResult *r) {
                             (double)cfg->kv_dim / cfg->lora_rank);
     if (o && mem) json_object_update(o, mem);
     json_decref(mem);
+    json_t *choice = json_pack("{s:i, s:i, s:f}", "forked_requests", r->forked_requests, "separate_adapted_requests",
+                               r->separate_adapted_requests, "fork_attention_s", r->fork_attention_s);
+    if (o && choice) json_object_update(o, choice);
+    json_decref(choice);
     return o;
 }
 
@@ -214,6 +244,10 @@ static void print_json(const SimConfig *cfg, const SimResult *r) {
                            cfg->prediction_noise, "uses_over_bound", (json_int_t)r->uses_over_bound);
     if (o && pf) json_object_update(o, pf);
     json_decref(pf);
+    json_t *pfa = json_pack("{s:s, s:f, s:I}", "prefetch_mode", cfg->prefetch_rho > 0 ? "aggressive" : "conservative", "prefetch_rho",
+                            cfg->prefetch_rho, "prefetch_displaced_blocks", (json_int_t)r->prefetch_displaced_blocks);
+    if (o && pfa) json_object_update(o, pfa);
+    json_decref(pfa);
     json_t *seg = json_pack("{s:s, s:i, s:I}", "segment_reuse", segment_reuse_name((SegmentReuseMode)cfg->segment_reuse), "approx_window",
                             cfg->approx_window, "segment_reused_tokens", (json_int_t)r->segment_reused_tokens);
     if (o && seg) json_object_update(o, seg);
@@ -229,6 +263,8 @@ static void print_json(const SimConfig *cfg, const SimResult *r) {
     json_t *fork = forkkv_json(cfg, r);
     if (o && fork) json_object_update(o, fork);
     json_decref(fork);
+    if (o && (r->directives.requests > 0 || cfg->ignore_directives))
+        json_object_set_new(o, "directives", sim_directives_json(&r->directives, cfg->ignore_directives));
     char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
     printf("%s\n", line ? line : "{\"error\":\"out of memory\"}");
     free(line);
@@ -262,11 +298,13 @@ static int write_timeline(const char *path, const SimConfig *cfg, const Trace *t
 }
 
 int cmd_sim(int argc, char **argv) {
+    enum { O_APPROX_PREFIX = 480 }; /* apart from the list below, whose values run up from 256 */
+    enum { O_MOVE_TIMEOUT = 496 };
     enum { O_OUTPUTS = 300, O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV, O_LEARN,
            O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_MODEL, O_NOISE,
            O_LORA_CACHE, O_RESIDUAL, O_RANK, O_KV_DIM, O_INSTANCES, O_ROUTER, O_MOVES, O_LINK_GBPS, O_LINK_LAT, O_SLACK,
            O_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS, O_TENANTS, O_MBT, O_RUNNING, O_FAIR_STEP, O_STEP_MS,
-           O_SEG_LSH, O_TAU_SEG, O_TAU_CTX };
+           O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_PREFETCH_MODE = 420, O_PREFETCH_RHO, O_DIRECTIVES = 400, O_PIN_BUDGET, O_RES_ATTN = 450 };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
@@ -279,25 +317,28 @@ int cmd_sim(int argc, char **argv) {
         {"prefetch", no_argument, 0, O_PREFETCH}, {"timeline", required_argument, 0, O_TIMELINE},
         {"hidden", required_argument, 0, O_HIDDEN}, {"segment-reuse", required_argument, 0, O_SEGMENTS},
         {"approx-window", required_argument, 0, O_WINDOW}, {"model", required_argument, 0, O_MODEL},
+        {"approx-prefix", required_argument, 0, O_APPROX_PREFIX},
         {"prediction-noise", required_argument, 0, O_NOISE}, {"lora-cache", required_argument, 0, O_LORA_CACHE},
-        {"residual-tokens", required_argument, 0, O_RESIDUAL}, {"lora-rank", required_argument, 0, O_RANK},
+        {"residual-tokens", required_argument, 0, O_RESIDUAL}, {"residual-attention", required_argument, 0, O_RES_ATTN}, {"lora-rank", required_argument, 0, O_RANK},
         {"kv-dim", required_argument, 0, O_KV_DIM}, {"instances", required_argument, 0, O_INSTANCES},
         {"router", required_argument, 0, O_ROUTER}, {"moves", required_argument, 0, O_MOVES},
         {"link-gbps", required_argument, 0, O_LINK_GBPS}, {"link-latency-us", required_argument, 0, O_LINK_LAT},
-        {"route-slack", required_argument, 0, O_SLACK},
+        {"route-slack", required_argument, 0, O_SLACK}, {"move-timeout", required_argument, 0, O_MOVE_TIMEOUT},
         {"pbkv-gamma", required_argument, 0, O_GAMMA}, {"pbkv-k", required_argument, 0, O_PBKV_K},
         {"prefetch-blocks", required_argument, 0, O_PREFETCH_BLOCKS},
+        {"prefetch-mode", required_argument, 0, O_PREFETCH_MODE}, {"prefetch-rho", required_argument, 0, O_PREFETCH_RHO},
         {"tenants", no_argument, 0, O_TENANTS}, {"max-batch-tokens", required_argument, 0, O_MBT},
         {"max-running", required_argument, 0, O_RUNNING}, {"fair-step-tokens", required_argument, 0, O_FAIR_STEP},
         {"step-ms", required_argument, 0, O_STEP_MS},
         {"segment-lsh", required_argument, 0, O_SEG_LSH}, {"segment-tau-seg", required_argument, 0, O_TAU_SEG},
         {"segment-tau-ctx", required_argument, 0, O_TAU_CTX},
+        {"directives", required_argument, 0, O_DIRECTIVES}, {"pin-budget", required_argument, 0, O_PIN_BUDGET},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     SimConfig cfg = sim_config_default();
     SimClusterConfig cluster = sim_cluster_config_default();
     bool cluster_mode = false, tenants_mode = false, have_decode = false;
     SimTenantsConfig tenants = sim_tenants_config_default();
-    const char *trace_path = NULL, *timeline_path = NULL, *hidden_path = NULL, *model_path = NULL;
+    const char *trace_path = NULL, *timeline_path = NULL, *hidden_path = NULL, *model_path = NULL, *prefetch_mode = NULL;
     SegmentReuseMode segment_mode = SEGMENT_REUSE_OFF;
     cfg.approx_window = CLI_DEFAULT_APPROX_WINDOW;
     int json = 0, have_kv = 0, c, block_size = 0;
@@ -335,6 +376,13 @@ int cmd_sim(int argc, char **argv) {
         case O_HIDDEN: hidden_path = optarg; break;
         case O_SEGMENTS: if (cli_parse_segment_reuse("sim", optarg, &segment_mode, true)) return 2; cfg.segment_reuse = (int)segment_mode; break;
         case O_WINDOW: if (cli_parse_int("--approx-window", optarg, 0, 1 << 20, &v)) return 2; cfg.approx_window = (int)v; break;
+        case O_APPROX_PREFIX:
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
+                fprintf(stderr, "braid sim: --approx-prefix expects on or off, got '%s'\n", optarg);
+                return 2;
+            }
+            cfg.no_approx_prefix = strcmp(optarg, "off") == 0;
+            break;
         case O_MODEL: model_path = optarg; break;
         case O_HORIZON: if (cli_parse_int("--horizon", optarg, 1, 64, &v)) return 2; cfg.horizon = (int)v; break;
         case O_PBKV_K: if (cli_parse_int("--pbkv-k", optarg, 1, 64, &v)) return 2; cfg.horizon = (int)v; break;
@@ -344,16 +392,45 @@ int cmd_sim(int argc, char **argv) {
             cfg.prefetch_max_blocks = (int)v;
             break;
         case O_NOISE: if (cli_parse_float("--prediction-noise", optarg, 0, 1, &d)) return 2; cfg.prediction_noise = d; break;
+        case O_PREFETCH_MODE:
+            if (strcmp(optarg, "conservative") && strcmp(optarg, "aggressive")) {
+                fprintf(stderr, "braid sim: --prefetch-mode expects conservative or aggressive, got '%s'\n", optarg);
+                return 2;
+            }
+            prefetch_mode = optarg;
+            break;
+        case O_PREFETCH_RHO:
+            if (cli_parse_float("--prefetch-rho", optarg, 0, 1, &d)) return 2;
+            if (!(d > 0)) {
+                fprintf(stderr, "braid sim: --prefetch-rho must be above 0 (conservative prefetch displaces nothing)\n");
+                return 2;
+            }
+            cfg.prefetch_rho = d;
+            break;
         case O_LORA_CACHE:
             if (sim_lora_cache_parse(optarg) < 0) {
-                fprintf(stderr, "braid sim: unknown --lora-cache '%s' (separate or shared)\n", optarg);
+                fprintf(stderr, "braid sim: unknown --lora-cache '%s' (separate, shared or auto)\n", optarg);
                 return 2;
             }
             cfg.lora_cache = (SimLoraCache)sim_lora_cache_parse(optarg);
             break;
+        case O_RES_ATTN:
+            if (sim_fork_attention_parse(optarg, &cfg.fork_attention)) {
+                fprintf(stderr, "braid sim: --residual-attention '%s': none, cpu or RHO_D:RHO_P (ratios above 0)\n", optarg);
+                return 2;
+            }
+            break;
         case O_RESIDUAL: if (cli_parse_int("--residual-tokens", optarg, 1, 1L << 30, &v)) return 2; cfg.residual_tokens = (int)v; break;
         case O_RANK: if (cli_parse_int("--lora-rank", optarg, 1, 1 << 16, &v)) return 2; cfg.lora_rank = (int)v; break;
         case O_KV_DIM: if (cli_parse_int("--kv-dim", optarg, 1, 1 << 20, &v)) return 2; cfg.kv_dim = (int)v; break;
+        case O_DIRECTIVES:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+                fprintf(stderr, "braid sim: --directives takes on or off, not '%s'\n", optarg);
+                return 2;
+            }
+            cfg.ignore_directives = strcmp(optarg, "off") == 0;
+            break;
+        case O_PIN_BUDGET: if (cli_parse_int("--pin-budget", optarg, 1, 1L << 30, &v)) return 2; cfg.pin_budget_tokens = (int)v; break;
         case O_BLOCK: if (cli_parse_int("--block-size", optarg, 1, 1 << 16, &v)) return 2; block_size = (int)v; break;
         case O_INSTANCES:
             if (cli_parse_int("--instances", optarg, 1, 4096, &v)) return 2;
@@ -377,7 +454,8 @@ int cmd_sim(int argc, char **argv) {
         case O_LINK_LAT: if (cli_parse_float("--link-latency-us", optarg, 0, 1e9, &d)) return 2; cluster.link_latency_s = d / 1e6; break;
         case O_SLACK: if (cli_parse_int("--route-slack", optarg, 0, 1 << 20, &v)) return 2; cluster.load_slack = (int)v; break;
         case O_TENANTS: tenants_mode = true; break;
-        case O_MBT: if (cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &v)) return 2; tenants.max_batch_tokens = (int)v; break;
+        case O_MBT: if (cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &v)) return 2; tenants.max_batch_tokens = (int)v; cluster.lender_step_tokens = (int)v; break;
+        case O_MOVE_TIMEOUT: if (cli_parse_float("--move-timeout", optarg, 0, 3600, &d)) return 2; cluster.move_timeout_s = d; break;
         case O_RUNNING: if (cli_parse_int("--max-running", optarg, 1, 1 << 16, &v)) return 2; tenants.max_running = (int)v; break;
         case O_FAIR_STEP: if (cli_parse_int("--fair-step-tokens", optarg, 1, 1 << 20, &v)) return 2; tenants.fair_step_tokens = (int)v; break;
         case O_STEP_MS: if (cli_parse_float("--step-ms", optarg, 0, 1e6, &d)) return 2; tenants.step_s = d / 1e3; break;
@@ -403,7 +481,7 @@ int cmd_sim(int argc, char **argv) {
         fprintf(stderr, "braid sim: --tenants replays one instance; not with --instances\n");
         return 2;
     }
-    if (cluster_mode && (cfg.host_kv_tokens > 0 || strcmp(cfg.policy, "lru") || cfg.segment_reuse || cfg.lora_cache == SIM_LORA_SHARED ||
+    if (cluster_mode && (cfg.host_kv_tokens > 0 || strcmp(cfg.policy, "lru") || cfg.segment_reuse || cfg.lora_cache != SIM_LORA_SEPARATE ||
                          cfg.prefetch)) {
         fprintf(stderr, "braid sim: --instances models LRU device caches only (no --host-kv-tokens, --policy, --segment-reuse, "
                         "--lora-cache shared or --prefetch)\n");
@@ -412,6 +490,15 @@ int cmd_sim(int argc, char **argv) {
     const EvictPolicy *policy = evict_policy_find(cfg.policy);
     if (cfg.pbkv_gamma > 0 && policy != &evict_policy_pbkv) {
         fprintf(stderr, "braid sim: --pbkv-gamma applies to --policy pbkv only (the policy is %s)\n", cfg.policy);
+        return 2;
+    }
+    if (prefetch_mode && !strcmp(prefetch_mode, "conservative") && cfg.prefetch_rho > 0) {
+        fprintf(stderr, "braid sim: --prefetch-rho is the aggressive mode's; not with --prefetch-mode conservative\n");
+        return 2;
+    }
+    if (prefetch_mode && !strcmp(prefetch_mode, "aggressive") && cfg.prefetch_rho == 0) cfg.prefetch_rho = SIM_DEFAULT_PREFETCH_RHO;
+    if ((prefetch_mode || cfg.prefetch_rho > 0) && !cfg.prefetch) {
+        fprintf(stderr, "braid sim: --prefetch-mode and --prefetch-rho shape --prefetch, which is off\n");
         return 2;
     }
     if (cfg.prefetch_max_blocks > 0 && !cfg.prefetch) {
@@ -423,11 +510,11 @@ int cmd_sim(int argc, char **argv) {
         return 2;
     }
     if (cfg.prefetch && cfg.host_kv_tokens <= 0) fprintf(stderr, "braid sim: --prefetch does nothing without --host-kv-tokens\n");
-    if (cfg.lora_cache == SIM_LORA_SHARED && cfg.segment_reuse) {
-        fprintf(stderr, "braid sim: --lora-cache shared does not model --segment-reuse; use one or the other\n");
+    if (cfg.lora_cache != SIM_LORA_SEPARATE && cfg.segment_reuse) {
+        fprintf(stderr, "braid sim: --lora-cache shared/auto does not model --segment-reuse; use one or the other\n");
         return 2;
     }
-    if (cfg.residual_tokens && cfg.lora_cache != SIM_LORA_SHARED)
+    if (cfg.residual_tokens && cfg.lora_cache == SIM_LORA_SEPARATE)
         fprintf(stderr, "braid sim: --residual-tokens does nothing without --lora-cache shared\n");
     Trace trace;
     BraidError err;
@@ -448,6 +535,12 @@ int cmd_sim(int argc, char **argv) {
         return 2;
     }
     if (block_size) trace_coarsen_blocks(&trace, block_size / trace.block_size, &err);
+    if ((tenants_mode || cluster_mode) && sim_trace_has_directives(&trace)) {
+        fprintf(stderr, "braid sim: --%s does not model cache directives, and the trace carries them; replay it without --%s\n",
+                tenants_mode ? "tenants" : "instances", tenants_mode ? "tenants" : "instances");
+        trace_free(&trace);
+        return 2;
+    }
     GgufFile *gguf = NULL;
     Tokenizer tok = {0};
     int32_t *canon = NULL; /* --segment-lsh: the tokenizer's canonical classes */

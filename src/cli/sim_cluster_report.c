@@ -21,6 +21,8 @@ int sim_cluster_report(const Trace *trace, const SimClusterConfig *cfg, bool jso
     printf("requests %d (%d larger than an instance's cache); prompt tokens %llu: local %.1f%%, moved in %.1f%%, computed %.1f%%\n",
            r.requests, r.too_large, (unsigned long long)r.prompt_tokens, 100 * r.local_tokens / p, 100 * r.remote_tokens / p,
            100 * r.computed_tokens / p);
+    if (r.move_failures) printf("moves that failed (the lender busy past --move-timeout %.1f s; their blocks computed): %llu\n", cfg->move_timeout_s,
+                                (unsigned long long)r.move_failures);
     printf("moves %llu (%llu blocks, %.1f MiB); modeled latency mean %.3f s, p50 %.3f s, p99 %.3f s (wait %.3f s, move %.4f s); "
            "TTFT mean %.3f s, p99 %.3f s; busiest instance %.1f%% of requests; span %.1f s; replayed in %.2f s\n",
            (unsigned long long)r.moves, (unsigned long long)r.moved_blocks, r.moved_bytes / (1 << 20), r.mean_latency_s, r.p50_latency_s,
@@ -41,6 +43,7 @@ int sim_cluster_report(const Trace *trace, const SimClusterConfig *cfg, bool jso
             json_object_set_new(o, "mean_ttft_s", json_real(r.mean_ttft_s));
             json_object_set_new(o, "p99_ttft_s", json_real(r.p99_ttft_s));
             json_object_set_new(o, "link_gbps", json_real(cfg->link_bytes_per_s / 1e9));
+            json_object_set_new(o, "move_failures", json_integer((json_int_t)r.move_failures));
         }
         char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
         if (s) puts(s);

@@ -22,6 +22,24 @@ static int instance_of_rank(const Coordinator *c, int rank) {
     return rank >= 1 && (rank - 1) % c->cfg.tp == 0 && i < c->cfg.n_instances ? i : -1;
 }
 
+/* --join-slots: the slots without a rank in this job start dead, awaiting a leader that joins from
+ * its own MPI job; the accept thread starts. The thread stays inside MPI until the process ends,
+ * so this job ends without MPI_Finalize (lost_ranks tells the workers so at SHUTDOWN too). */
+static int await_joins(Coordinator *c, BraidError *err) {
+    const char *why = "awaiting a joining instance (--join-slots)";
+    for (int i = c->cfg.join_first; i < c->cfg.n_instances; i++) {
+        instance_health_declare_dead(&c->health, i, why);
+        c->status[i].state = INSTANCE_DEAD;
+        snprintf(c->status[i].reason, sizeof c->status[i].reason, "%s", why);
+        c->dead_instances++;
+        router_instance_down(&c->router, i);
+        metrics_instance_down(c->metrics, i);
+    }
+    c->lost_ranks = true;
+    if (!(c->joins = join_acceptor_start(c->cfg.join_service, err))) return braid_error_wrap(err, "coordinator: --join-slots");
+    return 0;
+}
+
 int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm world, Metrics *metrics, BraidError *err) {
     memset(c, 0, sizeof *c);
     c->cfg = *cfg;
@@ -49,13 +67,18 @@ int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm worl
     c->ever_ready = calloc((size_t)(cfg->n_instances > 0 ? cfg->n_instances : 1), sizeof *c->ever_ready);
     c->can_move = calloc((size_t)(cfg->n_instances > 0 ? cfg->n_instances : 1), sizeof *c->can_move);
     c->block_bytes = calloc((size_t)(cfg->n_instances > 0 ? cfg->n_instances : 1), sizeof *c->block_bytes);
-    c->restarts_on = cfg->max_restarts > 0 && cfg->respawn_args;
+    /* Joined leaders (--join-slots) are reached like spawned ones, through InstanceRestarts' endpoints. */
+    static const char *const no_respawn_args[] = {NULL};
+    c->restarts_on = (cfg->max_restarts > 0 && cfg->respawn_args) || cfg->join_service;
     c->router.mode = cfg->router_mode;
     /* The cost router's priors are the move cost model's settings; it learns from there. */
     c->router.cost = route_cost_model_init(cfg->moves.enabled, cfg->moves.prefill_tokens_per_s, cfg->moves.link_bytes_per_s, cfg->moves.latency_s);
     c->router.cost.min_move_blocks = cfg->moves.min_blocks;
+    c->router.cost.lender_step_tokens = cfg->moves.lender_step_tokens;
+    c->router.cost.move_timeout_s = cfg->moves.timeout_s;
     if (!c->reviving || !c->ever_ready || !c->can_move || !c->block_bytes ||
-        (c->restarts_on && instance_restarts_init(&c->restarts, cfg->n_instances, cfg->max_restarts, cfg->respawn_args, err))) {
+        (c->restarts_on && instance_restarts_init(&c->restarts, cfg->n_instances, cfg->max_restarts,
+                                                  cfg->respawn_args ? cfg->respawn_args : no_respawn_args, err))) {
         free(c->reviving), free(c->ever_ready), free(c->can_move), free(c->block_bytes);
         instance_health_free(&c->health);
         router_free(&c->router);
@@ -76,6 +99,10 @@ int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm worl
     pthread_cond_init(&c->wake, NULL);
     pthread_cond_init(&c->lora_op.done, NULL);
     ctrl_init(&c->ctrl, world);
+    if (cfg->join_service && await_joins(c, err)) {
+        coordinator_free(c);
+        return -1;
+    }
     return 0;
 }
 
@@ -109,6 +136,7 @@ void coordinator_free(Coordinator *c) {
     cache_key_affinity_free(&c->cache_keys);
     instance_health_free(&c->health);
     request_watchdog_free(&c->watchdog);
+    join_acceptor_stop(c->joins);
     if (c->restarts_on) instance_restarts_free(&c->restarts);
     free(c->reviving);
     free(c->ever_ready);
@@ -903,7 +931,10 @@ static void on_stats(Coordinator *c, int instance, WireReader *rd) {
                        .residual_total_blocks = m.residual_total_blocks, .residual_hit_tokens = m.residual_hit_tokens,
                        .fork_tokens = m.fork_tokens, .partial_hit_tokens = m.partial_hit_tokens,
                        .residual_evicted_blocks = m.residual_evicted_blocks, .moved_in_blocks = m.moved_in_blocks,
-                       .moved_in_bytes = m.moved_in_bytes, .move_failures = m.move_failures, .lent_blocks = m.lent_blocks};
+                       .moved_in_bytes = m.moved_in_bytes, .move_failures = m.move_failures, .lent_blocks = m.lent_blocks,
+                       .segment_lsh_candidates = m.segment_lsh_candidates, .segment_lsh_admitted = m.segment_lsh_admitted,
+                       .segment_lsh_reused_tokens = m.segment_lsh_reused_tokens,
+                       .segment_probes_ok = m.segment_probes_ok, .segment_probes_rejected = m.segment_probes_rejected};
     metrics_set_instance(c->metrics, instance, &s);
     router_instance_capacity(&c->router, instance, (long)m.pool_total_blocks + m.host_total_blocks); /* what its index can hold */
 }
@@ -1076,7 +1107,8 @@ static int settle_requests_of(Coordinator *c, int instance, BraidError *err) {
 /* With --restart-instances, the dead instance's next spawn is scheduled (after its backoff). */
 static void schedule_restart(Coordinator *c, int instance) {
     double delay;
-    if (!c->restarts_on) return;
+    /* A joined instance's node may be gone: it comes back by joining again, not by a spawn here. */
+    if (!c->restarts_on || c->cfg.max_restarts <= 0 || (c->cfg.join_service && instance >= c->cfg.join_first)) return;
     if (instance_restarts_schedule(&c->restarts, instance, braid_now_seconds(), &delay))
         LOG_WARN("coord", "instance %d: restarting it in %.0f s (restart %d of %d)", instance, delay, c->restarts.restarts[instance] + 1,
                  c->restarts.max_restarts);
@@ -1136,6 +1168,32 @@ static void restart_due_instance(Coordinator *c) {
     LOG_WARN("coord", "instance %d: new leader spawned (restart %d of %d); loading", i, c->restarts.restarts[i], c->restarts.max_restarts);
 }
 
+/* A leader that connected from its own MPI job (--join-slots) takes its join slot if that slot is
+ * dead (never filled, or its node lost) and starts like a respawned leader; otherwise it is refused. */
+static void adopt_joiner(Coordinator *c) {
+    int i;
+    MPI_Comm inter;
+    if (!c->joins || !join_acceptor_take(c->joins, &i, &inter)) return;
+    const char *refusal = c->draining                                                     ? "the server is draining"
+                          : i < c->cfg.join_first || i >= c->cfg.n_instances              ? "not a join slot (--join-slots)"
+                          : !instance_health_is_dead(&c->health, i) || c->reviving[i] ? "that instance is up or starting"
+                          : instance_health_revive(&c->health, i, braid_now_seconds())    ? "out of memory watching it"
+                                                                                           : NULL;
+    BraidError err = {{0}};
+    if (join_verdict(inter, refusal == NULL, &err)) LOG_WARN("coord", "instance %d: %s", i, err.msg);
+    if (refusal) {
+        LOG_WARN("coord", "a leader asked to join as instance %d: refused (%s)", i, refusal);
+        return;
+    }
+    instance_restarts_adopt(&c->restarts, i, inter, c->ever_ready[i]);
+    pthread_mutex_lock(&c->mu);
+    c->reviving[i] = true;
+    c->status[i].state = INSTANCE_STARTING;
+    c->status[i].restarts = c->restarts.restarts[i];
+    pthread_mutex_unlock(&c->mu);
+    LOG_WARN("coord", "instance %d: a leader joined from its own MPI job; loading", i);
+}
+
 /* ---- MPI thread: the request watchdog ---- */
 
 /* A routed request on a live instance with no token and no queue movement past the watchdog: its
@@ -1180,6 +1238,7 @@ static int check_instances(Coordinator *c, BraidError *err) {
     while ((dead = instance_health_next_dead(&c->health, braid_now_seconds())) >= 0)
         if (instance_lost(c, dead, err)) return -1;
     restart_due_instance(c);
+    adopt_joiner(c);
     return 0;
 }
 

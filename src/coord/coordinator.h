@@ -44,6 +44,7 @@
 #include "coord/auth.h"
 #include "coord/coord_request.h"
 #include "coord/instance_health.h"
+#include "coord/instance_join.h"
 #include "coord/instance_restart.h"
 #include "coord/kv_event_publisher.h"
 #include "coord/lora_roster.h"
@@ -87,6 +88,11 @@ typedef struct {
      * tp must be 1), as `braid respawn_args... --respawned-instance I` (see instance_restart.h). */
     int max_restarts;
     const char *const *respawn_args;
+    /* --join-slots (instance_join.h): instances join_first.. n_instances-1 have no rank in this job;
+     * they start dead ("awaiting a joining instance") and are filled, or filled again after they
+     * die, by a leader that connects as join_service from its own MPI job. join_service NULL: off. */
+    int join_first;
+    const char *join_service;
     /* --request-watchdog-s: a routed request with no token and no queue movement on its (live)
      * instance for this long is answered 500 (request_watchdog.h); <= 0: off. */
     double request_watchdog_s;
@@ -144,6 +150,7 @@ typedef struct {
     CtrlEndpoint ctrl;
     bool restarts_on;
     InstanceRestarts restarts;   /* when restarts_on: spawned leaders and their endpoints */
+    JoinAcceptor *joins;         /* cfg.join_service: leaders that join from their own MPI job */
     bool *reviving;              /* (n_instances) spawned again, not yet ready: still counted dead */
     bool *ever_ready;            /* (n_instances) reported READY once (counted in ready_instances) */
     bool *can_move;              /* (n_instances) takes part in KV moves (READY; never a respawned leader) */

@@ -75,9 +75,15 @@ int instance_restarts_spawn(InstanceRestarts *r, int instance, BraidError *err) 
     if (mpi_check(rc, "spawning a new leader", err)) return braid_error_wrap(err, "instance %d", instance);
     if (spawn_error != MPI_SUCCESS) return braid_error_set(err, "instance %d: MPI_Comm_spawn started no process (error %d)", instance, spawn_error);
     MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN);
-    /* The endpoint of a previous spawn of this instance: its process is dead, its sends given up. */
+    instance_restarts_adopt(r, instance, inter, false);
+    return 0;
+}
+
+void instance_restarts_adopt(InstanceRestarts *r, int instance, MPI_Comm inter, bool restarted) {
+    if (restarted) r->restarts[instance]++;
+    r->due[instance] = 0;
+    /* The endpoint of a previous leader of this instance: its process is dead, its sends given up. */
     if (r->joined[instance]) ctrl_free(&r->ep[instance]);
     ctrl_init(&r->ep[instance], inter);
     r->joined[instance] = true;
-    return 0;
 }

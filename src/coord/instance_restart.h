@@ -46,5 +46,9 @@ int instance_restarts_due(const InstanceRestarts *r, double now);
 /* Spawns the instance's new leader and makes its endpoint the one to use; -1 with err (the
  * instance stays dead; no further attempt is scheduled). */
 int instance_restarts_spawn(InstanceRestarts *r, int instance, BraidError *err);
+/* A leader that joined from its own MPI job (instance_join.h) becomes the instance's: its
+ * intercommunicator is the endpoint to use from now on (a previous one's sends are given up).
+ * Counts as a restart when the instance had been up before (`restarted`). */
+void instance_restarts_adopt(InstanceRestarts *r, int instance, MPI_Comm inter, bool restarted);
 
 #endif

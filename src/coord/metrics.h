@@ -93,6 +93,9 @@ typedef struct {
     unsigned long long residual_hit_tokens, fork_tokens, partial_hit_tokens, residual_evicted_blocks;
     /* KV block moves between instances (worker/kv_moves.h). */
     unsigned long long moved_in_blocks, moved_in_bytes, move_failures, lent_blocks;
+    /* Approximate segment guards: LSH near-duplicate candidates / admissions / tokens; probes by result. */
+    unsigned long long segment_lsh_candidates, segment_lsh_admitted, segment_lsh_reused_tokens;
+    unsigned long long segment_probes_ok, segment_probes_rejected;
 } InstanceStats;
 
 /* Stores a copy of *s for instance `instance`. The index comes from an MPI peer, so an index out

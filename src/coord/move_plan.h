@@ -26,6 +26,8 @@ typedef struct {
     double latency_s;            /* per move: the control round trip and the lender's next loop turn */
     double prefill_tokens_per_s; /* the chosen instance's prefill rate */
     int min_blocks;              /* smallest gain worth a move */
+    int lender_step_tokens;      /* prefill tokens of an engine step (--max-batch-tokens): a busy lender answers between steps */
+    double timeout_s;            /* a move not done by then is abandoned (--move-timeout); 0: none */
 } MoveCostModel;
 
 #define MOVE_DEFAULT_LINK_GBPS 1.0

@@ -179,7 +179,8 @@ static RouteDecision pick_cost(Router *r, const uint64_t *hashes, int n_hashes, 
                              .local_blocks = r->match[i], .source_blocks = source >= 0 ? r->match[source] : 0,
                              .can_move = source >= 0 && r->can_move[i], .bytes_per_token = source >= 0 ? r->bytes_per_token[source] : 0,
                              .free_blocks = free_blocks(r, i),
-                             .link_bytes_per_s = source >= 0 ? r->links[(size_t)source * r->n_instances + i].bytes_per_s : 0};
+                             .link_bytes_per_s = source >= 0 ? r->links[(size_t)source * r->n_instances + i].bytes_per_s : 0,
+                             .lender_queue_s = source < 0 ? 0 : r->lender_wait_s ? r->lender_wait_s[source] : ahead_tokens(r, source) * r->cost.s_per_token};
         r->estimate[i] = route_cost_estimate(&r->cost, &in);
         double work = route_cost_work_s(&r->estimate[i]);
         if (min_work < 0 || work < min_work) min_work = work;

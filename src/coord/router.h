@@ -72,6 +72,8 @@ typedef struct {
     int *match;              /* (n_instances) scratch: each instance's cached prefix for the prompt being priced */
     const double *queue_s;   /* (n_instances) borrowed, or NULL: the queue ahead in seconds, given by the
                                 caller (braid sim) instead of estimated from the books */
+    const double *lender_wait_s; /* (n_instances) borrowed, or NULL: how long each would take to answer a move
+                                    (the rest of its current step), given by braid sim; else from the queue ahead */
 } Router;
 
 typedef struct {

@@ -9,6 +9,12 @@ RouteCostModel route_cost_model_init(bool moves, double prefill_tokens_per_s, do
                             .running_tokens = ROUTE_COST_DEFAULT_RUNNING_TOKENS, .min_move_blocks = 1, .moves = moves};
 }
 
+double route_cost_lender_wait_s(const RouteCostModel *m, double lender_queue_s) {
+    if (!(lender_queue_s > 0) || !(m->lender_step_tokens > 0)) return 0;
+    double step_s = m->lender_step_tokens * m->s_per_token;
+    return lender_queue_s < step_s ? lender_queue_s : step_s;
+}
+
 RouteCostEstimate route_cost_estimate(const RouteCostModel *m, const RouteCostInput *in) {
     RouteCostEstimate e = {.queue_s = in->queue_s > 0 ? in->queue_s : 0};
     int bs = in->block_size > 0 ? in->block_size : 1;
@@ -21,9 +27,10 @@ RouteCostEstimate route_cost_estimate(const RouteCostModel *m, const RouteCostIn
         int gain_tokens = gain * bs;
         if (gain_tokens > e.computed_tokens) gain_tokens = e.computed_tokens;
         double rate = in->link_bytes_per_s > 0 ? in->link_bytes_per_s : m->link_bytes_per_s;
-        double move_s = gain_tokens * in->bytes_per_token / rate + m->move_latency_s;
+        double move_s = route_cost_lender_wait_s(m, in->lender_queue_s) + gain_tokens * in->bytes_per_token / rate + m->move_latency_s;
         e.recompute_s = gain_tokens * m->s_per_token;
-        if (gain_tokens > 0 && move_s < e.recompute_s) {
+        bool in_time = !(m->move_timeout_s > 0) || move_s < m->move_timeout_s;
+        if (gain_tokens > 0 && in_time && move_s < e.recompute_s) {
             e.move_s = move_s;
             e.moved_blocks = gain;
             e.computed_tokens -= gain_tokens;

@@ -8,6 +8,10 @@
  *           + move time of the prefix blocks another instance can lend i (when moving them is
  *             cheaper than computing them):
  *                 blocks x block size x KV bytes per token / link rate + per-move latency
+ * A lender answers a move between its engine steps, so a busy lender adds the rest of its current
+ * step: min(its queue ahead, one step of lender_step_tokens prefill tokens). A move whose estimate
+ * reaches move_timeout_s is not planned: live it would be abandoned after the timeout and the
+ * prefix recomputed (the lender in a long prefill step does not answer in time).
  * Queue ahead = the prefill tokens routed to i that have not produced their first token yet, plus
  * a fixed weight per request running there (a running request slows a batching engine's step
  * without blocking a new prefill), times the measured seconds per prefill token. The caller may
@@ -53,6 +57,9 @@ typedef struct {
     double move_latency_s;    /* a move's fixed cost: the control round trip and the lender's next turn */
     double running_tokens;    /* a running request's weight in the queue ahead, in prefill tokens */
     int min_move_blocks;      /* the smallest gain a move is planned for */
+    double lender_step_tokens; /* prefill tokens of one engine step (serve's --max-batch-tokens): a busy lender
+                                * answers a move between steps; 0: it answers at once */
+    double move_timeout_s;    /* a move not done by then is abandoned and the prefix recomputed (--move-timeout); 0: none */
     bool moves;               /* moves on (--kv-moves) */
     long prefill_samples, link_samples; /* how many samples each rate has learned from */
 } RouteCostModel;
@@ -74,6 +81,7 @@ typedef struct {
     double bytes_per_token;   /* K/V bytes of one token across layers */
     long free_blocks;         /* room left in the instance's cache, in blocks; < 0: unknown (never counted full) */
     double link_bytes_per_s;  /* the measured rate from that lender to this instance; 0: the model's shared rate */
+    double lender_queue_s;    /* work ahead on the lender, seconds (0: idle; it answers at once) */
 } RouteCostInput;
 
 /* One ordered (lender, borrower) pair's measured move rate. Zeroed: never measured. */
@@ -108,6 +116,9 @@ typedef struct {
 /* Priors: prefill_tokens_per_s and link_bytes_per_s > 0 (others fall back to 1). */
 RouteCostModel route_cost_model_init(bool moves, double prefill_tokens_per_s, double link_bytes_per_s, double move_latency_s);
 RouteCostEstimate route_cost_estimate(const RouteCostModel *m, const RouteCostInput *in);
+/* How long a lender with lender_queue_s of work ahead takes to answer a move: the rest of its
+ * current step, at most one step of lender_step_tokens prefill tokens (0 when idle or unknown). */
+double route_cost_lender_wait_s(const RouteCostModel *m, double lender_queue_s);
 /* The work a choice costs the cluster: the prefill it computes and the cached tokens it evicts. */
 double route_cost_work_s(const RouteCostEstimate *e);
 /* What the router minimises: the TTFT, plus the work beyond the least any instance would need

@@ -34,13 +34,20 @@ SimClusterConfig sim_cluster_config_default(void) {
     /* The link: 10 GB/s and 20 us a move stand for a 100 Gb/s RDMA network between nodes. */
     return (SimClusterConfig){.n_instances = 4, .kv_tokens = one.kv_tokens, .route = SIM_ROUTE_COST, .load_slack = 8, .moves = true,
                               .prefill_s_per_token = one.prefill_s_per_token, .decode_s_per_token = one.decode_s_per_token,
-                              .kv_bytes_per_token = one.kv_bytes_per_token, .link_bytes_per_s = 10e9, .link_latency_s = 20e-6};
+                              .kv_bytes_per_token = one.kv_bytes_per_token, .link_bytes_per_s = 10e9, .link_latency_s = 20e-6,
+                              .lender_step_tokens = 512, .move_timeout_s = 5.0}; /* serve's --max-batch-tokens, --move-timeout */
 }
+
+/* One request's time on its instance: it waits until start, prefills (and moves) until prefill_end,
+ * decodes until finish. */
+typedef struct {
+    double start, prefill_end, finish;
+} SimServed;
 
 typedef struct {
     KvCache cache;
     bool up;
-    double *finish; /* finish times of the requests assigned to it (pruned as arrivals pass them) */
+    SimServed *finish; /* the requests assigned to it and not finished (pruned as arrivals pass them) */
     int n_finish, cap_finish;
     double free_at;
     int served;
@@ -55,6 +62,7 @@ typedef struct {
     int32_t *tokens, *table;
     uint64_t *hashes; /* the request's blocks as the caches hash them (the router's keys) */
     double *queue_s;  /* (n_instances) the cost router's queue ahead at the current arrival */
+    double *wait_s;   /* (n_instances) how long each would take to answer a move at the current arrival */
     double *latency, *ttft; /* (trace requests) per request, for the percentiles */
 } Cluster;
 
@@ -71,9 +79,25 @@ static void on_event(void *ctx, const CacheEvent *ev) {
 static int load_at(SimInstance *in, double t) {
     int live = 0;
     for (int k = 0; k < in->n_finish; k++)
-        if (in->finish[k] > t) in->finish[live++] = in->finish[k];
+        if (in->finish[k].finish > t) in->finish[live++] = in->finish[k];
     in->n_finish = live;
     return live;
+}
+
+/* How long instance `in` takes at time t to answer a move: the rest of the engine step it is in
+ * (load_at pruned it to t). Prefilling: the rest of the prefill, at most one step of step_tokens;
+ * decoding: one decode step; idle: 0. */
+static double answer_wait_at(const SimInstance *in, double t, const SimClusterConfig *cfg) {
+    for (int k = 0; k < in->n_finish; k++) {
+        const SimServed *s = &in->finish[k];
+        if (s->start > t) continue;
+        if (t < s->prefill_end) {
+            double step = cfg->lender_step_tokens > 0 ? cfg->lender_step_tokens * cfg->prefill_s_per_token : 0;
+            return s->prefill_end - t < step ? s->prefill_end - t : step;
+        }
+        return s->finish - t < cfg->decode_s_per_token ? s->finish - t : cfg->decode_s_per_token;
+    }
+    return 0;
 }
 
 /* Serves r on instance i: its cached prefix, then (moves) the blocks the source instance holds past
@@ -118,6 +142,7 @@ static void cluster_free(Cluster *cl) {
     free(cl->table);
     free(cl->hashes);
     free(cl->queue_s);
+    free(cl->wait_s);
     free(cl->latency);
     free(cl->ttft);
 }
@@ -133,19 +158,23 @@ static int cluster_init(Cluster *cl, const Trace *t, const SimClusterConfig *cfg
     cl->router.mode = router_mode_of(cfg->route);
     /* The cost router's rates are the replay's own (live, it learns them) and its queue is exact. */
     cl->router.cost = route_cost_model_init(cfg->moves, 1.0 / cfg->prefill_s_per_token, cfg->link_bytes_per_s, cfg->link_latency_s);
+    cl->router.cost.lender_step_tokens = cfg->lender_step_tokens;
+    cl->router.cost.move_timeout_s = cfg->move_timeout_s;
     for (int i = 0; i < cfg->n_instances; i++) {
         router_instance_kv(&cl->router, i, true, (uint64_t)(cfg->kv_bytes_per_token * bs + 0.5), bs);
         router_instance_capacity(&cl->router, i, cfg->kv_tokens / bs);
     }
     cl->queue_s = calloc((size_t)cfg->n_instances, sizeof *cl->queue_s);
+    cl->wait_s = calloc((size_t)cfg->n_instances, sizeof *cl->wait_s);
     cl->latency = calloc((size_t)(t->n > 0 ? t->n : 1), sizeof *cl->latency);
     cl->ttft = calloc((size_t)(t->n > 0 ? t->n : 1), sizeof *cl->ttft);
     cl->router.queue_s = cl->queue_s;
+    if (cfg->lender_step_tokens > 0) cl->router.lender_wait_s = cl->wait_s;
     cl->inst = calloc((size_t)cfg->n_instances, sizeof *cl->inst);
     cl->tokens = malloc(((size_t)max_blocks * cl->tpb + 1) * sizeof *cl->tokens);
     cl->table = malloc(((size_t)max_blocks + 1) * sizeof *cl->table);
     cl->hashes = malloc(((size_t)max_blocks + 1) * sizeof *cl->hashes);
-    if (!cl->inst || !cl->tokens || !cl->table || !cl->hashes || !cl->queue_s || !cl->latency || !cl->ttft) return braid_error_set(err, "sim cluster: out of memory");
+    if (!cl->inst || !cl->tokens || !cl->table || !cl->hashes || !cl->queue_s || !cl->wait_s || !cl->latency || !cl->ttft) return braid_error_set(err, "sim cluster: out of memory");
     KvCacheConfig cc = {.block_size = cl->tpb, .device_blocks = cfg->kv_tokens / bs + 1};
     for (int i = 0; i < cfg->n_instances; i++) {
         if (kv_cache_init(&cl->inst[i].cache, &cc, err)) return -1;
@@ -190,6 +219,7 @@ int sim_cluster_run(const Trace *t, const SimClusterConfig *cfg, SimClusterResul
         for (int i = 0; i < cfg->n_instances; i++) {
             cl.router.load[i] = load_at(&cl.inst[i], r->t);
             cl.queue_s[i] = cl.inst[i].free_at > r->t ? cl.inst[i].free_at - r->t : 0;
+            cl.wait_s[i] = answer_wait_at(&cl.inst[i], r->t, cfg);
         }
         /* Never the whole prompt: the last block's worth is always computed, as live. */
         int usable = r->prompt_tokens > 0 ? (r->prompt_tokens - 1) / bs : 0;
@@ -211,7 +241,16 @@ int sim_cluster_run(const Trace *t, const SimClusterConfig *cfg, SimClusterResul
         if (local > usable) local = usable;
         if (local + moved > usable) moved = usable - local > 0 ? usable - local : 0;
         if (!ok) res->too_large++;
-        double move_s = moved > 0 ? moved * bs * cfg->kv_bytes_per_token / cfg->link_bytes_per_s + cfg->link_latency_s : 0;
+        double move_s = 0;
+        if (moved > 0) { /* the lender answers after its current step; too late and the move fails */
+            move_s = (cfg->lender_step_tokens > 0 ? cl.wait_s[src] : 0) + moved * bs * cfg->kv_bytes_per_token / cfg->link_bytes_per_s +
+                     cfg->link_latency_s;
+            if (cfg->move_timeout_s > 0 && move_s >= cfg->move_timeout_s) {
+                res->move_failures++;
+                move_s = cfg->move_timeout_s;
+                moved = 0;
+            }
+        }
         int computed = r->prompt_tokens - (local + moved) * bs;
         SimInstance *in = &cl.inst[d.instance];
         double start = r->t > in->free_at ? r->t : in->free_at;
@@ -222,7 +261,7 @@ int sim_cluster_run(const Trace *t, const SimClusterConfig *cfg, SimClusterResul
             rc = braid_error_set(err, "sim cluster: out of memory");
             break;
         }
-        in->finish[in->n_finish++] = finish;
+        in->finish[in->n_finish++] = (SimServed){.start = start, .prefill_end = start + move_s + computed * cfg->prefill_s_per_token, .finish = finish};
         cl.latency[res->requests] = finish - r->t;
         cl.ttft[res->requests] = start + move_s + computed * cfg->prefill_s_per_token - r->t;
         res->requests++;

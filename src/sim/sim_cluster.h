@@ -13,6 +13,10 @@
  * time (FIFO): a request starts at max(arrival, the instance's previous finish) and takes its move
  * time + computed prompt tokens x prefill cost + output tokens x decode cost. Load (the router's)
  * is the requests assigned to an instance and not finished at the arrival.
+ * A lender answers a move between its engine steps, as live: a busy lender (work queued ahead of the
+ * arrival) first finishes its current step, min(its queue ahead, lender_step_tokens x prefill cost).
+ * A move whose wait + transfer reaches move_timeout_s fails as live does: the request waits the
+ * timeout, then computes the blocks (counted computed, not moved, and in move_failures).
  * The cost router (router_cost.h) prices each instance with the exact queue ahead (its previous
  * finish less the arrival: the replay knows it, where the live coordinator estimates it), the
  * prefill cost and the link: the rates it would learn live are the replay's own; its decision says
@@ -46,12 +50,15 @@ typedef struct {
     double prefill_s_per_token, decode_s_per_token;
     double kv_bytes_per_token;
     double link_bytes_per_s, link_latency_s; /* one move over the network */
+    int lender_step_tokens;      /* a busy lender answers a move between engine steps of this many prefill tokens (serve's --max-batch-tokens); 0: at once */
+    double move_timeout_s;       /* a move not done by then fails and its blocks are computed (serve's --move-timeout); 0: never */
 } SimClusterConfig;
 
 typedef struct {
     int requests, too_large;     /* too_large: more blocks than one instance holds */
     uint64_t prompt_tokens, local_tokens, remote_tokens, computed_tokens;
     uint64_t moves, moved_blocks;
+    uint64_t move_failures;      /* moves that did not land within move_timeout_s (their blocks computed) */
     double moved_bytes;
     double mean_latency_s, mean_wait_s, mean_move_s;
     double p50_latency_s, p99_latency_s, mean_ttft_s, p99_ttft_s;

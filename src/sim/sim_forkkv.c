@@ -1,5 +1,6 @@
 #include "sim/sim_forkkv.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,10 +10,13 @@
 int sim_lora_cache_parse(const char *name) {
     if (strcmp(name, "separate") == 0) return SIM_LORA_SEPARATE;
     if (strcmp(name, "shared") == 0) return SIM_LORA_SHARED;
+    if (strcmp(name, "auto") == 0) return SIM_LORA_AUTO;
     return -1;
 }
 
-const char *sim_lora_cache_name(SimLoraCache mode) { return mode == SIM_LORA_SHARED ? "shared" : "separate"; }
+const char *sim_lora_cache_name(SimLoraCache mode) {
+    return mode == SIM_LORA_SHARED ? "shared" : mode == SIM_LORA_AUTO ? "auto" : "separate";
+}
 
 double sim_residual_bytes_per_token(double kv_bytes_per_token, int kv_dim, int rank) {
     return kv_dim > 0 ? kv_bytes_per_token * rank / kv_dim : 0.0;
@@ -61,7 +65,7 @@ static int recompute_tenant_hashes(const Trace *t, SimBaseKeys *keys, BraidError
 int sim_base_keys_build(const Trace *t, SimLoraCache mode, SimBaseKeys *keys, BraidError *err) {
     memset(keys, 0, sizeof *keys);
     if (!(keys->of = malloc(((size_t)t->n + 1) * sizeof *keys->of))) return braid_error_set(err, "sim: out of memory");
-    if (mode == SIM_LORA_SHARED) return recompute_tenant_hashes(t, keys, err);
+    if (mode != SIM_LORA_SEPARATE) return recompute_tenant_hashes(t, keys, err);
     for (int i = 0; i < t->n; i++) keys->of[i] = t->reqs[i].blocks;
     return 0;
 }
@@ -131,5 +135,116 @@ int sim_pools_check(const KvCache *base, const SimResidualPool *residual, bool i
     if (base_in_use || res_in_use)
         return braid_error_set(err, "sim: with no request running, %d base and %d residual blocks are still in use", base_in_use,
                                res_in_use);
+    return 0;
+}
+
+/* ---- ResidualAttention's time ---- */
+
+int sim_fork_attention_parse(const char *spec, SimForkAttention *out) {
+    /* bench/RESULTS.md, issue 36: the --lora-cache auto probe on the 2-core dev machine. */
+    const SimForkAttention cpu = {.n_layers = 30, .rho_decode = 3.14, .rho_prefill = 1.58, .plain_decode_s = 72.2e-9,
+                                  .plain_prefill_s = 50.6e-9};
+    if (strcmp(spec, "none") == 0) {
+        *out = (SimForkAttention){0};
+        return 0;
+    }
+    *out = cpu;
+    if (strcmp(spec, "cpu") == 0) return 0;
+    char tail;
+    if (sscanf(spec, "%lf:%lf%c", &out->rho_decode, &out->rho_prefill, &tail) != 2 || out->rho_decode <= 0 || out->rho_prefill <= 0)
+        return -1;
+    return 0;
+}
+
+/* The live cost model's struct with these attention figures (the other fields as init leaves them). */
+static ForkKvCost cost_of(const SimForkAttention *a, int kv_dim, int rank) {
+    ForkKvCost c;
+    /* heads do not enter the arithmetic: one KV head of kv_dim wide */
+    forkkv_cost_init(&c, a->n_layers, 1, 1, kv_dim, rank);
+    c.rho_decode = a->rho_decode;
+    c.rho_prefill = a->rho_prefill;
+    c.plain_decode_s = a->plain_decode_s;
+    c.plain_prefill_s = a->plain_prefill_s;
+    return c;
+}
+
+double sim_fork_attention_s(const SimForkAttention *a, int n_prompt, int computed, int output) {
+    if (a->n_layers <= 0) return 0.0;
+    ForkKvCost c = cost_of(a, 1, 1);
+    ForkKvRequest r = {.n_prompt = n_prompt, .max_tokens = output, .held = n_prompt - computed};
+    return forkkv_cost_choose(&c, &r).penalty_s;
+}
+
+/* ---- auto mode's chooser ---- */
+
+static size_t seen_slot(const SimAuto *a, uint64_t h) {
+    size_t i = (size_t)(h ^ (h >> 29)) & (a->cap - 1);
+    while (a->seen[i] && a->seen[i] != h) i = (i + 1) & (a->cap - 1);
+    return i;
+}
+
+static bool seen_has(const SimAuto *a, uint64_t h) { return h && a->seen[seen_slot(a, h)] == h; }
+
+int sim_auto_init(SimAuto *a, const SimForkAttention *attn, double token_s, int kv_dim, int rank, BraidError *err) {
+    memset(a, 0, sizeof *a);
+    a->cost = cost_of(attn, kv_dim, rank);
+    a->cost.token_s = token_s;
+    a->cap = 1024;
+    if (!(a->seen = calloc(a->cap, sizeof *a->seen))) return braid_error_set(err, "sim: out of memory (auto chooser)");
+    return 0;
+}
+
+void sim_auto_free(SimAuto *a) {
+    free(a->seen);
+    memset(a, 0, sizeof *a);
+}
+
+int sim_auto_held_blocks(const SimAuto *a, const uint64_t *hashes, int n_blocks) {
+    int n = 0;
+    while (n < n_blocks && seen_has(a, hashes[n])) n++;
+    return n;
+}
+
+bool sim_auto_choose(SimAuto *a, const TraceRequest *r, const uint64_t *tenant_keys, const uint64_t *own_keys, int bs) {
+    int base = sim_auto_held_blocks(a, tenant_keys, r->n_blocks), own = sim_auto_held_blocks(a, own_keys, r->n_blocks);
+    int held = (base > own ? base : own) * bs;
+    ForkKvRequest q = {.n_prompt = r->prompt_tokens, .max_tokens = r->output_tokens, .held = held};
+    bool fork = forkkv_cost_choose(&a->cost, &q).shared;
+    if (fork) a->forked_requests++;
+    else a->separate_requests++;
+    return fork;
+}
+
+void sim_auto_observe_separate(SimAuto *a, const uint64_t *own_keys, int n_blocks, int hit_blocks) {
+    if (n_blocks <= 0) return;
+    int evicted = 0;
+    for (int b = hit_blocks; b < n_blocks; b++) evicted += seen_has(a, own_keys[b]);
+    forkkv_cost_observe_regret(&a->cost, evicted, n_blocks);
+}
+
+static int seen_grow(SimAuto *a) {
+    SimAuto bigger = *a;
+    bigger.cap = a->cap * 2;
+    bigger.n_seen = 0;
+    if (!(bigger.seen = calloc(bigger.cap, sizeof *bigger.seen))) return -1;
+    for (size_t i = 0; i < a->cap; i++)
+        if (a->seen[i]) {
+            bigger.seen[seen_slot(&bigger, a->seen[i])] = a->seen[i];
+            bigger.n_seen++;
+        }
+    free(a->seen);
+    *a = bigger;
+    return 0;
+}
+
+int sim_auto_remember(SimAuto *a, const uint64_t *keys, int n_blocks) {
+    for (int b = 0; b < n_blocks; b++) {
+        if (!keys[b]) continue; /* 0 marks an empty slot; a zero hash is simply not remembered */
+        if (2 * (a->n_seen + 1) > a->cap && seen_grow(a)) return -1;
+        size_t i = seen_slot(a, keys[b]);
+        if (a->seen[i] == keys[b]) continue;
+        a->seen[i] = keys[b];
+        a->n_seen++;
+    }
     return 0;
 }

@@ -7,6 +7,15 @@
  *   shared: the base tree is keyed by tenant alone for every request; a request with an adapter
  *           also holds a residual part in a ResidualCache (src/cache/residual_cache.h: its own
  *           pool, its own LRU, so the two pools evict independently).
+ *   auto:   shared's two pools, and each adapted request runs either forked (as shared) or on a
+ *           separate cache of its adapter (the base pool, keyed by (tenant, adapter)), chosen by the
+ *           live engine's cost model (worker/forkkv_cost.h) with its inputs as the replay knows
+ *           them (SimAuto below).
+ *
+ * ResidualAttention's time (SimForkAttention): a forked request attends through ResidualAttention,
+ * rho times plain attention, in its decode steps over the whole context and for its computed prompt
+ * tokens; the replay adds that penalty (forkkv_cost_choose's penalty term) to the request's modeled
+ * latency. Off by default (the sim's flat per-token costs alone, as before).
  *
  * The trace's block hashes are seeded by tenant and adapter, so in shared mode they cannot key the
  * base tree: SimBaseKeys recomputes each request's chained block hashes from its token ids in the
@@ -29,10 +38,11 @@
 #include "cache/residual_cache.h"
 #include "common/error.h"
 #include "sim/trace.h"
+#include "worker/forkkv_cost.h"
 
-typedef enum { SIM_LORA_SEPARATE = 0, SIM_LORA_SHARED = 1 } SimLoraCache;
+typedef enum { SIM_LORA_SEPARATE = 0, SIM_LORA_SHARED = 1, SIM_LORA_AUTO = 2 } SimLoraCache;
 
-/* "separate" or "shared" to the mode; -1 when unknown. */
+/* "separate", "shared" or "auto" to the mode; -1 when unknown. */
 int sim_lora_cache_parse(const char *name);
 const char *sim_lora_cache_name(SimLoraCache mode);
 
@@ -48,8 +58,9 @@ typedef struct {
     uint64_t *recomputed;  /* shared mode: the tenant-only hashes of every request, back to back */
 } SimBaseKeys;
 
-/* Separate mode: the trace's own hashes. Shared mode: every request's hashes recomputed from its
- * token ids in the namespace of its tenant alone (an error names the first request without ids). */
+/* Separate mode: the trace's own hashes. Shared and auto mode: every request's hashes recomputed
+ * from its token ids in the namespace of its tenant alone (an error names the first request without
+ * ids); auto's separate requests key by the trace's own hashes (t->reqs[i].blocks). */
 int sim_base_keys_build(const Trace *t, SimLoraCache mode, SimBaseKeys *keys, BraidError *err);
 void sim_base_keys_free(SimBaseKeys *keys);
 
@@ -88,5 +99,44 @@ void sim_memory_sample(SimMemoryPeaks *peaks, const KvCache *base, const SimResi
 
 /* kv_cache_check on both pools; with idle, also that no block is in use (no request running). */
 int sim_pools_check(const KvCache *base, const SimResidualPool *residual, bool idle, BraidError *err);
+
+/* ResidualAttention's extra time for forked requests (n_layers 0: not charged). */
+typedef struct {
+    int n_layers;
+    double rho_decode, rho_prefill;           /* ResidualAttention / plain attention on the same shapes */
+    double plain_decode_s, plain_prefill_s;   /* plain attention, seconds per (query, context slot, layer) */
+} SimForkAttention;
+
+/* "none" (not charged), "cpu" (SmolLM2-135M's 30 layers and the committed CPU probe: 72.2 ns and
+ * 50.6 ns a slot and layer, 3.14x decode, 1.58x prefill; bench/RESULTS.md issue 36), or
+ * "RHO_D:RHO_P" (the cpu figures' layers and plain costs with these ratios). -1 when malformed. */
+int sim_fork_attention_parse(const char *spec, SimForkAttention *out);
+/* The extra seconds of a forked request of n_prompt tokens, computed of them freshly, output decoded. */
+double sim_fork_attention_s(const SimForkAttention *a, int n_prompt, int computed, int output);
+
+/* Auto mode's chooser: the live cost model with the replay's inputs. token_s is the sim's prefill
+ * seconds a token; the attention terms are SimForkAttention's (none: sharing costs nothing, so an
+ * adapter forks as soon as any regret is measured). held = the longest prefix of the prompt that
+ * any namespace of the pools holds or held until evicted (a set of every block hash committed, in
+ * either namespace: the trace's seeded hashes and the tenant-only ones never collide); regret is
+ * measured on separate requests as live: the share of their prompt blocks their namespace had
+ * committed before and no longer matched. */
+typedef struct {
+    ForkKvCost cost;
+    uint64_t *seen;            /* open-addressed set of committed block hashes (0 = empty slot) */
+    size_t cap, n_seen;
+    int forked_requests, separate_requests; /* adapted requests by the choice they got */
+} SimAuto;
+
+int sim_auto_init(SimAuto *a, const SimForkAttention *attn, double token_s, int kv_dim, int rank, BraidError *err);
+void sim_auto_free(SimAuto *a);
+/* The blocks of a request's prompt that were ever committed: the longest prefix of hashes in the set. */
+int sim_auto_held_blocks(const SimAuto *a, const uint64_t *hashes, int n_blocks);
+/* Fork (true) or separate for a request: tenant_keys / own_keys its two namespaces' hashes. */
+bool sim_auto_choose(SimAuto *a, const TraceRequest *r, const uint64_t *tenant_keys, const uint64_t *own_keys, int bs);
+/* A separate request was served with hit_blocks of its own namespace matched: its regret sample. */
+void sim_auto_observe_separate(SimAuto *a, const uint64_t *own_keys, int n_blocks, int hit_blocks);
+/* The hashes a served request committed (its namespace's keys). -1 when out of memory. */
+int sim_auto_remember(SimAuto *a, const uint64_t *keys, int n_blocks);
 
 #endif

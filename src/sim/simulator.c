@@ -25,7 +25,7 @@ SimConfig sim_config_default(void) {
 }
 
 int sim_config_residual_tokens(const SimConfig *cfg) {
-    if (cfg->lora_cache != SIM_LORA_SHARED) return 0;
+    if (cfg->lora_cache == SIM_LORA_SEPARATE) return 0;
     return cfg->residual_tokens > 0 ? cfg->residual_tokens : 2 * cfg->kv_tokens;
 }
 
@@ -105,13 +105,16 @@ static const EvictPolicy belady_policy = {.name = "belady", .score = belady_scor
 typedef struct {
     const SimConfig *cfg;
     KvCache *cache;
-    SimResidualPool *residual; /* --lora-cache shared; NULL in separate mode */
+    SimResidualPool *residual; /* --lora-cache shared or auto; NULL in separate mode */
+    SimAuto *autoc;            /* --lora-cache auto: the per-request chooser; else NULL */
     const SimBaseKeys *keys;
     int bs, tpb;               /* tokens a block; tree tokens a block */
     int32_t *tokens, *blocks;  /* scratch: a request's tree tokens and its block table */
     CacheOpList ops;
     KvSegmentPlan plan;
     SimMemoryPeaks *peaks;
+    const Trace *trace;
+    SimDirectiveReplay *dir;   /* the trace's directives, modeled; NULL without (or ignored) */
 } Replay;
 
 typedef struct {
@@ -119,6 +122,7 @@ typedef struct {
     bool forked;               /* shared mode, a request with an adapter: it held a residual part too */
     int residual_cached_blocks; /* of the residual tree's match */
     int reused_tokens; /* segment reuse */
+    int directive_tokens; /* copied by directives (a splice's runs, a shared prefix): hits */
     int ok; /* 0: the request needed more blocks than the cache could give */
 } Served;
 
@@ -153,8 +157,8 @@ static int reuse_segments(KvCache *c, const CacheIdentity *id, const TraceReques
 
 /* Shared mode, a request with an adapter: its residual part, held beside the base blocks. Admits
  * it (the cached residual prefix among the first `limit` blocks); the blocks held, or -1. */
-static int residual_admit(Replay *rp, const TraceRequest *r, int limit, Served *out, BraidError *err) {
-    out->forked = rp->residual && r->adapter[0];
+static int residual_admit(Replay *rp, const TraceRequest *r, bool fork, int limit, Served *out, BraidError *err) {
+    out->forked = fork;
     if (!out->forked) return 0;
     return out->residual_cached_blocks = sim_residual_admit(rp->residual, r, rp->tokens, limit, err);
 }
@@ -169,19 +173,28 @@ static int serve_one(Replay *rp, const TraceRequest *r, int seq, Served *out, Br
     int32_t *tokens = rp->tokens, *blocks = rp->blocks;
     KvSegmentPlan *plan = &rp->plan;
     CacheIdentity id;
-    /* Shared mode: every adapter's base K/V of one context are the same tensors. */
-    if (kv_cache_identity(c, r->tenant, rp->residual ? NULL : r->adapter, r->workflow, r->agent, &id, err)) return -1;
-    id.approx_ok = cfg->segment_reuse == SEGMENT_REUSE_APPROX;
+    /* Shared mode: every adapter's base K/V of one context are the same tensors. Auto mode: an
+     * adapted request the chooser keeps separate reads and writes its adapter's own namespace. */
+    bool fork = rp->residual && r->adapter[0];
+    if (fork && rp->autoc) fork = sim_auto_choose(rp->autoc, r, rp->keys->of[seq], r->blocks, bs);
+    bool own_namespace = r->adapter[0] && !fork;
+    const uint64_t *keys = own_namespace && rp->autoc ? r->blocks : rp->keys->of[seq];
+    if (kv_cache_identity(c, r->tenant, rp->residual && !own_namespace ? NULL : r->adapter, r->workflow, r->agent, &id, err)) return -1;
+    id.approx_ok = cfg->segment_reuse == SEGMENT_REUSE_APPROX && !cfg->no_approx_prefix;
+    if (rp->dir) sim_directives_identity(r, cfg->segment_reuse, &id);
+    if (rp->dir && sim_directives_before(rp->dir, c, &id, rp->trace, seq, err)) return -1;
     /* Match at most the prompt's full blocks, and never the whole prompt. */
     int limit = r->prompt_tokens > 0 ? (r->prompt_tokens - 1) / bs : 0;
     if (limit > r->n_blocks) limit = r->n_blocks;
-    request_tokens(r, rp->keys->of[seq], bs, tpb, tokens);
+    request_tokens(r, keys, bs, tpb, tokens);
     uint64_t copies_before = c->counters.stored_blocks + c->counters.loaded_blocks;
     KvCacheMatch m;
     if (kv_cache_match(c, &id, tokens, limit * tpb + 1, &m, err)) return -1;
     int got = kv_cache_acquire(c, &m, blocks, err);
-    if (got < 0 || residual_admit(rp, r, limit, out, err) < 0) return -1;
-    int reused = reuse_segments(c, &id, r, cfg->segment_reuse, got * bs, plan, err);
+    if (got < 0 || residual_admit(rp, r, fork, limit, out, err) < 0) return -1;
+    int directive_tokens = 0;
+    int reused = rp->dir ? sim_directives_plan(rp->dir, c, &id, rp->trace, seq, got * bs, cfg->segment_reuse, plan, &directive_tokens, err)
+                         : reuse_segments(c, &id, r, cfg->segment_reuse, got * bs, plan, err);
     if (reused < 0) return -1;
     int total = (r->prompt_tokens + r->output_tokens + bs - 1) / bs, need = total - got, n_commit = r->n_blocks;
     if (cfg->cache_outputs) n_commit = output_blocks(r, bs, tpb, seq, tokens);
@@ -189,6 +202,10 @@ static int serve_one(Replay *rp, const TraceRequest *r, int seq, Served *out, Br
     if (!out->ok && plan->n > 0) { /* the held sources may be what stood in the way */
         kv_cache_drop_segments(c, plan);
         reused = 0;
+        out->ok = kv_cache_reserve(c, need, blocks + got) == 0;
+    }
+    if (!out->ok && rp->dir && kv_cache_pinned(c) > 0) { /* pins are hints: they go before a request is refused */
+        kv_cache_unpin_for(c, kv_cache_pinned(c));
         out->ok = kv_cache_reserve(c, need, blocks + got) == 0;
     }
     int held = out->ok ? total : got;
@@ -199,6 +216,7 @@ static int serve_one(Replay *rp, const TraceRequest *r, int seq, Served *out, Br
     }
     sim_memory_sample(rp->peaks, c, rp->residual);
     if (out->ok && plan->n > 0 && kv_cache_place_segments(c, plan, blocks, err)) return -1;
+    if (out->ok && rp->dir && sim_directives_placed(rp->dir, c, &id, err)) return -1;
     /* From the first approximate token on (a matched approximate node or reused span), the blocks
      * enter the tree marked approximate, as the scheduler commits them. */
     int approx_from = m.approx_from_block >= 0 && m.approx_from_block < got ? m.approx_from_block * bs : -1;
@@ -206,16 +224,20 @@ static int serve_one(Replay *rp, const TraceRequest *r, int seq, Served *out, Br
     id.has_approx = approx_from >= 0;
     id.approx_from_block = approx_from >= 0 ? approx_from / bs : 0;
     kv_cache_drop_segments(c, plan);
-    out->reused_tokens = out->ok ? reused : 0;
+    out->directive_tokens = out->ok && reused > 0 ? directive_tokens : 0;
+    out->reused_tokens = out->ok ? reused - out->directive_tokens : 0;
     RadixNode *lock = m.node;
     if (out->ok && kv_cache_commit(c, &id, tokens, n_commit, blocks, &lock, false, err)) return -1;
     if (out->ok && out->forked && sim_residual_commit(rp->residual, tokens, n_commit, err)) return -1;
     kv_cache_release(c, lock, blocks, held);
     if (out->forked) sim_residual_finish(rp->residual);
+    if (out->ok && rp->dir && sim_directives_after(rp->dir, c, &id, rp->trace, seq, err)) return -1;
     kv_cache_identity_release(c, &id); /* as the scheduler does when a request finishes */
     out->device_cached_blocks = m.device_blocks;
     out->host_cached_blocks = m.host_blocks;
     out->copied_blocks = (int)(c->counters.stored_blocks + c->counters.loaded_blocks - copies_before);
+    if (rp->autoc && own_namespace) sim_auto_observe_separate(rp->autoc, keys, r->n_blocks, m.device_blocks + m.host_blocks);
+    if (rp->autoc && out->ok && sim_auto_remember(rp->autoc, keys, r->n_blocks)) return braid_error_set(err, "sim: out of memory");
     /* Nothing carries the operations out here; their cost is modeled from the counters. */
     if (kv_cache_take_ops(c, &rp->ops)) return braid_error_set(err, "sim: out of memory");
     cache_ops_clear(&rp->ops);
@@ -332,7 +354,7 @@ static int forecast_init(const SimConfig *cfg, WorkflowForecast *f, BraidError *
 
 /* One served request into the totals; returns the tokens it found cached (min(b, r) for a fork). */
 static int account(SimResult *res, const TraceRequest *r, const Served *sv, int bs) {
-    int base_hit = (sv->device_cached_blocks + sv->host_cached_blocks) * bs, cached = base_hit;
+    int base_hit = (sv->device_cached_blocks + sv->host_cached_blocks) * bs, cached = base_hit + sv->directive_tokens;
     if (sv->forked) {
         int residual_hit = sv->residual_cached_blocks * bs;
         cached = base_hit < residual_hit ? base_hit : residual_hit;
@@ -347,6 +369,7 @@ static int account(SimResult *res, const TraceRequest *r, const Served *sv, int 
     res->base_hit_tokens += (uint64_t)base_hit;
     res->computed_tokens += (uint64_t)(r->prompt_tokens - cached - sv->reused_tokens);
     res->segment_reused_tokens += (uint64_t)sv->reused_tokens;
+    res->directives.directive_hit_tokens += (uint64_t)sv->directive_tokens;
     res->device_cached_tokens += (uint64_t)sv->device_cached_blocks * bs;
     res->host_cached_tokens += (uint64_t)sv->host_cached_blocks * bs;
     return cached;
@@ -381,6 +404,7 @@ static int replay(const Trace *t, Replay *rp, WorkflowForecast *f, BeladyState *
         const TraceRequest *r = &t->reqs[i];
         bstate->current = i;
         deliver_ends(c, f, t, &next_end, r->t);
+        if (rp->dir) kv_cache_step(c, r->t); /* pins expire in trace time */
         if (cfg->prefetch && i > 0) {
             /* The idle time before this arrival: what the forecasts made so far (the previous calls'
              * workflows) expect next, into free device blocks and retired cache only; at most
@@ -403,6 +427,14 @@ static int replay(const Trace *t, Replay *rp, WorkflowForecast *f, BeladyState *
         ttft_sum += ttft;
         ttfts[i] = ttft;
         latencies[i] = ttft + r->output_tokens * cfg->decode_s_per_token;
+        if (sv.forked) { /* ResidualAttention's extra time (0 unless fork_attention is set) */
+            double extra = sim_fork_attention_s(&cfg->fork_attention, r->prompt_tokens, computed, r->output_tokens);
+            latencies[i] += extra;
+            res->fork_attention_s += extra;
+            res->forked_requests++;
+        } else if (rp->autoc && r->adapter[0]) {
+            res->separate_adapted_requests++;
+        }
         res->modeled_latency_s += latencies[i];
         if (res->timeline)
             res->timeline[res->n_timeline++] = (SimRequestRow){.t = r->t, .prompt_tokens = r->prompt_tokens, .cached_tokens = cached,
@@ -430,9 +462,12 @@ static void replay_free(Replay *rp) {
 /* Options that cannot go together, and what the trace must carry for them. */
 static int check_config(const Trace *t, const SimConfig *cfg, bool belady, BraidError *err) {
     if (cfg->segment_reuse && belady) return braid_error_set(err, "sim: belady replays block hashes; segment reuse needs another policy");
-    if (cfg->lora_cache == SIM_LORA_SHARED && cfg->segment_reuse)
-        return braid_error_set(err, "sim: --lora-cache shared does not model segment reuse; use one or the other");
-    if (cfg->lora_cache == SIM_LORA_SHARED && (cfg->lora_rank < 1 || cfg->kv_dim < 1 || cfg->residual_tokens < 0))
+    if (cfg->lora_cache != SIM_LORA_SEPARATE && cfg->segment_reuse)
+        return braid_error_set(err, "sim: --lora-cache %s does not model segment reuse; use one or the other",
+                               sim_lora_cache_name(cfg->lora_cache));
+    if (cfg->lora_cache == SIM_LORA_AUTO && belady)
+        return braid_error_set(err, "sim: --lora-cache auto keys a request by its choice, which belady's index cannot know in advance");
+    if (cfg->lora_cache != SIM_LORA_SEPARATE && (cfg->lora_rank < 1 || cfg->kv_dim < 1 || cfg->residual_tokens < 0))
         return braid_error_set(err, "sim: --lora-cache shared needs a LoRA rank >= 1 (got %d), a KV width >= 1 (got %d) and "
                                     "residual tokens >= 0 (got %d)", cfg->lora_rank, cfg->kv_dim, cfg->residual_tokens);
     for (int i = 0; cfg->segment_reuse && i < t->n; i++)
@@ -442,10 +477,23 @@ static int check_config(const Trace *t, const SimConfig *cfg, bool belady, Braid
     return 0;
 }
 
+/* A trace with directives replays token ids through the base cache alone. */
+static int check_directives(const Trace *t, const SimConfig *cfg, bool belady, BraidError *err) {
+    if (belady) return braid_error_set(err, "sim: belady replays block hashes; a trace with directives needs another policy");
+    if (cfg->lora_cache != SIM_LORA_SEPARATE)
+        return braid_error_set(err, "sim: --lora-cache %s does not model directives; replay the trace with separate caches",
+                               sim_lora_cache_name(cfg->lora_cache));
+    for (int i = 0; i < t->n; i++)
+        if (!t->reqs[i].tokens)
+            return braid_error_set(err, "sim: a trace with directives replays token ids, but request %s has no \"tokens\" "
+                                        "(write the trace with --trace-tokens)", t->reqs[i].id);
+    return 0;
+}
+
 /* Shared mode's residual pool (2 x the base cache's tokens unless sized); NULL in separate mode. */
 static int residual_pool_init(const SimConfig *cfg, int bs, int tpb, SimResidualPool *pool, SimResidualPool **out, BraidError *err) {
     *out = NULL;
-    if (cfg->lora_cache != SIM_LORA_SHARED) return 0;
+    if (cfg->lora_cache == SIM_LORA_SEPARATE) return 0;
     if (sim_residual_init(pool, sim_config_residual_tokens(cfg), bs, tpb, err)) return -1;
     *out = pool;
     return 0;
@@ -461,6 +509,7 @@ static void copy_counters(const KvCache *cache, const SimResidualPool *residual,
     res->prefetched_blocks = k->prefetched_blocks;
     res->prefetch_hit_blocks = k->prefetch_hit_blocks;
     res->prefetch_wasted_blocks = k->prefetch_wasted_blocks;
+    res->prefetch_displaced_blocks = k->prefetch_displaced_blocks;
     res->uses_over_bound = k->uses_over_bound;
     res->segment_lsh_candidates = k->segment_lsh_candidates;
     res->segment_lsh_admitted = k->segment_lsh_admitted;
@@ -473,11 +522,13 @@ static void copy_counters(const KvCache *cache, const SimResidualPool *residual,
 
 int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *err) {
     memset(res, 0, sizeof *res);
-    int bs = t->block_size > 0 ? t->block_size : 16, tpb = cfg->segment_reuse ? bs : SIM_TOKENS_PER_BLOCK;
+    /* Directives and segment reuse replay token ids (a block is bs tree tokens), else block hashes. */
+    bool directives = sim_trace_has_directives(t);
+    int bs = t->block_size > 0 ? t->block_size : 16, tpb = cfg->segment_reuse || directives ? bs : SIM_TOKENS_PER_BLOCK;
     bool belady = strcmp(cfg->policy, "belady") == 0;
     const EvictPolicy *policy = belady ? &belady_policy : evict_policy_find(cfg->policy);
     if (!policy) return braid_error_set(err, "sim: unknown policy '%s' (a registered one or belady)", cfg->policy);
-    if (check_config(t, cfg, belady, err)) return -1;
+    if (check_config(t, cfg, belady, err) || (directives && check_directives(t, cfg, belady, err))) return -1;
     res->peaks.block_size = bs;
     res->peaks.base_bytes_per_token = cfg->kv_bytes_per_token;
     res->peaks.residual_bytes_per_token = sim_residual_bytes_per_token(cfg->kv_bytes_per_token, cfg->kv_dim, cfg->lora_rank);
@@ -500,14 +551,23 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
                         .approx_window = cfg->approx_window, .segment_lsh = cfg->segment_lsh,
                         .segment_lsh_anywhere = cfg->segment_lsh_anywhere,
                         .segment_tau_seg = cfg->segment_tau_seg, .segment_tau_ctx = cfg->segment_tau_ctx,
-                        .segment_canon = cfg->segment_canon, .n_segment_canon = cfg->n_segment_canon};
+                        .segment_canon = cfg->segment_canon, .n_segment_canon = cfg->n_segment_canon,
+                        .prefetch_rho = cfg->prefetch ? cfg->prefetch_rho : 0,
+                        .clock = directives ? sim_directives_clock : NULL};
     KvCache cache;
     SimResidualPool residual_pool;
-    Replay rp = {.cfg = cfg, .cache = &cache, .keys = &keys, .bs = bs, .tpb = tpb, .peaks = &res->peaks};
+    Replay rp = {.cfg = cfg, .cache = &cache, .keys = &keys, .bs = bs, .tpb = tpb, .peaks = &res->peaks, .trace = t};
+    SimDirectiveReplay dir_replay = {0};
     WorkflowForecast forecast, *f = policy->on_prediction ? &forecast : NULL;
     int rc = f ? forecast_init(cfg, f, err) : 0;
     bool forecast_up = f && rc == 0, cache_up = rc == 0 && (rc = kv_cache_init(&cache, &cc, err)) == 0;
     if (rc == 0) rc = residual_pool_init(cfg, bs, tpb, &residual_pool, &rp.residual, err);
+    SimAuto chooser;
+    if (rc == 0 && cfg->lora_cache == SIM_LORA_AUTO &&
+        (rc = sim_auto_init(&chooser, &cfg->fork_attention, cfg->prefill_s_per_token, cfg->kv_dim, cfg->lora_rank, err)) == 0)
+        rp.autoc = &chooser;
+    if (rc == 0 && directives && !cfg->ignore_directives && (rc = sim_directives_begin(&dir_replay, t, cfg->kv_tokens, cfg->pin_budget_tokens, err)) == 0)
+        rp.dir = &dir_replay;
     double *ttfts = malloc(((size_t)t->n + 1) * sizeof *ttfts), *latencies = malloc(((size_t)t->n + 1) * sizeof *latencies);
     if (cfg->timeline) res->timeline = malloc(((size_t)t->n + 1) * sizeof *res->timeline);
     if (rc == 0 && !(ttfts && latencies && (!cfg->timeline || res->timeline))) rc = braid_error_set(err, "sim: out of memory");
@@ -515,10 +575,18 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
     if (rc == 0 && summarize(t, ttfts, latencies, res)) rc = braid_error_set(err, "sim: out of memory");
     res->workflow_ends = t->n_ends;
     if (cache_up) copy_counters(&cache, rp.residual, res);
+    if (cache_up && rp.dir) {
+        uint64_t hits = res->directives.directive_hit_tokens;
+        sim_directives_collect(rp.dir, &cache);
+        res->directives = rp.dir->stats;
+        res->directives.directive_hit_tokens = hits;
+    }
+    sim_directives_end(&dir_replay);
     free(ttfts);
     free(latencies);
     replay_free(&rp);
     if (rp.residual) sim_residual_free(rp.residual);
+    if (rp.autoc) sim_auto_free(rp.autoc);
     if (cache_up) kv_cache_free(&cache);
     if (forecast_up) workflow_forecast_free(f);
     if (belady) belady_free(&bstate);

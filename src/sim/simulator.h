@@ -18,7 +18,9 @@
  * per request (its arrival time, tokens and modeled times), in trace order, for hit-rate-over-time
  * plots (braid sim --timeline; braid-bench plot reads the file). With SimConfig.lora_cache shared
  * (ForkKV) the cache holds base K/V keyed by tenant alone and adapted requests also hold residuals
- * in a second pool (sim_forkkv.h), as the live engine's DualRadixTree does.
+ * in a second pool (sim_forkkv.h), as the live engine's DualRadixTree does. A trace whose lines carry
+ * cache directives (pin, unpin, decay, evict, share, splice) is replayed on token ids with them
+ * applied as the live scheduler applies them (sim_directives.h), unless ignore_directives.
  */
 #ifndef BRAID_SIM_SIMULATOR_H
 #define BRAID_SIM_SIMULATOR_H
@@ -27,8 +29,11 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "sim/sim_directives.h"
 #include "sim/sim_forkkv.h"
 #include "sim/trace.h"
+
+#define SIM_DEFAULT_PREFETCH_RHO 0.2 /* --prefetch-mode aggressive's rho: the paper's best (App. E.2) */
 
 typedef struct {
     int kv_tokens;            /* device cache capacity in tokens */
@@ -61,12 +66,18 @@ typedef struct {
      * the most blocks one such gap loads (the live S_bw per step; 0 = no cap). */
     bool prefetch;
     int prefetch_max_blocks;
+    /* 0 = conservative (above); in (0, 1]: the paper's aggressive variant (App. E), which may also
+     * evict active cache, lowest score first, up to prefetch_rho x the device per gap
+     * (KvCacheConfig.prefetch_rho). */
+    double prefetch_rho;
     bool timeline;            /* fill SimResult.timeline, one row per request */
     /* Segment reuse (kv_cache.h SegmentReuseMode; 0 = off): the replay then runs the cache on the
      * trace's token ids (every request line needs "tokens") with the chunker's anchors (the model's
      * control tokens) and approximate mode's window; a reused token costs no prefill. Not with belady. */
     int segment_reuse;
     int approx_window;
+    /* Approximate nodes earlier requests committed are not matched (braid serve --approx-prefix off). */
+    bool no_approx_prefix;
     const int32_t *anchor_tokens;
     int n_anchor_tokens;
     /* Near-duplicate segments (KvCacheConfig.segment_lsh, approx mode only): the LSH index, its
@@ -81,14 +92,24 @@ typedef struct {
      * (x·A, rank lora_rank) in a pool of residual_tokens tokens (0 = 2 x kv_tokens) with its own
      * LRU. A request computes from min(base match, residual match) and writes each part only past
      * its own match. kv_dim (the model's KV heads x head dim; 192 for SmolLM2-135M) and lora_rank
-     * size a residual token at kv_bytes_per_token x lora_rank / kv_dim bytes. Not with segment reuse. */
+     * size a residual token at kv_bytes_per_token x lora_rank / kv_dim bytes. Not with segment reuse.
+     * SIM_LORA_AUTO: shared's pools, and each adapted request forks or runs on its adapter's own
+     * namespace of the base pool as sim_forkkv.h's SimAuto chooses (not with belady either).
+     * fork_attention: ResidualAttention's extra time, added to every forked request's latency
+     * (n_layers 0, the default: not charged). */
     SimLoraCache lora_cache;
+    SimForkAttention fork_attention;
     int residual_tokens;
     int lora_rank;
     int kv_dim;
     /* Runs kv_cache_check on every pool after each request and at the end (then also that no block
      * is left in use); a failure ends the replay with an error. For tests: it walks the trees. */
     bool check_invariants;
+    /* Cache directives (sim_directives.h): a trace whose lines carry "directives" replays on token
+     * ids and applies them; ignore_directives replays the same trace with none (the "off" arm).
+     * pin_budget_tokens: pinned tokens a tenant may hold (0 = a quarter of kv_tokens, braid serve's default). */
+    bool ignore_directives;
+    int pin_budget_tokens;
 } SimConfig;
 
 /* One request as the replay served it (SimResult.timeline[i] is trace request i). */
@@ -119,6 +140,7 @@ typedef struct {
     /* prefetch: blocks loaded ahead, of them acquired by a later request (device hits), and evicted
      * from the device again unused; their copy time (idle time, not in modeled_latency_s) */
     uint64_t prefetched_blocks, prefetch_hit_blocks, prefetch_wasted_blocks;
+    uint64_t prefetch_displaced_blocks; /* aggressive prefetch: active device blocks evicted for it */
     double prefetch_copy_s;
     uint64_t predicted_calls, correct_next; /* step-1 top-1 accuracy of the forecasts, as they happened */
     uint64_t uses_over_bound; /* KvCacheCounters.uses_over_bound: 0 while every node counted all its active workflows */
@@ -138,12 +160,20 @@ typedef struct {
      * (residual survived its evicted base, which is recomputed). */
     uint64_t base_hit_tokens, residual_hit_tokens, fork_tokens, partial_tokens;
     uint64_t residual_evicted_blocks;
+    /* forked requests (shared, or auto's choice) and auto's separate adapted requests; the
+     * ResidualAttention time charged to the forked ones (in modeled_latency_s) */
+    int forked_requests, separate_adapted_requests;
+    double fork_attention_s;
     int adapters;             /* distinct adapters in the trace */
     /* Blocks that adapted requests put into an adapter's own tree (separate: the cache; shared: the
      * residual tree). With a cache that never evicts this is what the adapters keep cached. */
     uint64_t adapter_blocks_inserted;
     SimMemoryPeaks peaks;     /* pool occupancy peaks and the bytes a token of each pool takes */
     int invariant_checks;     /* SimConfig.check_invariants: checks passed */
+    /* Directives: what they did. Tokens copied by a splice or from a shared prefix count as hits:
+     * cached_tokens = device_cached_tokens + host_cached_tokens + directives.spliced_tokens +
+     * directives.shared_tokens (of requests admitted with their copies). */
+    SimDirectiveStats directives;
 } SimResult;
 
 SimConfig sim_config_default(void);

@@ -10,6 +10,7 @@
 #include "common/float_b64.h"
 #include "common/grow.h"
 #include "common/strmap.h"
+#include "sim/sim_directives.h"
 
 #define TRACE_MAX_HIDDEN 65536
 
@@ -27,6 +28,7 @@ void trace_request_free(TraceRequest *r) {
     free(r->blocks);
     free(r->hidden);
     free(r->tokens);
+    sim_directives_free(r->directives);
     memset(r, 0, sizeof *r);
 }
 
@@ -84,7 +86,10 @@ static int parse_request(json_t *o, TraceRequest *r, int *block_size, BraidError
     json_t *hidden = json_object_get(o, "hidden");
     if (hidden && json_is_string(hidden) && !(r->hidden = float_b64_decode(json_string_value(hidden), TRACE_MAX_HIDDEN, &r->hidden_dim)))
         return braid_error_set(err, "hidden is not base64 of at most %d finite float32 values", TRACE_MAX_HIDDEN);
-    return parse_tokens(json_object_get(o, "tokens"), r, err) ? -1 : TRACE_LINE_REQUEST;
+    if (parse_tokens(json_object_get(o, "tokens"), r, err)) return -1;
+    json_t *directives = json_object_get(o, "directives");
+    if (directives && sim_directives_parse(directives, r->prompt_tokens, &r->directives, err)) return -1;
+    return TRACE_LINE_REQUEST;
 }
 
 static int parse_workflow_end(json_t *o, TraceRequest *r, BraidError *err) {

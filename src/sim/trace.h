@@ -24,6 +24,7 @@ typedef struct {
     int hidden_dim;     /* its width (0 when absent) */
     int32_t *tokens;    /* the prompt's token ids (prompt_tokens of them) when the line has "tokens", else NULL */
     double weight;      /* the tenant's weight in fair sharing (the line's "weight"; 0 when absent: 1) */
+    struct SimDirectives *directives; /* the line's cache directives (sim_directives.h), or NULL */
 } TraceRequest;
 
 typedef struct {

@@ -248,7 +248,9 @@ void msg_stats_encode(WireBuf *b, const MsgStats *m) {
                                  m->segment_flops_saved, m->directive_requests, m->pins, m->pin_expired_blocks,
                                  m->pin_revoked_blocks, m->spliced_tokens, m->shared_hit_tokens, m->directive_evicted_blocks,
                                  m->residual_hit_tokens, m->fork_tokens, m->partial_hit_tokens, m->residual_evicted_blocks,
-                                 m->moved_in_blocks, m->moved_in_bytes, m->move_failures, m->lent_blocks};
+                                 m->moved_in_blocks, m->moved_in_bytes, m->move_failures, m->lent_blocks,
+                                 m->segment_lsh_candidates, m->segment_lsh_admitted, m->segment_lsh_reused_tokens,
+                                 m->segment_probes_ok, m->segment_probes_rejected};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) wire_put_i32(b, gauges[i]);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) wire_put_u64(b, counters[i]);
 }
@@ -266,7 +268,8 @@ int msg_stats_decode(WireReader *r, MsgStats *m) {
                             &m->pin_expired_blocks, &m->pin_revoked_blocks, &m->spliced_tokens, &m->shared_hit_tokens,
                             &m->directive_evicted_blocks, &m->residual_hit_tokens, &m->fork_tokens, &m->partial_hit_tokens,
                             &m->residual_evicted_blocks, &m->moved_in_blocks, &m->moved_in_bytes, &m->move_failures,
-                            &m->lent_blocks};
+                            &m->lent_blocks, &m->segment_lsh_candidates, &m->segment_lsh_admitted,
+                            &m->segment_lsh_reused_tokens, &m->segment_probes_ok, &m->segment_probes_rejected};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) *gauges[i] = wire_get_i32(r);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) *counters[i] = wire_get_u64(r);
     return reader_ok(r);

@@ -152,6 +152,11 @@ typedef struct {
     /* KV moves (kv_moves.h): blocks and bytes moved in from other instances, moves that failed or
      * timed out (the request then recomputed), blocks lent to other instances. */
     uint64_t moved_in_blocks, moved_in_bytes, move_failures, lent_blocks;
+    /* Approximate segment guards (issue 35): near-duplicate chunks the LSH found a candidate for /
+     * admitted (reused >= 1 token) and the tokens they reused; online probes that admitted /
+     * rejected their span. */
+    uint64_t segment_lsh_candidates, segment_lsh_admitted, segment_lsh_reused_tokens;
+    uint64_t segment_probes_ok, segment_probes_rejected;
 } MsgStats;
 
 /* KV_EVENTS. The values mirror the cache's (kv_cache.h: CacheEventKind, CacheTier, the tier bits

@@ -16,6 +16,8 @@ void move_msg_export_encode(WireBuf *b, const MsgKvExport *m) {
     wire_put_str(b, m->tenant);
     wire_put_str(b, m->adapter);
     wire_put_i32s(b, m->tokens, m->n_tokens);
+    wire_put_str(b, m->host);
+    wire_put_u8(b, m->kv_layout);
 }
 
 int move_msg_export_decode(WireReader *r, MsgKvExport *m) {
@@ -24,6 +26,8 @@ int move_msg_export_decode(WireReader *r, MsgKvExport *m) {
     m->tenant = wire_get_str(r);
     m->adapter = wire_get_str(r);
     m->tokens = wire_get_i32s(r, &m->n_tokens);
+    m->host = wire_get_str(r);
+    m->kv_layout = wire_get_u8(r);
     if (reader_ok(r) || m->n_tokens == 0) {
         move_msg_export_free(m);
         return -1;
@@ -35,7 +39,16 @@ void move_msg_export_free(MsgKvExport *m) {
     free(m->tenant);
     free(m->adapter);
     free(m->tokens);
+    free(m->host);
     memset(m, 0, sizeof *m);
+}
+
+const char *move_kv_layout_name(int layout) {
+    switch (layout) {
+    case MOVE_KV_LAYOUT_FP16: return "fp16 (CPU backend)";
+    case MOVE_KV_LAYOUT_BF16: return "bf16 (CUDA backend)";
+    default: return "unknown";
+    }
 }
 
 void move_msg_exported_encode(WireBuf *b, const MsgKvExported *m) {

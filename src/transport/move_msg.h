@@ -3,7 +3,9 @@
  * message each on the control communicator, tag = MsgType (control_msg.h).
  *
  *   KV_EXPORT    importer → exporter: "lend me the cached prefix of these tokens" (namespace names
- *                and the prompt; xfer_id is the importer's, echoed back).
+ *                and the prompt; xfer_id is the importer's, echoed back), with the importer's host
+ *                name and KV layout (a CUDA exporter stages a loan to another host through pinned
+ *                host memory; exporters of another layout refuse).
  *   KV_EXPORTED  exporter → importer: the blocks that hold it, in sequence order, each with its tier
  *                (0 device, 1 host) and block id, under a lease the exporter keeps until KV_RELEASE
  *                or its timeout; the exporter's pool sizes per tier (the importer computes byte
@@ -25,7 +27,14 @@ typedef struct {
     char *tenant, *adapter; /* "" = none */
     int32_t *tokens;
     int n_tokens;
+    char *host;        /* the importer's host name ("" = unknown): a CUDA exporter on another host stages the loan */
+    uint8_t kv_layout; /* the importer's KV layout (MoveKvLayout); an exporter of another layout refuses */
 } MsgKvExport;
+
+/* The element type of an instance's KV pools, which a move must match: the CPU backend keeps fp16,
+ * the CUDA backend bf16 (same shapes, different bits). */
+typedef enum { MOVE_KV_LAYOUT_UNKNOWN = 0, MOVE_KV_LAYOUT_FP16, MOVE_KV_LAYOUT_BF16 } MoveKvLayout;
+const char *move_kv_layout_name(int layout);
 
 typedef struct {
     uint64_t xfer_id;

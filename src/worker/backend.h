@@ -73,6 +73,11 @@ typedef struct {
     /* CPU: overlapped operations run inline, before the call returns, instead of on a copy thread
      * (the zero value, false, has the thread whenever there is a host tier). */
     bool sync_copies;
+    /* Optional: called between the layers of a forward on the calling thread (CPU; the CUDA backend
+     * launches a step's layers asynchronously and never calls it), at most once per layer. The
+     * instance leader's heartbeat: a step longer than --instance-timeout must not look like a lost node. */
+    void (*step_pulse)(void *ctx);
+    void *step_pulse_ctx;
 } BackendConfig;
 
 typedef struct {

@@ -291,6 +291,8 @@ int backend_cpu_create(Backend *b, BraidError *err) {
         return -1;
     }
     forward_init(&cb->fwd, cb->packed.layers ? &cb->packed : base, &cb->kv);
+    cb->fwd.between_layers = b->cfg.step_pulse;
+    cb->fwd.between_layers_ctx = b->cfg.step_pulse_ctx;
     cb->fwd.tp = b->cfg.tp;
     cb->fwd.math = b->cfg.cpu_matmul;
     cb->fwd.lora = b->cfg.lora;

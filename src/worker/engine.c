@@ -58,6 +58,8 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
     /* The host tier holds evicted cache; with caching off there is nothing to put there. */
     bc.host_blocks = cfg->cache_enabled ? cfg->host_blocks : 0;
     bc.sync_copies = cfg->sync_copies;
+    bc.step_pulse = cfg->step_pulse;
+    bc.step_pulse_ctx = cfg->step_pulse_ctx;
     if (backend_create(&e->backend, cfg->shard ? cfg->shard : &model->weights, &bc, err)) {
         sched_free(&e->sched);
         free(e->segment_canon);

@@ -45,6 +45,9 @@ typedef struct {
     struct TpCollective *tp;
     int (*before_forward)(void *ctx, const ForwardBatch *batch, const CacheOpList *ops, BraidError *err);
     void *before_forward_ctx;
+    /* Optional: called between a forward's layers on the stepping thread (BackendConfig.step_pulse). */
+    void (*step_pulse)(void *ctx);
+    void *step_pulse_ctx;
     /* Segment reuse (kv_cache.h): the most a request may use (OFF keeps no segment index;
      * APPROX permits requests to ask for it) and approximate mode's left-context window. */
     SegmentReuseMode segment_reuse;
@@ -94,6 +97,7 @@ typedef struct {
     uint8_t *want_hidden; /* (cap_seqs) */
     float *hidden;        /* (cap_seqs, dim) hidden states the forward copied */
     uint64_t generated_tokens;
+    double probe_read_seconds; /* approximate-span probes' K/V reads (engine_probe.c), summed */
     /* Structured outputs: the model's vocabulary for grammar masks (made at the first request with
      * a grammar, shared read-only by all their matchers), each sampled row's mask
      * (cap_seqs, mask_words) and whether the row has one, and a masked copy of one logit row for

@@ -261,6 +261,7 @@ int forward_run(ForwardContext *ctx, const ForwardBatch *b, float *logits, Braid
     for (int l = 0; l < c->n_layers; l++) {
         if (ctx->layer_probe) ctx->layer_probe(ctx->probe_ctx, l, ctx->x, n, c->dim);
         if (attention_block(ctx, b, l, err) || mlp_block(ctx, n, l, err)) return -1;
+        if (ctx->between_layers) ctx->between_layers(ctx->between_layers_ctx);
     }
     if (b->n_logits == 0) return 0;
     for (int i = 0; i < b->n_logits; i++)

@@ -39,6 +39,10 @@ typedef struct {
     /* Optional (studies): called with the residual stream entering each layer, (n_tokens, dim). */
     void (*layer_probe)(void *probe_ctx, int layer, const float *x, int n_tokens, int dim);
     void *probe_ctx;
+    /* Optional: called after each layer on the thread that runs the forward, so a long prefill step
+     * can still do a little periodic work (the instance leader's heartbeat to the coordinator). */
+    void (*between_layers)(void *ctx);
+    void *between_layers_ctx;
     int logits_capacity;
     float *final_hidden;                         /* (logits_capacity, dim) post-norm hidden states */
 } ForwardContext;

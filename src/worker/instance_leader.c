@@ -144,7 +144,10 @@ static int send_stats(Leader *L) {
                   .lent_blocks = mc.lent_blocks, .directive_requests = s->counters.directive_requests, .pins = cc->pins, .pin_expired_blocks = cc->pin_expired_blocks,
                   .pin_revoked_blocks = cc->pin_revoked_blocks, .spliced_tokens = cc->spliced_tokens,
                   .shared_hit_tokens = cc->shared_hit_tokens, .directive_evicted_blocks = cc->directive_evicted_blocks,
-                  .pinned_blocks = kv_cache_pinned(c)};
+                  .pinned_blocks = kv_cache_pinned(c),
+                  .segment_lsh_candidates = cc->segment_lsh_candidates, .segment_lsh_admitted = cc->segment_lsh_admitted,
+                  .segment_lsh_reused_tokens = cc->segment_lsh_reused_tokens,
+                  .segment_probes_ok = s->guard_counters.probes_ok, .segment_probes_rejected = s->guard_counters.probes_rejected};
     if (s->forkkv) {
         m.residual_used_blocks = residual_cache_in_use(&s->residual);
         m.residual_total_blocks = residual_cache_total(&s->residual);
@@ -157,6 +160,16 @@ static int send_stats(Leader *L) {
     msg_stats_encode(&b, &m);
     L->last_stats = braid_now_seconds();
     return ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_STATS, &b, &L->err);
+}
+
+/* Between the layers of a long step: the coordinator counts a leader silent for --instance-timeout
+ * as a lost node, and across hosts silence is its only failure detector, so the step keeps the
+ * STATS period (a prefill of many tokens on a loaded CPU takes tens of seconds). Read-only on the
+ * scheduler; a failed send surfaces at the next iteration's ctrl_progress. */
+static void leader_step_pulse(void *ctx) {
+    Leader *L = ctx;
+    if (L->failed || braid_now_seconds() - L->last_stats < STATS_PERIOD_S) return;
+    if (send_stats(L) || ctrl_progress(&L->ctrl, &L->err)) L->failed = true;
 }
 
 /* The step's cache events in one message. A batch whose encoding ran out of memory is dropped
@@ -503,6 +516,8 @@ static int leader_init(Leader *L, const WorkerRoleConfig *cfg, BraidError *err) 
     ctrl_init(&L->ctrl, cfg->world);
     int ok = tp_setup(cfg, &L->tp, err) == 0;
     EngineConfig ec = cfg->engine;
+    ec.step_pulse = leader_step_pulse;
+    ec.step_pulse_ctx = L;
     if (ok && L->tp.tp_size > 1) {
         ec.shard = &L->tp.shard;
         ec.tp = &L->tp.tp;

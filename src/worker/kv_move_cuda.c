@@ -1,11 +1,15 @@
-/* kv_move_cuda.c — kv_move_cuda.h over CUDA IPC (worker/cuda_kv_ipc.h). */
+/* kv_move_cuda.c — kv_move_cuda.h: same node over CUDA IPC (worker/cuda_kv_ipc.h), across nodes through
+ * pinned host staging over UCX (worker/kv_move_cuda_staged.h). */
 #include "worker/kv_move_cuda.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/grow.h"
+#include "transport/control_msg.h"
 #include "worker/cuda_kv_ipc.h"
+#include "worker/kv_move_cuda_staged.h"
 
 /* One lender rank's pool, opened once and kept. */
 typedef struct {
@@ -17,18 +21,23 @@ typedef struct {
 
 struct KvMoveCuda {
     CudaKvPool mine;
+    KvStaging *staging; /* moves across nodes; NULL when its streams could not be made (such moves fail) */
+    char staging_why[sizeof(((BraidError *)0)->msg)];
     OpenedPool *opened;
     int n_opened, cap_opened;
 };
 
 struct KvMoveCudaBatch {
-    cudaEvent_t landed;
+    cudaEvent_t landed;     /* IPC: after the copies on the compute stream */
+    KvStagedRead *staged;   /* staged: the pipeline (landed, bytes and link are its) */
     size_t bytes;
 };
 
 static int cuda_fail(cudaError_t e, const char *what, BraidError *err) {
     return braid_error_set(err, "KV moves (CUDA): %s: %s", what, cudaGetErrorString(e));
 }
+
+bool kv_move_cuda_desc_is_staged(const uint8_t *desc, size_t len) { return kv_staging_desc_is_staged(desc, len); }
 
 bool kv_move_cuda_desc_is_ipc(const uint8_t *desc, size_t len) {
     uint32_t magic;
@@ -51,6 +60,9 @@ int kv_move_cuda_create(KvMoveCuda **out, Backend *backend, WireBuf *desc, Braid
         free(c);
         return braid_error_set(err, "KV moves (CUDA): out of memory");
     }
+    BraidError staging_err;
+    if (kv_staging_create(&c->staging, &c->mine, &staging_err)) /* IPC still works; cross-node moves will say why not */
+        snprintf(c->staging_why, sizeof c->staging_why, "%s", staging_err.msg);
     *out = c;
     return 0;
 }
@@ -59,6 +71,7 @@ void kv_move_cuda_destroy(KvMoveCuda *c) {
     if (!c) return;
     cudaSetDevice(c->mine.device);
     cudaStreamSynchronize(c->mine.stream); /* no copy may still read a mapping being closed */
+    kv_staging_destroy(c->staging);
     for (int i = 0; i < c->n_opened; i++)
         if (c->opened[i].open) cuda_kv_ipc_close(&c->opened[i].peer);
     free(c->opened);
@@ -90,9 +103,25 @@ static const CudaKvIpcPeer *open_lender(KvMoveCuda *c, int lender_rank, const Cu
     return &slot->peer;
 }
 
+/* A loan staged by a lender on another node: read through pinned host buffers over UCX. */
+static int read_staged(KvMoveCuda *c, int lender_rank, const uint8_t *desc, size_t desc_len, const MoveRun *runs, int n_runs, KvMoveCudaBatch **out,
+                       BraidError *err) {
+    if (!c->staging) return braid_error_set(err, "KV moves (CUDA): staged moves are off here: %s", c->staging_why);
+    KvMoveCudaBatch *b = calloc(1, sizeof *b);
+    if (!b) return braid_error_set(err, "KV moves (CUDA): out of memory");
+    if (kv_staged_read_start(c->staging, lender_rank, desc, desc_len, runs, n_runs, &b->staged, err)) {
+        free(b);
+        return -1;
+    }
+    b->bytes = kv_staged_read_bytes(b->staged);
+    *out = b;
+    return 0;
+}
+
 int kv_move_cuda_read(KvMoveCuda *c, int lender_rank, const uint8_t *desc, size_t desc_len, const MoveRun *runs, int n_runs,
                       KvMoveCudaBatch **out, BraidError *err) {
     *out = NULL;
+    if (kv_staging_desc_is_staged(desc, desc_len)) return read_staged(c, lender_rank, desc, desc_len, runs, n_runs, out, err);
     if (!kv_move_cuda_desc_is_ipc(desc, desc_len))
         return braid_error_set(err, "KV moves (CUDA): the lender is not a CUDA instance (its KV pool is host memory of another layout)");
     CudaKvIpcDesc d;
@@ -131,6 +160,7 @@ int kv_move_cuda_read(KvMoveCuda *c, int lender_rank, const uint8_t *desc, size_
 
 int kv_move_cuda_poll(KvMoveCudaBatch *b, BraidError *err) {
     if (!b) return braid_error_set(err, "KV moves (CUDA): no batch");
+    if (b->staged) return kv_staged_read_poll(b->staged, err);
     cudaError_t e = cudaEventQuery(b->landed);
     if (e == cudaSuccess) return 1;
     if (e == cudaErrorNotReady) return 0;
@@ -141,6 +171,7 @@ size_t kv_move_cuda_batch_bytes(const KvMoveCudaBatch *b) { return b ? b->bytes 
 
 void kv_move_cuda_batch_end(KvMoveCudaBatch *b) {
     if (!b) return;
+    kv_staged_read_end(b->staged);
     if (b->landed) cudaEventDestroy(b->landed); /* legal while pending: the copies still land */
     free(b);
 }
@@ -149,4 +180,17 @@ int kv_move_cuda_lend_fence(KvMoveCuda *c, BraidError *err) {
     cudaError_t e = cudaSetDevice(c->mine.device);
     if (e == cudaSuccess) e = cudaStreamSynchronize(c->mine.stream);
     return e == cudaSuccess ? 0 : cuda_fail(e, "finishing the lender's queued work", err);
+}
+
+int kv_move_cuda_batch_link(const KvMoveCudaBatch *b) { return b && b->staged ? MOVE_LINK_CUDA_STAGED : MOVE_LINK_CUDA_IPC; }
+
+int kv_move_cuda_stage_loan(KvMoveCuda *c, const int32_t *blocks, int n, uint64_t xfer_id, WireBuf *desc_list, int *window, int *n_staged,
+                            BraidError *err) {
+    *window = -1, *n_staged = 0;
+    if (!c->staging) return braid_error_set(err, "KV moves (CUDA): staged moves are off here: %s", c->staging_why);
+    return kv_staging_stage(c->staging, blocks, n, xfer_id, desc_list, window, n_staged, err);
+}
+
+void kv_move_cuda_unstage(KvMoveCuda *c, int window) {
+    if (c) kv_staging_unstage(c->staging, window);
 }

@@ -6,6 +6,7 @@
 
 #define IPC_MAGIC 0x4b564950u /* CUDA_KV_IPC_MAGIC of worker/cuda_kv_ipc.h */
 #define IPC_DESC_MIN 4
+#define STAGED_MAGIC 0x4b565354u /* KV_STAGE_MAGIC of worker/kv_move_cuda_staged.h */
 
 bool kv_move_cuda_desc_is_ipc(const uint8_t *desc, size_t len) {
     uint32_t magic;
@@ -45,3 +46,24 @@ int kv_move_cuda_lend_fence(KvMoveCuda *c, BraidError *err) {
     (void)c;
     return braid_error_set(err, "KV moves: this build has no CUDA");
 }
+
+bool kv_move_cuda_desc_is_staged(const uint8_t *desc, size_t len) {
+    uint32_t magic;
+    if (!desc || len < IPC_DESC_MIN) return false;
+    memcpy(&magic, desc, sizeof magic);
+    return magic == STAGED_MAGIC;
+}
+
+int kv_move_cuda_batch_link(const KvMoveCudaBatch *b) {
+    (void)b;
+    return 0;
+}
+
+int kv_move_cuda_stage_loan(KvMoveCuda *c, const int32_t *blocks, int n, uint64_t xfer_id, WireBuf *desc_list, int *window, int *n_staged,
+                            BraidError *err) {
+    (void)c, (void)blocks, (void)n, (void)xfer_id, (void)desc_list;
+    *window = -1, *n_staged = 0;
+    return braid_error_set(err, "KV moves: this build has no CUDA");
+}
+
+void kv_move_cuda_unstage(KvMoveCuda *c, int window) { (void)c, (void)window; }

@@ -53,8 +53,8 @@ int kv_move_rank_read(KvMoveRank *r, int lender_rank, const uint8_t *desc, size_
     int peer;
     *out = (KvRankBatch){0};
     if (r->cuda) return kv_move_cuda_read(r->cuda, lender_rank, desc, desc_len, runs, n_runs, &out->ipc, err);
-    if (kv_move_cuda_desc_is_ipc(desc, desc_len))
-        return braid_error_set(err, "KV moves: the lender is a CUDA instance and this one is not (KV layouts differ)");
+    if (kv_move_cuda_desc_is_ipc(desc, desc_len) || kv_move_cuda_desc_is_staged(desc, desc_len))
+        return braid_error_set(err, "KV moves: the lender is a CUDA instance (bf16 KV) and this one is not (fp16 KV): KV layouts differ");
     KvMoveBatch **batch = &out->ucx;
     if (kv_mover_connect(r->mover, lender_rank, desc, desc_len, &peer, err) || kv_mover_batch_begin(r->mover, peer, batch, err)) return -1;
     const BackendKvMemory *dst = &r->mem[0];
@@ -92,6 +92,8 @@ void kv_rank_batch_end(KvRankBatch *b) {
 }
 
 int kv_move_rank_link(const KvMoveRank *r) { return r->cuda ? MOVE_LINK_CUDA_IPC : MOVE_LINK_HOST; }
+
+int kv_rank_batch_link(const KvRankBatch *b) { return b->ipc ? kv_move_cuda_batch_link(b->ipc) : b->ucx ? MOVE_LINK_HOST : MOVE_LINK_NONE; }
 
 int kv_move_rank_lend_fence(KvMoveRank *r, BraidError *err) { return r->cuda ? kv_move_cuda_lend_fence(r->cuda, err) : 0; }
 

@@ -7,9 +7,11 @@
  * every layer's K then every layer's V, (n_blocks, block_layer_bytes) each, and one region of the
  * slots' positions; rank i of the lender has the same shard geometry as rank i of the borrower (the
  * same model and TP degree), so only the pools' block counts differ.
- * A CUDA rank (its backend's device pool is GPU memory) has no UCX mover: its description is its
- * pool's CUDA IPC description and its reads are device-to-device copies (worker/kv_move_cuda.h);
- * KvRankBatch hides which of the two a batch is. A borrower refuses a lender of the other kind.
+ * A CUDA rank (its backend's device pool is GPU memory) has no UCX mover over its pool: its
+ * description is its pool's CUDA IPC description and its reads are device-to-device copies, or,
+ * from a lender on another node, a staged read through pinned host memory over UCX
+ * (worker/kv_move_cuda.h); KvRankBatch hides which a batch is. A borrower refuses a lender of the
+ * other kind (fp16 vs bf16 KV).
  * Not thread-safe (the rank's MPI thread).
  */
 #ifndef BRAID_WORKER_KV_MOVE_RANK_H
@@ -52,8 +54,11 @@ int kv_rank_batch_poll(KvRankBatch *b, BraidError *err);
 size_t kv_rank_batch_bytes(const KvRankBatch *b);
 /* Ends the batch (zeroes it). A zeroed batch: no-op. */
 void kv_rank_batch_end(KvRankBatch *b);
-/* The link this rank's moves use, for the router: MOVE_LINK_HOST (UCX) or MOVE_LINK_CUDA_IPC. */
+/* The link this rank's moves use by default, for the router: MOVE_LINK_HOST (UCX) or MOVE_LINK_CUDA_IPC. */
 int kv_move_rank_link(const KvMoveRank *r);
+/* The link a batch uses: MOVE_LINK_HOST, MOVE_LINK_CUDA_IPC or MOVE_LINK_CUDA_STAGED (a CUDA move
+ * across nodes); MOVE_LINK_NONE for a zeroed batch. */
+int kv_rank_batch_link(const KvRankBatch *b);
 /* A lender's last step before answering a loan: its queued GPU work on the lent blocks has
  * finished (CUDA); a no-op on a CPU rank. */
 int kv_move_rank_lend_fence(KvMoveRank *r, BraidError *err);

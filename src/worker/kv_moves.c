@@ -1,7 +1,9 @@
 #include "worker/kv_moves.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/grow.h"
 #include "common/log.h"
@@ -29,6 +31,7 @@ typedef struct {
     size_t bytes;         /* every rank's reads */
     int peers_waiting;    /* TP peers that have not answered their MOVE plan */
     bool peers_failed;
+    int link;             /* the MoveLink the reads use (MOVE_LINK_NONE before they start) */
 } Import;
 
 typedef struct {
@@ -37,6 +40,7 @@ typedef struct {
     RadixNode *lock;
     CacheIdentity id;
     double expires;
+    int window; /* a staged loan's window (kv_move_cuda_stage_loan), -1 for none */
 } Lease;
 
 struct KvMoves {
@@ -49,6 +53,9 @@ struct KvMoves {
     int n_leases, cap_leases;
     uint64_t next_xfer;
     KvMoveCounters counters;
+    char host[64];       /* this node's name, sent with every ask (a CUDA lender elsewhere stages) */
+    int kv_layout;       /* MoveKvLayout of this instance's pools */
+    bool force_staged;   /* BRAID_KV_MOVE_STAGED=1: a CUDA lender stages every loan (tests, one GPU) */
 };
 
 static KvCache *cache_of(KvMoves *mv) { return &mv->cfg.engine->sched.cache; }
@@ -66,8 +73,14 @@ int kv_moves_create(KvMoves **out, const KvMovesConfig *cfg, BraidError *err) {
         free(mv);
         return -1;
     }
+    if (gethostname(mv->host, sizeof mv->host - 1) != 0) snprintf(mv->host, sizeof mv->host, "unknown");
+    mv->kv_layout = mv->self.cuda ? MOVE_KV_LAYOUT_BF16 : MOVE_KV_LAYOUT_FP16;
+    const char *staged = getenv("BRAID_KV_MOVE_STAGED");
+    mv->force_staged = mv->self.cuda && staged && strcmp(staged, "1") == 0;
     LOG_INFO("kv-moves", "instance %d: KV moves over %s", cfg->instance,
-             mv->self.cuda ? "CUDA IPC (same node, device to device)" : "UCX (host memory)");
+             !mv->self.cuda    ? "UCX (host memory)"
+             : mv->force_staged ? "pinned host staging over UCX (forced by BRAID_KV_MOVE_STAGED=1)"
+                                : "CUDA IPC on this node, pinned host staging over UCX across nodes");
     if (cfg->tp_size <= 1) { /* one rank: the list of descriptions is its own */
         wire_put_i32(&mv->ranks, 1);
         wire_put_u64(&mv->ranks, mv->self.desc.len);
@@ -89,6 +102,7 @@ const WireBuf *kv_moves_rank_desc(const KvMoves *mv) { return &mv->self.desc; }
 
 static void lease_end(KvMoves *mv, int at) {
     Lease *l = &mv->leases[at];
+    if (l->window >= 0) kv_move_cuda_unstage(mv->self.cuda, l->window); /* waits for its copies to finish */
     kv_cache_lend_end(cache_of(mv), l->lock);
     kv_cache_identity_release(cache_of(mv), &l->id);
     mv->leases[at] = mv->leases[--mv->n_leases];
@@ -109,9 +123,15 @@ static void refuse_loan(KvMoves *mv, int dest, uint64_t xfer_id, const char *why
 
 static void lend(KvMoves *mv, int source, const MsgKvExport *ask) {
     KvCache *c = cache_of(mv);
-    Lease l = {.source = source, .xfer_id = ask->xfer_id, .expires = braid_now_seconds() + 4 * mv->cfg.timeout_s};
+    Lease l = {.source = source, .xfer_id = ask->xfer_id, .expires = braid_now_seconds() + 4 * mv->cfg.timeout_s, .window = -1};
     BraidError err;
     KvCacheMatch m;
+    if (ask->kv_layout != MOVE_KV_LAYOUT_UNKNOWN && ask->kv_layout != mv->kv_layout) {
+        char why[160];
+        snprintf(why, sizeof why, "KV layouts differ: the lender keeps %s, the borrower %s", move_kv_layout_name(mv->kv_layout),
+                 move_kv_layout_name(ask->kv_layout));
+        return refuse_loan(mv, source, ask->xfer_id, why);
+    }
     if (braid_grow((void **)&mv->leases, &mv->cap_leases, mv->n_leases + 1, sizeof *mv->leases) ||
         kv_cache_identity(c, ask->tenant, ask->adapter, NULL, NULL, &l.id, &err))
         return refuse_loan(mv, source, ask->xfer_id, "lender out of memory");
@@ -140,13 +160,31 @@ static void lend(KvMoves *mv, int source, const MsgKvExport *ask) {
             return refuse_loan(mv, source, ask->xfer_id, n == 0 ? "the prefix is in the host tier (a CUDA instance lends device blocks)" : err.msg);
         }
     }
-    l.lock = m.node;
-    mv->leases[mv->n_leases++] = l;
-    mv->counters.lent_blocks += (uint64_t)n;
     MsgKvExported ans = {.xfer_id = ask->xfer_id, .n_blocks = n, .tiers = tiers, .blocks = blocks,
                          .pool_blocks = {mv->self.mem[0].n_blocks, mv->self.have_tier[1] ? mv->self.mem[1].n_blocks : 0},
                          .desc = mv->ranks.data, .desc_len = mv->ranks.len, .why = ""};
+    WireBuf staged_desc = {0};
+    if (mv->self.cuda && (mv->force_staged || (ask->host && *ask->host && strcmp(ask->host, mv->host) != 0))) {
+        /* another node: IPC cannot reach it, the loan is staged through a pinned window */
+        if (mv->cfg.tp_size > 1 || kv_move_cuda_stage_loan(mv->self.cuda, blocks, n, ask->xfer_id, &staged_desc, &l.window, &n, &err)) {
+            if (mv->cfg.tp_size > 1) snprintf(err.msg, sizeof err.msg, "staged moves need TP 1 (this instance has TP %d)", mv->cfg.tp_size);
+            LOG_DEBUG("kv-moves", "instance %d: loan to rank %d not staged: %s", mv->cfg.instance, source, err.msg);
+            kv_cache_lend_end(c, m.node);
+            kv_cache_identity_release(c, &l.id);
+            free(tiers), free(blocks);
+            wire_buf_free(&staged_desc);
+            return refuse_loan(mv, source, ask->xfer_id, err.msg);
+        }
+        for (int i = 0; i < n; i++) tiers[i] = 0, blocks[i] = i; /* the borrower reads window slots */
+        ans.n_blocks = n;
+        ans.pool_blocks[0] = n, ans.pool_blocks[1] = 0;
+        ans.desc = staged_desc.data, ans.desc_len = staged_desc.len;
+    }
+    l.lock = m.node;
+    mv->leases[mv->n_leases++] = l;
+    mv->counters.lent_blocks += (uint64_t)n;
     send_exported(mv, source, &ans);
+    wire_buf_free(&staged_desc);
     free(tiers);
     free(blocks);
     LOG_DEBUG("kv-moves", "instance %d: lent %d blocks to rank %d (xfer %llu)", mv->cfg.instance, n, source,
@@ -177,7 +215,7 @@ int kv_moves_park(KvMoves *mv, const SchedRequest *r, int source_rank, int sourc
     uint64_t xfer_id = mv->next_xfer++;
     int n_ask = (source_blocks < useful ? source_blocks : useful) * bs + 1;
     MsgKvExport ask = {.xfer_id = xfer_id, .tenant = r->tenant ? r->tenant : "", .adapter = r->adapter ? r->adapter : "",
-                       .tokens = r->tokens, .n_tokens = n_ask};
+                       .tokens = r->tokens, .n_tokens = n_ask, .host = mv->host, .kv_layout = (uint8_t)mv->kv_layout};
     WireBuf b = {0};
     move_msg_export_encode(&b, &ask);
     BraidError err;
@@ -213,7 +251,7 @@ static void import_finish(KvMoves *mv, int at, int moved_tokens, bool failed, co
     }
     import_drop_holds(mv, &im);
     double move_s = moved_tokens > 0 ? braid_now_seconds() - im.t_reads : 0;
-    ready(ctx, im.owner, moved_tokens, move_s, kv_move_rank_link(&mv->self));
+    ready(ctx, im.owner, moved_tokens, move_s, im.link ? im.link : kv_move_rank_link(&mv->self)); /* staged vs IPC: the router learns each */
 }
 
 /* The loan's blocks [from, n) into table[from..n), as runs of ids consecutive on both sides. */
@@ -300,6 +338,7 @@ static int start_reads(KvMoves *mv, Import *im, const MsgKvExported *loan, const
     free(runs);
     if (rc) return rc;
     im->bytes = kv_rank_batch_bytes(&im->batch); /* the peers add theirs when they answer */
+    im->link = kv_rank_batch_link(&im->batch);
     im->t_reads = braid_now_seconds();
     im->peers_waiting = mv->cfg.tp_size - 1;
     im->state = IMPORT_READING;

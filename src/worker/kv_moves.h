@@ -31,9 +31,14 @@
  * instance's ranks describe their device pools with CUDA IPC handles (kv_move_cuda.h): a borrower on
  * the same node opens the lender's pool once and copies the runs device to device on its compute
  * stream, polled by an event; a CUDA lender lends only the leading device-tier blocks of a prefix,
- * after its queued GPU work finished. A CUDA borrower and a CPU lender (or the reverse) refuse each
- * other, and a CUDA move across nodes fails (IPC is same-node; pinned-host staging over UCX is not
- * built) and recomputes. ForkKV's shared base cache refuses at kv_moves_create with the reason, and
+ * after its queued GPU work finished. Across nodes (the ask carries the importer's host name; or
+ * always, with BRAID_KV_MOVE_STAGED=1 in the lender's environment, which tests use on one GPU) a CUDA
+ * lender stages those blocks into a pinned window registered with UCX instead and answers with the
+ * window's own description, the lent blocks renamed to window slots 0..n-1; the borrower reads the
+ * window chunk by chunk through its pinned landing ring and copies each chunk to its device
+ * (worker/kv_move_cuda_staged.h; TP 1 only). The ask also carries the importer's KV layout: a CUDA
+ * (bf16) lender and a CPU (fp16) borrower, or the reverse, refuse each other at the lender with the
+ * reason. Each landed move reports its link (UCX, CUDA IPC or CUDA staged) for the router. ForkKV's shared base cache refuses at kv_moves_create with the reason, and
  * the instance tells the coordinator it takes no part in moves (READY). A lone
  * instance, and a leader respawned outside the world, start no mover at all (braid serve decides).
  * Not thread-safe: the leader's thread.

@@ -13,6 +13,10 @@ void span_guard_free(SpanGuard *g) {
     free(g->head);
     free(g->cos_sum);
     free(g->cached);
+    free(g->cached_v);
+    free(g->vcos_sum);
+    free(g->kcos_min);
+    free(g->vcos_min);
     *g = (SpanGuard){.probing = -1};
 }
 
@@ -39,7 +43,13 @@ int span_guard_plan(SpanGuard *g, const SpanGuardConfig *cfg, const KvSegmentPla
         const KvSegmentSpan *sp = &plan->spans[i];
         g->state[i] = SPAN_PLAIN;
         g->head[i] = 0;
-        if (sp->exact || !guard_inexact || head == 0) continue;
+        if (sp->exact || !guard_inexact || (head == 0 && !cfg->probe_whole)) continue;
+        if (cfg->probe_whole && sp->n_tokens > 0) { /* diagnostic: all of it probed, none reused */
+            g->head[i] = sp->n_tokens;
+            g->state[i] = SPAN_PROBING;
+            lost += sp->n_tokens;
+            continue;
+        }
         if (head >= sp->n_tokens) { /* nothing of it would stay reused: compute it whole */
             g->state[i] = SPAN_REJECTED;
             g->head[i] = sp->n_tokens;

@@ -39,6 +39,18 @@ typedef struct {
     double min_cos;     /* a layer's mean key cosine below this rejects the span */
     int window;         /* the cache's approx_window, W(0) */
     int deep_window;    /* W(L-1); <= window = no head */
+    /* Diagnostic (issue 35's per-layer cosine table): every approximate span is probed over all
+     * its tokens, so nothing of it is reused but each token's cached and fresh K and V are compared
+     * (the engine writes a "probe_layers" event per span). */
+    bool probe_whole;
+    /* Approximate K/V that earlier requests committed to the tree are not taken through the prefix
+     * cache: a request in approx mode matches only up to the first approximate node and computes
+     * from there (so its own approximate spans are the only ones it carries, each one probed).
+     * Zero value: taken, as before. */
+    bool no_approx_prefix;
+    /* The probe also compares the values: a layer's mean value cosine below min_cos rejects the
+     * span too (measured: values drift several times more than keys in the upper layers). */
+    bool probe_values;
 } SpanGuardConfig;
 
 /* One request's guard state (owned by SchedRequest; zero value = empty). */
@@ -51,8 +63,13 @@ typedef struct {
     int probing;
     double *cos_sum;
     int n_layers, cos_count;
-    float *cached;      /* (probe_tokens, n_layers, kv_dim) */
+    float *cached;      /* (probe tokens, n_layers, kv_dim) */
     int cached_lo, cached_n, kv_dim;
+    /* The same for the values, and per layer the least key / value cosine of one probe token and the
+     * value cosines' sum (for the "probe_layers" event); cap_tokens: probe tokens the buffers hold. */
+    float *cached_v;
+    double *vcos_sum, *kcos_min, *vcos_min;
+    int cap_tokens;
     double last_min_cos;
     int last_min_layer;
 } SpanGuard;

@@ -206,7 +206,10 @@ int sched_add(Scheduler *s, SchedRequest *r) {
     bool amortize = r->directives.splice_mode == CACHE_SPLICE_AMORTIZE;
     r->identity.approx_scope = scope;
     r->identity.scope_commits = scope != 0 && r->segment_mode != SEGMENT_REUSE_APPROX;
-    r->identity.approx_ok = r->segment_mode == SEGMENT_REUSE_APPROX || (amortize && scope == 0);
+    /* no_approx_prefix: an approx request carries only its own (probed) approximate spans, never
+     * the ones earlier requests committed (opt-in: measured on codegen, it costs prefix hits and
+     * leaves agreement where it was, the spans themselves being what drifts). */
+    r->identity.approx_ok = (r->segment_mode == SEGMENT_REUSE_APPROX && !s->span_guard.no_approx_prefix) || (amortize && scope == 0);
     if (cache_directives_any(&r->directives)) s->counters.directive_requests++;
     s->waiting[s->n_waiting++] = r;
     return 0;

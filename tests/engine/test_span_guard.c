@@ -6,7 +6,9 @@
  * one (a prompt that changes what the message means: 0.978); a rejected span's tokens are
  * computed again. The
  * depth-aware window (approx_window_deep) recomputes each span's first deep - W tokens: fewer
- * tokens reused, counters moved.
+ * tokens reused, counters moved. The whole-span probe (probe_whole, a measuring mode) reuses
+ * nothing, gives the no-reuse output bit for bit and writes per-layer K/V cosines; the value
+ * probe (probe_values) decides on the lower of key and value cosines (values drift more).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -59,7 +61,23 @@ typedef struct {
     int32_t out[MAX_TOKENS];
     int n_out, reused;
     double min_cos; /* the probe's lowest per-layer mean cosine (2 when none ran) */
+    double min_k_mean, min_v_mean; /* lowest per-layer mean K / V cosine in probe_layers events (2: none) */
 } Outcome;
+
+/* The least value of the JSON number array after `key` in line (2 when absent). */
+static double array_min(const char *line, const char *key) {
+    const char *p = strstr(line, key);
+    double least = 2.0;
+    if (!p || !(p = strchr(p, '['))) return least;
+    for (p++; *p && *p != ']';) {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p) break;
+        if (v < least) least = v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return least;
+}
 
 /* Runs system + SEGMENT to completion through e (greedy, approx segment mode). */
 static Outcome run_one(Engine *e, const char *system, FILE *events) {
@@ -84,13 +102,19 @@ static Outcome run_one(Engine *e, const char *system, FILE *events) {
     while (!sched_idle(&e->sched))
         if (engine_step(e, &err) < 0) fail_msg("%s", err.msg);
     assert_int_equal(r.state, REQ_FINISHED);
-    Outcome o = {.n_out = r.n_tokens - r.n_prompt, .reused = r.reused_tokens, .min_cos = 2.0};
+    Outcome o = {.n_out = r.n_tokens - r.n_prompt, .reused = r.reused_tokens, .min_cos = 2.0, .min_k_mean = 2.0, .min_v_mean = 2.0};
     memcpy(o.out, r.tokens + r.n_prompt, (size_t)o.n_out * sizeof *o.out);
     if (events) { /* the lowest min_cos among this request's probe events */
         fflush(events);
         fseek(events, at, SEEK_SET);
-        char line[4096];
+        char line[8192];
         while (fgets(line, sizeof line, events)) {
+            if (strstr(line, "\"event\":\"probe_layers\"")) {
+                double k = array_min(line, "\"k_mean\""), v = array_min(line, "\"v_mean\"");
+                if (k < o.min_k_mean) o.min_k_mean = k;
+                if (v < o.min_v_mean) o.min_v_mean = v;
+                continue;
+            }
             const char *p = strstr(line, "\"min_cos\":");
             if (p && strstr(line, "\"event\":\"probe_")) {
                 double v = strtod(p + 10, NULL);
@@ -177,10 +201,46 @@ static void test_depth_window_recomputes_heads(void **state) {
     assert_int_equal(deep_c.probes_ok + deep_c.probes_rejected, 0); /* no probe asked */
 }
 
+/* probe_whole: every approximate span is computed with its true context (nothing reused, the
+ * output is the no-reuse one bit for bit) and each gets per-layer K/V cosines; the adversarial
+ * context moves the values further than the keys. */
+static void test_whole_span_probe_measures(void **state) {
+    (void)state;
+    SpanGuardCounters c;
+    Outcome whole = after_source(SYS_ADVERSARIAL, (SpanGuardConfig){.probe_whole = true, .min_cos = -1.0}, &c);
+    Outcome ref = without_reuse(SYS_ADVERSARIAL);
+    fprintf(stderr, "whole-span probe, adversarial: lowest layer mean K %.5f, V %.5f; probes %llu\n", whole.min_k_mean,
+            whole.min_v_mean, (unsigned long long)c.probes_ok);
+    assert_int_equal(whole.reused, 0);
+    assert_true(c.probes_ok >= 1);
+    assert_int_equal(c.probes_rejected, 0);
+    assert_true(whole.min_k_mean < 1.0 && whole.min_v_mean < whole.min_k_mean);
+    assert_int_equal(whole.n_out, ref.n_out);
+    assert_memory_equal(whole.out, ref.out, (size_t)ref.n_out * sizeof *ref.out);
+}
+
+/* probe_values: the decision takes the lower of the key and value cosines, so its lowest
+ * probe cosine is below the key-only probe's on the same span and it reuses no more. */
+static void test_value_probe_is_stricter(void **state) {
+    (void)state;
+    SpanGuardCounters kc, vc;
+    Outcome keys = after_source(SYS_ADVERSARIAL, (SpanGuardConfig){.probe_tokens = 4, .min_cos = -1.0}, &kc);
+    Outcome both = after_source(SYS_ADVERSARIAL, (SpanGuardConfig){.probe_tokens = 4, .min_cos = -1.0, .probe_values = true}, &vc);
+    fprintf(stderr, "probe min cos, adversarial: keys %.5f, keys and values %.5f\n", keys.min_cos, both.min_cos);
+    assert_true(keys.min_cos <= 1.0 && both.min_cos < keys.min_cos);
+    assert_int_equal(kc.probes_rejected + vc.probes_rejected, 0); /* min_cos -1 admits all */
+    Outcome strict = after_source(SYS_ADVERSARIAL, (SpanGuardConfig){.probe_tokens = 4, .min_cos = (keys.min_cos + both.min_cos) / 2,
+                                                                     .probe_values = true}, &vc);
+    assert_true(vc.probes_rejected >= 1);
+    assert_true(strict.reused < keys.reused);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_probe_admits_benign_rejects_adversarial),
         cmocka_unit_test(test_depth_window_recomputes_heads),
+        cmocka_unit_test(test_whole_span_probe_measures),
+        cmocka_unit_test(test_value_probe_is_stricter),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -147,6 +147,23 @@ check "sim --lora-cache shared: fork tokens" test "$(fork_tokens "$tmp/shared.si
 check "sim --lora-cache separate (default): no fork tokens" test "$(fork_tokens "$tmp/separate.sim")" -eq 0
 "$braid" sim --trace "$tmp/lora.jsonl" --kv-tokens 8192 --lora-cache both > /dev/null 2>&1; rc=$?
 check "sim --lora-cache takes separate or shared" exit_code_is "$rc" 2
+# --lora-cache auto (issue 36): every adapted request is either forked or separate; ResidualAttention's
+# time (--residual-attention cpu) lengthens the forked requests' modeled latency.
+"$braid" sim --trace "$tmp/lora.jsonl" --kv-tokens 8192 --lora-cache auto --residual-attention cpu --json > "$tmp/auto.sim" 2> /dev/null; rc=$?
+check "sim --lora-cache auto exits 0" exit_code_is "$rc" 0
+check "sim --lora-cache auto: forked + separate = adapted requests" python3 -c "
+import json
+r = json.loads(open('$tmp/auto.sim').read().splitlines()[-1])
+lines = [json.loads(l) for l in open('$tmp/lora.jsonl')]
+adapted = sum(1 for o in lines if o.get('type') == 'request' and o.get('adapter'))
+assert adapted > 0 and r['forked_requests'] + r['separate_adapted_requests'] == adapted, (r['forked_requests'], r['separate_adapted_requests'], adapted)"
+"$braid" sim --trace "$tmp/lora.jsonl" --kv-tokens 8192 --lora-cache shared --residual-attention cpu --json > "$tmp/shared_cpu.sim" 2> /dev/null
+check "sim --residual-attention cpu charges forked requests" python3 -c "
+import json
+a, b = (json.loads(open(p).read().splitlines()[-1]) for p in ('$tmp/shared.sim', '$tmp/shared_cpu.sim'))
+assert b['fork_attention_s'] > 0 and abs(b['modeled_latency_s'] - a['modeled_latency_s'] - b['fork_attention_s']) < 1e-6, (a, b)"
+"$braid" sim --trace "$tmp/lora.jsonl" --kv-tokens 8192 --lora-cache shared --residual-attention fast > /dev/null 2>&1; rc=$?
+check "sim --residual-attention rejects an unknown value" exit_code_is "$rc" 2
 "$braid" sim --trace "$tmp/full.jsonl" --kv-tokens 8192 --lora-cache shared > /dev/null 2> "$tmp/notokens.err"; rc=$?
 check "sim --lora-cache shared needs token ids" bash -c "[ $rc -eq 1 ] && grep -q 'trace-tokens' '$tmp/notokens.err'"
 

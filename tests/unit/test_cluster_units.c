@@ -112,7 +112,9 @@ static void test_tokens_finish_stats(void **state) {
     MsgStats st = {.waiting = 1, .running = 2, .pool_used_blocks = 3, .pool_total_blocks = 4, .host_used_blocks = 5,
                    .host_total_blocks = 6, .cached_prompt_tokens_device = 7, .cached_prompt_tokens_host = 8,
                    .computed_prompt_tokens = 9, .demoted_blocks = 10, .loaded_blocks = 11, .host_evicted_blocks = 12,
-                   .device_evicted_blocks = 13, .preemptions = 14, .generated_tokens = 1ULL << 40};
+                   .device_evicted_blocks = 13, .preemptions = 14, .generated_tokens = 1ULL << 40,
+                   .segment_lsh_candidates = 15, .segment_lsh_admitted = 16, .segment_lsh_reused_tokens = 17,
+                   .segment_probes_ok = 18, .segment_probes_rejected = 19};
     msg_stats_encode(&b, &st);
     MsgStats sd;
     r = wire_reader(b.data, b.len);
@@ -122,6 +124,8 @@ static void test_tokens_finish_stats(void **state) {
     assert_true(sd.cached_prompt_tokens_device == 7 && sd.cached_prompt_tokens_host == 8 && sd.computed_prompt_tokens == 9 &&
                 sd.demoted_blocks == 10 && sd.loaded_blocks == 11 && sd.host_evicted_blocks == 12 &&
                 sd.device_evicted_blocks == 13 && sd.preemptions == 14 && sd.generated_tokens == 1ULL << 40);
+    assert_true(sd.segment_lsh_candidates == 15 && sd.segment_lsh_admitted == 16 && sd.segment_lsh_reused_tokens == 17 &&
+                sd.segment_probes_ok == 18 && sd.segment_probes_rejected == 19);
     r = wire_reader(b.data, b.len - 1);
     assert_int_equal(msg_stats_decode(&r, &sd), -1);
     wire_put_u8(&b, 0);
@@ -565,12 +569,14 @@ static void test_move_msgs(void **state) {
     (void)state;
     int32_t toks[] = {1, 2, 3, 4, 5};
     WireBuf b = {0};
-    move_msg_export_encode(&b, &(MsgKvExport){.xfer_id = 9, .tenant = "t", .adapter = "", .tokens = toks, .n_tokens = 5});
+    move_msg_export_encode(&b, &(MsgKvExport){.xfer_id = 9, .tenant = "t", .adapter = "", .tokens = toks, .n_tokens = 5,
+                                               .host = "node-b", .kv_layout = MOVE_KV_LAYOUT_BF16});
     MsgKvExport ask;
     WireReader r = wire_reader(b.data, b.len);
     assert_int_equal(move_msg_export_decode(&r, &ask), 0);
     assert_true(ask.xfer_id == 9 && ask.n_tokens == 5 && strcmp(ask.tenant, "t") == 0 && ask.adapter[0] == 0);
     assert_memory_equal(ask.tokens, toks, sizeof toks);
+    assert_true(strcmp(ask.host, "node-b") == 0 && ask.kv_layout == MOVE_KV_LAYOUT_BF16);
     move_msg_export_free(&ask);
     for (size_t cut = 0; cut < b.len; cut++) {
         WireReader t = wire_reader(b.data, cut);

@@ -150,6 +150,62 @@ static void test_refuses_wrong_metadata(void **state) {
     expect_refused(&w, "no LoRA tensor pair", NULL);
 }
 
+/* A qwen2 base (issue 36: the same adapters trained on Qwen2.5): grouped-query attention with 4 query
+ * heads and 1 KV head of 2 (Q 8 wide, K/V 2, as Qwen2.5-0.5B's 14 : 2 at head_dim 64), an adapter
+ * written by tools/train_lora.py for it (general.architecture qwen2, every projection) loads; the
+ * same file against a llama base, a llama adapter against the qwen2 base, and a K pair of Q's width
+ * are refused. */
+static void test_loads_a_qwen2_adapter(void **state) {
+    (void)state;
+    ModelConfig q = {.n_layers = 2, .dim = 8, .ff_dim = 16, .n_heads = 4, .n_kv_heads = 1, .head_dim = 2, .vocab_size = 32};
+    snprintf(q.arch, sizeof q.arch, "qwen2");
+    GgufWriter w;
+    gw_init(&w);
+    gw_kv_str(&w, "general.architecture", "qwen2");
+    gw_kv_str(&w, "general.type", "adapter");
+    gw_kv_str(&w, "adapter.type", "lora");
+    gw_kv_f32(&w, "adapter.lora.alpha", 4.0f);
+    for (int l = 0; l < 2; l++) {
+        add_pair(&w, l, "attn_q", 8, 8, RANK, RANK, 10 + l);
+        add_pair(&w, l, "attn_k", 8, 2, RANK, RANK, 20 + l);
+        add_pair(&w, l, "attn_v", 8, 2, RANK, RANK, 30 + l);
+        add_pair(&w, l, "attn_output", 8, 8, RANK, RANK, 40 + l);
+    }
+    const char *path = save(&w);
+    LoraAdapter ad;
+    BraidError err = {{0}};
+    if (lora_adapter_load(path, "coder", &q, &ad, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(ad.rank, RANK);
+    assert_float_equal(ad.scale, 2.0f, 0);
+    for (int l = 0; l < 2; l++)
+        for (int p = 0; p < LORA_PROJ_COUNT; p++) assert_non_null(ad.pairs[l * LORA_PROJ_COUNT + p].b);
+    float want[2 * RANK];
+    fill(want, 2 * RANK, 21 + 7); /* layer 1's K: B is (out 2, rank), stored as written (no row permutation) */
+    assert_memory_equal(ad.pairs[1 * LORA_PROJ_COUNT + LORA_PROJ_K].b, want, sizeof want);
+    lora_adapter_free(&ad);
+    ModelConfig llama = q;
+    snprintf(llama.arch, sizeof llama.arch, "llama");
+    assert_int_equal(lora_adapter_load(path, "coder", &llama, &ad, &err), -1);
+    assert_non_null(strstr(err.msg, "'qwen2' does not match the base model's 'llama'"));
+    unlink(path);
+    adapter_header(&w, "adapter", "lora", 4.0f); /* general.architecture llama */
+    add_pair(&w, 0, "attn_q", 8, 8, RANK, RANK, 1);
+    path = save(&w);
+    assert_int_equal(lora_adapter_load(path, "coder", &q, &ad, &err), -1);
+    assert_non_null(strstr(err.msg, "'llama' does not match the base model's 'qwen2'"));
+    unlink(path);
+    gw_init(&w);
+    gw_kv_str(&w, "general.architecture", "qwen2");
+    gw_kv_str(&w, "general.type", "adapter");
+    gw_kv_str(&w, "adapter.type", "lora");
+    gw_kv_f32(&w, "adapter.lora.alpha", 4.0f);
+    add_pair(&w, 0, "attn_k", 8, 8, RANK, RANK, 1); /* K is 2 wide on this base, not 8 */
+    path = save(&w);
+    assert_int_equal(lora_adapter_load(path, "coder", &q, &ad, &err), -1);
+    assert_non_null(strstr(err.msg, "blk.0.attn_k.weight.lora_b"));
+    unlink(path);
+}
+
 static void test_refuses_mismatched_shapes(void **state) {
     (void)state;
     GgufWriter w;
@@ -310,6 +366,7 @@ int main(void) {
         cmocka_unit_test(test_loads_a_valid_adapter),  cmocka_unit_test(test_refuses_wrong_metadata),
         cmocka_unit_test(test_refuses_mismatched_shapes), cmocka_unit_test(test_refuses_bad_tensor_sets),
         cmocka_unit_test(test_set_specs_and_lookup),   cmocka_unit_test(test_mixed_batch_delta),
+        cmocka_unit_test(test_loads_a_qwen2_adapter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -171,7 +171,8 @@ static void test_instance_stats_replace(void **state) {
     InstanceStats a = {.waiting = 1, .running = 2, .pool_used_blocks = 3, .pool_total_blocks = 100, .host_used_blocks = 7,
                        .host_total_blocks = 400, .cached_prompt_tokens_device = 10, .cached_prompt_tokens_host = 11,
                        .computed_prompt_tokens = 20, .demoted_blocks = 12, .loaded_blocks = 13, .host_evicted_blocks = 14,
-                       .device_evicted_blocks = 30, .preemptions = 40, .generated_tokens = 50};
+                       .device_evicted_blocks = 30, .preemptions = 40, .generated_tokens = 50,
+                       .segment_lsh_candidates = 6, .segment_lsh_admitted = 2, .segment_probes_ok = 3, .segment_probes_rejected = 1};
     InstanceStats b = {.waiting = 4, .running = 5, .pool_used_blocks = 60, .pool_total_blocks = 128, .host_used_blocks = 9,
                        .host_total_blocks = 512, .cached_prompt_tokens_device = 1000, .cached_prompt_tokens_host = 1100,
                        .computed_prompt_tokens = 2000, .demoted_blocks = 1200, .loaded_blocks = 1300, .host_evicted_blocks = 1400,
@@ -215,6 +216,12 @@ static void test_instance_stats_replace(void **state) {
     assert_line(text, "# TYPE braid_kv_host_blocks_used gauge");
     assert_line(text, "braid_kv_host_blocks_used 16");
     assert_line(text, "braid_kv_host_blocks_total 912");
+    /* Segment guards: LSH candidates / admissions and probes by result, per instance and summed. */
+    assert_line(text, "braid_instance_segment_lsh_candidates_total{instance=\"0\"} 6");
+    assert_line(text, "braid_segment_lsh_candidates_total 6");
+    assert_line(text, "braid_segment_lsh_admitted_total 2");
+    assert_line(text, "braid_segment_probe_total{result=\"admitted\"} 3");
+    assert_line(text, "braid_segment_probe_total{result=\"rejected\"} 1");
     assert_null(strstr(text, "instance=\"2\""));
     assert_valid_exposition(text);
     free(text);

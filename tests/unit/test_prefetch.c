@@ -7,7 +7,10 @@
  * workflow's node, or one whose agent is not predicted, is never loaded; a node longer than what
  * the budget has left is split there and its first blocks loaded (the rest next time); the prefetch region includes retired cache but never active cache; a prefetched
  * node no request used yet is the first to give its blocks back (no store); candidates go highest value first and a loaded node's children follow it; a
- * prefetched node evicted unused counts as wasted. The cache's full check runs after every step.
+ * prefetched node evicted unused counts as wasted. Aggressive mode (App. E, prefetch_rho > 0): a full
+ * device of active cache gives up its lowest-scored node, within rho x the device, and the prefetched
+ * node keeps its score; past the rho bound (or with rho 0) nothing is evicted. The cache's full check
+ * runs after every step.
  * Through the scheduler (no model: tokens are made up): prefetch happens on pure-decode steps only,
  * its LOADs ride in that step's plan, and the budget leaves the running requests' remaining blocks.
  * Through braid sim: two workflows taking turns in a cache that holds one's prefix plus a request,
@@ -36,11 +39,15 @@ static void check(const KvCache *c) {
     if (kv_cache_check(c, &err)) fail_msg("%s", err.msg);
 }
 
-static void init(KvCache *c, int device_blocks, int host_blocks) {
+/* rho: KvCacheConfig.prefetch_rho (0 = conservative prefetch, > 0 = aggressive) */
+static void init_rho(KvCache *c, int device_blocks, int host_blocks, double rho) {
     BraidError err;
-    KvCacheConfig cfg = {.block_size = BS, .device_blocks = device_blocks, .host_blocks = host_blocks, .policy = &evict_policy_pbkv};
+    KvCacheConfig cfg = {.block_size = BS, .device_blocks = device_blocks, .host_blocks = host_blocks, .policy = &evict_policy_pbkv,
+                         .prefetch_rho = rho};
     if (kv_cache_init(c, &cfg, &err)) fail_msg("%s", err.msg);
 }
+
+static void init(KvCache *c, int device_blocks, int host_blocks) { init_rho(c, device_blocks, host_blocks, 0); }
 
 /* tokens of a prompt: n_blocks blocks, block i filled from bases[i] */
 static void fill(int32_t *tokens, const int32_t *bases, int n_blocks) {
@@ -103,8 +110,8 @@ static const int32_t A[2] = {1000, 1100}, B[2] = {2000, 2100}, C[2] = {3000, 310
 
 /* Device of 4 blocks, host of 16: w1/coder's A demoted to the host (STOREs taken into *stores),
  * w2/tester's B still on the device, 2 device blocks free. */
-static void demote_a(KvCache *c, CacheOpList *stores) {
-    init(c, 5, 17);
+static void demote_a_rho(KvCache *c, CacheOpList *stores, double rho) {
+    init_rho(c, 5, 17, rho);
     call(c, "w1", "coder", A, 2);
     call(c, "w2", "tester", B, 2);
     assert_int_equal(kv_cache_evict(c, CACHE_TIER_DEVICE, 2), 2); /* A: the least recent, no forecast yet */
@@ -117,6 +124,8 @@ static void demote_a(KvCache *c, CacheOpList *stores) {
     assert_int_equal(kv_cache_take_ops(c, stores), 0);
     assert_int_equal(stores->n, 2);
 }
+
+static void demote_a(KvCache *c, CacheOpList *stores) { demote_a_rho(c, stores, 0); }
 
 static void test_predicted_node_prefetched_and_hit(void **state) {
     (void)state;
@@ -289,6 +298,74 @@ static void test_prefetched_unused_yields_first(void **state) {
     assert_int_equal(c.counters.prefetch_wasted_blocks, 2);
     cache_ops_free(&stores);
     kv_cache_free(&c);
+}
+
+/* Aggressive prefetch (App. E, rho = 0.5 of a 4-block device: up to 2 active blocks per call). The
+ * device is full of active cache, w2's B (its tester predicted at 0.5) and w3's C (no forecast:
+ * score 0), and w1's coder (0.9) wants A back. Conservative loads nothing (test_no_free_blocks_no_prefetch);
+ * aggressive evicts the lowest-scored active node, C, although it is the more recent, and loads A;
+ * B stays. A then keeps its own score: the next eviction takes B (0.5), not A (0.9), where the
+ * conservative mode would give A back first (test_prefetched_unused_yields_first). */
+static void test_aggressive_displaces_lowest_scored(void **state) {
+    (void)state;
+    KvCache c;
+    CacheOpList stores = {0};
+    demote_a_rho(&c, &stores, 0.5);
+    call(&c, "w3", "planner", C, 2); /* the device is full of B and C, both active */
+    predict(&c, "w2", "planner", "tester", 0.5f);
+    predict(&c, "w1", "planner", "coder", 0.9f);
+    assert_int_equal(prefetch(&c, 8), 2);
+    assert_int_equal(c.counters.prefetched_blocks, 2);
+    assert_int_equal(c.counters.prefetch_displaced_blocks, 2);
+    int d, h;
+    where(&c, A, 2, &d, &h);
+    assert_int_equal(d, 2);
+    where(&c, B, 2, &d, &h);
+    assert_int_equal(d, 2);
+    where(&c, C, 2, &d, &h);
+    assert_int_equal(d, 0);
+    assert_int_equal(h, 2); /* demoted, as any eviction would */
+    assert_int_equal(kv_cache_evict(&c, CACHE_TIER_DEVICE, 2), 2);
+    check(&c);
+    where(&c, A, 2, &d, &h);
+    assert_int_equal(d, 2);
+    where(&c, B, 2, &d, &h);
+    assert_int_equal(d, 0);
+    assert_int_equal(c.counters.prefetch_wasted_blocks, 0);
+    assert_int_equal(call(&c, "w1", "coder", A, 2), 2); /* the displacement paid: a device hit */
+    assert_int_equal(c.counters.prefetch_hit_blocks, 2);
+    cache_ops_free(&stores);
+    kv_cache_free(&c);
+}
+
+/* rho bounds the displacement: at 0.25 of a 4-block device (1 block) neither 2-block node may go,
+ * so nothing is evicted or loaded; the same with rho 0 (conservative). A rho outside [0, 1] is
+ * refused at init. */
+static void test_aggressive_rho_bound(void **state) {
+    (void)state;
+    const double rhos[2] = {0.25, 0};
+    for (int i = 0; i < 2; i++) {
+        KvCache c;
+        CacheOpList stores = {0};
+        demote_a_rho(&c, &stores, rhos[i]);
+        call(&c, "w3", "planner", C, 2);
+        predict(&c, "w1", "planner", "coder", 0.9f);
+        uint64_t evicted = c.counters.device_evicted_blocks;
+        assert_int_equal(prefetch(&c, 8), 0);
+        assert_int_equal(c.counters.device_evicted_blocks, evicted);
+        assert_int_equal(c.counters.prefetch_displaced_blocks, 0);
+        int d, h;
+        where(&c, B, 2, &d, &h);
+        assert_int_equal(d, 2);
+        where(&c, C, 2, &d, &h);
+        assert_int_equal(d, 2);
+        cache_ops_free(&stores);
+        kv_cache_free(&c);
+    }
+    KvCache c;
+    BraidError err;
+    KvCacheConfig cfg = {.block_size = BS, .device_blocks = 5, .host_blocks = 17, .policy = &evict_policy_pbkv, .prefetch_rho = 1.5};
+    assert_int_equal(kv_cache_init(&c, &cfg, &err), -1);
 }
 
 /* A shared first block P (w1/coder and w2/tester), then w1/coder's Q and w2/tester's R, all
@@ -515,6 +592,8 @@ int main(void) {
         cmocka_unit_test(test_prefetched_unused_is_wasted),
         cmocka_unit_test(test_prefetch_reclaims_retired_cache),
         cmocka_unit_test(test_prefetched_unused_yields_first),
+        cmocka_unit_test(test_aggressive_displaces_lowest_scored),
+        cmocka_unit_test(test_aggressive_rho_bound),
         cmocka_unit_test(test_order_and_closure),
         cmocka_unit_test(test_sched_prefetches_on_pure_decode),
         cmocka_unit_test(test_sched_budget_leaves_running_room),

@@ -120,6 +120,52 @@ static void test_queued_holder_loses_to_a_move(void **state) {
     router_free(&r);
 }
 
+/* A busy lender answers a move between its engine steps: the move waits the rest of its current
+ * step (at most --max-batch-tokens of prefill), and a move that would take --move-timeout or more
+ * is not planned (live it is abandoned after the timeout and the prefix recomputed). */
+static void test_busy_lender_step(void **state) {
+    (void)state;
+    RouteCostModel m = route_cost_model_init(true, 1000, 1e9, 0.002);
+    assert_true(route_cost_lender_wait_s(&m, 3.2) == 0); /* no step size: answers at once (the old model) */
+    m.lender_step_tokens = 512;
+    assert_true(fabs(route_cost_lender_wait_s(&m, 3.2) - 0.512) < 1e-12); /* one step of 512 tokens at 1000/s */
+    assert_true(fabs(route_cost_lender_wait_s(&m, 0.1) - 0.1) < 1e-12);   /* the rest of a shorter queue */
+    assert_true(route_cost_lender_wait_s(&m, 0) == 0);                    /* idle */
+    RouteCostInput in = {.prompt_tokens = 1024, .block_size = BS, .source_blocks = 60, .can_move = true,
+                         .bytes_per_token = BLOCK_BYTES / BS, .free_blocks = -1, .lender_queue_s = 3.2};
+    RouteCostEstimate e = route_cost_estimate(&m, &in);
+    assert_int_equal(e.moved_blocks, 60);
+    assert_true(fabs(e.move_s - (0.512 + 60.0 * BLOCK_BYTES / 1e9 + 0.002)) < 1e-9);
+    m.move_timeout_s = 0.5; /* the same move no longer lands in time */
+    e = route_cost_estimate(&m, &in);
+    assert_int_equal(e.moved_blocks, 0);
+    assert_int_equal(e.computed_tokens, 1024);
+
+    /* The router: the holder has 3.2 s of prefill queued; with steps of 512 tokens and a 5 s timeout
+     * the idle instance moves the prefix in, with 8000-token steps and a 2 s timeout it computes. */
+    Router r;
+    cost_router(&r, 2);
+    r.cost.lender_step_tokens = 512;
+    r.cost.move_timeout_s = 5;
+    uint64_t h[64];
+    prompt_hashes(h, 64, 1);
+    router_stored(&r, 1, h, 64);
+    RouteDecision busy = {.instance = 1, .priced_for = 1, .priced = true, .source = -1};
+    router_charge(&r, &busy, 3200, 1.0);
+    router_assigned(&r, 1, NULL);
+    RouteDecision d = router_pick_prompt(&r, h, 64, 64 * BS + 10, NULL);
+    assert_int_equal(d.instance, 0);
+    assert_true(d.move);
+    assert_true(d.est_move_s > 0.512);
+    r.cost.lender_step_tokens = 8000;
+    r.cost.move_timeout_s = 2;
+    d = router_pick_prompt(&r, h, 64, 64 * BS + 10, NULL);
+    assert_int_equal(d.instance, 0);
+    assert_false(d.move);
+    assert_string_equal(d.reason, "cost-compute");
+    router_free(&r);
+}
+
 /* A link too slow to move: the idle non-holder computes the prefix rather than waiting for it, or
  * the queued holder wins when computing is slower than its queue; no move either way. */
 static void test_tiny_link_falls_back_to_compute(void **state) {
@@ -347,7 +393,7 @@ int main(void) {
         cmocka_unit_test(test_queued_holder_loses_to_a_move), cmocka_unit_test(test_tiny_link_falls_back_to_compute),
         cmocka_unit_test(test_ties_and_lenders),      cmocka_unit_test(test_congestion_keeps_locality),
         cmocka_unit_test(test_learning),              cmocka_unit_test(test_overridden_decision),
-        cmocka_unit_test(test_measured_pair_rates),
+        cmocka_unit_test(test_measured_pair_rates),   cmocka_unit_test(test_busy_lender_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,8 +251,52 @@ static void test_cluster_moves(void **state) {
     unlink(path);
 }
 
+/* A lender answers a move between its engine steps: a move from an instance still prefilling waits
+ * for the rest of its step, and fails (computed, counted) when that reaches the move timeout. */
+static void test_cluster_busy_lender(void **state) {
+    (void)state;
+    char path[] = "/tmp/braid_sim_lender_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 2; i++) /* the same 4-block prefix at t = 0 and t = 0.01: round-robin puts them apart */
+        fprintf(f, "{\"type\":\"request\",\"seq\":%d,\"t\":%s,\"id\":\"r%d\",\"prompt_tokens\":65,\"output_tokens\":0,"
+                   "\"block_size\":16,\"blocks\":[\"a1\",\"a2\",\"a3\",\"a4\"]}\n", i, i ? "0.01" : "0.0", i);
+    fclose(f);
+    Trace t;
+    BraidError err;
+    if (trace_load(path, &t, &err)) fail_msg("%s", err.msg);
+    SimClusterConfig cfg = sim_cluster_config_default();
+    cfg.n_instances = 2;
+    cfg.kv_tokens = 1024;
+    cfg.route = SIM_ROUTE_ROUND_ROBIN;
+    SimClusterResult r;
+    if (sim_cluster_run(&t, &cfg, &r, &err)) fail_msg("%s", err.msg);
+    /* Instance 0 prefills 65 tokens until 0.1625 s: the move waits until then, then lands. */
+    double wait = 65 * cfg.prefill_s_per_token - 0.01, transfer = 64 * cfg.kv_bytes_per_token / cfg.link_bytes_per_s + cfg.link_latency_s;
+    assert_int_equal(r.moves, 1);
+    assert_int_equal(r.move_failures, 0);
+    assert_int_equal(r.remote_tokens, 64);
+    assert_true(fabs(r.mean_move_s - (wait + transfer) / 2) < 1e-9);
+    cfg.move_timeout_s = 0.1; /* the lender's step outlasts the timeout: the move fails, the prefix is computed */
+    if (sim_cluster_run(&t, &cfg, &r, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(r.moves, 0);
+    assert_int_equal(r.move_failures, 1);
+    assert_int_equal(r.remote_tokens, 0);
+    assert_int_equal(r.computed_tokens, 2 * 65);
+    assert_true(fabs(r.mean_move_s - 0.1 / 2) < 1e-9);
+    cfg.lender_step_tokens = 0; /* a lender that answers at once (the old model): it lands */
+    if (sim_cluster_run(&t, &cfg, &r, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(r.moves, 1);
+    assert_int_equal(r.move_failures, 0);
+    trace_free(&t);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cluster_busy_lender),
         cmocka_unit_test(test_belady_beats_lru_on_a_cycle),
         cmocka_unit_test(test_timeline_rows),
         cmocka_unit_test(test_parse_errors),

@@ -8,13 +8,19 @@
  *   - accounting: every pool passes kv_cache_check after every request and at the end, nothing is
  *     left in use, and the counters add up (b = hit + fork, r = hit + partial);
  *   - the memory figures: 23040 and 1920 bytes a token for SmolLM2-135M at rank 16, and shared
- *     mode's per-adapter residual bytes are 1/12 of separate mode's per-adapter bytes.
+ *     mode's per-adapter residual bytes are 1/12 of separate mode's per-adapter bytes;
+ *   - ResidualAttention's time (--residual-attention): forked requests, and only they, pay exactly
+ *     the cost model's penalty on their modeled latency (prefill part; decode part with outputs);
+ *   - auto mode: with sharing free it keeps the first copies separate (no regret yet), then forks
+ *     once separate copies thrash, computing fewer tokens than separate mode; with sharing priced
+ *     out it keeps every request separate and replays exactly as separate mode.
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +29,9 @@
 #include "sim/simulator.h"
 #include "sim/trace.h"
 #include "sim/trace_writer.h"
+
+/* cmocka of this distribution has no assert_double_equal */
+#define assert_near(a, b, eps) assert_true(fabs((double)(a) - (double)(b)) <= (eps))
 
 enum { BS = 16, CONTEXT_BLOCKS = 4, PROMPT = CONTEXT_BLOCKS * BS + 1 };
 
@@ -62,14 +71,11 @@ static void load_calls(const Call *calls, int n, bool with_tokens, Trace *t) {
     unlink(path);
 }
 
-static void replay(const Call *calls, int n, SimLoraCache mode, int kv_tokens, int residual_tokens, SimResult *r) {
+/* Replays calls with cfg (check_invariants set here). */
+static void replay_with(const Call *calls, int n, SimConfig cfg, SimResult *r) {
     Trace t;
     BraidError err;
     load_calls(calls, n, true, &t);
-    SimConfig cfg = sim_config_default();
-    cfg.kv_tokens = kv_tokens;
-    cfg.lora_cache = mode;
-    cfg.residual_tokens = residual_tokens;
     cfg.check_invariants = true;
     if (sim_run(&t, &cfg, r, &err)) fail_msg("%s", err.msg);
     assert_int_equal(r->requests, n);
@@ -77,6 +83,14 @@ static void replay(const Call *calls, int n, SimLoraCache mode, int kv_tokens, i
     assert_int_equal(r->too_large, 0);
     sim_result_free(r); /* the scalar results stay */
     trace_free(&t);
+}
+
+static void replay(const Call *calls, int n, SimLoraCache mode, int kv_tokens, int residual_tokens, SimResult *r) {
+    SimConfig cfg = sim_config_default();
+    cfg.kv_tokens = kv_tokens;
+    cfg.lora_cache = mode;
+    cfg.residual_tokens = residual_tokens;
+    replay_with(calls, n, cfg, r);
 }
 
 /* For adapted requests in shared mode: b = hit + fork, r = hit + partial, computed = prompt - hit. */
@@ -199,6 +213,76 @@ static void test_shared_mode_needs_token_ids(void **state) {
     trace_free(&t);
 }
 
+static void test_residual_attention_is_charged_to_forks(void **state) {
+    (void)state;
+    const Call calls[] = {{0, "lora-a"}, {0, "lora-b"}, {0, ""}, {0, "lora-a"}};
+    SimConfig cfg = sim_config_default();
+    cfg.kv_tokens = 100 * BS;
+    cfg.lora_cache = SIM_LORA_SHARED;
+    SimResult free_attn, cpu_attn;
+    replay_with(calls, 4, cfg, &free_attn);
+    assert_int_equal(sim_fork_attention_parse("cpu", &cfg.fork_attention), 0);
+    replay_with(calls, 4, cfg, &cpu_attn);
+    /* The same cache behaviour; three adapted requests forked, the base-model one did not. */
+    assert_int_equal(cpu_attn.computed_tokens, free_attn.computed_tokens);
+    assert_int_equal(cpu_attn.forked_requests, 3);
+    assert_near(free_attn.fork_attention_s, 0.0, 0.0);
+    /* Computed prompt tokens: a 65 (all new), b 1 (the base forked, but its residual range is
+     * computed: fork tokens count as computed, so 65), a again 1. Prefill penalty per request:
+     * 30 layers x (1.58 - 1) x 50.6 ns x c x (65 - c / 2); no outputs, no decode part. */
+    double want = 0;
+    const int computed[] = {PROMPT, PROMPT, 1};
+    for (int i = 0; i < 3; i++) want += 30 * 0.58 * 50.6e-9 * computed[i] * (PROMPT - computed[i] / 2.0);
+    assert_near(cpu_attn.fork_attention_s, want, 1e-12);
+    assert_near(cpu_attn.modeled_latency_s - free_attn.modeled_latency_s, want, 1e-9);
+    /* Separate mode forks nothing and pays nothing, whatever the setting. */
+    cfg.lora_cache = SIM_LORA_SEPARATE;
+    SimResult sep;
+    replay_with(calls, 4, cfg, &sep);
+    assert_int_equal(sep.forked_requests, 0);
+    assert_near(sep.fork_attention_s, 0.0, 0.0);
+    /* Decode part: m outputs over n context cost 30 x (rho_d - 1) x 72.2 ns x m x (n + m / 2). */
+    SimForkAttention a;
+    assert_int_equal(sim_fork_attention_parse("2:1", &a), 0);
+    assert_near(sim_fork_attention_s(&a, 1000, 0, 100), 30 * 1.0 * 72.2e-9 * 100 * 1050, 1e-12);
+    assert_int_equal(sim_fork_attention_parse("none", &a), 0);
+    assert_near(sim_fork_attention_s(&a, 1000, 1000, 100), 0.0, 0.0);
+    assert_int_equal(sim_fork_attention_parse("2:", &a), -1);
+    assert_int_equal(sim_fork_attention_parse("-1:2", &a), -1);
+}
+
+/* Four adapters cycle over one context, four rounds, in a pool that holds two separate copies. */
+static void test_auto_forks_when_copies_thrash(void **state) {
+    (void)state;
+    enum { ROUNDS = 4, ADAPTERS = 4 };
+    const char *names[ADAPTERS] = {"lora-a", "lora-b", "lora-c", "lora-d"};
+    Call calls[ROUNDS * ADAPTERS];
+    for (int i = 0; i < ROUNDS * ADAPTERS; i++) calls[i] = (Call){0, names[i % ADAPTERS]};
+    SimConfig cfg = sim_config_default();
+    cfg.kv_tokens = 2 * (CONTEXT_BLOCKS + 1) * BS;
+    cfg.residual_tokens = 100 * BS;
+    cfg.lora_cache = SIM_LORA_SEPARATE;
+    SimResult sep, auto_free, auto_priced;
+    replay_with(calls, ROUNDS * ADAPTERS, cfg, &sep);
+    assert_int_equal(sep.cached_tokens, 0); /* LRU over a cycle of four copies in room for two */
+    cfg.lora_cache = SIM_LORA_AUTO;
+    replay_with(calls, ROUNDS * ADAPTERS, cfg, &auto_free);
+    /* No regret before the first copies are evicted: the first round runs separate; then it forks. */
+    assert_true(auto_free.separate_adapted_requests >= ADAPTERS);
+    assert_true(auto_free.forked_requests > 0);
+    assert_int_equal(auto_free.forked_requests + auto_free.separate_adapted_requests, ROUNDS * ADAPTERS);
+    assert_true(auto_free.computed_tokens < sep.computed_tokens);
+    assert_true(auto_free.modeled_latency_s < sep.modeled_latency_s);
+    /* Sharing priced out (ResidualAttention 1e7x: above any saving here even for a one-token prefill,
+     * since these calls decode nothing): every request separate, as separate mode. */
+    assert_int_equal(sim_fork_attention_parse("1e7:1e7", &cfg.fork_attention), 0);
+    replay_with(calls, ROUNDS * ADAPTERS, cfg, &auto_priced);
+    assert_int_equal(auto_priced.forked_requests, 0);
+    assert_int_equal(auto_priced.separate_adapted_requests, ROUNDS * ADAPTERS);
+    assert_int_equal(auto_priced.computed_tokens, sep.computed_tokens);
+    assert_near(auto_priced.modeled_latency_s, sep.modeled_latency_s, 1e-9);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_second_adapter_forks_the_base),
@@ -206,6 +290,8 @@ int main(void) {
         cmocka_unit_test(test_tiny_base_pool_gives_partial_hits),
         cmocka_unit_test(test_memory_figures),
         cmocka_unit_test(test_shared_mode_needs_token_ids),
+        cmocka_unit_test(test_residual_attention_is_charged_to_forks),
+        cmocka_unit_test(test_auto_forks_when_copies_thrash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
