@@ -298,13 +298,12 @@ static int write_timeline(const char *path, const SimConfig *cfg, const Trace *t
 }
 
 int cmd_sim(int argc, char **argv) {
-    enum { O_APPROX_PREFIX = 480 }; /* apart from the list below, whose values run up from 256 */
-    enum { O_MOVE_TIMEOUT = 496 };
-    enum { O_OUTPUTS = 300, O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV, O_LEARN,
-           O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_MODEL, O_NOISE,
-           O_LORA_CACHE, O_RESIDUAL, O_RANK, O_KV_DIM, O_INSTANCES, O_ROUTER, O_MOVES, O_LINK_GBPS, O_LINK_LAT, O_SLACK,
-           O_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS, O_TENANTS, O_MBT, O_RUNNING, O_FAIR_STEP, O_STEP_MS,
-           O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_PREFETCH_MODE = 420, O_PREFETCH_RHO, O_DIRECTIVES = 400, O_PIN_BUDGET, O_RES_ATTN = 450 };
+    /* Long-option codes: one list, starting above every short option's character code. */
+    enum { O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV,
+           O_LEARN, O_OUTPUTS, O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_APPROX_PREFIX, O_MODEL,
+           O_NOISE, O_LORA_CACHE, O_RESIDUAL, O_RES_ATTN, O_RANK, O_KV_DIM, O_INSTANCES, O_ROUTER, O_MOVES, O_LINK_GBPS,
+           O_LINK_LAT, O_SLACK, O_MOVE_TIMEOUT, O_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS, O_PREFETCH_MODE, O_PREFETCH_RHO,
+           O_TENANTS, O_MBT, O_RUNNING, O_FAIR_STEP, O_STEP_MS, O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_DIRECTIVES, O_PIN_BUDGET };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
