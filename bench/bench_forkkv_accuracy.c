@@ -164,6 +164,11 @@ static void print_table(FILE *out, const WayStats *stats, int n_ways, int n_laye
         if (controls) fprintf(out, base < 1 ? " %.3f |" : " - |", (1 - mean) / (1 - base));
         fputc('\n', out);
     }
+    /* The figure that compares across models (issue 36): the share of full reuse's error ForkKV keeps
+     * (the paper's Fig. 5, 99.4 % vs 92.4 %, gives 0.6 / 7.6 = 0.08). */
+    double fork = mean_layer_cosine(&stats[WAY_FORKKV], n_layers), full = mean_layer_cosine(&stats[WAY_FULL_REUSE], n_layers);
+    if (stats[WAY_FORKKV].cases && full < 1)
+        fprintf(out, "\nforkkv / full reuse, (1 - cosine): %.3f (%d cases)\n", (1 - fork) / (1 - full), stats[WAY_FORKKV].cases);
     fflush(out);
 }
 

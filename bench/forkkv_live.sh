@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # forkkv_live.sh — ForkKV live on the CPU cluster (issues 16, 36): --lora-cache separate vs shared
 # vs auto at equal KV memory, on react-lora and mapreduce-lora, one adapter per agent, every
-# workflow concurrent (high contention), arms back to back in one run. auto gets shared's pools.
+# workflow concurrent (high contention), arms back to back in one run. auto gets separate's KV
+# blocks as its unified pool (residuals borrow base blocks; issue 36).
 #   bench/forkkv_live.sh OUT
 # Environment (defaults in brackets): WORKLOADS [react-lora mapreduce-lora], WORKFLOWS [8],
 # CONCURRENCY [8], CONTEXT_TOKENS [1024], FANOUT [4], SCALE [0.5], MAX_TOKENS_CAP [64],
@@ -68,7 +69,12 @@ sample_running() {  # every 2 s, the instance's running sequences, into $1 (unti
 for w in $WORKLOADS; do
   for arm in $ARMS; do
     # shellcheck disable=SC2046
-    if [ "$arm" = shared ] || [ "$arm" = auto ]; then
+    if [ "$arm" = auto ]; then
+      # auto's unified pool (cache/residual_cache.h): every base block is the base cache's until a
+      # residual borrows it; --residual-blocks only numbers the residual arrays (RES_EQUIV x RATIO).
+      res=$((RES_EQUIV * RATIO))
+      pools="--kv-blocks $SEP_BLOCKS --lora-cache auto --residual-blocks $res"; pool_text="$SEP_BLOCKS unified (residuals borrow base blocks; $res residual ids)"
+    elif [ "$arm" = shared ]; then
       base=$((SEP_BLOCKS - RES_EQUIV)); res=$((RES_EQUIV * RATIO))
       pools="--kv-blocks $base --lora-cache $arm --residual-blocks $res"; pool_text="$base + $res (= $SEP_BLOCKS base-block bytes)"
     else

@@ -22,6 +22,8 @@
 #        WORKFLOW_SET="1 2 4 8 16" CONCURRENCY_SET="1 2 4 8" RANK_SET="8 16 32 64" OUTPUT_SET="16 64 256"
 #        SCALE_SET="0.5 1 2" SWEEPS="workflows concurrency rank output scale" WORKLOADS="react-lora mapreduce-lora"
 #        AUTO_SHARE=D (auto's residual share 1/AUTO_SHARE; default the workload's D, as shared)
+#        POOL=fixed|unified (unified: shared and auto get all S tokens of KV with --residual-pool unified,
+#        residuals living in base blocks they borrow; the shares D and AUTO_SHARE are then unused)
 #        TRACES=OUT_DIR (where traces are generated and reused))
 # Writes OUT_DIR/sweep.md (one row per point, the three modes side by side, time ratios = throughput
 # ratios, since every arm serves the same requests) and OUT_DIR/points.jsonl.
@@ -69,6 +71,7 @@ point() {
   local common=(--trace "$tr" --lora-rank "$rank" --kv-dim "$kv_dim" --kv-bytes-per-token "$base_bpt" --residual-attention "$attn" --json)
   local fork=(--kv-tokens $((s * (d - 1) / d)) --residual-tokens $((s * kv_dim / rank / d))) ad=${AUTO_SHARE:-$d}
   local fork_auto=(--kv-tokens $((s * (ad - 1) / ad)) --residual-tokens $((s * kv_dim / rank / ad)))
+  if [ "${POOL:-fixed}" = unified ]; then fork=(--kv-tokens "$s" --residual-pool unified) fork_auto=("${fork[@]}"); fi
   "$braid" sim "${common[@]}" --kv-tokens "$s" 2> /dev/null | tail -1 > "$out/p.sep.json"
   "$braid" sim "${common[@]}" "${fork[@]}" --lora-cache shared 2> /dev/null | tail -1 > "$out/p.sh.json"
   "$braid" sim "${common[@]}" "${fork_auto[@]}" --lora-cache auto 2> /dev/null | tail -1 > "$out/p.auto.json"

@@ -19,7 +19,8 @@
 # arm replays that arm's own trace (braid-bench run writes what it sent: the prompts' real block
 # hashes, send times, real output lengths) with braid sim, the per-token compute calibrated so the
 # replay's mean TTFT equals the arm's (bisection; decode 4x prefill), and sets hit rate and blocks /
-# bytes moved side by side (goal: within 2 points and 10 %). The dry trace of `braid-bench gen` is no
+# bytes moved side by side (goal: within 2 points and 10 %; bench/sim_vs_live.py, which also compares
+# the batching replay with the one-request-at-a-time one over any set of arms). The dry trace of `braid-bench gen` is no
 # check: its outputs are not capped at MAX_TOKENS_CAP, so every later turn's prompt differs from the
 # live one, and its arrival times are an unloaded server's.
 # Writes OUT/table.md (SIM_ONLY=1: OUT/table-sim.md) and OUT/<arm>/: braid-bench results (run/, with the
@@ -161,38 +162,10 @@ PY
 }
 
 check_row() {  # check_row WORKLOAD K MOVES RATE: braid sim replaying the live arm's own trace, against the live arm
-  local w=$1 k=$2 moves=$3 rate=$4 dir="$out/$1-$2n-$3-$4"
+  local dir="$out/$1-$2n-$3-$4"
   [ -s "$dir/run/trace.jsonl" ] && [ -s "$dir/live.json" ] || return 0
-  local gbps
-  gbps=$(python3 -c "print($(rate_bits "$rate") / 8e9)")
-  python3 - "$braid" "$dir" "$k" "$moves" "$rate" "$gbps" "$ROUTER" $((KV_BLOCKS * 16)) <<'PY'
-import json, subprocess, sys
-braid, d, k, moves, rate, gbps, router, kv_tokens = sys.argv[1:9]
-live = json.load(open(f"{d}/live.json"))
-target = json.load(open(f"{d}/run/summary.json"))["metrics"]["ttft_ms"]["mean"] / 1e3
-# KV bytes a token as the live pool moved them (block bytes / block size); the model's geometry otherwise.
-bpt = live["moved_bytes"] / (live["moved_blocks"] * 16) if live.get("moved_blocks") else 23040
-def sim(prefill_ms):
-    cmd = [braid, "sim", "--trace", f"{d}/run/trace.jsonl", "--kv-tokens", kv_tokens, "--instances", k, "--router", router,
-           "--moves", moves, "--link-gbps", gbps, "--link-latency-us", "100", "--kv-bytes-per-token", f"{bpt:.3f}",
-           "--prefill-ms-per-token", f"{prefill_ms:.6f}", "--decode-ms-per-token", f"{4 * prefill_ms:.6f}", "--json"]
-    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
-# The live arms ran on two shared cores: calibrate the per-token compute (decode 4x prefill, as the
-# projection) so that the replay's mean TTFT equals the arm's (bisection in the log domain).
-lo, hi = 0.05, 2000.0
-for _ in range(40):
-    mid = (lo * hi) ** 0.5
-    if sim(mid)["mean_ttft_s"] < target: lo = mid
-    else: hi = mid
-x = sim((lo * hi) ** 0.5)
-hit = x["local_hit"] + x["remote_hit"]
-points = (hit - live["hit"]) * 100
-if live["moved_bytes"] > 0: off = f"{(x['moved_bytes'] - live['moved_bytes']) / live['moved_bytes']:+.0%}"
-else: off = "none live" if x["moved_bytes"] == 0 else "sim only"
-print(f"| {k} | {moves} | {rate} | {(lo * hi) ** 0.5:.1f} | {target:.2f} / {x['mean_ttft_s']:.2f} | {live['hit']:.1%} | {hit:.1%} | {points:+.1f} | "
-      f"{live.get('moved_blocks', 0):.0f} / {x['moved_blocks']} | {live['moved_bytes'] / 2**20:.1f} | {x['moved_bytes'] / 2**20:.1f} | {off} | "
-      f"{live.get('failures', 0):.0f} |")
-PY
+  # bench/sim_vs_live.py: the batching replay (the default), compute calibrated on the arm's mean TTFT
+  python3 "$root/bench/sim_vs_live.py" --braid "$braid" --router "$ROUTER" --kv-blocks "$KV_BLOCKS" --replays batch-live --format bench "$dir"
 }
 
 {
@@ -230,8 +203,8 @@ for w in $WORKLOADS; do
       echo "### $w, the simulator against the live arms (braid sim replaying each arm's own trace: the requests as sent, when"
       echo "they were sent, their real outputs; per-token compute calibrated so the replay's mean TTFT is the arm's)"
       echo
-      echo "| worker nodes | moves | links | fitted prefill ms/token | TTFT mean s live / sim | hit live | hit sim | points | blocks moved live / sim | MiB moved live | MiB moved sim | bytes sim vs live | failed moves live |"
-      echo "|---:|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|"
+      echo "| worker nodes | moves | links | fitted prefill ms/token | TTFT mean s live / sim | hit live | hit sim | points | blocks moved live / sim | MiB moved live | MiB moved sim | bytes sim vs live | failed moves live / sim |"
+      echo "|---:|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---|"
     } >> "$table"
     for rate in $RATES; do
       for k in $NODES; do

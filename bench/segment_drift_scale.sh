@@ -9,7 +9,8 @@
 # Usage: bench/segment_drift_scale.sh [OUT_DIR]
 #   env: WORKLOADS="codegen templates"  WORKFLOWS_codegen=8 SCALE_codegen=0.25  WORKFLOWS_templates=24
 #        SCALE_templates=0.5  MAX_TOKENS=16 MAX_RUNNING=4 THREADS=2 WINDOW=64
-#        ARMS="off exact approx approx_noprefix" (names below; `diag` probes every approximate span
+#        ARMS="off exact approx approx_noprefix" (names below: approx = the CLI's defaults, approx_old = the
+#        defaults before issue 35's third pass, approx_shape = SHAPE_VALUES/SHAPE_MIN_SPAN/SHAPE_TAIL; `diag` probes every approximate span
 #        whole: nothing reused, a probe_layers event per span for the per-layer cosine table)
 # Prints Markdown tables (also OUT_DIR/table.md); never edits RESULTS.md.
 set -euo pipefail
@@ -30,7 +31,11 @@ arm_flags() {  # the braid batch flags of an arm
   case $1 in
     off) echo "--segment-reuse off" ;;
     exact) echo "--segment-reuse exact" ;;
-    approx) echo "--segment-reuse approx --approx-window $window --approx-prefix on" ;;
+    approx) echo "--segment-reuse approx --approx-window $window" ;;  # the CLI's defaults, whatever they are
+    # The defaults before issue 35's third pass (key probe only, no span shape), for old-vs-new rows.
+    approx_old) echo "--segment-reuse approx --approx-window $window --approx-prefix on --segment-probe-values off --segment-min-span 0 --segment-tail 0" ;;
+    approx_values) echo "--segment-reuse approx --approx-window $window --segment-probe-values on --segment-min-span 0 --segment-tail 0" ;;
+    approx_shape) echo "--segment-reuse approx --approx-window $window --segment-probe-values ${SHAPE_VALUES:-off} --segment-min-span ${SHAPE_MIN_SPAN:-32} --segment-tail ${SHAPE_TAIL:-8}" ;;
     approx_noprefix) echo "--segment-reuse approx --approx-window $window --approx-prefix off" ;;
     approx_unguarded) echo "--segment-reuse approx --approx-window $window --segment-probe-tokens 0 --approx-prefix on" ;;
     approx_strict) echo "--segment-reuse approx --approx-window $window --segment-probe-min-cos 0.999 --approx-prefix off" ;;

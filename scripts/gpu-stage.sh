@@ -8,7 +8,8 @@
 #   scripts/gpu-stage.sh pack  [BUILD_DIR]   one payload: bin/ (braid, braid-bench, the benches, the GPU
 #                                            tests), lib/ (sonames the GPU image lacks, per device-libs.txt),
 #                                            model.gguf (the default model), llama.cpp/ ($LLAMA_CPP_BIN, if
-#                                            set: llama.cpp's CUDA binaries built outside the repo);
+#                                            set: llama.cpp's CUDA binaries built outside the repo, as
+#                                            scripts/stage-llamacpp.sh collects them; it runs this pack);
 #                                            zstd-compressed and split into .devstage/part-aa, -ab, ... of
 #                                            at most 60 MiB, + .devstage/SHA256; prints the run commands
 # There (each run carries one part; the repository's scripts travel with the working tree):
@@ -16,12 +17,11 @@
 #                                            $GPU_STAGE_TMP/payload.tar.zst (default /tmp/gpu-stage)
 #   scripts/gpu-stage.sh unpack              checks the SHA256 and unpacks into $GPU_STAGE_TMP/root
 #   scripts/gpu-stage.sh visit               receive + unpack + scripts/gpu-suite.sh --stage ROOT
-# Optional, here: scripts/gpu-stage.sh llama   builds llama.cpp's CUDA binaries (llama-batched-bench,
-#                                            llama-bench; sm_90 only, shared libraries) OUTSIDE the repo
-#                                            from the llama-cpp-python sdist on PyPI (it vendors llama.cpp's
-#                                            sources), at nice 19; then pack with LLAMA_CPP_BIN=<printed dir>.
-#                                            Env: LLAMA_CPP_PY_VERSION [0.3.16], LLAMA_CPP_DIR [/tmp/llama-cpp],
-#                                            LLAMA_CPP_JOBS [nproc]. Nothing of llama.cpp is ever committed.
+# Optional, here: scripts/gpu-stage.sh llama   = scripts/stage-llamacpp.sh build: llama.cpp's CUDA binaries
+#                                            (llama-batched-bench, llama-bench; sm_90 only, shared libraries)
+#                                            OUTSIDE the repo from the llama-cpp-python sdist on PyPI, at
+#                                            nice 19; then scripts/stage-llamacpp.sh pack (checks, collects,
+#                                            packs). Nothing of llama.cpp is ever committed.
 # Rehearsal here, end to end: scripts/gpu-stage.sh rehearse [BUILD_DIR] packs (BUILD_DIR default
 # build-gpu, a CPU build), receives each part as separate runs would, unpacks into a temporary
 # GPU_STAGE_TMP and runs the suite in --rehearse mode from the unpacked payload.
@@ -44,25 +44,14 @@ exclude_devstage() {
 
 cmd_build() {
   local dir=${1:-build-gpu-cuda}
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DBRAID_CUDA=ON -DBRAID_CUDA_ARCHITECTURES=90a > "$dir.cmake.log"
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DBRAID_CUDA=ON -DBRAID_CUDA_ARCHITECTURES=90a -DBRAID_MARCH=x86-64-v3 > "$dir.cmake.log"
   cmake --build "$dir" -j"$(nproc)" --target "${bins[@]}" "${tests[@]}"
 }
 
 # llama.cpp's CUDA build for suite stage (f), outside the repository. The two targets only, FA
 # kernels for the default quant types only (GGML_CUDA_FA_ALL_QUANTS=OFF), one architecture.
-cmd_llama() {
-  local version=${LLAMA_CPP_PY_VERSION:-0.3.16} dir=${LLAMA_CPP_DIR:-/tmp/llama-cpp} jobs=${LLAMA_CPP_JOBS:-$(nproc)}
-  case "$dir" in "$root"|"$root"/*) echo "gpu-stage: LLAMA_CPP_DIR must be outside the repository" >&2; exit 1 ;; esac
-  mkdir -p "$dir"
-  local sdist=$dir/llama_cpp_python-$version.tar.gz src=$dir/llama_cpp_python-$version/vendor/llama.cpp
-  [ -f "$sdist" ] || pip download --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$dir" >&2
-  [ -d "$src" ] || tar -C "$dir" -xzf "$sdist"
-  nice -n 19 cmake -S "$src" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DGGML_CUDA_FA_ALL_QUANTS=OFF -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF > "$dir/cmake.log"
-  local t0=$SECONDS
-  nice -n 19 cmake --build "$dir/build" -j"$jobs" --target llama-batched-bench llama-bench
-  echo "gpu-stage: llama.cpp built in $((SECONDS - t0)) s; pack with: LLAMA_CPP_BIN=$dir/build/bin scripts/gpu-stage.sh pack" >&2
-}
+# (The build, its libcuda stub link and its checks live in scripts/stage-llamacpp.sh.)
+cmd_llama() { "$root/scripts/stage-llamacpp.sh" build; }
 
 # Copies the libraries the binaries need that the GPU image lacks into $1.
 stage_libs() {
@@ -90,10 +79,14 @@ cmd_pack() {
   cp "$model" "$pay/model.gguf"
   if [ -n "${LLAMA_CPP_BIN:-}" ]; then
     mkdir -p "$pay/llama.cpp"
-    cp "$LLAMA_CPP_BIN"/llama-batched-bench "$LLAMA_CPP_BIN"/llama-bench "$pay/llama.cpp/" 2> /dev/null || true
-    # its shared libraries (libllama, libggml*), wherever that build put them; stage (f) sets LD_LIBRARY_PATH
-    find "$LLAMA_CPP_BIN" "$LLAMA_CPP_BIN/.." -maxdepth 3 -name 'lib*.so*' \( -type f -o -type l \) -exec cp -P {} "$pay/llama.cpp/" \; 2> /dev/null || true
+    cp "$LLAMA_CPP_BIN"/llama-batched-bench "$LLAMA_CPP_BIN"/llama-bench "$pay/llama.cpp/" ||
+      { echo "gpu-stage: llama.cpp binaries missing in $LLAMA_CPP_BIN" >&2; exit 1; }
+    # its own shared libraries only (stage (f) sets LD_LIBRARY_PATH to them); never a libcuda: the
+    # GPU machine's driver provides libcuda.so.1, a stub staged beside it would shadow the driver
+    local lib
+    for lib in "$LLAMA_CPP_BIN"/libllama.so* "$LLAMA_CPP_BIN"/libggml*.so*; do [ -e "$lib" ] && cp -P "$lib" "$pay/llama.cpp/"; done
     strip --strip-debug "$pay"/llama.cpp/* 2> /dev/null || true
+    echo "llama.cpp: $(ls "$pay/llama.cpp" | tr '\n' ' ')($(du -sh "$pay/llama.cpp" | cut -f1))" >&2
   fi
   printf '%s\n' "${have[@]}" > "$pay/STAGED"
   exclude_devstage
@@ -114,7 +107,9 @@ cmd_pack() {
       echo "  run $i: carry [\"$p\", \".devstage/SHA256\"]  command: scripts/gpu-stage.sh visit" >&2
     fi
   done
-  [ "$parts" -le 2 ] || echo "gpu-stage: WARNING: $parts parts; the visit plan allows 2 runs (stage + run)" >&2
+  # the default model alone is ~88 MiB compressed: 2 parts; llama.cpp's CUDA libraries add ~31 MiB: 3 parts
+  local plan=2; [ -n "${LLAMA_CPP_BIN:-}" ] && plan=3
+  [ "$parts" -le "$plan" ] || echo "gpu-stage: WARNING: $parts parts; the visit plan allows $plan runs (stage runs + the last one)" >&2
 }
 
 cmd_receive() {

@@ -45,6 +45,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 RANK = 16
 ALPHA = 32.0
 TARGETS = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output"}
+ALL_ROLES = ["planner", "coder", "tester", "summarizer"]
 TOP_K = 10
 GREEDY = 16
 
@@ -137,7 +138,19 @@ def check_permutation(model, model_path, arch):
         print(f"row-order check ({arch}) {stem}: max |GGUF - permute(HF)| = {err:.2e} (unpermuted differs by {unpermuted:.2e})")
 
 
-def train(model, tok, role, steps, seed):
+def answer_loss(lm, enc, labels):
+    """transformers' causal-LM loss (mean cross-entropy of the labelled tokens, each predicted from the
+    position before it), with the LM head applied only at those positions: Qwen2.5's 152k-word head is
+    over a quarter of the forward, and most positions are the prompt's, which carry no label."""
+    base = lm.get_base_model()
+    hidden = base.model(input_ids=enc.input_ids, attention_mask=enc.attention_mask).last_hidden_state
+    targets = labels[:, 1:]
+    keep = targets != -100
+    logits = base.lm_head(hidden[:, :-1][keep]).float()
+    return torch.nn.functional.cross_entropy(logits, targets[keep])
+
+
+def train(model, tok, role, steps, seed, batch_size=4):
     rng = random.Random(seed)
     pairs = role_examples(role, rng)
     config = peft.LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=list(TARGETS), bias="none")
@@ -147,7 +160,7 @@ def train(model, tok, role, steps, seed):
     lm.train()
     t0 = time.time()
     for step in range(steps):
-        batch = rng.sample(pairs, 4)
+        batch = rng.sample(pairs, batch_size)
         texts = [chat(tok, u, a) for u, a in batch]
         prompts = [len(tok(chat(tok, u)).input_ids) for u, _ in batch]
         enc = tok(texts, return_tensors="pt", padding=True)
@@ -155,11 +168,11 @@ def train(model, tok, role, steps, seed):
         for i, n in enumerate(prompts):
             labels[i, :n] = -100  # learn the answers only
         labels[enc.attention_mask == 0] = -100
-        loss = lm(**enc, labels=labels).loss
+        loss = answer_loss(lm, enc, labels)
         loss.backward()
         opt.step()
         opt.zero_grad()
-        if step % 5 == 0 or step == steps - 1:
+        if step % 5 == 0 or step == steps - 1 or os.environ.get("TRAIN_LORA_LOG_EVERY_STEP"):
             print(f"  {role} step {step}: loss {loss.item():.3f} ({time.time() - t0:.0f} s)", flush=True)
     lm.eval()
     return lm
@@ -231,10 +244,14 @@ def main():
     ap.add_argument("--out", default="adapters")
     ap.add_argument("--golden", default="tests/golden/lora", help="where the golden fixture goes ('' = none)")
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--roles", default="planner,coder,tester,summarizer")
+    ap.add_argument("--roles", default=",".join(ALL_ROLES))
+    ap.add_argument("--batch", type=int, default=4, help="examples a step (the committed adapters: 4)")
     # One thread by default: on a busy shared machine an OpenMP team of two stalls at every barrier.
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    unknown = [r for r in args.roles.split(",") if r not in ALL_ROLES]
+    if unknown:
+        raise SystemExit(f"train_lora: unknown role(s) {unknown} (known: {ALL_ROLES})")
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     arch = gguf_arch(args.model)
@@ -248,8 +265,9 @@ def main():
     t_start = time.time()
     records = [golden_record(model, tok, "", n, u) for n, u in GOLDEN_PROMPTS] if args.golden else []
     roles = args.roles.split(",")
-    for k, role in enumerate(roles):
-        lm = train(model, tok, role, args.steps, seed=1000 + k)
+    for role in roles:
+        # The seed follows the role, not its place in --roles, so a subset trains the same adapters.
+        lm = train(model, tok, role, args.steps, seed=1000 + ALL_ROLES.index(role), batch_size=args.batch)
         round_to_fp16(lm)
         path = os.path.join(args.out, f"{role}.gguf")
         export(lm, role, model, path, arch)
@@ -268,7 +286,7 @@ def main():
         meta = {"model_sha256": sha256(args.model), "adapters": {r: sha256(os.path.join(args.out, r + ".gguf")) for r in roles},
                 "torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
                 "gguf": getattr(gguf, "__version__", "0.19.0"), "date": datetime.date.today().isoformat(),
-                "rank": RANK, "alpha": ALPHA, "steps": args.steps, "top_k": TOP_K, "greedy": GREEDY,
+                "rank": RANK, "alpha": ALPHA, "steps": args.steps, "batch": args.batch, "top_k": TOP_K, "greedy": GREEDY,
                 "how": "tools/train_lora.py: peft LoRA on the GGUF's de-quantized fp32 weights, A/B rounded to fp16, "
                        "logits from transformers with the adapter applied (unmerged)"}
         with open(os.path.join(args.golden, "meta.json"), "w") as f:

@@ -476,9 +476,39 @@ int kv_cache_evict(KvCache *c, CacheTier t, int n) {
 
 /* ---- the request protocol ---- */
 
+bool kv_cache_victim(const KvCache *c, int *heap_class, double *key) {
+    const KvCacheTier *tier = &c->tiers[CACHE_TIER_DEVICE];
+    if (tier->heap.n == 0) return false;
+    *heap_class = tier->heap.nodes[0]->heap_class[CACHE_TIER_DEVICE];
+    *key = tier->heap.nodes[0]->heap_key[CACHE_TIER_DEVICE];
+    return true;
+}
+
+void kv_cache_lock(KvCache *c, RadixNode *node) { lock_path(c, node); }
+
+void kv_cache_set_borrower(KvCache *c, KvCacheBorrower *b) { c->borrower = b; }
+
+/* Short of n free device blocks with a borrower: the lower of the two lowest victims goes, until
+ * n are free or neither side has anything left to give. */
+static void reclaim_with_borrower(KvCache *c, int n) {
+    KvCacheTier *tier = &c->tiers[CACHE_TIER_DEVICE];
+    KvCacheBorrower *b = c->borrower;
+    while (tier->pool.n_free < n) {
+        int their_class, own_class;
+        double their_key, own_key;
+        bool theirs = b->victim(b->ctx, &their_class, &their_key), own = kv_cache_victim(c, &own_class, &own_key);
+        if (!theirs && !own) return;
+        if (own && (!theirs || own_class < their_class || (own_class == their_class && own_key <= their_key)))
+            evict_device_node(c, tier->heap.nodes[0]);
+        else
+            b->reclaim(b->ctx);
+    }
+}
+
 int kv_cache_reserve(KvCache *c, int n, int32_t *out) {
     BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
     if (n <= 0) return 0;
+    if (dev->n_free < n && c->borrower) reclaim_with_borrower(c, n);
     if (dev->n_free < n) kv_cache_evict(c, CACHE_TIER_DEVICE, n - dev->n_free);
     if (dev->n_free < n) return n - dev->n_free;
     return block_pool_alloc(dev, n, out) ? n : 0;

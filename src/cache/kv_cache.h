@@ -328,12 +328,30 @@ typedef struct KvCache {
     int n_scopes, cap_scopes;
     uint64_t *shared_ns;
     int n_shared_ns, cap_shared_ns;
+    struct KvCacheBorrower *borrower; /* kv_cache_set_borrower; NULL = none */
 } KvCache;
+
+/* A borrower of device blocks (cache/residual_cache.h's unified pool: ForkKV residuals live in base
+ * blocks it reserved here). When kv_cache_reserve is short, this cache and the borrower give memory
+ * back in one eviction order: whichever lowest victim is lower (heap class, then key: the caches
+ * must share one clock) goes first. victim: the borrower's lowest victim (false: none); reclaim:
+ * frees it and returns the blocks it no longer needs to this cache (kv_cache_release); its count. */
+typedef struct KvCacheBorrower {
+    bool (*victim)(void *ctx, int *heap_class, double *key);
+    int (*reclaim)(void *ctx);
+    void *ctx;
+} KvCacheBorrower;
 
 int kv_cache_init(KvCache *c, const KvCacheConfig *cfg, BraidError *err);
 /* Emits a CLEARED event, then frees everything. */
 void kv_cache_free(KvCache *c);
 void kv_cache_set_observer(KvCache *c, CacheEventFn fn, void *ctx);
+/* b (kept by the caller, NULL = none) is asked before this cache's own victims when reserve is short. */
+void kv_cache_set_borrower(KvCache *c, KvCacheBorrower *b);
+/* The lowest device victim's (heap class, key); false when nothing is evictable. */
+bool kv_cache_victim(const KvCache *c, int *heap_class, double *key);
+/* Locks node's path as a match does (a lock keeps a node from eviction); kv_cache_release(c, node, NULL, 0) ends it. */
+void kv_cache_lock(KvCache *c, RadixNode *node);
 
 /* Interns the names (NULL or "" = none) into ids; the caller holds the workflow id until
  * kv_cache_identity_release (a new call of an ended workflow revives it). -1 only when out of

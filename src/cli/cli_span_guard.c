@@ -10,7 +10,8 @@
 
 SpanGuardConfig cli_span_guard_defaults(void) {
     return (SpanGuardConfig){.probe_tokens = SPAN_GUARD_DEFAULT_PROBE_TOKENS, .min_cos = SPAN_GUARD_DEFAULT_MIN_COS,
-                             .no_approx_prefix = strcmp(CLI_APPROX_PREFIX_DEFAULT, "off") == 0};
+                             .no_approx_prefix = strcmp(CLI_APPROX_PREFIX_DEFAULT, "off") == 0,
+                             .min_span = CLI_MIN_SPAN_DEFAULT, .tail_tokens = CLI_TAIL_DEFAULT};
 }
 
 int cli_span_guard_parse(const char *flag, const char *text, SpanGuardConfig *g) {
@@ -39,6 +40,12 @@ int cli_span_guard_parse(const char *flag, const char *text, SpanGuardConfig *g)
             return 2;
         }
         g->probe_values = strcmp(text, "on") == 0;
+    } else if (strcmp(flag, "segment-min-span") == 0) {
+        if (cli_parse_int("--segment-min-span", text, 0, 1 << 20, &v)) return 2;
+        g->min_span = (int)v;
+    } else if (strcmp(flag, "segment-tail") == 0) {
+        if (cli_parse_int("--segment-tail", text, 0, 1 << 20, &v)) return 2;
+        g->tail_tokens = (int)v;
     }
     return 0;
 }

@@ -98,7 +98,7 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
     enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE, O_DEVICE, O_NO_GRAPHS,
            O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_LOGITS, O_TRACE_TOKENS, O_LORA, O_LORA_CACHE, O_RESIDUAL_BLOCKS,
            O_OCCUPANCY, O_OCCUPANCY_INTERVAL, O_PBKV_GAMMA, O_PREFETCH_BLOCKS, O_PREFETCH_COPIES, O_CHAT_TEMPLATE,
-           O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES };
+           O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_MIN_SPAN, O_SPAN_TAIL };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
         {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
@@ -119,7 +119,7 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         {"pbkv-gamma", required_argument, 0, O_PBKV_GAMMA}, {"prefetch-blocks", required_argument, 0, O_PREFETCH_BLOCKS},
         {"prefetch-copies", required_argument, 0, O_PREFETCH_COPIES},
         {"chat-template", required_argument, 0, O_CHAT_TEMPLATE},
-        CLI_SPAN_GUARD_OPTIONS(O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES),
+        CLI_SPAN_GUARD_OPTIONS(O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_MIN_SPAN, O_SPAN_TAIL),
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (BatchArgs){.prefetch = -1, .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
                      .policy = &evict_policy_lru, .device = backend_cuda_available() ? BACKEND_CUDA : BACKEND_CPU,
@@ -187,6 +187,8 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         case O_WINDOW_DEEP: if (cli_span_guard_parse("approx-window-deep", optarg, &a->span_guard)) return 2; break;
         case O_APPROX_PREFIX: if (cli_span_guard_parse("approx-prefix", optarg, &a->span_guard)) return 2; break;
         case O_PROBE_VALUES: if (cli_span_guard_parse("segment-probe-values", optarg, &a->span_guard)) return 2; break;
+        case O_MIN_SPAN: if (cli_span_guard_parse("segment-min-span", optarg, &a->span_guard)) return 2; break;
+        case O_SPAN_TAIL: if (cli_span_guard_parse("segment-tail", optarg, &a->span_guard)) return 2; break;
         case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("batch", optarg, &a->host, true)) return 2; break;
         case O_HOST_GIB: if (cli_parse_host_kv_gib("batch", optarg, &a->host, true)) return 2; break;
         case O_PREFETCH:

@@ -130,7 +130,8 @@ static const char serve_usage[] =
     "                           learns only its Markov counts online, for first calls)\n"
     "  --markov 1|2             order of the online predictor when there is no --predictor (default 1)\n"
     "  --horizon K              forecast steps: PBKV's lookahead K (default 4, at most 64); --pbkv-k K is the same\n"
-    "  --workflow-idle-timeout S  a workflow with no request for S seconds is retired, as if it had ended\n"
+    "  --workflow-idle-timeout S  a workflow with no request in flight or arriving for S seconds is retired,\n"
+    "                           as if it had ended\n"
     "                           (default 600; 0 = only POST /v1/workflows/{id}/end retires one)\n"
     "  --max-workflows N        workflows the tracker remembers (default 65536; retired ones go first)\n"
     "  --pid-file PATH          rank 0 writes its pid here (launch/braid-local signals it to drain)\n"
@@ -148,10 +149,15 @@ static const char serve_usage[] =
     "                           returning node; this job's mpirun needs the same --ompi-server). --tp 1 only. Open\n"
     "                           MPI 4.1 connects only jobs whose ranks all run on their own mpirun's node: start\n"
     "                           this job's mpirun on the coordinator's node with all its ranks there. A job that\n"
-    "                           accepts joins ends without MPI_Finalize. Joined instances take no part in KV moves\n"
+    "                           accepts joins ends without MPI_Finalize. Joined instances lend and borrow KV blocks\n"
+    "                           like the others (UCX between the leaders; the move messages relayed by the\n"
+    "                           coordinator)\n"
     "  --join-instance I        join a running coordinator (--join-slots) as its instance I (0-based), then serve\n"
     "                           it like a restarted leader: re-warmed, routed to once ready\n"
     "  --join-service NAME      the name the coordinator publishes its port under in ompi-server (default braid-join)\n"
+    "  --coordinator-timeout S  a joined instance (--join-instance) that hears nothing from its coordinator for S\n"
+    "                           seconds (it is told it is alive every second) says so and exits 1 (default 10;\n"
+    "                           0 = never)\n"
     "  --rewarm-heads K         a restarted instance is re-warmed with at most K heads (default 64; 0 = it comes\n"
     "                           back cold)\n"
     "  --rewarm-tokens M        ... and at most M prompt tokens (default 16384)\n"
@@ -240,6 +246,7 @@ typedef struct {
     long join_slots;          /* --join-slots: instances that only join from their own MPI job (rank 0) */
     long join_instance;       /* --join-instance: this process joins a running coordinator as that instance (-1: no) */
     const char *join_service; /* --join-service: the name both sides use in ompi-server */
+    double coordinator_timeout; /* --coordinator-timeout: a joined leader's coordinator is gone after this silence (0: never) */
 } ServeArgs;
 
 static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
@@ -251,9 +258,9 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
            O_WARM_START, O_WARM_START_PIN, O_OCCUPANCY, O_OCCUPANCY_INTERVAL,
            O_RESTARTS, O_RESPAWNED, O_RESPAWN_HOST, O_REWARM_HEADS, O_REWARM_TOKENS, O_KV_MOVES, O_ROUTER, O_MOVE_GBPS,
            O_MOVE_PREFILL, O_MOVE_TIMEOUT, O_WATCHDOG, O_WARM_HEADS, O_WARM_TOKENS, O_FAIR_SHARE, O_FAIR_STEP, O_PBKV_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS, O_PREFETCH_COPIES, O_ALLOW_RUNTIME_LORA, O_CACHE_CREATE_RATE, O_STATE_DIR,
-           O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_JOIN_SLOTS, O_JOIN_INSTANCE, O_JOIN_SERVICE };
+           O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_MIN_SPAN, O_SPAN_TAIL, O_JOIN_SLOTS, O_JOIN_INSTANCE, O_JOIN_SERVICE, O_COORD_TIMEOUT };
     static const struct option opts[] = {
-        CLI_SPAN_GUARD_OPTIONS(O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES),
+        CLI_SPAN_GUARD_OPTIONS(O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_MIN_SPAN, O_SPAN_TAIL),
         {"model", required_argument, 0, O_MODEL}, {"chat-template", required_argument, 0, O_CHAT_TEMPLATE},
         {"tp", required_argument, 0, O_TP}, {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT}, {"served-model-name", required_argument, 0, O_NAME},
@@ -292,7 +299,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"rewarm-heads", required_argument, 0, O_REWARM_HEADS}, {"rewarm-tokens", required_argument, 0, O_REWARM_TOKENS},
         {"respawned-instance", required_argument, 0, O_RESPAWNED}, {"respawn-host-blocks", required_argument, 0, O_RESPAWN_HOST},
         {"join-slots", required_argument, 0, O_JOIN_SLOTS}, {"join-instance", required_argument, 0, O_JOIN_INSTANCE},
-        {"join-service", required_argument, 0, O_JOIN_SERVICE},
+        {"join-service", required_argument, 0, O_JOIN_SERVICE}, {"coordinator-timeout", required_argument, 0, O_COORD_TIMEOUT},
         {"kv-moves", required_argument, 0, O_KV_MOVES}, {"router", required_argument, 0, O_ROUTER},
         {"move-gbps", required_argument, 0, O_MOVE_GBPS}, {"move-prefill-tps", required_argument, 0, O_MOVE_PREFILL},
         {"move-timeout", required_argument, 0, O_MOVE_TIMEOUT},
@@ -312,7 +319,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
                      .manifest_capacity = MANIFEST_RECORDER_DEFAULT_CAPACITY, .occupancy_interval = 1.0,
                      .respawned_instance = -1, .join_instance = -1, .join_service = JOIN_DEFAULT_SERVICE, .rewarm_heads = WARM_START_DEFAULT_REWARM_HEADS,
                      .rewarm_tokens = WARM_START_DEFAULT_REWARM_TOKENS, .kv_moves = true, .router_mode = ROUTER_COST,
-                     .move_gbps = MOVE_DEFAULT_LINK_GBPS, .move_prefill_tps = MOVE_DEFAULT_PREFILL_TPS, .move_timeout = 5.0,
+                     .move_gbps = MOVE_DEFAULT_LINK_GBPS, .move_prefill_tps = MOVE_DEFAULT_PREFILL_TPS, .move_timeout = 5.0, .coordinator_timeout = 10.0,
                      .request_watchdog = REQUEST_WATCHDOG_DEFAULT_S, .warm_start_heads = WARM_START_DEFAULT_HEADS,
                      .warm_start_tokens = WARM_START_DEFAULT_TOKENS, .fair_share = false};
     int c;
@@ -446,6 +453,8 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_WINDOW_DEEP: if (cli_span_guard_parse("approx-window-deep", optarg, &a->span_guard)) return 2; break;
         case O_APPROX_PREFIX: if (cli_span_guard_parse("approx-prefix", optarg, &a->span_guard)) return 2; break;
         case O_PROBE_VALUES: if (cli_span_guard_parse("segment-probe-values", optarg, &a->span_guard)) return 2; break;
+        case O_MIN_SPAN: if (cli_span_guard_parse("segment-min-span", optarg, &a->span_guard)) return 2; break;
+        case O_SPAN_TAIL: if (cli_span_guard_parse("segment-tail", optarg, &a->span_guard)) return 2; break;
         case O_PIN_BUDGET: target = &a->pin_budget, flag = "--pin-budget", lo = 0, hi = 1 << 30; break;
         case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("serve", optarg, &a->host_tier, verbose)) return 2; break;
         case O_HOST_GIB: if (cli_parse_host_kv_gib("serve", optarg, &a->host_tier, verbose)) return 2; break;
@@ -480,6 +489,11 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
             break;
         case O_MOVE_TIMEOUT:
             if (verbose ? cli_parse_float("--move-timeout", optarg, 0.01, 3600, &a->move_timeout) : (a->move_timeout = strtod(optarg, NULL), 0))
+                return 2;
+            break;
+        case O_COORD_TIMEOUT:
+            if (verbose ? cli_parse_float("--coordinator-timeout", optarg, 0, 86400, &a->coordinator_timeout)
+                        : (a->coordinator_timeout = strtod(optarg, NULL), 0))
                 return 2;
             break;
         case O_PREFETCH:
@@ -868,7 +882,7 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet
                    .pin_budget_blocks = (int)((a->pin_budget + a->block_size - 1) / a->block_size),
                    .fair_share = a->fair_share, .fair_step_tokens = (int)a->fair_step_tokens},
         .occupancy_log = a->occupancy_log, .occupancy_interval = a->occupancy_interval, .kv_moves = a->kv_moves && move_peers,
-        .move_timeout_s = a->move_timeout};
+        .move_timeout_s = a->move_timeout, .coordinator_timeout_s = a->join_instance >= 0 ? a->coordinator_timeout : 0};
     int tp_rank = (rank - 1) % tp;
     BraidError err;
     int rc = tp_rank == 0 ? instance_leader_run(&cfg, lost_ranks, &err) : tp_peer_run(&cfg, lost_ranks, &err);
@@ -943,7 +957,7 @@ static int send_rejoin(MPI_Comm parent, BraidError *err) {
  * MPI_COMM_WORLD holds only itself, so none of the job's start-up collectives apply: it names its
  * process, loads the model and adapters, and leads the instance (tp 1) with the intercommunicator
  * to rank 0 as its control plane. It ends without MPI_Finalize (the job it joined lost a rank). */
-static int run_respawned(const ServeArgs *a, MPI_Comm parent) {
+static int run_respawned(const ServeArgs *a, MPI_Comm parent, bool move_peers) {
     BraidError err;
     MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN);
     if (send_rejoin(parent, &err)) {
@@ -961,7 +975,7 @@ static int run_respawned(const ServeArgs *a, MPI_Comm parent) {
         RankBinding unbound = {0}; /* not bound: its slice of cores may be another rank's */
         bool lost_ranks = true;    /* unused: a spawned leader never calls MPI_Finalize */
         rc = run_worker(a, &model, &lora, 1 + (int)a->respawned_instance, 1, parent, MPI_COMM_SELF, a->respawn_host_blocks, &unbound,
-                        false, &lost_ranks);
+                        move_peers, &lost_ranks);
         lora_set_free(&lora);
     }
     braid_model_free(&model);
@@ -983,13 +997,13 @@ static bool wants_join_slots(int argc, char **argv) {
 static int run_joining(ServeArgs *a) {
     BraidError err;
     MPI_Comm inter = MPI_COMM_NULL;
-    if (join_connect(a->join_service, (int)a->join_instance, &inter, &err)) {
+    if (join_connect(a->join_service, (int)a->join_instance, a->coordinator_timeout, &inter, &err)) {
         fprintf(stderr, "braid serve: joining as instance %ld: %s\n", a->join_instance, err.msg);
         return 1;
     }
     fprintf(stderr, "braid serve: joined the coordinator as instance %ld\n", a->join_instance);
     a->respawned_instance = a->join_instance;
-    return run_respawned(a, inter);
+    return run_respawned(a, inter, true); /* its moves go through the coordinator (MSG_KV_RELAY) */
 }
 
 static int check_layout(int world, long tp, int rank) {
@@ -1033,7 +1047,7 @@ int cmd_serve(int argc, char **argv) {
         return rc;
     }
     if (parent != MPI_COMM_NULL) { /* a restarted instance's leader: no job start-up, no MPI_Finalize */
-        rc = rc == 0 ? run_respawned(&a, parent) : rc;
+        rc = rc == 0 ? run_respawned(&a, parent, false) : rc;
         free(respawn.args);
         return rc;
     }
@@ -1076,7 +1090,7 @@ int cmd_serve(int argc, char **argv) {
             else rc = rank == 0 ? run_coordinator(&a, &model, &lora, (world - 1) / (int)a.tp + (int)a.join_slots, &stop, &predictor, binding_metrics, &access,
                                                   &ranks, a.restart_instances > 0 ? (const char *const *)respawn.args : NULL, &lost_ranks)
                                 : run_worker(&a, &model, &lora, rank, (int)a.tp, MPI_COMM_WORLD, tp_comm, host_blocks, &binding,
-                                             (world - 1) / (int)a.tp > 1, &lost_ranks);
+                                             (world - 1) / (int)a.tp + a.join_slots > 1, &lost_ranks);
             lora_set_free(&lora);
             braid_model_free(&model);
         }

@@ -27,9 +27,11 @@ static const char sim_usage[] =
     "                 [--segment-lsh on|anywhere|off [--segment-tau-seg T] [--segment-tau-ctx T]]\n"
     "                 [--directives on|off] [--pin-budget TOKENS]\n"
     "                 [--lora-cache separate|shared|auto [--residual-tokens N] [--lora-rank R] [--kv-dim D]\n"
-    "                  [--residual-attention none|cpu|RHO_D:RHO_P]]\n"
+    "                  [--residual-attention none|cpu|RHO_D:RHO_P] [--residual-pool fixed|unified]]\n"
     "                 [--instances N [--router cost|cache|balanced|round-robin] [--moves on|off] [--link-gbps G]\n"
-    "                  [--link-latency-us L] [--route-slack S] [--max-batch-tokens T] [--move-timeout S]]\n"
+    "                  [--link-latency-us L] [--route-slack S] [--max-batch-tokens T] [--max-running R] [--step-ms S]\n"
+    "                  [--move-timeout S] [--cluster-replay batch|fifo] [--router-prefill-tps R] [--router-link-gbps G]\n"
+    "                  [--closed-loop]]\n"
     "                 [--tenants [--max-batch-tokens T] [--max-running R] [--fair-step-tokens F] [--step-ms S]] [--json]\n"
     "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's KV cache object (the one the server\n"
     "  runs) in arrival order, one request at a time, with a device cache of N tokens.\n"
@@ -88,6 +90,9 @@ static const char sim_usage[] =
     "            Needs token ids in the trace (--trace-tokens); not with --segment-reuse. auto: shared's pools, and\n"
     "            each adapted request forks or keeps a separate copy by the server's --lora-cache auto cost model\n"
     "            (attention penalty vs regret-priced memory saving; not with belady)\n"
+    "  --auto-cost: 2 (default: auto's corrected saving, other adapters' copies counted) , 1 (issue 36's first) or 3 (1, other adapters' copies in held)\n"
+    "  --residual-pool: fixed (default: a pool of --residual-tokens of its own) or unified (residuals live in\n"
+    "                  base blocks borrowed from --kv-tokens, one LRU order, never outliving their base)\n"
     "  --residual-attention: ResidualAttention's extra time on every forked request's modeled latency: none\n"
     "            (default), cpu (the committed CPU probe: 3.14x decode, 1.58x prefill over 72.2 / 50.6 ns a slot\n"
     "            and layer, 30 layers) or RHO_D:RHO_P (those plain costs, these ratios)\n"
@@ -108,10 +113,18 @@ static const char sim_usage[] =
     "            round-robin) fed by the caches' events, and KV block moves between\n"
     "            instances (--moves on, the default) over a link of --link-gbps G\n"
     "            (default 10) and --link-latency-us L a move (default 20: RDMA between nodes) when moving is\n"
-    "            cheaper than recomputing. Each instance serves one request at a time (no batching).\n"
-    "            A busy lender answers a move between its engine steps (the rest of its prefill, at most\n"
-    "            --max-batch-tokens T tokens, default 512), and a move that takes --move-timeout S (default 5;\n"
-    "            0: never) fails and its blocks are computed, as serve's do.\n"
+    "            cheaper than recomputing. Each instance runs the live scheduler step by step (--cluster-replay\n"
+    "            batch, the default): continuous batching, chunked prefill in steps of --max-batch-tokens T (default\n"
+    "            512), at most --max-running R sequences (default 64); a step costs --step-ms S (default 8) + the\n"
+    "            prefill cost x its prompt tokens + (the decode cost - S) x its decoding sequences, and its blocks\n"
+    "            reach the cache and the router when it ends. --cluster-replay fifo: one request at a time (the\n"
+    "            replay before batching, for comparison). A lender answers a move between its engine steps (fifo:\n"
+    "            the rest of its prefill, at most T tokens), and a move that takes --move-timeout S (default 5;\n"
+    "            0: never) fails and its blocks are computed, as serve's do. --router-prefill-tps R, --router-link-gbps G:\n"
+    "            the cost router's starting rates, as serve's --move-prefill-tps / --move-gbps (default: the replay's\n"
+    "            own; the batch replay's router learns from the replay's TTFTs as the live one does). --closed-loop (batch):\n"
+    "            a workflow's next stage is sent when its previous one finished in the replay (at the trace's time at the\n"
+    "            earliest), as a client would; for traces recorded live (braid-bench run)\n"
     "            Reports prompt tokens by origin (local cache, moved in, computed), moves, modeled latency\n"
     "            (mean, p50, p99), TTFT (mean, p99) and wait, and the busiest instance's share. Not with a host tier, --policy other than lru,\n"
     "            --segment-reuse, --lora-cache shared or --prefetch\n"
@@ -212,8 +225,9 @@ static json_t *forkkv_json(const SimConfig *cfg, const SimResult *r) {
                             (double)cfg->kv_dim / cfg->lora_rank);
     if (o && mem) json_object_update(o, mem);
     json_decref(mem);
-    json_t *choice = json_pack("{s:i, s:i, s:f}", "forked_requests", r->forked_requests, "separate_adapted_requests",
-                               r->separate_adapted_requests, "fork_attention_s", r->fork_attention_s);
+    json_t *choice = json_pack("{s:i, s:i, s:f, s:s}", "forked_requests", r->forked_requests, "separate_adapted_requests",
+                               r->separate_adapted_requests, "fork_attention_s", r->fork_attention_s, "residual_pool",
+                               cfg->residual_unified ? "unified" : "fixed");
     if (o && choice) json_object_update(o, choice);
     json_decref(choice);
     return o;
@@ -301,9 +315,10 @@ int cmd_sim(int argc, char **argv) {
     /* Long-option codes: one list, starting above every short option's character code. */
     enum { O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV,
            O_LEARN, O_OUTPUTS, O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_APPROX_PREFIX, O_MODEL,
-           O_NOISE, O_LORA_CACHE, O_RESIDUAL, O_RES_ATTN, O_RANK, O_KV_DIM, O_INSTANCES, O_ROUTER, O_MOVES, O_LINK_GBPS,
+           O_NOISE, O_LORA_CACHE, O_RESIDUAL, O_RES_ATTN, O_RES_POOL, O_AUTO_COST, O_RANK, O_KV_DIM, O_INSTANCES, O_ROUTER, O_MOVES, O_LINK_GBPS,
            O_LINK_LAT, O_SLACK, O_MOVE_TIMEOUT, O_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS, O_PREFETCH_MODE, O_PREFETCH_RHO,
-           O_TENANTS, O_MBT, O_RUNNING, O_FAIR_STEP, O_STEP_MS, O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_DIRECTIVES, O_PIN_BUDGET };
+           O_TENANTS, O_MBT, O_RUNNING, O_FAIR_STEP, O_STEP_MS, O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_DIRECTIVES, O_PIN_BUDGET,
+           O_CLUSTER_REPLAY, O_ROUTER_TPS, O_ROUTER_GBPS, O_CLOSED_LOOP };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
@@ -318,7 +333,7 @@ int cmd_sim(int argc, char **argv) {
         {"approx-window", required_argument, 0, O_WINDOW}, {"model", required_argument, 0, O_MODEL},
         {"approx-prefix", required_argument, 0, O_APPROX_PREFIX},
         {"prediction-noise", required_argument, 0, O_NOISE}, {"lora-cache", required_argument, 0, O_LORA_CACHE},
-        {"residual-tokens", required_argument, 0, O_RESIDUAL}, {"residual-attention", required_argument, 0, O_RES_ATTN}, {"lora-rank", required_argument, 0, O_RANK},
+        {"residual-tokens", required_argument, 0, O_RESIDUAL}, {"residual-attention", required_argument, 0, O_RES_ATTN}, {"residual-pool", required_argument, 0, O_RES_POOL}, {"auto-cost", required_argument, 0, O_AUTO_COST}, {"lora-rank", required_argument, 0, O_RANK},
         {"kv-dim", required_argument, 0, O_KV_DIM}, {"instances", required_argument, 0, O_INSTANCES},
         {"router", required_argument, 0, O_ROUTER}, {"moves", required_argument, 0, O_MOVES},
         {"link-gbps", required_argument, 0, O_LINK_GBPS}, {"link-latency-us", required_argument, 0, O_LINK_LAT},
@@ -328,7 +343,9 @@ int cmd_sim(int argc, char **argv) {
         {"prefetch-mode", required_argument, 0, O_PREFETCH_MODE}, {"prefetch-rho", required_argument, 0, O_PREFETCH_RHO},
         {"tenants", no_argument, 0, O_TENANTS}, {"max-batch-tokens", required_argument, 0, O_MBT},
         {"max-running", required_argument, 0, O_RUNNING}, {"fair-step-tokens", required_argument, 0, O_FAIR_STEP},
-        {"step-ms", required_argument, 0, O_STEP_MS},
+        {"step-ms", required_argument, 0, O_STEP_MS}, {"cluster-replay", required_argument, 0, O_CLUSTER_REPLAY},
+        {"router-prefill-tps", required_argument, 0, O_ROUTER_TPS}, {"router-link-gbps", required_argument, 0, O_ROUTER_GBPS},
+        {"closed-loop", no_argument, 0, O_CLOSED_LOOP},
         {"segment-lsh", required_argument, 0, O_SEG_LSH}, {"segment-tau-seg", required_argument, 0, O_TAU_SEG},
         {"segment-tau-ctx", required_argument, 0, O_TAU_CTX},
         {"directives", required_argument, 0, O_DIRECTIVES}, {"pin-budget", required_argument, 0, O_PIN_BUDGET},
@@ -419,6 +436,14 @@ int cmd_sim(int argc, char **argv) {
                 return 2;
             }
             break;
+        case O_AUTO_COST: if (cli_parse_int("--auto-cost", optarg, 1, 3, &v)) return 2; cfg.auto_cost = (int)v; break;
+        case O_RES_POOL:
+            if (strcmp(optarg, "fixed") != 0 && strcmp(optarg, "unified") != 0) {
+                fprintf(stderr, "braid sim: --residual-pool '%s': fixed or unified\n", optarg);
+                return 2;
+            }
+            cfg.residual_unified = strcmp(optarg, "unified") == 0;
+            break;
         case O_RESIDUAL: if (cli_parse_int("--residual-tokens", optarg, 1, 1L << 30, &v)) return 2; cfg.residual_tokens = (int)v; break;
         case O_RANK: if (cli_parse_int("--lora-rank", optarg, 1, 1 << 16, &v)) return 2; cfg.lora_rank = (int)v; break;
         case O_KV_DIM: if (cli_parse_int("--kv-dim", optarg, 1, 1 << 20, &v)) return 2; cfg.kv_dim = (int)v; break;
@@ -455,9 +480,19 @@ int cmd_sim(int argc, char **argv) {
         case O_TENANTS: tenants_mode = true; break;
         case O_MBT: if (cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &v)) return 2; tenants.max_batch_tokens = (int)v; cluster.lender_step_tokens = (int)v; break;
         case O_MOVE_TIMEOUT: if (cli_parse_float("--move-timeout", optarg, 0, 3600, &d)) return 2; cluster.move_timeout_s = d; break;
-        case O_RUNNING: if (cli_parse_int("--max-running", optarg, 1, 1 << 16, &v)) return 2; tenants.max_running = (int)v; break;
+        case O_RUNNING: if (cli_parse_int("--max-running", optarg, 1, 1 << 16, &v)) return 2; tenants.max_running = (int)v; cluster.max_running = (int)v; break;
         case O_FAIR_STEP: if (cli_parse_int("--fair-step-tokens", optarg, 1, 1 << 20, &v)) return 2; tenants.fair_step_tokens = (int)v; break;
-        case O_STEP_MS: if (cli_parse_float("--step-ms", optarg, 0, 1e6, &d)) return 2; tenants.step_s = d / 1e3; break;
+        case O_STEP_MS: if (cli_parse_float("--step-ms", optarg, 0, 1e6, &d)) return 2; tenants.step_s = d / 1e3; cluster.step_s = d / 1e3; break;
+        case O_ROUTER_TPS: if (cli_parse_float("--router-prefill-tps", optarg, 1e-3, 1e12, &d)) return 2; cluster.router_prefill_tps = d; break;
+        case O_ROUTER_GBPS: if (cli_parse_float("--router-link-gbps", optarg, 1e-6, 1e6, &d)) return 2; cluster.router_link_bytes_per_s = d * 1e9; break;
+        case O_CLOSED_LOOP: cluster.closed_loop = true; break;
+        case O_CLUSTER_REPLAY:
+            if (sim_cluster_replay_parse(optarg) < 0) {
+                fprintf(stderr, "braid sim: --cluster-replay must be batch or fifo (got '%s')\n", optarg);
+                return 2;
+            }
+            cluster.replay = (SimClusterReplay)sim_cluster_replay_parse(optarg);
+            break;
         case O_SEG_LSH:
             if (strcmp(optarg, "on") && strcmp(optarg, "off") && strcmp(optarg, "anywhere")) {
                 fprintf(stderr, "braid sim: --segment-lsh takes on, anywhere or off, not '%s'\n", optarg);

@@ -15,9 +15,12 @@ int sim_cluster_report(const Trace *trace, const SimClusterConfig *cfg, bool jso
         return 1;
     }
     double p = r.prompt_tokens ? (double)r.prompt_tokens : 1;
-    printf("cluster: %d instances x %d tokens, router %s, moves %s (link %.1f GB/s, %.0f us)\n", cfg->n_instances, cfg->kv_tokens,
-           sim_route_name(cfg->route), cfg->moves ? "on" : "off", cfg->link_bytes_per_s / 1e9,
-           cfg->link_latency_s * 1e6);
+    printf("cluster: %d instances x %d tokens, router %s, moves %s (link %.1f GB/s, %.0f us), %s\n", cfg->n_instances, cfg->kv_tokens,
+           sim_route_name(cfg->route), cfg->moves ? "on" : "off", cfg->link_bytes_per_s / 1e9, cfg->link_latency_s * 1e6,
+           cfg->replay == SIM_REPLAY_FIFO ? "one request at a time per instance (fifo)" : "batching instances");
+    if (cfg->replay == SIM_REPLAY_BATCH)
+        printf("steps %llu (at most %d tokens; --max-batch-tokens %d, --max-running %d, %.1f ms a step)\n", (unsigned long long)r.steps,
+               r.max_step_tokens, cfg->lender_step_tokens, cfg->max_running, cfg->step_s * 1e3);
     printf("requests %d (%d larger than an instance's cache); prompt tokens %llu: local %.1f%%, moved in %.1f%%, computed %.1f%%\n",
            r.requests, r.too_large, (unsigned long long)r.prompt_tokens, 100 * r.local_tokens / p, 100 * r.remote_tokens / p,
            100 * r.computed_tokens / p);
@@ -44,6 +47,8 @@ int sim_cluster_report(const Trace *trace, const SimClusterConfig *cfg, bool jso
             json_object_set_new(o, "p99_ttft_s", json_real(r.p99_ttft_s));
             json_object_set_new(o, "link_gbps", json_real(cfg->link_bytes_per_s / 1e9));
             json_object_set_new(o, "move_failures", json_integer((json_int_t)r.move_failures));
+            json_object_set_new(o, "replay", json_string(cfg->replay == SIM_REPLAY_FIFO ? "fifo" : "batch"));
+            json_object_set_new(o, "steps", json_integer((json_int_t)r.steps));
         }
         char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
         if (s) puts(s);

@@ -71,6 +71,7 @@ typedef struct CoordRequest {
     int error_status;       /* an error finish: the HTTP status to answer (0: 500); set before the finish */
     int instance;
     bool cancel_requested;  /* MPI thread only: the client's cancel was sent to the instance */
+    bool workflow_held;     /* MPI thread only: the forecaster holds its workflow busy until it leaves the table */
     double t_progress;      /* MPI thread only: dispatched, or its latest token (request_watchdog.h) */
     RouteCharge route_charge; /* MPI thread only: what its dispatch charged the router's cost books (router.h) */
     int refs;

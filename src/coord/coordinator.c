@@ -14,6 +14,7 @@
 #include "model/lora_adapter.h"
 #include "sim/trace_writer.h"
 #include "transport/control_msg.h"
+#include "transport/move_msg.h"
 
 static int leader_rank(const Coordinator *c, int instance) { return 1 + instance * c->cfg.tp; }
 
@@ -283,7 +284,11 @@ static int table_find(const Coordinator *c, uint64_t id) {
     return -1;
 }
 
+static double server_seconds(const Coordinator *c);
+static void release_workflow_hold(Coordinator *c, CoordRequest *r);
+
 static void table_remove(Coordinator *c, int at) {
+    release_workflow_hold(c, c->table[at]);
     coord_request_release(c->table[at]);
     memmove(c->table + at, c->table + at + 1, (size_t)(c->n_table - at - 1) * sizeof *c->table);
     c->n_table--;
@@ -403,7 +408,22 @@ static bool is_workflow_call(const Coordinator *c, const CoordRequest *r) {
     return c->have_forecast && r->workflow_key && r->workflow_key[0] && r->agent && r->agent[0];
 }
 
-static int forecast_call(Coordinator *c, const CoordRequest *r, BraidError *err) {
+/* A workflow with a request queued or running is busy, not idle: --workflow-idle-timeout must not
+ * retire it mid-request (on a loaded server that sent WORKFLOW_END for live workflows, and pbkv
+ * then evicted their history first; issue 35). Held from the forecast until the request leaves
+ * the request table; its idle clock restarts then. */
+static void hold_workflow(Coordinator *c, CoordRequest *r) {
+    if (r->workflow_held || !is_workflow_call(c, r)) return;
+    r->workflow_held = workflow_tracker_hold(c->forecast.tracker, r->workflow_key) == 1;
+}
+
+static void release_workflow_hold(Coordinator *c, CoordRequest *r) {
+    if (!r->workflow_held) return;
+    r->workflow_held = false;
+    workflow_tracker_release(c->forecast.tracker, r->workflow_key, server_seconds(c));
+}
+
+static int forecast_call(Coordinator *c, CoordRequest *r, BraidError *err) {
     if (!is_workflow_call(c, r)) return 0;
     const AgentPrediction *p;
     BraidError ferr;
@@ -412,6 +432,7 @@ static int forecast_call(Coordinator *c, const CoordRequest *r, BraidError *err)
         LOG_WARN("coord", "req %llu: workflow %s: no forecast: %s", (unsigned long long)r->id, r->workflow, ferr.msg);
     else
         rc = send_forecast(c, r, p, err);
+    hold_workflow(c, r);
     publish_workflow_metrics(c);
     return rc;
 }
@@ -801,8 +822,9 @@ static void on_ready(Coordinator *c, int instance, WireReader *rd) {
         int tokens = m.n_blocks * m.block_size;
         if (c->pool_tokens == 0 || tokens < c->pool_tokens) c->pool_tokens = tokens;
         c->block_size = m.block_size;
-        /* A respawned leader is reached over its own intercommunicator; other leaders cannot reach it. */
-        c->can_move[instance] = m.kv_moves && !(c->restarts_on && c->restarts.joined[instance]);
+        /* A joined leader (--join-instance) moves through the coordinator's relay (relay_move); a leader
+         * respawned by --restart-instances reports no moves (it starts no mover). */
+        c->can_move[instance] = m.kv_moves;
         c->block_bytes[instance] = m.block_bytes;
         router_instance_kv(&c->router, instance, c->can_move[instance], m.block_bytes, m.block_size);
         if (!c->ever_ready[instance]) c->ready_instances++;
@@ -994,6 +1016,26 @@ static void on_rejoin(Coordinator *c, int instance, WireReader *rd) {
     free(host);
 }
 
+/* KV_RELAY (move_msg.h): a move message between two leaders that do not share a communicator (one
+ * is a joined instance), forwarded unchanged. One toward a dead or unknown leader is dropped: the
+ * importer's --move-timeout ends its wait and it recomputes. */
+static void relay_move(Coordinator *c, int instance, const uint8_t *data, size_t len) {
+    MsgKvRelay m;
+    int to = -1;
+    if (move_msg_relay_decode(data, len, &m) || m.from_rank != leader_rank(c, instance) || (to = instance_of_rank(c, m.to_rank)) < 0) {
+        LOG_WARN("coord", "malformed kv_relay from instance %d dropped", instance);
+        return;
+    }
+    if (instance_health_is_dead(&c->health, to)) {
+        LOG_DEBUG("coord", "kv_relay from instance %d to dead instance %d dropped", instance, to);
+        return;
+    }
+    WireBuf b = {0};
+    wire_put(&b, data, len);
+    BraidError err;
+    if (send_to_instance(c, to, MSG_KV_RELAY, &b, &err)) LOG_WARN("coord", "kv_relay from instance %d to instance %d: %s", instance, to, err.msg);
+}
+
 static void handle_instance_message(Coordinator *c, int instance, int type, const uint8_t *data, size_t len) {
     if (instance_health_is_dead(&c->health, instance)) {
         LOG_DEBUG("coord", "%s message from dead instance %d ignored", msg_type_name(type), instance);
@@ -1010,6 +1052,7 @@ static void handle_instance_message(Coordinator *c, int instance, int type, cons
     case MSG_HIDDEN: on_hidden(c, &rd); break;
     case MSG_REJOIN: on_rejoin(c, instance, &rd); break;
     case MSG_LORA_RESULT: on_lora_result(c, instance, &rd); break;
+    case MSG_KV_RELAY: relay_move(c, instance, data, len); break;
     default: LOG_WARN("coord", "unexpected %s message from instance %d ignored", msg_type_name(type), instance);
     }
 }
@@ -1233,12 +1276,27 @@ static int check_watchdog(Coordinator *c, BraidError *err) {
     return 0;
 }
 
+/* Leaders in MPI jobs of their own (joined or spawned) cannot see this job end: every second they
+ * are told it is alive, and a joined leader that hears nothing for --coordinator-timeout exits. */
+static void send_alive(Coordinator *c) {
+    double now = braid_now_seconds();
+    if (!c->restarts_on || now - c->last_alive_sent < 1.0) return;
+    c->last_alive_sent = now;
+    for (int i = 0; i < c->cfg.n_instances; i++) {
+        if (!c->restarts.joined[i] || instance_health_is_dead(&c->health, i)) continue;
+        WireBuf b = {0};
+        BraidError err;
+        if (send_to_instance(c, i, MSG_COORD_ALIVE, &b, &err)) LOG_DEBUG("coord", "instance %d: alive message: %s", i, err.msg);
+    }
+}
+
 static int check_instances(Coordinator *c, BraidError *err) {
     int dead;
     while ((dead = instance_health_next_dead(&c->health, braid_now_seconds())) >= 0)
         if (instance_lost(c, dead, err)) return -1;
     restart_due_instance(c);
     adopt_joiner(c);
+    send_alive(c);
     return 0;
 }
 

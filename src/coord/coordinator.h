@@ -151,6 +151,7 @@ typedef struct {
     bool restarts_on;
     InstanceRestarts restarts;   /* when restarts_on: spawned leaders and their endpoints */
     JoinAcceptor *joins;         /* cfg.join_service: leaders that join from their own MPI job */
+    double last_alive_sent;      /* when the leaders in other MPI jobs were last sent MSG_COORD_ALIVE */
     bool *reviving;              /* (n_instances) spawned again, not yet ready: still counted dead */
     bool *ever_ready;            /* (n_instances) reported READY once (counted in ready_instances) */
     bool *can_move;              /* (n_instances) takes part in KV moves (READY; never a respawned leader) */

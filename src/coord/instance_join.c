@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -12,6 +13,7 @@
 
 #define JOIN_QUEUE_MAX 16
 #define JOIN_IDLE_ACCEPT_S 20.0
+#define JOIN_LOOKUP_RETRY_S 30.0
 
 typedef struct {
     int instance;
@@ -134,17 +136,51 @@ void join_acceptor_stop(JoinAcceptor *j) {
     MPI_Unpublish_name(j->service, MPI_INFO_NULL, j->port);
 }
 
-int join_connect(const char *service, int instance, MPI_Comm *inter, BraidError *err) {
+/* The verdict, polled so a coordinator that died after the connect cannot hold the joiner forever. */
+static int await_verdict(MPI_Comm inter, double timeout_s, int *verdict, BraidError *err) {
+    MPI_Request req;
+    if (mpi_check(MPI_Irecv(verdict, 1, MPI_INT, 0, JOIN_TAG_VERDICT, inter, &req), "waiting for the coordinator's answer", err)) return -1;
+    double deadline = braid_now_seconds() + timeout_s;
+    for (;;) {
+        int done = 0;
+        if (mpi_check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "waiting for the coordinator's answer", err)) return -1;
+        if (done) return 0;
+        if (timeout_s > 0 && braid_now_seconds() > deadline) {
+            MPI_Cancel(&req);
+            MPI_Request_free(&req);
+            return braid_error_set(err, "the coordinator did not answer within %g s (--coordinator-timeout): is it gone?", timeout_s);
+        }
+        struct timespec nap = {0, 10 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* The coordinator's port from the name service. A name not there yet (a joiner started before the
+ * coordinator published it, or a data server slow to answer on a loaded machine) is looked up again
+ * every 0.5 s for up to JOIN_LOOKUP_RETRY_S. */
+static int lookup_port(const char *service, char port[MPI_MAX_PORT_NAME], BraidError *err) {
+    double deadline = braid_now_seconds() + JOIN_LOOKUP_RETRY_S;
+    for (;;) {
+        int rc = MPI_Lookup_name(service, MPI_INFO_NULL, port), cls = 0;
+        if (rc == MPI_SUCCESS) return 0;
+        MPI_Error_class(rc, &cls);
+        if (cls != MPI_ERR_NAME || braid_now_seconds() > deadline)
+            return mpi_check(rc, "looking up the coordinator (is mpirun given --ompi-server, and does the coordinator run?)", err);
+        struct timespec nap = {0, 500 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+}
+
+int join_connect(const char *service, int instance, double timeout_s, MPI_Comm *inter, BraidError *err) {
     char port[MPI_MAX_PORT_NAME];
     MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
-    if (mpi_check(MPI_Lookup_name(service, MPI_INFO_NULL, port), "looking up the coordinator (is mpirun given --ompi-server?)", err))
-        return braid_error_wrap(err, "join '%s'", service);
+    if (lookup_port(service, port, err)) return braid_error_wrap(err, "join '%s'", service);
     if (mpi_check(MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, inter), "connecting to the coordinator", err))
         return braid_error_wrap(err, "join '%s'", service);
     MPI_Comm_set_errhandler(*inter, MPI_ERRORS_RETURN);
     int verdict = 0;
     if (mpi_check(MPI_Send(&instance, 1, MPI_INT, 0, JOIN_TAG_HELLO, *inter), "naming the instance to join", err) ||
-        mpi_check(MPI_Recv(&verdict, 1, MPI_INT, 0, JOIN_TAG_VERDICT, *inter, MPI_STATUS_IGNORE), "waiting for the coordinator's answer", err))
+        await_verdict(*inter, timeout_s, &verdict, err))
         return braid_error_wrap(err, "join '%s'", service);
     if (!verdict)
         return braid_error_set(err, "the coordinator refused instance %d (not a join slot, or that instance is alive or starting)", instance);

@@ -11,7 +11,10 @@
  * Protocol: the joiner connects and sends its instance number (JOIN_TAG_HELLO, one int); the
  * coordinator answers with a verdict (JOIN_TAG_VERDICT, one int: 1 taken, 0 refused). A taken
  * joiner then runs exactly as a respawned leader (instance_restart.h): MSG_REJOIN, load, READY,
- * with the intercommunicator as its control plane.
+ * with the intercommunicator as its control plane. The coordinator then sends it MSG_COORD_ALIVE
+ * every second, and the joined leader stops when that stops (--coordinator-timeout): its
+ * coordinator's death reaches it no other way (no MPI error on the intercommunicator, no signal
+ * from its own mpirun).
  * Threads: the acceptor runs MPI_Comm_accept in its own thread (the process must have
  * MPI_THREAD_MULTIPLE), so a connect that never completes cannot stop the coordinator's MPI loop;
  * join_acceptor_take and join_verdict run on the MPI thread. The accept thread cannot be stopped
@@ -43,8 +46,9 @@ int join_verdict(MPI_Comm inter, bool taken, BraidError *err);
 /* Unpublishes the name. The accept thread stays blocked in MPI (see above); memory is not freed. */
 void join_acceptor_stop(JoinAcceptor *j);
 
-/* Joiner side: looks `service` up, connects, asks for `instance` and waits for the verdict.
- * 0 with *inter when taken; -1 with err when refused or MPI failed. */
-int join_connect(const char *service, int instance, MPI_Comm *inter, BraidError *err);
+/* Joiner side: looks `service` up (again for up to 30 s while the name is not there), connects, asks for `instance` and waits for the verdict, at
+ * most timeout_s seconds (0: without a bound; a coordinator that died after the connect never
+ * answers). 0 with *inter when taken; -1 with err when refused, not answered or MPI failed. */
+int join_connect(const char *service, int instance, double timeout_s, MPI_Comm *inter, BraidError *err);
 
 #endif

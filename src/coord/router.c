@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "coord/move_plan.h"
 
 int router_mode_parse(const char *name) {
@@ -24,6 +25,7 @@ int router_init(Router *r, int n, int load_slack) {
     r->n_instances = n;
     r->load_slack = load_slack;
     r->index = calloc((size_t)n, sizeof *r->index);
+    r->inflight = calloc((size_t)n, sizeof *r->inflight);
     r->load = calloc((size_t)n, sizeof *r->load);
     r->down = calloc((size_t)n, sizeof *r->down);
     r->affinity = strmap_create(256);
@@ -31,28 +33,34 @@ int router_init(Router *r, int n, int load_slack) {
     r->can_move = calloc((size_t)n, sizeof *r->can_move);
     r->bytes_per_token = calloc((size_t)n, sizeof *r->bytes_per_token);
     r->match = calloc((size_t)n, sizeof *r->match);
+    r->held = calloc((size_t)n, sizeof *r->held);
     r->estimate = calloc((size_t)n, sizeof *r->estimate);
     r->capacity_blocks = calloc((size_t)n, sizeof *r->capacity_blocks);
     r->links = calloc((size_t)n * (size_t)n, sizeof *r->links);
     /* Until the instances report and the coordinator learns, the move cost model's defaults. */
     r->cost = route_cost_model_init(true, MOVE_DEFAULT_PREFILL_TPS, MOVE_DEFAULT_LINK_GBPS * 1e9, MOVE_DEFAULT_LATENCY_S);
-    if (!r->index || !r->load || !r->down || !r->affinity || !r->pending_prefill || !r->can_move || !r->bytes_per_token || !r->match || !r->estimate || !r->capacity_blocks || !r->links) {
+    if (!r->index || !r->inflight || !r->load || !r->down || !r->affinity || !r->pending_prefill || !r->can_move || !r->bytes_per_token || !r->match || !r->held || !r->estimate || !r->capacity_blocks || !r->links) {
         router_free(r);
         return -1;
     }
     for (int i = 0; i < n; i++) block_index_init(&r->index[i], BLOCK_INDEX_DEFAULT_MAX_BLOCKS);
+    for (int i = 0; i < n; i++) block_index_init(&r->inflight[i], ROUTER_INFLIGHT_MAX_BLOCKS);
     return 0;
 }
 
 void router_free(Router *r) {
     for (int i = 0; r->index && i < r->n_instances; i++) block_index_free(&r->index[i]);
+    for (int i = 0; r->inflight && i < r->n_instances; i++) block_index_free(&r->inflight[i]);
     free(r->index);
+    free(r->inflight);
     free(r->load);
     free(r->down);
     free(r->pending_prefill);
     free(r->can_move);
     free(r->bytes_per_token);
     free(r->match);
+    free(r->held);
+    free(r->picked);
     free(r->estimate);
     free(r->capacity_blocks);
     free(r->links);
@@ -159,31 +167,56 @@ static bool cheaper(const Router *r, int i, const RouteCostEstimate *a, int best
 static void top_lenders(const Router *r, int *first, int *second) {
     *first = *second = -1;
     for (int i = 0; i < r->n_instances; i++) {
-        if (r->down[i] || !r->can_move[i] || r->match[i] == 0) continue;
-        if (*first < 0 || r->match[i] > r->match[*first]) *second = *first, *first = i;
-        else if (*second < 0 || r->match[i] > r->match[*second]) *second = i;
+        if (r->down[i] || !r->can_move[i] || r->held[i] == 0) continue;
+        if (*first < 0 || r->held[i] > r->held[*first]) *second = *first, *first = i;
+        else if (*second < 0 || r->held[i] > r->held[*second]) *second = i;
     }
+}
+
+/* The prompt's blocks will be cached on instance i when its prefill is done (routed there). All of
+ * them, those i holds now included: if they are evicted before the request's turn, it computes
+ * them again, and a request queued behind it still finds them. */
+static void expect_blocks(Router *r, int i, const uint64_t *hashes, int n) {
+    for (int k = 0; k < n; k++)
+        block_index_add(&r->inflight[i], hashes[k]);
+}
+
+/* The requests a prefill added to instance i delays: those on i (a batching engine runs one step at
+ * a time: each running sequence waits while the step computes the chunk, a queued one starts later),
+ * and the later arrivals while queues last (backlog: requests waiting per instance). Given the queue
+ * in seconds (r->queue_s: braid sim's one-request-at-a-time replay), those on i are ahead of it and
+ * only the later arrivals wait. */
+static double delayed_by(const Router *r, int i, double backlog) { return (r->queue_s ? 0 : r->load[i]) + backlog; }
+
+/* Remembers the prompt being routed (a failed copy only forgets it: in flight is a guess). */
+static void keep_picked(Router *r, const uint64_t *hashes, int n) {
+    r->n_picked = 0;
+    if (n <= 0 || braid_grow((void **)&r->picked, &r->cap_picked, n, sizeof *r->picked)) return;
+    memcpy(r->picked, hashes, (size_t)n * sizeof *hashes);
+    r->n_picked = n;
 }
 
 static RouteDecision pick_cost(Router *r, const uint64_t *hashes, int n_hashes, int prompt_tokens, const char *workflow) {
     int bs = block_size_of(r);
     if (prompt_tokens < n_hashes * bs) prompt_tokens = n_hashes * bs;
-    for (int i = 0; i < r->n_instances; i++) r->match[i] = r->down[i] ? 0 : block_index_prefix(&r->index[i], hashes, n_hashes);
+    for (int i = 0; i < r->n_instances; i++) {
+        r->held[i] = r->down[i] ? 0 : block_index_prefix(&r->index[i], hashes, n_hashes);
+        int coming = r->down[i] ? 0 : block_index_prefix(&r->inflight[i], hashes, n_hashes);
+        r->match[i] = coming > r->held[i] ? coming : r->held[i];
+    }
     int first, second, affine = affinity_of(r, workflow), best = -1, best_source = -1, live = 0;
     top_lenders(r, &first, &second);
-    double min_work = -1, backlog = 0;
+    double backlog = 0;
     for (int i = 0; i < r->n_instances; i++) {
         if (r->down[i]) continue;
         int source = first != i ? first : second;
         RouteCostInput in = {.queue_s = ahead_tokens(r, i) * r->cost.s_per_token, .prompt_tokens = prompt_tokens, .block_size = bs,
-                             .local_blocks = r->match[i], .source_blocks = source >= 0 ? r->match[source] : 0,
+                             .local_blocks = r->match[i], .source_blocks = source >= 0 ? r->held[source] : 0,
                              .can_move = source >= 0 && r->can_move[i], .bytes_per_token = source >= 0 ? r->bytes_per_token[source] : 0,
                              .free_blocks = free_blocks(r, i),
                              .link_bytes_per_s = source >= 0 ? r->links[(size_t)source * r->n_instances + i].bytes_per_s : 0,
                              .lender_queue_s = source < 0 ? 0 : r->lender_wait_s ? r->lender_wait_s[source] : ahead_tokens(r, source) * r->cost.s_per_token};
         r->estimate[i] = route_cost_estimate(&r->cost, &in);
-        double work = route_cost_work_s(&r->estimate[i]);
-        if (min_work < 0 || work < min_work) min_work = work;
         backlog += r->load[i] > 1 ? r->load[i] - 1 : 0; /* requests waiting behind the one running */
         live++;
     }
@@ -192,7 +225,7 @@ static RouteDecision pick_cost(Router *r, const uint64_t *hashes, int n_hashes, 
     for (int i = 0; i < r->n_instances; i++) {
         if (r->down[i]) continue;
         RouteCostEstimate *e = &r->estimate[i];
-        e->score_s = route_cost_score(e, min_work, backlog);
+        e->score_s = route_cost_score(e, delayed_by(r, i, backlog));
         if (cheaper(r, i, e, best, &best_e, affine)) best = i, best_e = *e, best_source = first != i ? first : second;
     }
     if (best < 0) return (RouteDecision){.instance = -1, .source = -1, .reason = "none alive"};
@@ -200,7 +233,8 @@ static RouteDecision pick_cost(Router *r, const uint64_t *hashes, int n_hashes, 
                        .move = best_e.moved_blocks > 0,
                        .est_ttft_s = best_e.ttft_s, .est_queue_s = best_e.queue_s, .est_move_s = best_e.move_s,
                        .est_recompute_s = best_e.recompute_s};
-    if (best_source >= 0 && r->match[best_source] > d.matched_blocks) d.source = best_source, d.source_blocks = r->match[best_source];
+    if (best_source >= 0 && r->held[best_source] > d.matched_blocks) d.source = best_source, d.source_blocks = r->held[best_source];
+    keep_picked(r, hashes, n_hashes); /* router_charge records them as in flight to the instance it is sent to */
     d.reason = d.move ? "cost-move" : d.matched_blocks > 0 ? "cost-local" : "cost-compute";
     return d;
 }
@@ -238,6 +272,8 @@ RouteCharge router_charge(Router *r, const RouteDecision *d, int prompt_tokens, 
     c.moved_bytes = move ? (double)(d->source_blocks - d->matched_blocks) * bs * r->bytes_per_token[i] : 0;
     c.prefill_open = true;
     r->pending_prefill[i] += c.prefill_tokens;
+    if (r->mode == ROUTER_COST) expect_blocks(r, i, r->picked, r->n_picked);
+    r->n_picked = 0;
     return c;
 }
 
@@ -246,6 +282,7 @@ void router_prefill_done(Router *r, RouteCharge *c) {
     c->prefill_open = false;
     double left = r->pending_prefill[c->instance] - c->prefill_tokens;
     r->pending_prefill[c->instance] = left > 1e-9 ? left : 0;
+    if (!(left > 1e-9)) block_index_clear(&r->inflight[c->instance]); /* no prefill pending: whatever was coming has come */
 }
 
 void router_learn(Router *r, RouteCharge *c, double ttft_s, int computed_tokens, int moved_tokens) {
@@ -298,7 +335,10 @@ void router_evicted(Router *r, int instance, const uint64_t *hashes, int n) {
     for (int i = 0; i < n; i++) block_index_remove(&r->index[instance], hashes[i]);
 }
 
-void router_cleared(Router *r, int instance) { block_index_clear(&r->index[instance]); }
+void router_cleared(Router *r, int instance) {
+    block_index_clear(&r->index[instance]);
+    block_index_clear(&r->inflight[instance]);
+}
 
 void router_registry_size(const Router *r, unsigned long long *blocks, unsigned long long *bytes, unsigned long long *evicted) {
     *blocks = *bytes = *evicted = 0;
@@ -322,4 +362,12 @@ void router_instance_up(Router *r, int instance) {
     r->down[instance] = false;
 }
 
-void router_instance_capacity(Router *r, int instance, long blocks) { r->capacity_blocks[instance] = blocks > 0 ? blocks : 0; }
+void router_instance_capacity(Router *r, int instance, long blocks) {
+    r->capacity_blocks[instance] = blocks > 0 ? blocks : 0;
+    /* In flight to it: no more than its cache holds (older entries are forgotten first). */
+    size_t bound = blocks > 0 && (size_t)blocks < ROUTER_INFLIGHT_MAX_BLOCKS ? (size_t)blocks : ROUTER_INFLIGHT_MAX_BLOCKS;
+    if (bound != r->inflight[instance].max_blocks) {
+        block_index_free(&r->inflight[instance]);
+        block_index_init(&r->inflight[instance], bound);
+    }
+}

@@ -15,7 +15,10 @@
  * Mode ROUTER_COST (serve's and sim's default) prices every live instance with the cost model of
  * router_cost.h — queue ahead + prefill of what it would compute + the move of what another
  * instance can lend it — and picks the smallest score: the estimated time to first token, plus
- * under congestion the extra work the choice costs (route_cost_score); ties go to the workflow's
+ * the work the choice adds times the requests that work delays (route_cost_score). What an
+ * instance holds counts the blocks in flight to it: the prompt blocks of requests routed there and
+ * not yet past their prefill (Router.inflight), which a request queued behind them will find
+ * cached; only stored blocks can be lent. Ties go to the workflow's
  * last instance, then to the one holding the most of the prefix, then to the least loaded, then
  * to the one whose cache holds the fewest blocks (spreading prefixes over the cluster's caches),
  * then to the lowest index. Lenders are the instances that take part in moves. The decision is
@@ -56,6 +59,9 @@ typedef struct {
     RouterMode mode;
     int next_turn;     /* ROUTER_ROUND_ROBIN: the next instance to try */
     BlockIndex *index; /* (n_instances) */
+    BlockIndex *inflight; /* (n_instances) ROUTER_COST: blocks of prompts charged there (router_charge), held there by the
+                             time a request queued behind them runs, even if evicted meanwhile (their request computes
+                             them again); emptied when the instance has no prefill pending; at most its cache's size */
     int *load;         /* (n_instances) */
     bool *down;        /* (n_instances) dead instances, never picked */
     StrMap *affinity;  /* workflow id -> instance + 1 (0: ended); reset past ROUTER_MAX_AFFINITY ids */
@@ -69,7 +75,11 @@ typedef struct {
     long *capacity_blocks;   /* (n_instances) blocks its cache holds, all tiers (0: unknown) */
     int block_size;          /* tokens per block (0 until an instance told: 16 is assumed) */
     RouteCostEstimate *estimate; /* (n_instances) scratch: each instance's estimate for the prompt being priced */
-    int *match;              /* (n_instances) scratch: each instance's cached prefix for the prompt being priced */
+    int *match;              /* (n_instances) scratch: each instance's cached prefix for the prompt being priced, counting the
+                                blocks in flight to it (a request queued behind them finds them stored) */
+    int *held;               /* (n_instances) scratch: the part of it stored now (what it can lend) */
+    uint64_t *picked;        /* the last priced prompt's block hashes (copied), which router_charge records as in flight */
+    int n_picked, cap_picked;
     const double *queue_s;   /* (n_instances) borrowed, or NULL: the queue ahead in seconds, given by the
                                 caller (braid sim) instead of estimated from the books */
     const double *lender_wait_s; /* (n_instances) borrowed, or NULL: how long each would take to answer a move
@@ -104,7 +114,9 @@ void router_instance_kv(Router *r, int instance, bool can_move, uint64_t block_b
 /* The instance's cache holds this many blocks in all (its tiers together; 0: unknown). */
 void router_instance_capacity(Router *r, int instance, long blocks);
 /* Cost bookkeeping for a dispatched request (d: its decision, now: the dispatch time). Call it
- * before router_assigned: the queue ahead it records is the one the request found. */
+ * before router_assigned: the queue ahead it records is the one the request found. In cost mode it
+ * also records the blocks of the prompt last priced (router_pick_prompt) as in flight to
+ * d->instance (Router.inflight), whichever instance a later rule chose. */
 RouteCharge router_charge(Router *r, const RouteDecision *d, int prompt_tokens, double now);
 /* Its first token came (or it finished without one): its prefill leaves the instance's queue. */
 void router_prefill_done(Router *r, RouteCharge *c);
@@ -124,6 +136,7 @@ void router_finished(Router *r, int instance);
 /* The workflow has ended: its later requests (if any) get no affinity. */
 void router_workflow_ended(Router *r, const char *workflow);
 #define ROUTER_MAX_AFFINITY 65536
+#define ROUTER_INFLIGHT_MAX_BLOCKS ((size_t)1 << 16) /* per instance; the oldest in-flight blocks are forgotten first */
 void router_stored(Router *r, int instance, const uint64_t *hashes, int n);
 void router_evicted(Router *r, int instance, const uint64_t *hashes, int n);
 /* The instance's cache was cleared (AllBlocksCleared): its index empties. */

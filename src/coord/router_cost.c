@@ -45,9 +45,8 @@ RouteCostEstimate route_cost_estimate(const RouteCostModel *m, const RouteCostIn
 
 double route_cost_work_s(const RouteCostEstimate *e) { return e->compute_s + e->evicted_s; }
 
-double route_cost_score(const RouteCostEstimate *e, double min_work_s, double backlog) {
-    double extra = route_cost_work_s(e) - min_work_s;
-    return e->ttft_s + (backlog > 0 && extra > 0 ? ROUTE_COST_CONGESTION_WEIGHT * backlog * extra : 0);
+double route_cost_score(const RouteCostEstimate *e, double delayed_requests) {
+    return e->ttft_s + (delayed_requests > 0 ? delayed_requests * route_cost_work_s(e) : 0);
 }
 
 /* An exponentially weighted average in the log domain (rates spread over orders of magnitude),

@@ -16,13 +16,19 @@
  * a fixed weight per request running there (a running request slows a batching engine's step
  * without blocking a new prefill), times the measured seconds per prefill token. The caller may
  * give the queue in seconds instead (braid sim knows it exactly).
- * The router minimises a score, not the bare TTFT (route_cost_score): the TTFT plus, when requests
- * wait, the work a choice adds beyond the least any instance would need — the prefill it computes
- * and the cached tokens its new blocks push out of a full cache (they will be computed again) —
- * times ROUTE_COST_CONGESTION_WEIGHT x the requests waiting per instance. With idle instances that
- * is the TTFT (spread out, move prefixes in); congested, the work it costs everyone queued behind
- * (keep prefixes where they are, do not evict other prefixes to copy one in). The weight was set
- * in braid sim (bench/router_cost_sim.sh, three workloads x three seeds).
+ * The router minimises a score, not the bare TTFT (route_cost_score): the TTFT plus what the choice
+ * costs the other requests — the work it adds to the instance (the prefill it computes, and the
+ * cached tokens its new blocks push out of a full cache, which will be computed again) times the
+ * requests that work delays: every request on that instance (a batching engine runs one step at a
+ * time, so each running sequence waits while the step computes this prefill's chunks; a queued one
+ * starts that much later) plus the requests waiting per instance across the cluster (they stand for
+ * the arrivals the work will delay while queues last). Idle, that is the TTFT (spread out, move
+ * prefixes in); busy, the work it costs everyone sharing the instance (keep prefixes where they
+ * are, do not recompute on a crowded instance what another holds). Its one weight is a count of
+ * requests, not a tuned constant.
+ * Blocks in flight count as local: the router (router.h) remembers the prompt blocks it routed to an
+ * instance until no prefill is pending there, because a request queued behind them finds them
+ * cached when its turn comes (even those evicted meanwhile: their own request computes them again).
  * KV bytes per token come from the model's geometry (the instance's block bytes / block size,
  * READY). The rates start from priors (serve's --move-gbps, --move-prefill-tps) and follow
  * exponentially weighted averages of the samples each finished request gives:
@@ -67,7 +73,6 @@ typedef struct {
 #define ROUTE_COST_DEFAULT_RUNNING_TOKENS 8.0
 #define ROUTE_COST_LEARN_WEIGHT 0.2 /* weight of a new sample in the running averages */
 #define ROUTE_COST_MOVE_FLOOR 0.05  /* a move took at least this share of its request's TTFT */
-#define ROUTE_COST_CONGESTION_WEIGHT 0.25 /* per waiting request, of the extra work a choice causes */
 #define ROUTE_COST_MIN_SAMPLE_TOKENS 64   /* a prefill sample needs this many tokens queued + computed */
 
 /* What the model needs to know about one candidate instance for one prompt. */
@@ -121,9 +126,9 @@ RouteCostEstimate route_cost_estimate(const RouteCostModel *m, const RouteCostIn
 double route_cost_lender_wait_s(const RouteCostModel *m, double lender_queue_s);
 /* The work a choice costs the cluster: the prefill it computes and the cached tokens it evicts. */
 double route_cost_work_s(const RouteCostEstimate *e);
-/* What the router minimises: the TTFT, plus the work beyond the least any instance would need
- * (min_work_s) x ROUTE_COST_CONGESTION_WEIGHT x backlog (requests waiting per live instance). */
-double route_cost_score(const RouteCostEstimate *e, double min_work_s, double backlog);
+/* What the router minimises: the TTFT, plus the work the choice adds x the requests it delays
+ * (delayed_requests: those on the instance + those waiting per live instance; <= 0: none). */
+double route_cost_score(const RouteCostEstimate *e, double delayed_requests);
 /* Learning from a finished request: its measured TTFT (dispatch to first token), the queue ahead
  * it was charged at dispatch (prefill tokens), the tokens it computed, and the bytes moved in for
  * it (0: no move). Samples that say nothing (a TTFT <= 0) are ignored. */

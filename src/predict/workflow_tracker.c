@@ -5,8 +5,9 @@
  * Entries live in a fixed array of max_workflows slots. A StrMap maps names to slot indices; it
  * cannot delete, so a forgotten name's value becomes -1 and the map is rebuilt from the live
  * entries once the dead keys outnumber max_workflows (amortized O(1), and the map stays within
- * 2 x max_workflows keys). Active entries sit on an LRU list (head = least recently called),
- * retired ones on a list in retirement order (head = retired longest ago); free slots on a stack.
+ * 2 x max_workflows keys). Active entries sit on a list in idle_since order (head = idle longest:
+ * the last call, the last release of a hold, or the last expiry pass that found it held), retired
+ * ones on a list in retirement order (head = retired longest ago); free slots on a stack.
  */
 #include "predict/workflow_tracker.h"
 
@@ -22,6 +23,8 @@ typedef struct {
     int32_t ring[WORKFLOW_TRACKER_HISTORY]; /* agent ids; ring[(calls - 1) % H] is the latest */
     uint64_t calls;
     double first_seen, last_seen, retired_at;
+    double idle_since; /* the idle clock's start: the last call or release (or expiry pass, when held) */
+    int held;          /* requests in flight (workflow_tracker_hold minus releases): never idle while > 0 */
     int active, ended;
     int prev, next;   /* the list it is on (-1 = none) */
 } Entry;
@@ -215,7 +218,28 @@ int workflow_tracker_call(WorkflowTracker *t, const char *workflow, const char *
     x->ring[x->calls % WORKFLOW_TRACKER_HISTORY] = agent_id;
     x->calls++;
     x->last_seen = now;
+    x->idle_since = now;
     return 0;
+}
+
+int workflow_tracker_hold(WorkflowTracker *t, const char *workflow) {
+    int i = find(t, workflow);
+    if (i < 0) return 0;
+    t->e[i].held++;
+    return 1;
+}
+
+void workflow_tracker_release(WorkflowTracker *t, const char *workflow, double now) {
+    int i = find(t, workflow);
+    if (i < 0) return; /* forgotten while held (the tracker was full): nothing to release */
+    Entry *x = &t->e[i];
+    if (x->held > 0) x->held--;
+    if (!x->active) return;
+    /* Idle from now on: to the tail of the active list (times are non-decreasing, so it stays in
+     * idle_since order). */
+    x->idle_since = now;
+    list_remove(t, LIST_ACTIVE, i);
+    list_append(t, LIST_ACTIVE, i);
 }
 
 int workflow_tracker_history(WorkflowTracker *t, const char *workflow, const char *const **agents, int *n) {
@@ -266,7 +290,15 @@ int workflow_tracker_expire(WorkflowTracker *t, double now, void (*retired)(void
     int n = 0;
     while (t->lists[LIST_ACTIVE].head >= 0) {
         int i = t->lists[LIST_ACTIVE].head;
-        if (!(now - t->e[i].last_seen > t->idle_timeout_s)) break;
+        if (!(now - t->e[i].idle_since > t->idle_timeout_s)) break;
+        if (t->e[i].held > 0) {
+            /* A request of it is queued or running: busy, not idle. Its clock restarts now (the
+             * loop ends: now - now is not past a positive timeout). */
+            t->e[i].idle_since = now;
+            list_remove(t, LIST_ACTIVE, i);
+            list_append(t, LIST_ACTIVE, i);
+            continue;
+        }
         retire(t, i, now, 0);
         if (retired) retired(ctx, t->e[i].name);
         n++;

@@ -5,7 +5,12 @@
  * it was first and last seen, and whether it is active or retired.
  *
  * Lifecycle: a workflow becomes active on its first call. It is retired by an explicit end
- * (workflow_tracker_end) or, in workflow_tracker_expire, when idle longer than the timeout. A call
+ * (workflow_tracker_end) or, in workflow_tracker_expire, when idle longer than the timeout. Idle
+ * means no request of it in flight: a caller that serves the calls (the coordinator) holds the
+ * workflow while each request is queued or running (workflow_tracker_hold / _release), and the idle
+ * clock runs from the later of the last call and the last release. Without that, a loaded server
+ * whose requests wait longer than the timeout retired workflows mid-request, and a lifecycle-aware
+ * cache policy (pbkv) then evicted their history first (bench/RESULTS.md, issue 35). A call
  * to a workflow that was ended explicitly starts a new run of that name (history and count reset);
  * a call to one retired for being idle resumes it (it was only slow), history kept.
  *
@@ -63,10 +68,19 @@ int workflow_tracker_info(const WorkflowTracker *t, const char *workflow, Workfl
 /* Retires the workflow (an explicit end); unknown or already ended workflows are ignored. */
 void workflow_tracker_end(WorkflowTracker *t, const char *workflow, double now);
 
-/* Retires every active workflow idle for longer than the timeout (now - last_seen > timeout),
+/* Retires every active workflow idle for longer than the timeout (no hold, and now minus the later
+ * of its last call and its last release > timeout),
  * calling retired(ctx, name) for each (may be NULL; the name is valid during the callback, which
  * must not call into the tracker). Returns how many were retired. */
 int workflow_tracker_expire(WorkflowTracker *t, double now, void (*retired)(void *ctx, const char *workflow), void *ctx);
+
+/* A request of the workflow is in flight (queued or running): it does not expire until as many
+ * releases came. Returns 1 when the workflow is tracked (call workflow_tracker_call first), else 0
+ * and nothing is held. */
+int workflow_tracker_hold(WorkflowTracker *t, const char *workflow);
+/* One held request of the workflow finished (or failed) at time now: one hold fewer, and its idle
+ * clock restarts at now. Unknown workflows (forgotten while held) are ignored. */
+void workflow_tracker_release(WorkflowTracker *t, const char *workflow, double now);
 
 /* Workflows tracked (active + retired), and active ones. */
 int workflow_tracker_count(const WorkflowTracker *t);

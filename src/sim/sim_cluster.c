@@ -8,6 +8,7 @@
 #include "common/grow.h"
 #include "cache/kv_cache.h"
 #include "coord/router.h"
+#include "sim/sim_cluster_batch.h"
 #include "sim/simulator.h"
 
 int sim_route_parse(const char *name) {
@@ -29,13 +30,18 @@ static RouterMode router_mode_of(SimRoute route) {
 
 const char *sim_route_name(SimRoute route) { return router_mode_name(router_mode_of(route)); }
 
+int sim_cluster_replay_parse(const char *name) {
+    return strcmp(name, "batch") == 0 ? SIM_REPLAY_BATCH : strcmp(name, "fifo") == 0 ? SIM_REPLAY_FIFO : -1;
+}
+
 SimClusterConfig sim_cluster_config_default(void) {
     SimConfig one = sim_config_default();
     /* The link: 10 GB/s and 20 us a move stand for a 100 Gb/s RDMA network between nodes. */
     return (SimClusterConfig){.n_instances = 4, .kv_tokens = one.kv_tokens, .route = SIM_ROUTE_COST, .load_slack = 8, .moves = true,
                               .prefill_s_per_token = one.prefill_s_per_token, .decode_s_per_token = one.decode_s_per_token,
                               .kv_bytes_per_token = one.kv_bytes_per_token, .link_bytes_per_s = 10e9, .link_latency_s = 20e-6,
-                              .lender_step_tokens = 512, .move_timeout_s = 5.0}; /* serve's --max-batch-tokens, --move-timeout */
+                              .lender_step_tokens = 512, .move_timeout_s = 5.0, /* serve's --max-batch-tokens, --move-timeout */
+                              .max_running = 64, .step_s = 0.008}; /* serve's --max-running; the 2-core CPU's step (sim_tenants.h) */
 }
 
 /* One request's time on its instance: it waits until start, prefills (and moves) until prefill_end,
@@ -156,8 +162,10 @@ static int cluster_init(Cluster *cl, const Trace *t, const SimClusterConfig *cfg
         if (t->reqs[k].n_blocks > max_blocks) max_blocks = t->reqs[k].n_blocks;
     if (router_init(&cl->router, cfg->n_instances, cfg->load_slack)) return braid_error_set(err, "sim cluster: out of memory");
     cl->router.mode = router_mode_of(cfg->route);
-    /* The cost router's rates are the replay's own (live, it learns them) and its queue is exact. */
-    cl->router.cost = route_cost_model_init(cfg->moves, 1.0 / cfg->prefill_s_per_token, cfg->link_bytes_per_s, cfg->link_latency_s);
+    /* The cost router's rates are the replay's own (live, it learns them) unless given a start, and its queue is exact. */
+    cl->router.cost = route_cost_model_init(cfg->moves, cfg->router_prefill_tps > 0 ? cfg->router_prefill_tps : 1.0 / cfg->prefill_s_per_token,
+                                            cfg->router_link_bytes_per_s > 0 ? cfg->router_link_bytes_per_s : cfg->link_bytes_per_s,
+                                            cfg->link_latency_s);
     cl->router.cost.lender_step_tokens = cfg->lender_step_tokens;
     cl->router.cost.move_timeout_s = cfg->move_timeout_s;
     for (int i = 0; i < cfg->n_instances; i++) {
@@ -208,6 +216,7 @@ static double percentile(double *v, int n, double q) {
 int sim_cluster_run(const Trace *t, const SimClusterConfig *cfg, SimClusterResult *res, BraidError *err) {
     memset(res, 0, sizeof *res);
     if (check_config(t, cfg, err)) return -1;
+    if (cfg->replay == SIM_REPLAY_BATCH) return sim_cluster_batch_run(t, cfg, (int)router_mode_of(cfg->route), res, err);
     Cluster cl;
     int rc = cluster_init(&cl, t, cfg, err);
     int bs = t->block_size > 0 ? t->block_size : 16;

@@ -9,7 +9,10 @@
  * instance holding the longest prefix; with moves on, the chosen instance takes the missing blocks
  * from it when the move is cheaper than recomputing them (move time = blocks x block bytes / link
  * bandwidth + link latency, the live cost model; move_plan.h), and they enter its cache as if
- * computed there. Requests are replayed in arrival order. An instance serves one request at a
+ * computed there. Two replays (SimClusterConfig.replay): SIM_REPLAY_BATCH, the default, runs each
+ * instance's live scheduler step by step with continuous batching (sim_cluster_batch.h, which says how);
+ * SIM_REPLAY_FIFO, the model before it, kept for comparison (braid sim --cluster-replay fifo) and
+ * described in the rest of this comment. Requests are replayed in arrival order. An instance serves one request at a
  * time (FIFO): a request starts at max(arrival, the instance's previous finish) and takes its move
  * time + computed prompt tokens x prefill cost + output tokens x decode cost. Load (the router's)
  * is the requests assigned to an instance and not finished at the arrival.
@@ -23,8 +26,8 @@
  * whether to move, and the replay follows it.
  * Latency percentiles are over requests (arrival to finish); TTFT = arrival to the end of the
  * prefill (wait + move + computed prompt tokens).
- * Modeled, not measured: no batching, so queues are longer than a batching engine's; the point is
- * the hit rate split (local / moved in / computed) and how it scales with N.
+ * Modeled, not measured: in FIFO there is no batching, so queues are longer than a batching engine's
+ * and which instance holds which blocks at an arrival differs from a live run's.
  */
 #ifndef BRAID_SIM_SIM_CLUSTER_H
 #define BRAID_SIM_SIM_CLUSTER_H
@@ -41,7 +44,14 @@ typedef enum { SIM_ROUTE_CACHE = 0, SIM_ROUTE_ROUND_ROBIN, SIM_ROUTE_BALANCED, S
 int sim_route_parse(const char *name);
 const char *sim_route_name(SimRoute route);
 
+/* How an instance serves its requests: the live scheduler's steps (batching), or one at a time. */
+typedef enum { SIM_REPLAY_BATCH = 0, SIM_REPLAY_FIFO } SimClusterReplay;
+
+/* --cluster-replay's names ("batch", "fifo"); -1 for anything else. */
+int sim_cluster_replay_parse(const char *name);
+
 typedef struct {
+    SimClusterReplay replay;
     int n_instances;
     int kv_tokens;               /* per instance */
     SimRoute route;
@@ -50,7 +60,18 @@ typedef struct {
     double prefill_s_per_token, decode_s_per_token;
     double kv_bytes_per_token;
     double link_bytes_per_s, link_latency_s; /* one move over the network */
-    int lender_step_tokens;      /* a busy lender answers a move between engine steps of this many prefill tokens (serve's --max-batch-tokens); 0: at once */
+    int lender_step_tokens;      /* serve's --max-batch-tokens: batch, each step's token budget (>= 1); fifo, a busy lender answers a
+                                    move between engine steps of this many prefill tokens (0: at once) */
+    int max_running;             /* batch: serve's --max-running, sequences in a step */
+    /* The cost router's starting rates, as serve's --move-prefill-tps / --move-gbps (live it starts there and
+     * learns from measured TTFTs; the batch replay's router learns the same way from the replay's). 0: the
+     * replay's own prefill rate / link. */
+    double router_prefill_tps, router_link_bytes_per_s;
+    /* batch: a workflow's calls are sent as a client sends them, each stage (calls within 0.1 s of each other)
+     * once the stage before it has finished in the replay, at the trace's time at the earliest; off: at the
+     * trace's times (open loop). For a trace recorded from a live run whose replay is slower than it was. */
+    bool closed_loop;
+    double step_s;               /* batch: a step's fixed cost (braid sim --step-ms) */
     double move_timeout_s;       /* a move not done by then fails and its blocks are computed (serve's --move-timeout); 0: never */
 } SimClusterConfig;
 
@@ -64,6 +85,8 @@ typedef struct {
     double p50_latency_s, p99_latency_s, mean_ttft_s, p99_ttft_s;
     double span_s;               /* first arrival to last finish */
     double max_share;            /* the busiest instance's share of the requests */
+    uint64_t steps;              /* batch: engine steps run, over all instances */
+    int max_step_tokens;         /* batch: the most tokens (prefill chunks + decodes) one step computed */
 } SimClusterResult;
 
 SimClusterConfig sim_cluster_config_default(void);

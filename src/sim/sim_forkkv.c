@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cache/content_hash.h"
+#include "sim/simulator.h"
 #include "common/strmap.h"
 
 int sim_lora_cache_parse(const char *name) {
@@ -88,6 +89,11 @@ int sim_residual_init(SimResidualPool *p, int residual_tokens, int block_size, i
     return 0;
 }
 
+int sim_residual_unify(SimResidualPool *p, KvCache *base, int per_carrier, BraidError *err) {
+    if (residual_cache_unify(&p->cache, base, per_carrier, err)) return braid_error_wrap(err, "sim: unified residual pool");
+    return 0;
+}
+
 void sim_residual_free(SimResidualPool *p) {
     residual_cache_hold_free(&p->cache, &p->hold);
     residual_cache_free(&p->cache);
@@ -115,22 +121,27 @@ const KvCacheCounters *sim_residual_counters(const SimResidualPool *p) { return 
 static int max_int(int a, int b) { return a > b ? a : b; }
 
 void sim_memory_sample(SimMemoryPeaks *peaks, const KvCache *base, const SimResidualPool *residual) {
-    int base_in_use = kv_cache_in_use(base, CACHE_TIER_DEVICE), base_blocks = base_in_use + kv_cache_cached(base, CACHE_TIER_DEVICE);
+    int carriers = residual ? residual_cache_carriers(&residual->cache) : 0;
+    int base_in_use = kv_cache_in_use(base, CACHE_TIER_DEVICE) - carriers, base_blocks = base_in_use + kv_cache_cached(base, CACHE_TIER_DEVICE);
     int res_in_use = residual ? residual_cache_in_use(&residual->cache) : 0;
     int res_blocks = residual ? res_in_use + residual_cache_cached(&residual->cache) : 0;
     peaks->base_blocks = max_int(peaks->base_blocks, base_blocks);
     peaks->base_in_use_blocks = max_int(peaks->base_in_use_blocks, base_in_use);
     peaks->residual_blocks = max_int(peaks->residual_blocks, res_blocks);
     peaks->residual_in_use_blocks = max_int(peaks->residual_in_use_blocks, res_in_use);
-    double bytes = (double)peaks->block_size * (base_blocks * peaks->base_bytes_per_token + res_blocks * peaks->residual_bytes_per_token);
+    /* Unified: the residuals' bytes are their carriers', whole base blocks. */
+    double res_bytes = residual && residual->cache.base ? (double)carriers * peaks->base_bytes_per_token
+                                                        : (double)res_blocks * peaks->residual_bytes_per_token;
+    double bytes = (double)peaks->block_size * (base_blocks * peaks->base_bytes_per_token + res_bytes);
     if (bytes > peaks->kv_bytes) peaks->kv_bytes = bytes;
 }
 
 int sim_pools_check(const KvCache *base, const SimResidualPool *residual, bool idle, BraidError *err) {
     if (kv_cache_check(base, err)) return braid_error_wrap(err, "sim: base cache");
-    if (residual && kv_cache_check(&residual->cache.tree, err)) return braid_error_wrap(err, "sim: residual cache");
+    if (residual && residual_cache_check(&residual->cache, err)) return braid_error_wrap(err, "sim: residual cache");
     if (!idle) return 0;
-    int base_in_use = kv_cache_in_use(base, CACHE_TIER_DEVICE) + kv_cache_in_use(base, CACHE_TIER_HOST);
+    int carriers = residual ? residual_cache_carriers(&residual->cache) : 0;
+    int base_in_use = kv_cache_in_use(base, CACHE_TIER_DEVICE) + kv_cache_in_use(base, CACHE_TIER_HOST) - carriers;
     int res_in_use = residual ? residual_cache_in_use(&residual->cache) : 0;
     if (base_in_use || res_in_use)
         return braid_error_set(err, "sim: with no request running, %d base and %d residual blocks are still in use", base_in_use,
@@ -185,16 +196,49 @@ static size_t seen_slot(const SimAuto *a, uint64_t h) {
 
 static bool seen_has(const SimAuto *a, uint64_t h) { return h && a->seen[seen_slot(a, h)] == h; }
 
-int sim_auto_init(SimAuto *a, const SimForkAttention *attn, double token_s, int kv_dim, int rank, BraidError *err) {
+/* The trace's distinct adapter names, each with the tenant it first came with. */
+static int collect_adapters(SimAuto *a, const Trace *t) {
+    if (!t) return 0;
+    if (!(a->adapters = malloc(((size_t)t->n + 1) * sizeof *a->adapters)) ||
+        !(a->adapter_tenants = malloc(((size_t)t->n + 1) * sizeof *a->adapter_tenants)))
+        return -1;
+    for (int i = 0; i < t->n; i++) {
+        const TraceRequest *r = &t->reqs[i];
+        if (!r->adapter[0]) continue;
+        int k = 0;
+        while (k < a->n_adapters && !(strcmp(a->adapters[k], r->adapter) == 0 && strcmp(a->adapter_tenants[k], r->tenant) == 0)) k++;
+        if (k < a->n_adapters) continue;
+        a->adapters[a->n_adapters] = r->adapter;
+        a->adapter_tenants[a->n_adapters++] = r->tenant;
+    }
+    return 0;
+}
+
+int sim_auto_init(SimAuto *a, const SimForkAttention *attn, double token_s, int kv_dim, int rank, const Trace *t, BraidError *err) {
     memset(a, 0, sizeof *a);
     a->cost = cost_of(attn, kv_dim, rank);
     a->cost.token_s = token_s;
     a->cap = 1024;
-    if (!(a->seen = calloc(a->cap, sizeof *a->seen))) return braid_error_set(err, "sim: out of memory (auto chooser)");
+    a->trace = t;
+    if (!(a->seen = calloc(a->cap, sizeof *a->seen)) || collect_adapters(a, t) || block_presence_init(&a->presence, 1024)) {
+        sim_auto_free(a);
+        return braid_error_set(err, "sim: out of memory (auto chooser)");
+    }
     return 0;
 }
 
+void sim_auto_on_event(void *ctx, const CacheEvent *ev) {
+    SimAuto *a = ctx;
+    if (block_presence_on_event(&a->presence, ev)) a->presence_oom = true;
+}
+
 void sim_auto_free(SimAuto *a) {
+    block_presence_free(&a->presence);
+    free(a->adapters);
+    free(a->adapter_tenants);
+    free(a->scratch);
+    free(a->cache_h);
+    free(a->tree_tokens);
     free(a->seen);
     memset(a, 0, sizeof *a);
 }
@@ -205,10 +249,59 @@ int sim_auto_held_blocks(const SimAuto *a, const uint64_t *hashes, int n_blocks)
     return n;
 }
 
+/* The first blocks of r's prompt the base cache holds now in namespace (r's tenant, adapter) whose
+ * replay keys are keys: the cache hashes the replay's tree tokens (the keys as tokens, or the token
+ * ids), seeded by the namespace, so the keys are rehashed its way for the presence set. */
+static int present_blocks(SimAuto *a, const TraceRequest *r, const char *adapter, const uint64_t *keys) {
+    int n = r->n_blocks, per = a->tpb > 0 ? a->tpb : SIM_TOKENS_PER_BLOCK;
+    if (n <= 0) return 0;
+    if (n > a->cap_cache_h) {
+        uint64_t *h = realloc(a->cache_h, (size_t)n * sizeof *h);
+        if (h) a->cache_h = h;
+        int32_t *t = h ? realloc(a->tree_tokens, (size_t)n * (per > a->bs ? per : a->bs) * sizeof *t) : NULL;
+        if (!t) return 0; /* out of memory: nothing counted as present */
+        a->tree_tokens = t;
+        a->cap_cache_h = n;
+    }
+    if (per == SIM_TOKENS_PER_BLOCK) sim_hash_tokens(keys, n, a->tree_tokens);
+    else memcpy(a->tree_tokens, r->tokens, (size_t)n * a->bs * sizeof *a->tree_tokens);
+    content_hash_blocks(content_hash_namespace(r->tenant, adapter), a->tree_tokens, n, per, a->cache_h, NULL);
+    return block_presence_prefix(&a->presence, a->cache_h, n);
+}
+
+/* Other adapters' separate copies of r's prompt (same tenant): the longest prefix one of them
+ * held (*longest, ever committed) and the sum of what they hold now (in memory), in blocks. */
+static void other_copies(SimAuto *a, const TraceRequest *r, int *longest, int *sum) {
+    *longest = *sum = 0;
+    if (!r->tokens || r->n_blocks <= 0) return;
+    if (r->n_blocks > a->cap_scratch) {
+        uint64_t *s = realloc(a->scratch, (size_t)r->n_blocks * sizeof *s);
+        if (!s) return; /* out of memory: no copies counted (the old choice) */
+        a->scratch = s;
+        a->cap_scratch = r->n_blocks;
+    }
+    for (int k = 0; k < a->n_adapters; k++) {
+        if (strcmp(a->adapter_tenants[k], r->tenant) != 0 || strcmp(a->adapters[k], r->adapter) == 0) continue;
+        content_hash_blocks(content_hash_namespace(r->tenant, a->adapters[k]), r->tokens, r->n_blocks, a->trace->block_size, a->scratch, NULL);
+        int held = sim_auto_held_blocks(a, a->scratch, r->n_blocks);
+        *sum += present_blocks(a, r, a->adapters[k], a->scratch); /* duplicates in memory now */
+        if (held > *longest) *longest = held;
+    }
+}
+
 bool sim_auto_choose(SimAuto *a, const TraceRequest *r, const uint64_t *tenant_keys, const uint64_t *own_keys, int bs) {
     int base = sim_auto_held_blocks(a, tenant_keys, r->n_blocks), own = sim_auto_held_blocks(a, own_keys, r->n_blocks);
-    int held = (base > own ? base : own) * bs;
-    ForkKvRequest q = {.n_prompt = r->prompt_tokens, .max_tokens = r->output_tokens, .held = held};
+    int others, copies, own_now = present_blocks(a, r, r->adapter, own_keys);
+    other_copies(a, r, &others, &copies);
+    int held = base > own ? base : own;
+    if (others > held) held = others;
+    ForkKvRequest q = {.n_prompt = r->prompt_tokens, .max_tokens = r->output_tokens, .held = held * bs, .base = base * bs,
+                       .own = own_now * bs, .copies = copies * bs};
+    if (a->cost_version == 1 || a->cost_version == 3) { /* the first model: whatever a namespace held counts as shared, no copies */
+        int first = base > own ? base : own;
+        if (a->cost_version == 3 && others > first) first = others; /* 3: other adapters' copies too */
+        q = (ForkKvRequest){.n_prompt = r->prompt_tokens, .max_tokens = r->output_tokens, .held = first * bs, .base = first * bs};
+    }
     bool fork = forkkv_cost_choose(&a->cost, &q).shared;
     if (fork) a->forked_requests++;
     else a->separate_requests++;

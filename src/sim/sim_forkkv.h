@@ -34,6 +34,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cache/block_presence.h"
 #include "cache/kv_cache.h"
 #include "cache/residual_cache.h"
 #include "common/error.h"
@@ -73,6 +74,9 @@ typedef struct {
 
 /* A pool of residual_tokens / block_size blocks (plus the null block). */
 int sim_residual_init(SimResidualPool *p, int residual_tokens, int block_size, int tree_tokens_per_block, BraidError *err);
+/* --residual-pool unified: p (initialised with at least base's blocks x per_carrier blocks) keeps
+ * its residuals in base blocks it borrows (residual_cache_unify). */
+int sim_residual_unify(SimResidualPool *p, KvCache *base, int per_carrier, BraidError *err);
 void sim_residual_free(SimResidualPool *p);
 /* Admits request r: holds its longest cached residual prefix among the first max_blocks blocks of
  * tokens (the replay's keys). Returns the blocks held, or -1 (out of memory). */
@@ -94,7 +98,8 @@ typedef struct {
     double kv_bytes;                             /* peak of both pools' bytes at one sample */
 } SimMemoryPeaks;
 
-/* Folds the pools' occupancy now into the peaks (residual NULL: base only). */
+/* Folds the pools' occupancy now into the peaks (residual NULL: base only). A unified pool's
+ * carriers count as residual memory, not as base blocks (their bytes are the base's). */
 void sim_memory_sample(SimMemoryPeaks *peaks, const KvCache *base, const SimResidualPool *residual);
 
 /* kv_cache_check on both pools; with idle, also that no block is in use (no request running). */
@@ -120,16 +125,37 @@ double sim_fork_attention_s(const SimForkAttention *a, int n_prompt, int compute
  * any namespace of the pools holds or held until evicted (a set of every block hash committed, in
  * either namespace: the trace's seeded hashes and the tenant-only ones never collide); regret is
  * measured on separate requests as live: the share of their prompt blocks their namespace had
- * committed before and no longer matched. */
+ * committed before and no longer matched. Other adapters' separate copies count too (the server's
+ * decide does the same): held takes the longest prefix any adapter's namespace of the tenant holds,
+ * and copies (forkkv_cost.h) sums them, the prompt rehashed from its token ids in each namespace of
+ * an adapter the trace names for the tenant. */
 typedef struct {
     ForkKvCost cost;
     uint64_t *seen;            /* open-addressed set of committed block hashes (0 = empty slot) */
     size_t cap, n_seen;
     int forked_requests, separate_requests; /* adapted requests by the choice they got */
+    int cost_version;          /* 2 (default): the corrected saving; 1: issue 36's first (held alone, as saved); 3: 1 with
+                                * other adapters' copies in held */
+    const Trace *trace;        /* token ids and the adapters' names (sim_auto_init's) */
+    const char **adapters;     /* distinct adapter names of the trace */
+    const char **adapter_tenants; /* the tenant each adapter name was first seen with */
+    int n_adapters;
+    uint64_t *scratch;         /* a prompt's hashes in one namespace */
+    int cap_scratch;
+    /* The base pool's blocks now, by chained hash (sim_auto_on_event: the server's presence set),
+     * for what is in memory: this adapter's copy (own) and other adapters' copies (copies). */
+    BlockPresence presence;
+    bool presence_oom;         /* an event could not be followed (out of memory): copies may err */
+    int bs, tpb;               /* the replay's tokens a block and tree tokens a block (set by sim_run) */
+    uint64_t *cache_h;         /* scratch: a namespace's hashes as the base cache computes them */
+    int32_t *tree_tokens;      /* scratch: the replay's tree tokens of one request */
+    int cap_cache_h;
 } SimAuto;
 
-int sim_auto_init(SimAuto *a, const SimForkAttention *attn, double token_s, int kv_dim, int rank, BraidError *err);
+int sim_auto_init(SimAuto *a, const SimForkAttention *attn, double token_s, int kv_dim, int rank, const Trace *t, BraidError *err);
 void sim_auto_free(SimAuto *a);
+/* The base cache's observer in auto mode (ctx: the SimAuto): follows its blocks' presence. */
+void sim_auto_on_event(void *ctx, const CacheEvent *ev);
 /* The blocks of a request's prompt that were ever committed: the longest prefix of hashes in the set. */
 int sim_auto_held_blocks(const SimAuto *a, const uint64_t *hashes, int n_blocks);
 /* Fork (true) or separate for a request: tenant_keys / own_keys its two namespaces' hashes. */

@@ -490,11 +490,19 @@ static int check_directives(const Trace *t, const SimConfig *cfg, bool belady, B
     return 0;
 }
 
-/* Shared mode's residual pool (2 x the base cache's tokens unless sized); NULL in separate mode. */
-static int residual_pool_init(const SimConfig *cfg, int bs, int tpb, SimResidualPool *pool, SimResidualPool **out, BraidError *err) {
+/* Shared mode's residual pool (2 x the base cache's tokens unless sized; unified: ids for every
+ * residual block the base's blocks could carry, kv_dim / rank each); NULL in separate mode. */
+static int residual_pool_init(const SimConfig *cfg, KvCache *cache, int bs, int tpb, SimResidualPool *pool, SimResidualPool **out,
+                              BraidError *err) {
     *out = NULL;
     if (cfg->lora_cache == SIM_LORA_SEPARATE) return 0;
-    if (sim_residual_init(pool, sim_config_residual_tokens(cfg), bs, tpb, err)) return -1;
+    int per_carrier = cfg->kv_dim / cfg->lora_rank > 0 ? cfg->kv_dim / cfg->lora_rank : 1;
+    int tokens = cfg->residual_unified ? kv_cache_total(cache, CACHE_TIER_DEVICE) * per_carrier * bs : sim_config_residual_tokens(cfg);
+    if (sim_residual_init(pool, tokens, bs, tpb, err)) return -1;
+    if (cfg->residual_unified && sim_residual_unify(pool, cache, per_carrier, err)) {
+        sim_residual_free(pool);
+        return -1;
+    }
     *out = pool;
     return 0;
 }
@@ -561,11 +569,16 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
     WorkflowForecast forecast, *f = policy->on_prediction ? &forecast : NULL;
     int rc = f ? forecast_init(cfg, f, err) : 0;
     bool forecast_up = f && rc == 0, cache_up = rc == 0 && (rc = kv_cache_init(&cache, &cc, err)) == 0;
-    if (rc == 0) rc = residual_pool_init(cfg, bs, tpb, &residual_pool, &rp.residual, err);
+    if (rc == 0) rc = residual_pool_init(cfg, &cache, bs, tpb, &residual_pool, &rp.residual, err);
     SimAuto chooser;
     if (rc == 0 && cfg->lora_cache == SIM_LORA_AUTO &&
-        (rc = sim_auto_init(&chooser, &cfg->fork_attention, cfg->prefill_s_per_token, cfg->kv_dim, cfg->lora_rank, err)) == 0)
-        rp.autoc = &chooser;
+        (rc = sim_auto_init(&chooser, &cfg->fork_attention, cfg->prefill_s_per_token, cfg->kv_dim, cfg->lora_rank, t, err)) == 0)
+        rp.autoc = &chooser, chooser.cost_version = cfg->auto_cost ? cfg->auto_cost : 2;
+    if (rp.autoc) {
+        chooser.bs = bs;
+        chooser.tpb = tpb;
+        kv_cache_set_observer(&cache, sim_auto_on_event, rp.autoc);
+    }
     if (rc == 0 && directives && !cfg->ignore_directives && (rc = sim_directives_begin(&dir_replay, t, cfg->kv_tokens, cfg->pin_budget_tokens, err)) == 0)
         rp.dir = &dir_replay;
     double *ttfts = malloc(((size_t)t->n + 1) * sizeof *ttfts), *latencies = malloc(((size_t)t->n + 1) * sizeof *latencies);
@@ -586,7 +599,10 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
     free(latencies);
     replay_free(&rp);
     if (rp.residual) sim_residual_free(rp.residual);
-    if (rp.autoc) sim_auto_free(rp.autoc);
+    if (rp.autoc) {
+        kv_cache_set_observer(&cache, NULL, NULL); /* the chooser follows the cache's events until here */
+        sim_auto_free(rp.autoc);
+    }
     if (cache_up) kv_cache_free(&cache);
     if (forecast_up) workflow_forecast_free(f);
     if (belady) belady_free(&bstate);

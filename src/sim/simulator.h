@@ -96,9 +96,14 @@ typedef struct {
      * SIM_LORA_AUTO: shared's pools, and each adapted request forks or runs on its adapter's own
      * namespace of the base pool as sim_forkkv.h's SimAuto chooses (not with belady either).
      * fork_attention: ResidualAttention's extra time, added to every forked request's latency
-     * (n_layers 0, the default: not charged). */
+     * (n_layers 0, the default: not charged). residual_unified (shared and auto): the residual
+     * tree has no pool of its own; its blocks live in base blocks it borrows from the kv_tokens
+     * cache (kv_dim / lora_rank residual blocks each; residual_tokens is then ignored), evicted in
+     * one LRU order with the base, never outliving their base (cache/residual_cache.h). */
     SimLoraCache lora_cache;
     SimForkAttention fork_attention;
+    bool residual_unified;
+    int auto_cost;          /* auto's saving: 0/2 the corrected one (forkkv_cost.h), 1 issue 36's first */
     int residual_tokens;
     int lora_rank;
     int kv_dim;

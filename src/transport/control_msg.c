@@ -11,7 +11,7 @@ static const char *const type_names[MSG_TYPE_END] = {
     [MSG_KV_EVENTS] = "kv_events", [MSG_PREDICT] = "predict", [MSG_HIDDEN] = "hidden",
     [MSG_REJOIN] = "rejoin", [MSG_KV_EXPORT] = "kv_export", [MSG_KV_EXPORTED] = "kv_exported",
     [MSG_KV_RELEASE] = "kv_release", [MSG_LORA_LOAD] = "lora_load", [MSG_LORA_UNLOAD] = "lora_unload",
-    [MSG_LORA_RESULT] = "lora_result"};
+    [MSG_LORA_RESULT] = "lora_result", [MSG_KV_RELAY] = "kv_relay", [MSG_COORD_ALIVE] = "coord_alive"};
 
 const char *msg_type_name(int type) { return type > 0 && type < MSG_TYPE_END ? type_names[type] : "unknown"; }
 

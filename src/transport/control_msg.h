@@ -52,6 +52,13 @@ typedef enum {
     MSG_LORA_LOAD,
     MSG_LORA_UNLOAD,
     MSG_LORA_RESULT,
+    /* A leader-to-leader move message (EXPORT/EXPORTED/RELEASE) for a leader the sender cannot reach
+     * on its own communicator (a joined instance, --join-instance): sent to the coordinator, which
+     * forwards it unchanged to the leader it names (move_msg.h, move_msg_relay_*). */
+    MSG_KV_RELAY,
+    /* Coordinator to a leader in another MPI job (joined, or spawned): empty, every second, so a
+     * joined leader can tell its coordinator is gone by the silence (--coordinator-timeout). */
+    MSG_COORD_ALIVE,
     MSG_TYPE_END
 } MsgType;
 

@@ -96,3 +96,22 @@ void move_msg_exported_free(MsgKvExported *m) {
     free(m->why);
     memset(m, 0, sizeof *m);
 }
+
+void move_msg_relay_encode(WireBuf *b, int from_rank, int to_rank, int type, const uint8_t *body, size_t body_len) {
+    wire_put_i32(b, from_rank);
+    wire_put_i32(b, to_rank);
+    wire_put_i32(b, type);
+    wire_put(b, body, body_len);
+}
+
+int move_msg_relay_decode(const uint8_t *data, size_t len, MsgKvRelay *m) {
+    WireReader r = wire_reader(data, len);
+    memset(m, 0, sizeof *m);
+    m->from_rank = wire_get_i32(&r);
+    m->to_rank = wire_get_i32(&r);
+    m->type = wire_get_i32(&r);
+    if (r.failed || m->from_rank < 1 || m->to_rank < 1) return -1;
+    m->body = data + r.off;
+    m->body_len = len - r.off;
+    return 0;
+}

@@ -47,6 +47,19 @@ typedef struct {
     char *why;                /* when n_blocks is 0: why nothing is lent ("" otherwise) */
 } MsgKvExported;
 
+/* MSG_KV_RELAY's envelope: a move message between two leaders (named by their leader ranks, the
+ * coordinator's numbering: 1 + instance * tp) relayed by the coordinator because one of them is
+ * reached only over its own intercommunicator (a joined instance). body borrows the decoded bytes. */
+typedef struct {
+    int32_t from_rank, to_rank, type;
+    const uint8_t *body;
+    size_t body_len;
+} MsgKvRelay;
+
+void move_msg_relay_encode(WireBuf *b, int from_rank, int to_rank, int type, const uint8_t *body, size_t body_len);
+/* -1 on a truncated envelope or ranks below 1. */
+int move_msg_relay_decode(const uint8_t *data, size_t len, MsgKvRelay *m);
+
 void move_msg_export_encode(WireBuf *b, const MsgKvExport *m);
 int move_msg_export_decode(WireReader *r, MsgKvExport *m);
 void move_msg_export_free(MsgKvExport *m);

@@ -665,7 +665,10 @@ int backend_cuda_kv_pool(Backend *b, CudaKvPool *out, BraidError *err) {
     *out = (CudaKvPool){.kv = cb->kv_base, .kv_bytes = 2 * (size_t)c->n_layers * b->cfg.n_blocks * block_layer_bytes,
                         .slot_pos = cb->slot_pos, .slot_pos_bytes = (size_t)b->cfg.n_blocks * b->cfg.block_size * sizeof(int32_t),
                         .n_layers = c->n_layers, .n_blocks = b->cfg.n_blocks, .block_size = b->cfg.block_size,
-                        .block_layer_bytes = block_layer_bytes, .stream = cb->stream, .device = cb->device};
+                        .block_layer_bytes = block_layer_bytes, .stream = cb->stream, .device = cb->device,
+                        .copy_stream = cb->copy_stream};
+    if (b->cfg.host_blocks > 0 && cb->host.k) /* alloc_host_tier's layout: positions, then K_l V_l per layer */
+        out->host_kv = cb->host.k[0], out->host_slot_pos = cb->host.slot_pos, out->host_blocks = b->cfg.host_blocks;
     return 0;
 }
 

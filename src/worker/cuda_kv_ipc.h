@@ -34,6 +34,14 @@ typedef struct {
     size_t block_layer_bytes;
     cudaStream_t stream; /* the backend's compute stream */
     int device;
+    /* The host tier (pinned host memory; staged moves only: IPC maps the device pool alone): planes
+     * K0 V0 K1 V1 ... of (host_blocks, block_layer_bytes) from host_kv, positions (host_blocks,
+     * block_size) at host_slot_pos; host_blocks 0 when there is none. Its copies (STORE/LOAD) run on
+     * copy_stream. */
+    void *host_kv;
+    int32_t *host_slot_pos;
+    int host_blocks;
+    cudaStream_t copy_stream;
 } CudaKvPool;
 
 #define CUDA_KV_IPC_MAGIC 0x4b564950u /* "KVIP" */

@@ -124,7 +124,9 @@ ForkKvChoice forkkv_cost_choose(const ForkKvCost *c, const ForkKvRequest *r) {
     double rho_d = c->rho_decode > 1 ? c->rho_decode - 1 : 0, rho_p = c->rho_prefill > 1 ? c->rho_prefill - 1 : 0;
     ForkKvChoice ch;
     ch.penalty_s = c->n_layers * (rho_d * c->plain_decode_s * m * (n + m / 2) + rho_p * c->plain_prefill_s * fresh * (n - fresh / 2));
-    ch.saving_s = c->token_s * c->regret * held * (1.0 - 1.0 / c->kv_dim_over_rank);
+    double res = 1.0 / c->kv_dim_over_rank, base = r->base < n ? r->base : n, own = r->own < n ? r->own : n;
+    double saved = (n - own) - ((n - base) + n * res) + (r->copies > 0 ? r->copies : 0) * (1.0 - res);
+    ch.saving_s = saved > 0 ? c->token_s * c->regret * saved : 0.0;
     ch.shared = ch.saving_s > ch.penalty_s;
     return ch;
 }

@@ -11,8 +11,15 @@
  * copies: the share of the prompt blocks of requests that ran separate which their namespace had
  * cached and evicted before they came. So, per request, in steady state:
  *   penalty = layers × [(rho_d − 1)·a_d·max_tokens·(n + max_tokens/2) + (rho_p − 1)·a_p·new·(n − new/2)]
- *   saving  = c_tok · regret · held · (1 − rank/kv_dim)
- * with n the prompt, held the longest prefix any namespace holds, new = n − held, a_d / a_p plain
+ *   saving  = c_tok · regret · max(0, saved)
+ *   saved   = (n − own) − [(n − base) + n·rank/kv_dim] + copies·(1 − rank/kv_dim)
+ * the memory (tokens) forking saves: a separate copy's new tokens, less the fork's (the base part
+ * the shared base lacks, and the residual), plus the other adapters' separate copies of this
+ * context (copies: prompt tokens they hold, summed over their namespaces), which separate mode
+ * spends on duplicates and a shared base lets them fold into residuals. n the prompt, base / own
+ * the prefix the shared base / this adapter's separate copy holds, held the longest prefix any
+ * namespace holds (the shared base, this adapter's residuals or copy, another adapter's copy),
+ * new = n − held, a_d / a_p plain
  * attention seconds per (query, context slot, layer), c_tok a computed token's seconds (measured
  * on the live prefill steps). The request runs forked when saving > penalty. One-time costs of a
  * switch (a fork recomputes what the adapter's separate copy held) are not charged: the choice
@@ -46,6 +53,8 @@ typedef struct {
 typedef struct {
     int n_prompt, max_tokens;
     int held;          /* the longest prefix of the prompt any namespace of the pools holds */
+    int base, own;     /* the prefix the shared base holds, and this adapter's separate copy */
+    int copies;        /* prompt tokens held by other adapters' separate copies, summed over them */
 } ForkKvRequest;
 
 typedef struct {

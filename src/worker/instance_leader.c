@@ -11,6 +11,7 @@
 #include "transport/control_msg.h"
 #include "transport/ctrl_endpoint.h"
 #include "transport/mpi_error.h"
+#include "transport/move_msg.h"
 #include "worker/kv_moves.h"
 #include "worker/leader_lora.h"
 #include "worker/occupancy_log.h"
@@ -57,6 +58,8 @@ typedef struct {
     int cap_tokens;
     bool shutting_down, failed;
     bool lost_ranks;            /* SHUTDOWN said a rank of the job died */
+    double coord_heard;         /* when the coordinator last sent anything (cfg.coordinator_timeout_s) */
+    bool coordinator_gone;      /* silent past cfg.coordinator_timeout_s: nothing more is sent to it */
     double last_stats;
     OccupancyLog occupancy;     /* --occupancy-log; fd -1 when off */
     KvMoves *moves;             /* KV block moves with other instances; NULL when off here */
@@ -395,6 +398,8 @@ static void handle_message(Leader *L, int type, const uint8_t *data, size_t len)
     } else if (type == MSG_SHUTDOWN) {
         L->shutting_down = true;
         L->lost_ranks = wire_get_u8(&rd) == 1;
+    } else if (type == MSG_COORD_ALIVE) {
+        /* nothing to do: hearing it is the point (coord_heard) */
     } else {
         LOG_WARN("leader", "instance %d: unexpected %s message ignored", L->cfg->instance, msg_type_name(type));
     }
@@ -497,6 +502,13 @@ static void leader_moves_setup(Leader *L) {
     BraidError move_err;
     KvMovesConfig mc = {.engine = &L->engine, .ctrl = &L->ctrl, .instance = cfg->instance, .tp_size = L->tp.tp_size,
                         .tp_comm = cfg->tp_comm, .timeout_s = cfg->move_timeout_s > 0 ? cfg->move_timeout_s : 5.0};
+    /* On an intercommunicator (a joined leader) no other leader is a rank of it: every move message
+     * is relayed by the coordinator; in the world, the leaders beyond it (join slots) are. */
+    int inter = 0, world_size = 0;
+    MPI_Comm_test_inter(cfg->world, &inter);
+    if (!inter) MPI_Comm_size(cfg->world, &world_size);
+    mc.relay_from_rank = inter ? 1 : world_size;
+    mc.self_rank = 1 + cfg->instance * L->tp.tp_size;
     if (kv_moves_create(&L->moves, &mc, &move_err)) LOG_INFO("leader", "%s", move_err.msg);
     if (L->tp.tp_size <= 1) return;
     WireBuf all = {0};
@@ -543,17 +555,41 @@ static void leader_free(Leader *L, bool engine_up) {
     ctrl_free(&L->ctrl);
 }
 
+/* A joined leader's coordinator is gone when it has been silent past cfg.coordinator_timeout_s
+ * (checked right after the messages waiting were read, so a long engine step is not silence). */
+static bool coordinator_silent(Leader *L) {
+    double timeout = L->cfg->coordinator_timeout_s, silent = braid_now_seconds() - L->coord_heard;
+    if (timeout <= 0 || silent < timeout) return false;
+    L->coordinator_gone = true;
+    braid_error_set(&L->err, "the coordinator is gone: no message from it for %.1f s (--coordinator-timeout %g); this instance stops",
+                    silent, timeout);
+    return true;
+}
+
+/* A move message from a leader this one reaches only through the coordinator (kv_moves.h). */
+static void handle_relayed_move(Leader *L, const uint8_t *data, size_t len) {
+    MsgKvRelay m;
+    if (move_msg_relay_decode(data, len, &m)) {
+        LOG_WARN("leader", "instance %d: malformed kv_relay dropped", L->cfg->instance);
+        return;
+    }
+    if (kv_moves_handle(L->moves, m.from_rank, m.type, m.body, m.body_len, on_move_ready, L, &L->err)) L->failed = true;
+}
+
 static int leader_iteration(Leader *L, double *idle_since) {
     int source, type;
     uint8_t *data;
     size_t len;
     int got;
     while ((got = ctrl_poll(&L->ctrl, &source, &type, &data, &len, &L->err)) == 1) {
-        if (source == COORDINATOR_RANK) handle_message(L, type, data, len);
+        if (source == COORDINATOR_RANK) L->coord_heard = braid_now_seconds();
+        if (source == COORDINATOR_RANK && type == MSG_KV_RELAY) handle_relayed_move(L, data, len);
+        else if (source == COORDINATOR_RANK) handle_message(L, type, data, len);
         else if (kv_moves_handle(L->moves, source, type, data, len, on_move_ready, L, &L->err)) L->failed = true;
         free(data);
     }
     if (got < 0 || L->failed) return -1;
+    if (coordinator_silent(L)) return -1;
     kv_moves_poll(L->moves, on_move_ready, L);
     bool busy = !sched_idle(&L->engine.sched) || kv_moves_busy(L->moves);
     if (!sched_idle(&L->engine.sched) && engine_step(&L->engine, &L->err) < 0) return -1;
@@ -596,6 +632,7 @@ int instance_leader_run(const WorkerRoleConfig *cfg, bool *lost_ranks, BraidErro
             LOG_WARN("leader", "instance %d: %s; no occupancy samples", cfg->instance, log_err.msg);
     }
     double idle_since = braid_now_seconds();
+    L->coord_heard = idle_since;
     /* After SHUTDOWN the coordinator has drained its clients; finish what is still here, then stop. */
     while (rc == 0 && !(L->shutting_down && (!up || (sched_idle(&L->engine.sched) && L->n_active == 0)))) {
         if (up) rc = leader_iteration(L, &idle_since);
@@ -618,7 +655,8 @@ int instance_leader_run(const WorkerRoleConfig *cfg, bool *lost_ranks, BraidErro
         *err = L->err;
         LOG_ERROR("leader", "instance %d: %s", cfg->instance, err->msg);
     }
-    if (up && send_stats(L) == 0) ctrl_flush(&L->ctrl, &L->err);
+    if (L->coordinator_gone) ctrl_forget_dest(&L->ctrl, COORDINATOR_RANK); /* sends to it would never complete */
+    else if (up && send_stats(L) == 0) ctrl_flush(&L->ctrl, &L->err);
     else ctrl_flush(&L->ctrl, &L->err);
     stop_peers(cfg, L->tp.tp_size ? L->tp.tp_size : 1, L->lost_ranks);
     *lost_ranks = L->lost_ranks;

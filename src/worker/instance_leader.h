@@ -44,6 +44,10 @@ typedef struct {
     double occupancy_interval; /* seconds between samples at most (0 = 1.0) */
     bool kv_moves;             /* lend and take KV blocks to and from other instances (kv_moves.h) */
     double move_timeout_s;     /* a move not done by then recomputes (0 = 5 s) */
+    /* > 0: a leader that hears nothing from the coordinator for this long stops with an error (a
+     * joined leader: the coordinator sends MSG_COORD_ALIVE every second, so silence means it is gone);
+     * 0: never. */
+    double coordinator_timeout_s;
 } WorkerRoleConfig;
 
 /* Runs until the coordinator's SHUTDOWN has been honoured. Returns 0, or -1 with err filled. */

@@ -179,16 +179,17 @@ void kv_move_cuda_batch_end(KvMoveCudaBatch *b) {
 int kv_move_cuda_lend_fence(KvMoveCuda *c, BraidError *err) {
     cudaError_t e = cudaSetDevice(c->mine.device);
     if (e == cudaSuccess) e = cudaStreamSynchronize(c->mine.stream);
+    if (e == cudaSuccess && c->mine.copy_stream) e = cudaStreamSynchronize(c->mine.copy_stream); /* STOREs into lent host blocks */
     return e == cudaSuccess ? 0 : cuda_fail(e, "finishing the lender's queued work", err);
 }
 
 int kv_move_cuda_batch_link(const KvMoveCudaBatch *b) { return b && b->staged ? MOVE_LINK_CUDA_STAGED : MOVE_LINK_CUDA_IPC; }
 
-int kv_move_cuda_stage_loan(KvMoveCuda *c, const int32_t *blocks, int n, uint64_t xfer_id, WireBuf *desc_list, int *window, int *n_staged,
-                            BraidError *err) {
+int kv_move_cuda_stage_loan(KvMoveCuda *c, const uint8_t *tiers, const int32_t *blocks, int n, uint64_t xfer_id, WireBuf *desc_list,
+                            int *window, int *n_staged, BraidError *err) {
     *window = -1, *n_staged = 0;
     if (!c->staging) return braid_error_set(err, "KV moves (CUDA): staged moves are off here: %s", c->staging_why);
-    return kv_staging_stage(c->staging, blocks, n, xfer_id, desc_list, window, n_staged, err);
+    return kv_staging_stage(c->staging, tiers, blocks, n, xfer_id, desc_list, window, n_staged, err);
 }
 
 void kv_move_cuda_unstage(KvMoveCuda *c, int window) {

@@ -12,8 +12,9 @@
  * is polled with cudaEventQuery, never waited on. The compute stream orders the copies after the
  * cache operations applied before them (a block freed by a STORE is overwritten only after it was
  * read) and before any later forward (the moved blocks are complete before they are attended).
- * Only device-tier blocks travel: a CUDA lender lends the device part of a prefix (its host tier is
- * pinned host memory that IPC cannot map); kv_move_cuda_lend_fence makes a lender's queued writes
+ * Over IPC only device-tier blocks travel: a CUDA lender lends the device part of a prefix (its host
+ * tier is pinned host memory that IPC cannot map); a staged loan (below) carries host-tier blocks
+ * too. kv_move_cuda_lend_fence makes a lender's queued writes
  * (forwards, cache operations) finish before it answers a loan, since a borrower's copies are not
  * ordered after another process's stream.
  * Across nodes (or when BRAID_KV_MOVE_STAGED=1 forces it, for tests on one GPU) the lender stages the
@@ -67,11 +68,12 @@ void kv_move_cuda_batch_end(KvMoveCudaBatch *b);
  * and appends the loan's own description list (one rank) to desc_list; *n_staged fit (>= 1) and
  * become window slots 0..n_staged-1 for the borrower; *window is released by kv_move_cuda_unstage
  * when the lease ends. -1 with err (nothing staged) when staging is off or every window is lent. */
-int kv_move_cuda_stage_loan(KvMoveCuda *c, const int32_t *blocks, int n, uint64_t xfer_id, WireBuf *desc_list, int *window, int *n_staged,
-                            BraidError *err);
+int kv_move_cuda_stage_loan(KvMoveCuda *c, const uint8_t *tiers, const int32_t *blocks, int n, uint64_t xfer_id, WireBuf *desc_list,
+                            int *window, int *n_staged, BraidError *err);
 void kv_move_cuda_unstage(KvMoveCuda *c, int window);
-/* Lender side: waits until the work queued on the backend's streams (forwards, cache operations)
- * has finished, so lent blocks hold their final contents. */
+/* Lender side: waits until the work queued on the backend's streams (forwards on the compute
+ * stream, cache operations — STOREs into the host tier — on the copy stream) has finished, so lent
+ * blocks of either tier hold their final contents. */
 int kv_move_cuda_lend_fence(KvMoveCuda *c, BraidError *err);
 
 #endif

@@ -165,12 +165,21 @@ static KvStagePool stage_pool(const CudaKvPool *m) {
                          .n_blocks = m->n_blocks, .block_size = m->block_size, .block_layer_bytes = m->block_layer_bytes};
 }
 
+/* Its host tier the same way (no blocks when it has none): a layer's K and V planes side by side. */
+static KvStagePool stage_host_pool(const CudaKvPool *m) {
+    if (m->host_blocks <= 0 || !m->host_kv) return (KvStagePool){0};
+    return (KvStagePool){.kv = (uint64_t)(uintptr_t)m->host_kv, .slot_pos = (uint64_t)(uintptr_t)m->host_slot_pos, .n_layers = m->n_layers,
+                         .n_blocks = m->host_blocks, .block_size = m->block_size, .block_layer_bytes = m->block_layer_bytes,
+                         .kv_interleaved = true};
+}
+
 static size_t staged_block_bytes(const CudaKvPool *m) {
     KvStagePool p = stage_pool(m);
     return kv_stage_block_bytes(&p);
 }
 
-/* Queues len bytes from src to the window's data at off, publishing the watermark at each chunk end. */
+/* Queues len bytes from src (device memory or the pinned host tier: cudaMemcpyDefault tells them
+ * apart) to the window's data at off, publishing the watermark at each chunk end. */
 typedef struct {
     KvStaging *s;
     uint8_t *data;
@@ -184,8 +193,8 @@ static int stage_copy(StageCursor *c, const uint8_t *src, size_t off, size_t len
     size_t done = 0;
     while (done < len) {
         size_t take = len - done < c->s->chunk_bytes - c->in_chunk ? len - done : c->s->chunk_bytes - c->in_chunk;
-        cudaError_t e = cudaMemcpyAsync(c->data + off + done, src + done, take, cudaMemcpyDeviceToHost, c->s->lend_stream);
-        if (e != cudaSuccess) return cuda_fail(e, "queuing a device-to-host copy", err);
+        cudaError_t e = cudaMemcpyAsync(c->data + off + done, src + done, take, cudaMemcpyDefault, c->s->lend_stream);
+        if (e != cudaSuccess) return cuda_fail(e, "queuing a staging copy", err);
         done += take;
         c->in_chunk += take;
         if (c->in_chunk == c->s->chunk_bytes) {
@@ -198,18 +207,18 @@ static int stage_copy(StageCursor *c, const uint8_t *src, size_t off, size_t len
     return 0;
 }
 
-/* The window's data (kv_stage_layout.h), copied in window order. */
-static int stage_blocks(StageCursor *c, const int32_t *blocks, int n, BraidError *err) {
-    KvStagePool pool = stage_pool(&c->s->mine);
+/* The window's data (kv_stage_layout.h), copied in window order from either tier (tiers NULL: all device). */
+static int stage_blocks(StageCursor *c, const uint8_t *tiers, const int32_t *blocks, int n, BraidError *err) {
+    KvStagePool pools[2] = {stage_pool(&c->s->mine), stage_host_pool(&c->s->mine)};
     StagePiece *pieces;
-    int np = kv_stage_lender_pieces(&pool, blocks, n, &pieces, err), rc = np < 0 ? -1 : 0;
+    int np = kv_stage_lender_pieces_tiered(pools, tiers, blocks, n, &pieces, err), rc = np < 0 ? -1 : 0;
     for (int i = 0; i < np && rc == 0; i++) rc = stage_copy(c, (const uint8_t *)(uintptr_t)pieces[i].src, pieces[i].dst, pieces[i].len, err);
     free(pieces);
     return rc;
 }
 
-int kv_staging_stage(KvStaging *s, const int32_t *blocks, int n, uint64_t xfer_id, WireBuf *desc_list, int *window, int *n_staged,
-                     BraidError *err) {
+int kv_staging_stage(KvStaging *s, const uint8_t *tiers, const int32_t *blocks, int n, uint64_t xfer_id, WireBuf *desc_list, int *window,
+                     int *n_staged, BraidError *err) {
     *window = -1, *n_staged = 0;
     if (ensure_windows(s, err)) return -1;
     int w = 0;
@@ -228,7 +237,7 @@ int kv_staging_stage(KvStaging *s, const int32_t *blocks, int n, uint64_t xfer_i
     __atomic_store_n(&head->staged, 0, __ATOMIC_RELEASE);
     StageCursor c = {.s = s, .data = base + WINDOW_HEAD, .w = win, .head = head};
     cudaError_t e = cudaSetDevice(s->mine.device);
-    int rc = e == cudaSuccess ? stage_blocks(&c, blocks, n, err) : cuda_fail(e, "selecting the device", err);
+    int rc = e == cudaSuccess ? stage_blocks(&c, tiers, blocks, n, err) : cuda_fail(e, "selecting the device", err);
     if (rc == 0 && c.in_chunk > 0) { /* the last, partial chunk */
         Publish *p = &win->publish[c.n_publish++];
         *p = (Publish){.staged = &head->staged, .value = total};

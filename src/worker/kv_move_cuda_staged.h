@@ -28,6 +28,8 @@
  * for the compute stream's work queued before the move (pending STOREs read a reused block first).
  * The move has landed when every drain's event completed; ending it early waits for what is in
  * flight (ring buffers and device blocks are never touched after the end).
+ * A loan may span the lender's tiers: host-tier blocks (pinned host memory, CudaKvPool.host_*) are
+ * copied host to host on the same stream into the same window layout, so the borrower cannot tell.
  * Tensor parallelism: only TP 1 stages (a lender's TP peers do not stage; kv_moves.c refuses).
  * Built only with CUDA. Not thread-safe (the rank's MPI thread; the host functions only store the
  * watermark).
@@ -56,12 +58,14 @@ int kv_staging_create(KvStaging **out, const CudaKvPool *mine, BraidError *err);
 void kv_staging_destroy(KvStaging *s);
 bool kv_staging_desc_is_staged(const uint8_t *desc, size_t len);
 
-/* Lender: stages the leading blocks (device ids) of a loan into a free window and appends the
- * loan's description list (one rank) to desc_list; *n_staged of them fit (>= 1), *window names the
- * window for kv_staging_unstage. -1 with err (nothing staged) when no window is free or UCX or the
- * copies fail. Call after the lender fence (the blocks hold their final contents). */
-int kv_staging_stage(KvStaging *s, const int32_t *blocks, int n, uint64_t xfer_id, WireBuf *desc_list, int *window, int *n_staged,
-                     BraidError *err);
+/* Lender: stages the leading blocks of a loan into a free window (block i is blocks[i] of tier
+ * tiers[i]: 0 the device pool, 1 the host tier; tiers NULL: all device) and appends the loan's
+ * description list (one rank) to desc_list; *n_staged of them fit (>= 1), *window names the window
+ * for kv_staging_unstage. -1 with err (nothing staged) when no window is free, a block's tier is
+ * absent, or UCX or the copies fail. Call after the lender fence (the blocks hold their final
+ * contents: the fence covers the host tier's copy stream too). */
+int kv_staging_stage(KvStaging *s, const uint8_t *tiers, const int32_t *blocks, int n, uint64_t xfer_id, WireBuf *desc_list, int *window,
+                     int *n_staged, BraidError *err);
 /* The lease is over: the window is free once its copies finished (waited for here). */
 void kv_staging_unstage(KvStaging *s, int window);
 

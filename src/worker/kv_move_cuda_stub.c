@@ -59,9 +59,9 @@ int kv_move_cuda_batch_link(const KvMoveCudaBatch *b) {
     return 0;
 }
 
-int kv_move_cuda_stage_loan(KvMoveCuda *c, const int32_t *blocks, int n, uint64_t xfer_id, WireBuf *desc_list, int *window, int *n_staged,
-                            BraidError *err) {
-    (void)c, (void)blocks, (void)n, (void)xfer_id, (void)desc_list;
+int kv_move_cuda_stage_loan(KvMoveCuda *c, const uint8_t *tiers, const int32_t *blocks, int n, uint64_t xfer_id, WireBuf *desc_list,
+                            int *window, int *n_staged, BraidError *err) {
+    (void)c, (void)tiers, (void)blocks, (void)n, (void)xfer_id, (void)desc_list;
     *window = -1, *n_staged = 0;
     return braid_error_set(err, "KV moves: this build has no CUDA");
 }

@@ -108,11 +108,21 @@ static void lease_end(KvMoves *mv, int at) {
     mv->leases[at] = mv->leases[--mv->n_leases];
 }
 
+/* One move message to another leader: directly on ctrl, or through the coordinator when the
+ * destination (or this leader) is outside ctrl's communicator (KvMovesConfig.relay_from_rank). */
+static int send_to_leader(KvMoves *mv, int dest, int type, WireBuf *b, BraidError *err) {
+    if (mv->cfg.relay_from_rank <= 0 || dest < mv->cfg.relay_from_rank) return ctrl_send(mv->cfg.ctrl, dest, type, b, err);
+    WireBuf env = {0};
+    move_msg_relay_encode(&env, mv->cfg.self_rank, dest, type, b->data, b->len);
+    wire_buf_free(b);
+    return ctrl_send(mv->cfg.ctrl, 0 /* the coordinator */, MSG_KV_RELAY, &env, err);
+}
+
 static void send_exported(KvMoves *mv, int dest, const MsgKvExported *m) {
     WireBuf b = {0};
     move_msg_exported_encode(&b, m);
     BraidError err;
-    if (ctrl_send(mv->cfg.ctrl, dest, MSG_KV_EXPORTED, &b, &err))
+    if (send_to_leader(mv, dest, MSG_KV_EXPORTED, &b, &err))
         LOG_WARN("kv-moves", "instance %d: answer to rank %d lost: %s", mv->cfg.instance, dest, err.msg);
 }
 
@@ -149,24 +159,29 @@ static void lend(KvMoves *mv, int source, const MsgKvExport *ask) {
         return refuse_loan(mv, source, ask->xfer_id, n == 0 ? "prefix no longer cached here" : "lender out of memory");
     }
     kv_cache_lend(c, &m, tiers, blocks);
-    if (mv->self.cuda) { /* IPC maps the device pool only: lend the prefix's leading device blocks */
-        int device = 0;
-        while (device < n && tiers[device] == 0) device++;
-        n = device;
+    /* another node (or forced): IPC cannot reach it, the loan is staged through a pinned window */
+    bool staged = mv->self.cuda && (mv->force_staged || (ask->host && *ask->host && strcmp(ask->host, mv->host) != 0));
+    if (mv->self.cuda) { /* IPC maps the device pool only: it lends the prefix's leading device blocks; a
+                          * staged loan copies the host tier's blocks into its window as well */
+        int lent = n;
+        if (!staged) {
+            lent = 0;
+            while (lent < n && tiers[lent] == 0) lent++;
+        }
+        n = lent;
         if (n == 0 || kv_move_rank_lend_fence(&mv->self, &err)) {
             kv_cache_lend_end(c, m.node);
             kv_cache_identity_release(c, &l.id);
             free(tiers), free(blocks);
-            return refuse_loan(mv, source, ask->xfer_id, n == 0 ? "the prefix is in the host tier (a CUDA instance lends device blocks)" : err.msg);
+            return refuse_loan(mv, source, ask->xfer_id, n == 0 ? "the prefix is in the host tier (CUDA IPC lends device blocks only)" : err.msg);
         }
     }
     MsgKvExported ans = {.xfer_id = ask->xfer_id, .n_blocks = n, .tiers = tiers, .blocks = blocks,
                          .pool_blocks = {mv->self.mem[0].n_blocks, mv->self.have_tier[1] ? mv->self.mem[1].n_blocks : 0},
                          .desc = mv->ranks.data, .desc_len = mv->ranks.len, .why = ""};
     WireBuf staged_desc = {0};
-    if (mv->self.cuda && (mv->force_staged || (ask->host && *ask->host && strcmp(ask->host, mv->host) != 0))) {
-        /* another node: IPC cannot reach it, the loan is staged through a pinned window */
-        if (mv->cfg.tp_size > 1 || kv_move_cuda_stage_loan(mv->self.cuda, blocks, n, ask->xfer_id, &staged_desc, &l.window, &n, &err)) {
+    if (staged) {
+        if (mv->cfg.tp_size > 1 || kv_move_cuda_stage_loan(mv->self.cuda, tiers, blocks, n, ask->xfer_id, &staged_desc, &l.window, &n, &err)) {
             if (mv->cfg.tp_size > 1) snprintf(err.msg, sizeof err.msg, "staged moves need TP 1 (this instance has TP %d)", mv->cfg.tp_size);
             LOG_DEBUG("kv-moves", "instance %d: loan to rank %d not staged: %s", mv->cfg.instance, source, err.msg);
             kv_cache_lend_end(c, m.node);
@@ -202,7 +217,7 @@ static void send_release(KvMoves *mv, int dest, uint64_t xfer_id) {
     WireBuf b = {0};
     wire_put_u64(&b, xfer_id);
     BraidError err;
-    if (ctrl_send(mv->cfg.ctrl, dest, MSG_KV_RELEASE, &b, &err))
+    if (send_to_leader(mv, dest, MSG_KV_RELEASE, &b, &err))
         LOG_WARN("kv-moves", "instance %d: lease %llu at rank %d not returned: %s", mv->cfg.instance, (unsigned long long)xfer_id, dest,
                  err.msg);
 }
@@ -219,7 +234,7 @@ int kv_moves_park(KvMoves *mv, const SchedRequest *r, int source_rank, int sourc
     WireBuf b = {0};
     move_msg_export_encode(&b, &ask);
     BraidError err;
-    if (ctrl_send(mv->cfg.ctrl, source_rank, MSG_KV_EXPORT, &b, &err)) {
+    if (send_to_leader(mv, source_rank, MSG_KV_EXPORT, &b, &err)) {
         LOG_WARN("kv-moves", "instance %d: could not ask rank %d for a prefix: %s", mv->cfg.instance, source_rank, err.msg);
         return 0;
     }

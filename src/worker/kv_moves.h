@@ -30,16 +30,20 @@
  * Backends: the CPU backend's pools are host memory, read over UCX (kv_mover.h), both tiers. A CUDA
  * instance's ranks describe their device pools with CUDA IPC handles (kv_move_cuda.h): a borrower on
  * the same node opens the lender's pool once and copies the runs device to device on its compute
- * stream, polled by an event; a CUDA lender lends only the leading device-tier blocks of a prefix,
- * after its queued GPU work finished. Across nodes (the ask carries the importer's host name; or
- * always, with BRAID_KV_MOVE_STAGED=1 in the lender's environment, which tests use on one GPU) a CUDA
- * lender stages those blocks into a pinned window registered with UCX instead and answers with the
+ * stream, polled by an event; over IPC a CUDA lender lends only the leading device-tier blocks of a
+ * prefix, after its queued GPU work finished. Across nodes (the ask carries the importer's host name;
+ * or always, with BRAID_KV_MOVE_STAGED=1 in the lender's environment, which tests use on one GPU) a
+ * CUDA lender stages the prefix's blocks of both tiers (the host tier copied host to host) into a
+ * pinned window registered with UCX instead and answers with the
  * window's own description, the lent blocks renamed to window slots 0..n-1; the borrower reads the
  * window chunk by chunk through its pinned landing ring and copies each chunk to its device
  * (worker/kv_move_cuda_staged.h; TP 1 only). The ask also carries the importer's KV layout: a CUDA
  * (bf16) lender and a CPU (fp16) borrower, or the reverse, refuse each other at the lender with the
  * reason. Each landed move reports its link (UCX, CUDA IPC or CUDA staged) for the router. ForkKV's shared base cache refuses at kv_moves_create with the reason, and
- * the instance tells the coordinator it takes no part in moves (READY). A lone
+ * the instance tells the coordinator it takes no part in moves (READY). A joined instance's leader
+ * (its own MPI job, reached over an intercommunicator) cannot reach other leaders on MPI: its move
+ * messages, and theirs to it, go through the coordinator (MSG_KV_RELAY, relay_from_rank below);
+ * the data still goes over UCX between the two leaders. A lone
  * instance, and a leader respawned outside the world, start no mover at all (braid serve decides).
  * Not thread-safe: the leader's thread.
  */
@@ -66,6 +70,13 @@ typedef struct {
     int tp_size;
     MPI_Comm tp_comm;   /* the instance's ranks (MOVE plans to the peers when tp_size > 1) */
     double timeout_s;   /* an import not landed by then recomputes; a lease ends after 4x that */
+    /* Relayed moves (a joined instance, --join-instance): leader ranks >= relay_from_rank are not on
+     * ctrl's communicator, so messages to them go to the coordinator as MSG_KV_RELAY envelopes
+     * naming self_rank (this leader's rank in the coordinator's numbering) and the destination; 0:
+     * every leader is reached directly. A relayed message that arrives is handed to
+     * kv_moves_handle with its sender's leader rank as source. */
+    int relay_from_rank;
+    int self_rank;
 } KvMovesConfig;
 
 typedef struct {

@@ -157,9 +157,25 @@ static int prompt_hashes(SchedForkAuto *a, const Scheduler *s, const SchedReques
     return n_blocks;
 }
 
+/* Other adapters' separate copies of r's prompt (the adapters auto has decided for, same tenant:
+ * their namespaces of the base pool): the longest prefix one holds, and their sum, in blocks. */
+static void other_copies(SchedForkAuto *a, const Scheduler *s, const SchedRequest *r, int n_blocks, int *longest, int *sum) {
+    *longest = *sum = 0;
+    uint64_t *h = a->hashes + n_blocks; /* the own-namespace half, rewritten per adapter and restored after */
+    for (int i = 0; i < a->n_adapters; i++) {
+        if (strcmp(a->adapters[i], r->adapter) == 0) continue;
+        content_hash_blocks(content_hash_namespace(r->tenant, a->adapters[i]), r->tokens, n_blocks, s->block_size, h, NULL);
+        int k = block_presence_prefix(&a->base, h, n_blocks);
+        *sum += k;
+        if (k > *longest) *longest = k;
+    }
+    content_hash_blocks(content_hash_namespace(r->tenant, r->adapter), r->tokens, n_blocks, s->block_size, h, NULL);
+}
+
 /* The cost model's choice for r now; *held_tokens: the context it would reuse. Held: the longest
  * prefix the shared base, this adapter's residuals or its separate copy holds, or held until
- * evicted (the context is the adapter's even when memory pushed it out). */
+ * evicted (the context is the adapter's even when memory pushed it out), or another adapter's
+ * separate copy holds (forkkv_cost.h: copies). */
 static ForkKvChoice decide(SchedForkAuto *a, const Scheduler *s, const SchedRequest *r, int *held_tokens) {
     *held_tokens = 0;
     /* Approximate segment reuse and an amortized splice copy K/V into the request's blocks, which a
@@ -172,10 +188,15 @@ static ForkKvChoice decide(SchedForkAuto *a, const Scheduler *s, const SchedRequ
     int base_hit = block_presence_prefix(&a->base, base_h, n_blocks), res_hit = block_presence_prefix(&a->residual, own_h, n_blocks);
     int own = 0;
     while (own < n_blocks && (block_presence_has(&a->base, own_h[own]) || block_presence_evicted(&a->base, own_h[own]))) own++;
+    int others, copies, own_now = block_presence_prefix(&a->base, own_h, n_blocks); /* in memory now */
+    other_copies(a, s, r, n_blocks, &others, &copies);
     int held = base_hit > res_hit ? base_hit : res_hit;
     if (own > held) held = own;
+    if (others > held) held = others;
     *held_tokens = held * s->block_size;
-    ForkKvRequest req = {.n_prompt = r->n_prompt, .max_tokens = r->max_tokens, .held = *held_tokens};
+    int bs = s->block_size;
+    ForkKvRequest req = {.n_prompt = r->n_prompt, .max_tokens = r->max_tokens, .held = *held_tokens, .base = base_hit * bs,
+                         .own = own_now * bs, .copies = copies * bs};
     return forkkv_cost_choose(&a->cost, &req);
 }
 

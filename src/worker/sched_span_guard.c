@@ -11,6 +11,7 @@
 void span_guard_free(SpanGuard *g) {
     free(g->state);
     free(g->head);
+    free(g->tail);
     free(g->cos_sum);
     free(g->cached);
     free(g->cached_v);
@@ -36,29 +37,36 @@ int span_guard_plan(SpanGuard *g, const SpanGuardConfig *cfg, const KvSegmentPla
         int *hd = realloc(g->head, (size_t)plan->n * sizeof *hd);
         if (!hd) return -1;
         g->head = hd;
+        int *tl = realloc(g->tail, (size_t)plan->n * sizeof *tl);
+        if (!tl) return -1;
+        g->tail = tl;
         g->cap = plan->n;
     }
-    int lost = 0, head = head_tokens(cfg);
+    int lost = 0, head = head_tokens(cfg), tail = cfg->tail_tokens > 0 ? cfg->tail_tokens : 0;
+    bool shaped = head > 0 || tail > 0 || cfg->min_span > 0;
     for (int i = 0; i < plan->n; i++) {
         const KvSegmentSpan *sp = &plan->spans[i];
         g->state[i] = SPAN_PLAIN;
         g->head[i] = 0;
-        if (sp->exact || !guard_inexact || (head == 0 && !cfg->probe_whole)) continue;
+        g->tail[i] = 0;
+        if (sp->exact || !guard_inexact || (!shaped && !cfg->probe_whole)) continue;
         if (cfg->probe_whole && sp->n_tokens > 0) { /* diagnostic: all of it probed, none reused */
             g->head[i] = sp->n_tokens;
             g->state[i] = SPAN_PROBING;
             lost += sp->n_tokens;
             continue;
         }
-        if (head >= sp->n_tokens) { /* nothing of it would stay reused: compute it whole */
+        /* Nothing of it would stay reused, or too little to be worth its boundary: compute it whole. */
+        if (head + tail >= sp->n_tokens || sp->n_tokens < cfg->min_span) {
             g->state[i] = SPAN_REJECTED;
             g->head[i] = sp->n_tokens;
             lost += sp->n_tokens;
             continue;
         }
         g->head[i] = head;
+        g->tail[i] = tail;
         g->state[i] = cfg->probe_tokens > 0 ? SPAN_PROBING : SPAN_ACCEPTED;
-        lost += head;
+        lost += head + tail;
     }
     return lost;
 }
@@ -72,6 +80,11 @@ int span_guard_reuse_from(const SpanGuard *g, const KvSegmentPlan *plan, int i, 
         return -1;
     }
     return plan->spans[i].dst_start + (st == SPAN_ACCEPTED ? g->head[i] : 0);
+}
+
+int span_guard_reuse_end(const SpanGuard *g, const KvSegmentPlan *plan, int i) {
+    const KvSegmentSpan *sp = &plan->spans[i];
+    return sp->dst_start + sp->n_tokens - (i < g->cap && g->tail ? g->tail[i] : 0);
 }
 
 int span_guard_head_end(const SpanGuard *g, const KvSegmentPlan *plan, int i) {
@@ -88,7 +101,7 @@ int span_guard_decide(SpanGuard *g, const KvSegmentPlan *plan, int i, bool accep
         return 0;
     }
     g->state[i] = SPAN_REJECTED;
-    return plan->spans[i].n_tokens - g->head[i];
+    return plan->spans[i].n_tokens - g->head[i] - g->tail[i]; /* the tail was taken back at plan time */
 }
 
 double span_guard_cosine(const float *a, const float *b, int n) {

@@ -30,7 +30,8 @@
 
 typedef enum { SPAN_PLAIN = 0, SPAN_PROBING = 1, SPAN_ACCEPTED = 2, SPAN_REJECTED = 3 } SpanGuardState;
 
-/* Defaults: 4 probe tokens, cosine 0.99 per layer; deep window 0 = no depth-aware head. */
+/* Defaults: 4 probe tokens, cosine 0.99 per layer; deep window 0 = no depth-aware head; no span
+ * shape limits (the CLI's defaults are in cli_span_guard.h). */
 #define SPAN_GUARD_DEFAULT_PROBE_TOKENS 4
 #define SPAN_GUARD_DEFAULT_MIN_COS 0.99
 
@@ -51,12 +52,19 @@ typedef struct {
     /* The probe also compares the values: a layer's mean value cosine below min_cos rejects the
      * span too (measured: values drift several times more than keys in the upper layers). */
     bool probe_values;
+    /* Span shape (issue 35, third pass): an approximate span shorter than min_span tokens is computed
+     * whole (its boundary tokens are most of it, and they drift most); the last tail_tokens of an
+     * approximate span that is reused are recomputed, so the tokens after it attend to exact K/V for
+     * the span's most recent tokens (the ones they attend to most). 0 = off (the zero value). */
+    int min_span;
+    int tail_tokens;
 } SpanGuardConfig;
 
 /* One request's guard state (owned by SchedRequest; zero value = empty). */
 typedef struct {
     uint8_t *state;
     int *head;          /* tokens at each span's start computed instead of reused */
+    int *tail;          /* tokens at each span's end computed instead of reused */
     int cap;
     /* The probe in progress (span `probing`, -1 none): per layer, the sum of the probe tokens'
      * key cosines and their count; cached keys of the probe slots read before the forward. */
@@ -87,6 +95,9 @@ int span_guard_plan(SpanGuard *g, const SpanGuardConfig *cfg, const KvSegmentPla
 /* Where span i's reused part starts (dst_start + head), or -1 when the span is not reused now
  * (rejected) or must wait for its probe (probing; *wait set). */
 int span_guard_reuse_from(const SpanGuard *g, const KvSegmentPlan *plan, int i, bool *wait);
+/* Where span i's reused part ends (its end less the recomputed tail); meaningful when
+ * span_guard_reuse_from gave a position. */
+int span_guard_reuse_end(const SpanGuard *g, const KvSegmentPlan *plan, int i);
 /* The end of span i's head (where prefill stops while it probes). */
 int span_guard_head_end(const SpanGuard *g, const KvSegmentPlan *plan, int i);
 /* The probe's result for span i: accept (true) or reject. Returns the span tokens that are now

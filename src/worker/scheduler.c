@@ -87,7 +87,15 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err) {
             return -1;
         }
         s->forkkv = true;
-        kv_cache_set_observer(&s->residual.tree, on_residual_event, s);
+        /* auto: the unified pool (cache/residual_cache.h): residuals borrow base blocks, so memory
+         * a separate request needs is never held back for residuals. */
+        int kv_dim = cfg->model_kv_heads * cfg->model_head_dim, per_carrier = cfg->lora_rank > 0 ? kv_dim / cfg->lora_rank : 0;
+        if (cfg->lora_auto && residual_cache_unify(&s->residual, &s->cache, per_carrier > 0 ? per_carrier : 1, err)) {
+            residual_cache_free(&s->residual);
+            kv_cache_free(&s->cache);
+            return -1;
+        }
+        residual_cache_set_observer(&s->residual, on_residual_event, s);
         if (cfg->lora_auto && sched_forkkv_auto_init(s, cfg, err)) {
             residual_cache_free(&s->residual);
             kv_cache_free(&s->cache);
@@ -98,8 +106,8 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err) {
 }
 
 void sched_free(Scheduler *s) {
+    if (s->forkkv) residual_cache_free(&s->residual); /* first: a unified pool gives its blocks back to the base */
     kv_cache_free(&s->cache);
-    if (s->forkkv) residual_cache_free(&s->residual);
     sched_forkkv_auto_free(s);
     free(s->waiting);
     free(s->running);
@@ -363,7 +371,7 @@ static void skip_reused(SchedRequest *r) {
         int from = span_guard_reuse_from(&r->guard, p, r->next_span, &wait);
         if (wait) break;
         if (from >= 0 && from != r->n_computed) break;
-        if (from >= 0) r->n_computed = p->spans[r->next_span].dst_start + p->spans[r->next_span].n_tokens;
+        if (from >= 0) r->n_computed = span_guard_reuse_end(&r->guard, p, r->next_span);
         r->next_span++;
     }
 }
@@ -526,7 +534,7 @@ static int plan_prefill_chunk(const Scheduler *s, StepPlan *p, SchedRequest *r, 
         if (chunk > 0 && plan_add(p, r, at, chunk, at + chunk == r->n_tokens)) return -1;
         *budget -= chunk;
         if (at + chunk < end || end == r->n_tokens || wait) break;
-        at = seg->spans[span].dst_start + seg->spans[span].n_tokens; /* past the reused span */
+        at = span_guard_reuse_end(&r->guard, seg, span); /* past the reused span (its recomputed tail is next) */
         span++;
     }
     return 0;
@@ -688,5 +696,5 @@ int sched_predict(Scheduler *s, const char *workflow, const char *agent, int k, 
 
 int sched_check(const Scheduler *s, BraidError *err) {
     if (kv_cache_check(&s->cache, err)) return -1;
-    return s->forkkv && kv_cache_check(&s->residual.tree, err) ? braid_error_wrap(err, "residual tree") : 0;
+    return s->forkkv && residual_cache_check(&s->residual, err) ? braid_error_wrap(err, "residual tree") : 0;
 }

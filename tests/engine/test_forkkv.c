@@ -325,18 +325,21 @@ static void test_engine_fork_then_full_hit(void **state) {
 }
 
 /* --lora-cache auto: with no regret measured, an adapted request takes a separate cache (its own
- * namespace, plain attention, the separate engine's output); once the cost model prices memory
- * high, the same adapter forks (a residual, the same output), and another adapter then inherits
- * its base blocks. */
+ * namespace, plain attention, the separate engine's output). Once the cost model prices memory
+ * high, an adapter whose own copy is the only one stays separate (forking would only add a base
+ * copy and a residual: the corrected saving, forkkv_cost.h), while another adapter over the same
+ * context forks (the first copy is a duplicate a shared base folds away; nothing cached in the
+ * base yet, so the separate engine's output), and a third inherits its base blocks. */
 static void test_engine_auto_chooses_by_cost(void **state) {
     (void)state;
     int n;
     int32_t *tokens = whole_prompt(&n);
     int full = (n - 1) / BS * BS;
     Engine sep, e;
-    Output ref, out[4];
+    Output ref, ref_planner, out[5];
     start_engine(&sep, false, 256, 0);
     run_one(&sep, "coder", tokens, n, &ref);
+    run_one(&sep, "planner", tokens, n, &ref_planner);
     engine_free(&sep);
     start_engine_mode(&e, true, true, 256, 256);
     ForkKvCost *cost = sched_forkkv_cost(&e.sched);
@@ -351,13 +354,22 @@ static void test_engine_auto_chooses_by_cost(void **state) {
     assert_int_equal((int)e.sched.counters.forkkv_requests, 0);
     cost->regret = 1.0; /* separate copies always evicted and reread: memory is worth more than attention */
     cost->token_s = 1.0;
-    run_one(&e, "coder", tokens, n, &out[2]);
+    run_one(&e, "coder", tokens, n, &out[2]); /* its own copy alone: nothing to fold, stays separate */
+    assert_int_equal((int)e.sched.counters.forkkv_requests, 0);
+    assert_int_equal(out[2].cached, full);
+    run_one(&e, "planner", tokens, n, &out[3]); /* coder's copy is a duplicate of its context: fork */
+    assert_string_equal(out[3].error, "");
     assert_int_equal((int)e.sched.counters.forkkv_requests, 1);
-    assert_memory_equal(out[2].tokens, ref.tokens, sizeof ref.tokens);
+    assert_memory_equal(out[3].tokens, ref_planner.tokens, sizeof ref_planner.tokens);
     uint64_t forks_before = e.sched.counters.fork_tokens;
-    run_one(&e, "planner", tokens, n, &out[3]);
+    run_one(&e, "tester", tokens, n, &out[4]); /* the shared base holds it now */
     assert_int_equal((int)e.sched.counters.forkkv_requests, 2);
     assert_int_equal((int)(e.sched.counters.fork_tokens - forks_before), full);
+    assert_string_equal(out[4].error, ""); /* its base K/V are the planner's: ForkKV's approximation */
+    /* The unified pool: the residuals live in base blocks (carriers), and the invariants hold. */
+    assert_true(residual_cache_carriers(&e.sched.residual) > 0);
+    BraidError err = {0};
+    assert_int_equal(residual_cache_check(&e.sched.residual, &err), 0);
     engine_free(&e);
     free(tokens);
 }

@@ -9,6 +9,8 @@
  * tokens reused, counters moved. The whole-span probe (probe_whole, a measuring mode) reuses
  * nothing, gives the no-reuse output bit for bit and writes per-layer K/V cosines; the value
  * probe (probe_values) decides on the lower of key and value cosines (values drift more).
+ * Span shape (min_span, tail_tokens): approximate spans shorter than min_span are computed whole;
+ * a reused span's last tail_tokens are computed, and prefill resumes at the tail, not past it.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -235,12 +237,68 @@ static void test_value_probe_is_stricter(void **state) {
     assert_true(strict.reused < keys.reused);
 }
 
+/* The plan's span shape without the model: a short approximate span is computed whole, a long one
+ * loses its head and its tail to recompute, an exact one is untouched; a rejected probe gives back
+ * only what the plan had not already taken. */
+static void test_span_shape_plan(void **state) {
+    (void)state;
+    KvSegmentSpan spans[3] = {{.dst_start = 0, .n_tokens = 40}, {.dst_start = 64, .n_tokens = 12},
+                              {.dst_start = 100, .n_tokens = 40, .exact = true}};
+    KvSegmentPlan plan = {.spans = spans, .n = 3, .reused_tokens = 92, .inexact = true};
+    SpanGuardConfig cfg = {.probe_tokens = 4, .min_cos = 0.99, .min_span = 16, .tail_tokens = 4};
+    SpanGuard g = {.probing = -1};
+    assert_int_equal(span_guard_plan(&g, &cfg, &plan, true), 4 + 4 + 12);
+    bool wait;
+    assert_int_equal(g.state[0], SPAN_PROBING);
+    assert_int_equal(span_guard_head_end(&g, &plan, 0), 4);
+    assert_int_equal(span_guard_reuse_end(&g, &plan, 0), 36);
+    assert_int_equal(g.state[1], SPAN_REJECTED); /* 12 < min_span */
+    assert_int_equal(span_guard_reuse_from(&g, &plan, 1, &wait), -1);
+    assert_int_equal(g.state[2], SPAN_PLAIN);    /* exact spans are reused whole */
+    assert_int_equal(span_guard_reuse_from(&g, &plan, 2, &wait), 100);
+    assert_int_equal(span_guard_reuse_end(&g, &plan, 2), 140);
+    assert_int_equal(span_guard_decide(&g, &plan, 0, true), 0);
+    assert_int_equal(span_guard_reuse_from(&g, &plan, 0, &wait), 4);
+    /* Rejected after its probe: the 32 tokens between head and tail go back to compute. */
+    assert_int_equal(span_guard_plan(&g, &cfg, &plan, true), 20);
+    assert_int_equal(span_guard_decide(&g, &plan, 0, false), 32);
+    /* No probe, shape only: head 0, the span is reused up to its tail at once. */
+    SpanGuardConfig tail_only = {.tail_tokens = 8};
+    assert_int_equal(span_guard_plan(&g, &tail_only, &plan, true), 8 + 8);
+    assert_int_equal(span_guard_reuse_from(&g, &plan, 0, &wait), 0);
+    assert_int_equal(span_guard_reuse_end(&g, &plan, 0), 32);
+    assert_int_equal(span_guard_reuse_end(&g, &plan, 1), 64 + 4);
+    span_guard_free(&g);
+}
+
+/* The tail on the real model: each reused approximate span gives its last tail_tokens back to
+ * compute (counted as head tokens), and a min_span above every span's length reuses nothing and
+ * gives the no-reuse output bit for bit. */
+static void test_tail_and_min_span_recompute(void **state) {
+    (void)state;
+    SpanGuardCounters none_c, tail_c, long_c;
+    Outcome none = after_source(SYS_BENIGN, (SpanGuardConfig){0}, &none_c);
+    Outcome tail = after_source(SYS_BENIGN, (SpanGuardConfig){.tail_tokens = 3}, &tail_c);
+    Outcome only_long = after_source(SYS_BENIGN, (SpanGuardConfig){.min_span = 100000}, &long_c);
+    Outcome ref = without_reuse(SYS_BENIGN);
+    fprintf(stderr, "reused: no guard %d, tail 3 %d (recomputed %llu), min span 100000 %d\n", none.reused, tail.reused,
+            (unsigned long long)tail_c.head_tokens, only_long.reused);
+    assert_true(none.reused > 3);
+    assert_true(tail_c.head_tokens >= 3);
+    assert_int_equal(tail.reused, none.reused - (int)tail_c.head_tokens);
+    assert_int_equal(only_long.reused, 0);
+    assert_int_equal(only_long.n_out, ref.n_out);
+    assert_memory_equal(only_long.out, ref.out, (size_t)ref.n_out * sizeof *ref.out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_probe_admits_benign_rejects_adversarial),
         cmocka_unit_test(test_depth_window_recomputes_heads),
         cmocka_unit_test(test_whole_span_probe_measures),
         cmocka_unit_test(test_value_probe_is_stricter),
+        cmocka_unit_test(test_span_shape_plan),
+        cmocka_unit_test(test_tail_and_min_span_recompute),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

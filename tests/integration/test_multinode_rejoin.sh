@@ -12,6 +12,10 @@
 # Checked:
 #  - both joiners are taken: /health "ready" with 3 of 3 instances up; a third joiner asking for
 #    instance 1 (alive) is refused and says why, and nothing changes;
+#  - joined instances lend and borrow KV blocks: one long prompt asked three times (round-robin)
+#    is computed once and moved in by the other two instances; at least one borrower is a joined
+#    instance with cached_tokens_remote > 256, /metrics counts the moved bytes, no move fails, and
+#    the borrower's node link carried at least those bytes in (the UCX reads crossed the veth);
 #  - node 3 is lost under load (every process in it killed, its link down): the whole answers in
 #    flight all complete (200), /health says "degraded" with instance 2 dead (its leader's silence,
 #    --instance-timeout);
@@ -19,6 +23,8 @@
 #    again, /metrics counts the restart and the re-warm (braid_instance_rewarms_total), and requests routed round-robin reach instance 2 and are
 #    answered (the coordinator's routing events name instance 2 for a request answered 200 after
 #    the rejoin);
+#  - after the rejoin a second document asked three times moves into or out of instance 2 (the new
+#    leader's UCX worker replaces the old one's behind the same leader rank);
 #  - SIGTERM to the launcher drains the coordinator and the launcher exits 0 (the server's
 #    status), stopping every job and ompi-server (nothing left on the nodes, no state left).
 # Every exit path (EXIT, INT, TERM) kills the processes this test started and removes the nodes.
@@ -96,6 +102,53 @@ wait_for 60 refused || fail "a joiner for live instance 1 was not refused"
 ready || fail "a refused joiner changed the state: $(health)"
 echo "ok: a joiner for a live instance is refused: $(grep -o 'the coordinator refused.*' "$work/refused-joiner.log" | head -n 1)"
 
+# Joined instances lend and borrow KV blocks: the same long prompt three times, round-robin, reaches
+# every instance; the first computes it, the other two move it in over UCX (their move messages
+# relayed by the coordinator, MSG_KV_RELAY), and at least one of those two is a joined instance.
+metric() { curl -s -m 5 "$url/metrics" | sed -n "s/^$1 \([0-9]*\).*/\1/p"; }
+counter() { cat "/sys/class/net/$("$nodes_sh" veth "$1")/statistics/tx_bytes"; }  # bytes into node N
+doc=$(python3 -c 'print(" ".join(f"Clause {i}: the supplier ships part {i * 7} to depot {i % 5} within {i % 9 + 2} days." for i in range(40)))')
+ask_doc() {  # ask_doc NAME [DOCUMENT]: a chat request over the document, answered whole into NAME.json
+  python3 -c 'import json,sys; print(json.dumps({"temperature": 0, "max_tokens": 8, "messages": [
+      {"role": "system", "content": "You answer questions about the text below."}, {"role": "user", "content": sys.argv[1]},
+      {"role": "user", "content": "Which depot does part 14 go to?"}]}))' "${2:-$doc}" > "$work/$1.body"
+  curl -s -m 120 -o "$work/$1.json" -w '%{http_code}' "$url/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d @"$work/$1.body" > "$work/$1.code"
+}
+served_by() {  # served_by NAME: the instance the routing events name for NAME.json's request
+  python3 - "$work/events.jsonl" "$work/$1.json" << 'EOF2'
+import json, sys
+req = int(json.load(open(sys.argv[2]))["id"].rsplit("-", 1)[1])
+for line in open(sys.argv[1]):
+    try:
+        e = json.loads(line)
+    except ValueError:
+        continue
+    if e.get("event") == "route" and e.get("req") == req:
+        print(e.get("instance"))
+EOF2
+}
+remote() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["prompt_tokens_details"]["cached_tokens_remote"])' "$1" 2> /dev/null; }
+joined_borrowed=0
+for k in 1 2 3; do
+  moved0=$(metric braid_kv_moved_in_bytes_total) in2=$(counter 2) in3=$(counter 3)
+  ask_doc "doc$k"
+  [ "$(cat "$work/doc$k.code")" = 200 ] || fail "document request $k: HTTP $(cat "$work/doc$k.code") $(cat "$work/doc$k.json")"
+  sleep 1  # the leaders' statistics (moved bytes) reach /metrics every 0.1 s
+  moved=$(($(metric braid_kv_moved_in_bytes_total) - moved0))
+  inst=$(served_by "doc$k" | tail -n 1) r=$(remote "$work/doc$k.json")
+  echo "document request $k: instance ${inst:-?}, cached_tokens_remote ${r:-?}, moved bytes $moved," \
+    "into node 2 $(($(counter 2) - in2)), into node 3 $(($(counter 3) - in3))"
+  if [ "${inst:-0}" -ge 1 ] && [ "${r:-0}" -gt 256 ] && [ "$moved" -gt 0 ]; then
+    into=$(($(counter $((inst + 1))) - $([ "$inst" = 1 ] && echo "$in2" || echo "$in3")))
+    [ "$into" -ge "$moved" ] || fail "joined instance $inst moved $moved bytes in but its node's link carried only $into in"
+    joined_borrowed=$((joined_borrowed + 1))
+  fi
+done
+[ "$joined_borrowed" -ge 1 ] || fail "no joined instance moved the document's prefix in (events: $(grep -c move_planned "$work/events.jsonl") moves planned)"
+[ "$(metric braid_kv_move_failures_total)" = 0 ] || fail "a move failed: braid_kv_move_failures_total $(metric braid_kv_move_failures_total)"
+echo "ok: $joined_borrowed joined instance(s) borrowed the prefix over UCX across the veth links (braid_kv_moved_in_bytes_total $(metric braid_kv_moved_in_bytes_total))"
+
 # Node 3 lost under load.
 for k in 1 2 3 4 5 6; do ask "load$k" "Load request $k: name three colours." & pids+=($!); done
 sleep 1
@@ -118,7 +171,6 @@ wait_for 90 ready || fail "instance 2 did not rejoin: $(health)"
 echo "ok: node 3 rejoined: $(health | head -c 200)"
 restarts=$(curl -s -m 5 "$url/metrics" | sed -n 's/^braid_instance_restarts_total \([0-9]*\)/\1/p')
 [ "${restarts:-0}" -ge 3 ] || fail "braid_instance_restarts_total = '$restarts', want >= 3 (two first joins and the rejoin)"
-metric() { curl -s -m 5 "$url/metrics" | sed -n "s/^$1 \([0-9]*\).*/\1/p"; }
 rewarmed() { [ "$(metric braid_instance_rewarms_total)" -ge 3 ] 2> /dev/null; }
 wait_for 60 rewarmed || fail "braid_instance_rewarms_total = '$(metric braid_instance_rewarms_total)', want >= 3 (each join re-warms)"
 echo "ok: re-warmed (braid_instance_rewarms_total $(metric braid_instance_rewarms_total), heads $(metric braid_instance_rewarm_heads_total))"
@@ -128,6 +180,36 @@ for k in 1 2 3 4 5 6; do
   [ "$(cat "$work/after$k.code")" = 200 ] || fail "request $k after the rejoin: HTTP $(cat "$work/after$k.code") $(cat "$work/after$k.json")"
   after+=("$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"].rsplit("-", 1)[1])' "$work/after$k.json")")
 done
+
+# The rejoined instance (a new UCX worker behind the same leader rank) takes part in moves again: a
+# second document three times round-robin; a move into or out of instance 2 lands.
+doc=$(python3 -c 'print(" ".join(f"Entry {i}: the station at km {i * 3} logged {i % 7 + 1} trains and {i % 4} delays." for i in range(40)))')
+moved_before=$(metric braid_kv_moved_in_bytes_total) failures_before=$(metric braid_kv_move_failures_total)
+rejoined_moved=0
+for k in 1 2 3; do
+  ask_doc "redoc$k"
+  [ "$(cat "$work/redoc$k.code")" = 200 ] || fail "second document, request $k: HTTP $(cat "$work/redoc$k.code") $(cat "$work/redoc$k.json")"
+  inst=$(served_by "redoc$k" | tail -n 1) r=$(remote "$work/redoc$k.json")
+  from=$(python3 - "$work/events.jsonl" "$work/redoc$k.json" << 'EOF2'
+import json, sys
+req = int(json.load(open(sys.argv[2]))["id"].rsplit("-", 1)[1])
+for line in open(sys.argv[1]):
+    try:
+        e = json.loads(line)
+    except ValueError:
+        continue
+    if e.get("event") == "move_planned" and e.get("req") == req:
+        print(e.get("from"))
+EOF2
+)
+  echo "second document, request $k: instance ${inst:-?}, moved from ${from:-none}, cached_tokens_remote ${r:-?}"
+  if [ "${r:-0}" -gt 256 ] && { [ "${inst:-}" = 2 ] || [ "${from:-}" = 2 ]; }; then rejoined_moved=$((rejoined_moved + 1)); fi
+done
+sleep 1
+[ "$rejoined_moved" -ge 1 ] || fail "no move into or out of the rejoined instance 2 landed"
+[ "$(metric braid_kv_moved_in_bytes_total)" -gt "$moved_before" ] || fail "no bytes moved after the rejoin"
+[ "$(metric braid_kv_move_failures_total)" = "$failures_before" ] || fail "a move failed after the rejoin: $(metric braid_kv_move_failures_total)"
+echo "ok: the rejoined instance 2 lends or borrows again ($rejoined_moved move(s) landed with it)"
 
 # SIGTERM to the launcher: drain and exit 0; the events file is complete then.
 kill -TERM "$launcher"

@@ -35,7 +35,7 @@ probes() {  # admitted + rejected probes, summed over instances (0 while the ser
 }
 probed() { [ "$(probes)" -gt 0 ]; }
 
-if start_cluster guarded --threads 2 --segment-reuse approx --approx-window 0 --segment-lsh on --segment-tau-seg 0.3 --segment-tau-ctx 0; then
+if start_cluster guarded --threads 2 --segment-reuse approx --approx-window 0 --segment-min-span 0 --segment-tail 0 --segment-lsh on --segment-tau-seg 0.3 --segment-tau-ctx 0; then
   cand0=$(metric braid_segment_lsh_candidates_total)
   check "guarded: probe and LSH counters start at 0" [ "$(probes)" = 0 ] && [ "${cand0:-0}" = 0 ]
   check "guarded: source request" [ "$(post "$(body 'You are agent one.' 0)")" = 200 ]

@@ -33,7 +33,7 @@ static ForkKvCost smol(double regret) {
 static void test_no_regret_means_separate(void **state) {
     (void)state;
     ForkKvCost c = smol(0.0);
-    ForkKvRequest r = {.n_prompt = 4096, .max_tokens = 64, .held = 4096};
+    ForkKvRequest r = {.n_prompt = 4096, .max_tokens = 64, .held = 4096, .base = 4096};
     ForkKvChoice ch = forkkv_cost_choose(&c, &r);
     assert_false(ch.shared);
     assert_true(ch.penalty_s > 0);
@@ -44,29 +44,54 @@ static void test_thrashing_copies_mean_fork(void **state) {
     (void)state;
     /* mapreduce-lora at 640 blocks: separate mode lost about half its hits to eviction. */
     ForkKvCost c = smol(0.5);
-    ForkKvRequest r = {.n_prompt = 4200, .max_tokens = 64, .held = 4096};
+    ForkKvRequest r = {.n_prompt = 4200, .max_tokens = 64, .held = 4096, .base = 4096};
     ForkKvChoice ch = forkkv_cost_choose(&c, &r);
     assert_true(ch.shared);
     /* The terms are the header's formula. */
     double fresh = 4200 - 4096, pen = 30 * ((c.rho_decode - 1) * c.plain_decode_s * 64 * (4200 + 32) +
                                             (c.rho_prefill - 1) * c.plain_prefill_s * fresh * (4200 - fresh / 2));
     assert_true(fabs(ch.penalty_s - pen) < 1e-9 * (1 + pen));
-    assert_true(fabs(ch.saving_s - 3e-3 * 0.5 * 4096 * (1 - 16.0 / 192)) < 1e-9);
+    /* saved = a separate copy's 4200 new tokens - the fork's (104 base + 4200 x 16/192 residual) */
+    assert_true(fabs(ch.saving_s - 3e-3 * 0.5 * (4200 - (104 + 4200 * 16.0 / 192))) < 1e-9);
 }
 
 static void test_decode_heavy_or_little_held_means_separate(void **state) {
     (void)state;
     /* react-lora at 320 blocks: a few points of hit rate lost to eviction. */
     ForkKvCost c = smol(0.07);
-    ForkKvRequest react = {.n_prompt = 2300, .max_tokens = 64, .held = 2048};
+    ForkKvRequest react = {.n_prompt = 2300, .max_tokens = 64, .held = 2048, .base = 2048};
     assert_false(forkkv_cost_choose(&c, &react).shared);
     /* The same regret as mapreduce, but nothing held yet: nothing to save. */
     ForkKvCost m = smol(0.5);
     ForkKvRequest fresh = {.n_prompt = 4200, .max_tokens = 64, .held = 0};
     assert_false(forkkv_cost_choose(&m, &fresh).shared);
     /* Long outputs turn the fork's decode penalty against it. */
-    ForkKvRequest long_out = {.n_prompt = 4200, .max_tokens = 2048, .held = 4096};
+    ForkKvRequest long_out = {.n_prompt = 4200, .max_tokens = 2048, .held = 4096, .base = 4096};
     assert_false(forkkv_cost_choose(&m, &long_out).shared);
+}
+
+/* The corrected saving (issue 36): memory, in tokens, that forking saves. An adapter whose own
+ * separate copy holds the context and no other adapter's does saves nothing by forking (it would
+ * recompute into the shared base and add a residual): separate, however high the regret. Other
+ * adapters' separate copies of the same context are the duplicates a shared base folds into
+ * residuals: with two of them, the same request forks. */
+static void test_other_adapters_copies_decide(void **state) {
+    (void)state;
+    ForkKvCost c = smol(0.5);
+    ForkKvRequest own_only = {.n_prompt = 4200, .max_tokens = 64, .held = 4096, .own = 4096};
+    ForkKvChoice ch = forkkv_cost_choose(&c, &own_only);
+    assert_false(ch.shared);
+    assert_true(ch.saving_s == 0);
+    ForkKvRequest nothing = {.n_prompt = 4200, .max_tokens = 64, .held = 0};
+    assert_false(forkkv_cost_choose(&c, &nothing).shared);
+    ForkKvRequest dup = {.n_prompt = 4200, .max_tokens = 64, .held = 4096, .copies = 2 * 4096};
+    ch = forkkv_cost_choose(&c, &dup);
+    assert_true(ch.shared);
+    double res = 16.0 / 192, saved = 4200 - (4200 + 4200 * res) + 2 * 4096 * (1 - res);
+    assert_true(fabs(ch.saving_s - 3e-3 * 0.5 * saved) < 1e-9);
+    /* The same copies with no regret measured: memory is not short, separate stays. */
+    ForkKvCost calm = smol(0.0);
+    assert_false(forkkv_cost_choose(&calm, &dup).shared);
 }
 
 static void test_estimates_average_their_samples(void **state) {
@@ -143,6 +168,7 @@ int main(void) {
         cmocka_unit_test(test_no_regret_means_separate),
         cmocka_unit_test(test_thrashing_copies_mean_fork),
         cmocka_unit_test(test_decode_heavy_or_little_held_means_separate),
+        cmocka_unit_test(test_other_adapters_copies_decide),
         cmocka_unit_test(test_estimates_average_their_samples),
         cmocka_unit_test(test_probe_measures_ratios),
         cmocka_unit_test(test_presence_follows_events),

@@ -5,7 +5,8 @@
  * fetches with drains, and a failure or timeout in mid-move quiesces every busy buffer, starts
  * nothing more and keeps failing. And the window layout (worker/kv_stage_layout.h): the lender's
  * pieces and the borrower's agree, so each moved block lands whole in its table slot, through the
- * pipeline, and nothing else is written. */
+ * pipeline, and nothing else is written — also for a loan spanning the lender's device pool and
+ * host tier (a different plane layout). */
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -153,6 +154,33 @@ static KvStagePipe *pipe_for(Move *m, Fake *f, int n_bufs, size_t buf_bytes, dou
     return p;
 }
 
+/* One case's set-up: a move of N_PIECES pieces, a ring of n_bufs buffers of buf_bytes, and the fake
+ * copies over its source and destination (copies completing after 0..max_delay polls). On the heap:
+ * the spaces are too large for a test's stack. */
+typedef struct {
+    Move move;
+    Fake fake;
+    int n_bufs;
+    size_t buf_bytes;
+} Rig;
+
+static Rig *rig_new(unsigned move_seed, int n_bufs, size_t buf_bytes, int max_delay, unsigned fake_seed) {
+    Rig *r = malloc(sizeof *r);
+    assert_non_null(r);
+    move_init(&r->move, move_seed, n_bufs, buf_bytes);
+    fake_init(&r->fake, r->move.src, r->move.dst, max_delay, fake_seed);
+    r->n_bufs = n_bufs, r->buf_bytes = buf_bytes;
+    return r;
+}
+
+/* The rig's pipe over the fake copies; deadline 0: none. */
+static KvStagePipe *rig_pipe(Rig *r, double deadline) { return pipe_for(&r->move, &r->fake, r->n_bufs, r->buf_bytes, deadline); }
+
+static void rig_free(Rig *r) {
+    move_free(&r->move);
+    free(r);
+}
+
 /* Steps until the pipe settles (bounded: a pipe that never settles fails the test, not hangs it). */
 static int run_to_end(KvStagePipe *p, BraidError *err) {
     for (int i = 0; i < 100000; i++) {
@@ -171,26 +199,24 @@ static void test_every_byte_lands_in_order(void **state) {
     for (int bi = 0; bi < 4; bi++)
         for (int si = 0; si < 4; si++)
             for (int di = 0; di < 2; di++) {
-                Move *m = malloc(sizeof *m);
-                Fake f;
-                move_init(m, 7u + (unsigned)(bi * 16 + si * 4 + di), bufs[bi], sizes[si]);
-                fake_init(&f, m->src, m->dst, delays[di], 99u + (unsigned)si);
-                KvStagePipe *p = pipe_for(m, &f, bufs[bi], sizes[si], 0);
+                Rig *r = rig_new(7u + (unsigned)(bi * 16 + si * 4 + di), bufs[bi], sizes[si], delays[di], 99u + (unsigned)si);
+                const Move *m = &r->move;
+                const Fake *f = &r->fake;
+                KvStagePipe *p = rig_pipe(r, 0);
                 assert_int_equal(kv_stage_pipe_chunks(p), (int)((m->total + sizes[si] - 1) / sizes[si])); /* packed, not one per piece */
                 assert_int_equal(kv_stage_pipe_bytes(p), m->total);
                 BraidError err;
                 assert_int_equal(run_to_end(p, &err), 1);
                 assert_memory_equal(m->dst, m->want, m->total); /* nothing dropped, misplaced or overwritten */
-                assert_int_equal(f.reuse_violations, 0);
-                assert_int_equal(f.order_violations, 0);
+                assert_int_equal(f->reuse_violations, 0);
+                assert_int_equal(f->order_violations, 0);
                 assert_int_equal(kv_stage_pipe_chunks_landed(p), kv_stage_pipe_chunks(p));
                 assert_int_equal(kv_stage_pipe_busy_buffers(p), 0);
-                assert_int_equal(f.busy_now, 0);
+                assert_int_equal(f->busy_now, 0);
                 assert_int_equal(kv_stage_pipe_step(p, 1.0, &err), 1); /* landed stays landed */
                 kv_stage_pipe_destroy(p);
-                assert_int_equal(f.quiesced, 0);
-                move_free(m);
-                free(m);
+                assert_int_equal(f->quiesced, 0);
+                rig_free(r);
             }
 }
 
@@ -198,18 +224,14 @@ static void test_every_byte_lands_in_order(void **state) {
 static void test_ring_overlaps_fetch_and_drain(void **state) {
     (void)state;
     for (int n_bufs = 1; n_bufs <= 2; n_bufs++) {
-        Move *m = malloc(sizeof *m);
-        Fake f;
-        move_init(m, 5u, n_bufs, 64);
-        fake_init(&f, m->src, m->dst, 2, 3u);
-        KvStagePipe *p = pipe_for(m, &f, n_bufs, 64, 0);
+        Rig *r = rig_new(5u, n_bufs, 64, 2, 3u);
+        KvStagePipe *p = rig_pipe(r, 0);
         BraidError err;
         assert_int_equal(run_to_end(p, &err), 1);
-        assert_memory_equal(m->dst, m->want, m->total);
-        assert_int_equal(f.busy_max, n_bufs);
+        assert_memory_equal(r->move.dst, r->move.want, r->move.total);
+        assert_int_equal(r->fake.busy_max, n_bufs);
         kv_stage_pipe_destroy(p);
-        move_free(m);
-        free(m);
+        rig_free(r);
     }
 }
 
@@ -234,81 +256,61 @@ static void check_failure(Fake *f, KvStagePipe *p, const char *needle) {
 
 static void test_fetch_fails_mid_move(void **state) {
     (void)state;
-    Move *m = malloc(sizeof *m);
-    Fake f;
-    move_init(m, 11u, 3, 64);
-    fake_init(&f, m->src, m->dst, 2, 17u);
-    f.fail_fetch_poll_at = 5;
-    check_failure(&f, pipe_for(m, &f, 3, 64, 0), "fake: fetch 5 failed");
-    assert_true(f.quiesced >= 1); /* the other buffers were busy when chunk 5 failed */
-    move_free(m);
-    free(m);
+    Rig *r = rig_new(11u, 3, 64, 2, 17u);
+    r->fake.fail_fetch_poll_at = 5;
+    check_failure(&r->fake, rig_pipe(r, 0), "fake: fetch 5 failed");
+    assert_true(r->fake.quiesced >= 1); /* the other buffers were busy when chunk 5 failed */
+    rig_free(r);
 }
 
 static void test_fetch_refused_mid_move(void **state) {
     (void)state;
-    Move *m = malloc(sizeof *m);
-    Fake f;
-    move_init(m, 12u, 4, 64);
-    fake_init(&f, m->src, m->dst, 3, 19u);
-    f.fail_fetch_start_at = 6;
-    check_failure(&f, pipe_for(m, &f, 4, 64, 0), "fake: fetch 6 refused");
-    move_free(m);
-    free(m);
+    Rig *r = rig_new(12u, 4, 64, 3, 19u);
+    r->fake.fail_fetch_start_at = 6;
+    check_failure(&r->fake, rig_pipe(r, 0), "fake: fetch 6 refused");
+    rig_free(r);
 }
 
 static void test_drain_fails_mid_move(void **state) {
     (void)state;
-    Move *m = malloc(sizeof *m);
-    Fake f;
-    move_init(m, 13u, 2, 64);
-    fake_init(&f, m->src, m->dst, 1, 23u);
-    f.fail_drain_poll_at = 4;
-    check_failure(&f, pipe_for(m, &f, 2, 64, 0), "fake: drain 4 failed");
-    move_free(m);
-    free(m);
+    Rig *r = rig_new(13u, 2, 64, 1, 23u);
+    r->fake.fail_drain_poll_at = 4;
+    check_failure(&r->fake, rig_pipe(r, 0), "fake: drain 4 failed");
+    rig_free(r);
 }
 
 /* A chunk whose read never lands: the pipe waits, then fails at the deadline and quiesces. */
 static void test_timeout_mid_move(void **state) {
     (void)state;
-    Move *m = malloc(sizeof *m);
-    Fake f;
-    move_init(m, 14u, 3, 64);
-    fake_init(&f, m->src, m->dst, 0, 29u);
-    f.stall_fetch_at = 4;
-    KvStagePipe *p = pipe_for(m, &f, 3, 64, 5.0);
+    Rig *r = rig_new(14u, 3, 64, 0, 29u);
+    r->fake.stall_fetch_at = 4;
+    KvStagePipe *p = rig_pipe(r, 5.0);
     BraidError err;
     for (int i = 0; i < 50; i++) assert_int_equal(kv_stage_pipe_step(p, 1.0 + i * 0.01, &err), 0);
     assert_int_equal(kv_stage_pipe_chunks_landed(p), 4); /* chunks 0..3 landed, 4 stalls the ring */
     assert_true(kv_stage_pipe_busy_buffers(p) > 0);
     assert_int_equal(kv_stage_pipe_step(p, 6.0, &err), -1);
     assert_non_null(strstr(err.msg, "timed out with 4 of"));
-    assert_int_equal(f.busy_now, 0);
+    assert_int_equal(r->fake.busy_now, 0);
     assert_int_equal(kv_stage_pipe_busy_buffers(p), 0);
     assert_int_equal(kv_stage_pipe_step(p, 7.0, &err), -1);
     kv_stage_pipe_destroy(p);
-    move_free(m);
-    free(m);
+    rig_free(r);
 }
 
 /* Ending a move in flight (the importer's own timeout, a cancelled request) quiesces its buffers. */
 static void test_destroy_in_flight_quiesces(void **state) {
     (void)state;
-    Move *m = malloc(sizeof *m);
-    Fake f;
-    move_init(m, 15u, 4, 32);
-    fake_init(&f, m->src, m->dst, 5, 31u);
-    KvStagePipe *p = pipe_for(m, &f, 4, 32, 0);
+    Rig *r = rig_new(15u, 4, 32, 5, 31u);
+    KvStagePipe *p = rig_pipe(r, 0);
     BraidError err;
     for (int i = 0; i < 3; i++) assert_int_equal(kv_stage_pipe_step(p, 1.0, &err), 0);
     int busy = kv_stage_pipe_busy_buffers(p);
     assert_true(busy > 0);
     kv_stage_pipe_destroy(p);
-    assert_int_equal(f.quiesced, busy);
-    assert_int_equal(f.busy_now, 0);
-    move_free(m);
-    free(m);
+    assert_int_equal(r->fake.quiesced, busy);
+    assert_int_equal(r->fake.busy_now, 0);
+    rig_free(r);
 }
 
 static void test_empty_and_bad_config(void **state) {
@@ -338,21 +340,17 @@ static void test_empty_and_bad_config(void **state) {
 /* No drain (a reader landing straight in its destination): a fetched chunk is landed. */
 static void test_fetch_only(void **state) {
     (void)state;
-    Move *m = malloc(sizeof *m);
-    Fake f;
-    move_init(m, 16u, 2, 50);
-    fake_init(&f, m->src, m->dst, 2, 37u);
+    Rig *r = rig_new(16u, 2, 50, 2, 37u);
     StageCopyOps fetch_only = {fetch_start, fetch_poll, NULL, NULL, quiesce};
-    KvStagePipeConfig cfg = {.bufs = m->bufs, .n_bufs = 2, .buf_bytes = 50, .ops = &fetch_only, .ctx = &f};
+    KvStagePipeConfig cfg = {.bufs = r->move.bufs, .n_bufs = 2, .buf_bytes = 50, .ops = &fetch_only, .ctx = &r->fake};
     KvStagePipe *p;
     BraidError err;
-    assert_int_equal(kv_stage_pipe_create(&p, m->pieces, N_PIECES, &cfg, &err), 0);
+    assert_int_equal(kv_stage_pipe_create(&p, r->move.pieces, N_PIECES, &cfg, &err), 0);
     assert_int_equal(run_to_end(p, &err), 1);
-    assert_int_equal(f.drain_starts, 0);
-    assert_int_equal(f.busy_now, 0);
+    assert_int_equal(r->fake.drain_starts, 0);
+    assert_int_equal(r->fake.busy_now, 0);
     kv_stage_pipe_destroy(p);
-    move_free(m);
-    free(m);
+    rig_free(r);
 }
 
 /* Host pools standing in for two CUDA pools: the lender stages blocks {5,6,7,2,3,9} into a window;
@@ -440,6 +438,79 @@ static void test_window_layout_lender_and_borrower_agree(void **state) {
     assert_int_equal(kv_stage_lender_pieces(&lender, outside, 1, &lp, &err), -1);
 }
 
+/* A loan spanning the lender's two tiers: device blocks {1,2}, host-tier blocks {3,4} (consecutive ids
+ * across the tiers: one run each, never one merged run), device block {7}, host block {0}; the host tier laid out as the CUDA backend's (a layer's K and V planes side by
+ * side). The window layout is the same as for a device-only loan, so the borrower's pieces land every
+ * block whole from whichever tier it came, and nothing else is written. */
+enum { HOST_BLOCKS = 6 };
+
+static void test_window_layout_mixed_tiers(void **state) {
+    (void)state;
+    static uint8_t dkv[2 * LAY_LAYERS * LEND_BLOCKS * LAY_BLB], hkv[2 * LAY_LAYERS * HOST_BLOCKS * LAY_BLB], bkv[2 * LAY_LAYERS * BORROW_BLOCKS * LAY_BLB],
+        bkv0[sizeof bkv];
+    static int32_t dpos[LEND_BLOCKS * LAY_BS], hpos[HOST_BLOCKS * LAY_BS], bpos[BORROW_BLOCKS * LAY_BS], bpos0[BORROW_BLOCKS * LAY_BS];
+    fill_pool(dkv, dpos, LEND_BLOCKS, 1);
+    fill_pool(hkv, hpos, HOST_BLOCKS, 3);
+    fill_pool(bkv, bpos, BORROW_BLOCKS, 2);
+    memcpy(bkv0, bkv, sizeof bkv), memcpy(bpos0, bpos, sizeof bpos);
+    KvStagePool pools[2] = {{.kv = (uint64_t)(uintptr_t)dkv, .slot_pos = (uint64_t)(uintptr_t)dpos, .n_layers = LAY_LAYERS, .n_blocks = LEND_BLOCKS,
+                             .block_size = LAY_BS, .block_layer_bytes = LAY_BLB},
+                            {.kv = (uint64_t)(uintptr_t)hkv, .slot_pos = (uint64_t)(uintptr_t)hpos, .n_layers = LAY_LAYERS, .n_blocks = HOST_BLOCKS,
+                             .block_size = LAY_BS, .block_layer_bytes = LAY_BLB, .kv_interleaved = true}};
+    KvStagePool borrower = pools[0];
+    borrower.kv = (uint64_t)(uintptr_t)bkv, borrower.slot_pos = (uint64_t)(uintptr_t)bpos, borrower.n_blocks = BORROW_BLOCKS;
+    const uint8_t tiers[] = {0, 0, 1, 1, 0, 1};
+    const int32_t lent[] = {1, 2, 3, 4, 7, 0}, table[] = {11, 12, 4, 15, 16, 17};
+    enum { N = 6 };
+    BraidError err;
+    StagePiece *lp, *bp;
+    int nl = kv_stage_lender_pieces_tiered(pools, tiers, lent, N, &lp, &err);
+    assert_int_equal(nl, (2 * LAY_LAYERS + 1) * 4); /* runs {1,2} {3,4}h {7} {0}h per plane: never merged across tiers */
+    size_t block_bytes = kv_stage_block_bytes(&pools[0]);
+    uint8_t *window = calloc(1, N * block_bytes);
+    size_t end = 0;
+    for (int i = 0; i < nl; i++) {
+        assert_int_equal(lp[i].dst, end);
+        memcpy(window + lp[i].dst, (const void *)(uintptr_t)lp[i].src, lp[i].len);
+        end += lp[i].len;
+    }
+    assert_int_equal(end, N * block_bytes);
+    MoveRun runs[] = {{.tier = 0, .src = 0, .dst = 11, .count = 2}, {.tier = 0, .src = 2, .dst = 4, .count = 1}, {.tier = 0, .src = 3, .dst = 15, .count = 3}};
+    int nb = kv_stage_borrower_pieces(&borrower, N, runs, 3, &bp, &err);
+    assert_true(nb > 0);
+    uint8_t b0[48], b1[48], *bufs[2] = {b0, b1};
+    StageCopyOps ops = {copy_fetch_start, copy_poll, copy_drain_start, copy_poll, copy_quiesce};
+    KvStagePipeConfig cfg = {.bufs = bufs, .n_bufs = 2, .buf_bytes = sizeof b0, .ops = &ops, .ctx = window};
+    KvStagePipe *pipe;
+    assert_int_equal(kv_stage_pipe_create(&pipe, bp, nb, &cfg, &err), 0);
+    assert_int_equal(run_to_end(pipe, &err), 1);
+    kv_stage_pipe_destroy(pipe);
+    for (int b = 0; b < BORROW_BLOCKS; b++) {
+        int slot = -1;
+        for (int i = 0; i < N; i++)
+            if (table[i] == b) slot = i;
+        for (int plane = 0; plane < 2 * LAY_LAYERS; plane++) {
+            int layer = plane % LAY_LAYERS, is_v = plane / LAY_LAYERS;
+            const uint8_t *want = bkv0 + ((size_t)plane * BORROW_BLOCKS + b) * LAY_BLB;
+            if (slot >= 0 && tiers[slot] == 0) want = dkv + ((size_t)plane * LEND_BLOCKS + lent[slot]) * LAY_BLB;
+            if (slot >= 0 && tiers[slot] == 1) want = hkv + ((size_t)(2 * layer + is_v) * HOST_BLOCKS + lent[slot]) * LAY_BLB; /* K_l, V_l adjacent */
+            assert_memory_equal(bkv + ((size_t)plane * BORROW_BLOCKS + b) * LAY_BLB, want, LAY_BLB);
+        }
+        const int32_t *want_pos = slot < 0 ? bpos0 + b * LAY_BS : (tiers[slot] ? hpos : dpos) + lent[slot] * LAY_BS;
+        assert_memory_equal(bpos + b * LAY_BS, want_pos, LAY_BS * sizeof(int32_t));
+    }
+    free(lp), free(bp), free(window);
+    const int32_t host_outside[] = {HOST_BLOCKS};
+    const uint8_t host_tier[] = {1};
+    assert_int_equal(kv_stage_lender_pieces_tiered(pools, host_tier, host_outside, 1, &lp, &err), -1);
+    KvStagePool no_host[2] = {pools[0], {0}}; /* no host tier: a host block cannot be staged */
+    assert_int_equal(kv_stage_lender_pieces_tiered(no_host, tiers, lent, N, &lp, &err), -1);
+    assert_non_null(strstr(err.msg, "tier 1"));
+    KvStagePool other[2] = {pools[0], pools[1]};
+    other[1].block_layer_bytes = LAY_BLB / 2; /* geometry differs from the device pool's */
+    assert_int_equal(kv_stage_lender_pieces_tiered(other, tiers, lent, N, &lp, &err), -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_byte_lands_in_order),
@@ -452,6 +523,7 @@ int main(void) {
         cmocka_unit_test(test_empty_and_bad_config),
         cmocka_unit_test(test_fetch_only),
         cmocka_unit_test(test_window_layout_lender_and_borrower_agree),
+        cmocka_unit_test(test_window_layout_mixed_tiers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

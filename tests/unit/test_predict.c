@@ -677,6 +677,41 @@ static void test_tracker_idle_expiry(void **state) {
     workflow_tracker_free(t);
 }
 
+/* Issue 35: a workflow with a request in flight is busy, not idle. The live pbkv arm lost 5.5
+ * points to the simulator because the coordinator retired workflows whose requests waited longer
+ * than the idle timeout (and pbkv then evicted their history first). */
+static void test_tracker_held_workflow_never_expires(void **state) {
+    (void)state;
+    WorkflowTracker *t = make_tracker(8, 10);
+    call(t, "busy", "a", 0);
+    call(t, "idle", "a", 1);
+    assert_int_equal(workflow_tracker_hold(t, "busy"), 1);
+    assert_int_equal(workflow_tracker_hold(t, "unknown"), 0);
+    Retired r = {0};
+    /* 30 s after its call, still queued or running: only the unheld one retires. */
+    assert_int_equal(workflow_tracker_expire(t, 30, on_retired, &r), 1);
+    assert_int_equal(r.n, 1);
+    assert_string_equal(r.names[0], "idle");
+    WorkflowInfo info;
+    assert_int_equal(workflow_tracker_info(t, "busy", &info), 1);
+    assert_true(info.active);
+    /* Two requests in flight: the first to finish leaves it busy. */
+    assert_int_equal(workflow_tracker_hold(t, "busy"), 1);
+    workflow_tracker_release(t, "busy", 40);
+    assert_int_equal(workflow_tracker_expire(t, 100, on_retired, &r), 0);
+    /* The last one finishes at 120: the idle clock starts there, not at the call. */
+    workflow_tracker_release(t, "busy", 120);
+    assert_int_equal(workflow_tracker_expire(t, 129, on_retired, &r), 0);
+    assert_int_equal(workflow_tracker_expire(t, 131, on_retired, &r), 1);
+    assert_string_equal(r.names[1], "busy");
+    /* Releasing more than was held, or an unknown name, changes nothing. */
+    workflow_tracker_release(t, "busy", 132);
+    workflow_tracker_release(t, "unknown", 132);
+    assert_int_equal(workflow_tracker_info(t, "busy", &info), 1);
+    assert_true(!info.active);
+    workflow_tracker_free(t);
+}
+
 static void test_tracker_churn(void **state) {
     (void)state;
     /* 100,000 workflows through a 1,000-entry tracker, some ended, interleaved: memory stays
@@ -854,6 +889,7 @@ int main(void) {
         cmocka_unit_test(test_tracker_history),
         cmocka_unit_test(test_tracker_end_and_bounded),
         cmocka_unit_test(test_tracker_idle_expiry),
+        cmocka_unit_test(test_tracker_held_workflow_never_expires),
         cmocka_unit_test(test_tracker_churn),
         cmocka_unit_test(test_train_predictor_cli),
     };

@@ -4,7 +4,8 @@
  * congestion), the bookkeeping that feeds the queue estimate, learning the rates from finished
  * requests, and move_plan following a priced decision (and not one a later rule changed); the
  * measured rates per (lender, borrower) pair and link (same-node CUDA IPC vs staged) that FINISH
- * carries, and the choice they change. */
+ * carries, and the choice they change; the score's price of the requests a prefill delays, and
+ * blocks in flight to an instance counting as held there. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -58,8 +59,8 @@ static void test_estimate_parts(void **state) {
     e = route_cost_estimate(&m, &in);
     assert_true(fabs(e.evicted_s - (1024 / BS - 16 - 4) * BS / 1000.0) < 1e-9);
     /* The score is the TTFT when nobody waits, and adds the extra work when requests wait. */
-    assert_true(route_cost_score(&e, 0, 0) == e.ttft_s);
-    assert_true(route_cost_score(&e, 0, 4) > e.ttft_s);
+    assert_true(route_cost_score(&e, 0) == e.ttft_s);
+    assert_true(route_cost_score(&e, 4) > e.ttft_s);
 }
 
 /* A long prompt whose prefix an idle instance holds goes there, with nothing to move. */
@@ -387,6 +388,79 @@ static void test_measured_pair_rates(void **state) {
     wire_buf_free(&b);
 }
 
+/* The score: the TTFT plus the work the choice adds x the requests it delays. */
+static void test_score_prices_delayed_requests(void **state) {
+    (void)state;
+    RouteCostEstimate e = {.ttft_s = 2.0, .compute_s = 0.5, .evicted_s = 0.25};
+    assert_true(route_cost_score(&e, 0) == 2.0);
+    assert_true(route_cost_score(&e, -1) == 2.0);
+    assert_true(fabs(route_cost_score(&e, 4) - (2.0 + 4 * 0.75)) < 1e-12);
+}
+
+/* A prefill on a crowded instance stalls every sequence running there (one step at a time): the
+ * router prefers the instance with a longer queue but fewer requests to stall. Instance 0 runs 10
+ * requests with no prefill pending (TTFT 1.08 s), instance 1 one request with 500 tokens of prefill
+ * pending (TTFT 1.51 s); nobody holds the 1000-token prompt. The bare TTFT picks 0; 1000 tokens
+ * computed there delay 10 requests, on 1 one. */
+static void test_prefill_stalls_the_crowded_instance(void **state) {
+    (void)state;
+    Router r;
+    cost_router(&r, 2);
+    for (int k = 0; k < 10; k++) router_assigned(&r, 0, NULL);
+    router_assigned(&r, 1, NULL);
+    r.pending_prefill[1] = 500;
+    uint64_t h[62];
+    prompt_hashes(h, 62, 3);
+    RouteDecision d = router_pick_prompt(&r, h, 62, 1000, NULL);
+    assert_int_equal(d.instance, 1);
+    assert_true(r.estimate[0].ttft_s < r.estimate[1].ttft_s); /* the TTFT alone would have picked 0 */
+    /* A one-request-at-a-time server (braid sim's FIFO replay gives the queue in seconds): those on
+     * instance 0 are ahead of the new request, not stalled by it; the sooner first token wins. */
+    double queue_s[2] = {0.08, 0.508};
+    r.queue_s = queue_s;
+    assert_int_equal(router_pick_prompt(&r, h, 62, 1000, NULL).instance, 0);
+    r.queue_s = NULL;
+    router_free(&r);
+}
+
+/* Blocks in flight: the prompt blocks of a request charged to an instance count as held there
+ * (a request queued behind it finds them cached), even if the instance evicts them meanwhile (the
+ * queued request computes them again); they cannot be lent; they are forgotten once no prefill is
+ * pending there. Only the charged instance gets them, not the one the router first picked. */
+static void test_inflight_blocks_count_as_local(void **state) {
+    (void)state;
+    Router r;
+    cost_router(&r, 3);
+    uint64_t a[64], b[70];
+    prompt_hashes(a, 64, 5);
+    prompt_hashes(b, 70, 5); /* b extends a */
+    RouteDecision first = router_pick_prompt(&r, a, 64, 64 * BS + 10, NULL);
+    assert_int_equal(first.instance, 0);
+    first.instance = 2, first.priced_for = 2; /* a later rule (a pin, a cache key) sends it to 2 */
+    RouteCharge ca = router_charge(&r, &first, 64 * BS + 10, 1.0);
+    router_assigned(&r, 2, NULL);
+    /* The others are busier still: 20 s of prefill each. */
+    RouteDecision other = {.instance = 0, .source = -1};
+    RouteCharge c0 = router_charge(&r, &other, 20000, 1.0);
+    other.instance = 1;
+    RouteCharge c1 = router_charge(&r, &other, 20000, 1.0);
+    RouteDecision d = router_pick_prompt(&r, b, 70, 70 * BS + 10, NULL);
+    assert_int_equal(d.instance, 2);
+    assert_int_equal(d.matched_blocks, 64);
+    assert_string_equal(d.reason, "cost-local");
+    assert_int_equal(d.source, -1); /* in flight is not stored: nothing to lend */
+    assert_true(fabs(r.estimate[2].compute_s - (6 * BS + 10) / 1000.0) < 1e-9);
+    assert_int_equal(r.match[0], 0);
+    router_evicted(&r, 2, a, 64); /* evicted before its turn: the queued request computes them again */
+    router_pick_prompt(&r, b, 70, 70 * BS + 10, NULL);
+    assert_int_equal(r.match[2], 64);
+    router_prefill_done(&r, &ca); /* its first token: nothing pending on 2 any more */
+    router_pick_prompt(&r, b, 70, 70 * BS + 10, NULL);
+    assert_int_equal(r.match[2], 0);
+    router_prefill_done(&r, &c0), router_prefill_done(&r, &c1);
+    router_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_estimate_parts),        cmocka_unit_test(test_idle_holder_wins),
@@ -394,6 +468,8 @@ int main(void) {
         cmocka_unit_test(test_ties_and_lenders),      cmocka_unit_test(test_congestion_keeps_locality),
         cmocka_unit_test(test_learning),              cmocka_unit_test(test_overridden_decision),
         cmocka_unit_test(test_measured_pair_rates),   cmocka_unit_test(test_busy_lender_step),
+        cmocka_unit_test(test_score_prices_delayed_requests), cmocka_unit_test(test_prefill_stalls_the_crowded_instance),
+        cmocka_unit_test(test_inflight_blocks_count_as_local),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

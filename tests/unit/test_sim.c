@@ -271,6 +271,7 @@ static void test_cluster_busy_lender(void **state) {
     cfg.n_instances = 2;
     cfg.kv_tokens = 1024;
     cfg.route = SIM_ROUTE_ROUND_ROBIN;
+    cfg.replay = SIM_REPLAY_FIFO; /* the one-at-a-time replay's lender model (test_cluster_batch_lender: the batching one's) */
     SimClusterResult r;
     if (sim_cluster_run(&t, &cfg, &r, &err)) fail_msg("%s", err.msg);
     /* Instance 0 prefills 65 tokens until 0.1625 s: the move waits until then, then lands. */

@@ -283,8 +283,42 @@ static void test_auto_forks_when_copies_thrash(void **state) {
     assert_near(auto_priced.modeled_latency_s, sep.modeled_latency_s, 1e-9);
 }
 
+/* --residual-pool unified (issue 36): the residuals live in the base pool's blocks, so the pools
+ * never hold more than kv_tokens' bytes, the invariants (no carrier leaked, every residual's base
+ * held: sim_pools_check) hold after every request, and auto with sharing priced out is separate
+ * mode exactly at the same kv_tokens: no memory is held back for residuals. */
+static void test_unified_pool(void **state) {
+    (void)state;
+    enum { ROUNDS = 4, ADAPTERS = 4 };
+    const char *names[ADAPTERS] = {"lora-a", "lora-b", "lora-c", "lora-d"};
+    Call calls[ROUNDS * ADAPTERS];
+    for (int i = 0; i < ROUNDS * ADAPTERS; i++) calls[i] = (Call){i % 3 == 2, names[i % ADAPTERS]};
+    SimConfig cfg = sim_config_default();
+    /* Room for three of the eight (adapter, context) copies, or both contexts' base and every residual. */
+    cfg.kv_tokens = 3 * (CONTEXT_BLOCKS + 1) * BS;
+    SimResult sep, shared, auto_priced, auto_free;
+    replay_with(calls, ROUNDS * ADAPTERS, cfg, &sep);
+    cfg.residual_unified = true;
+    cfg.lora_cache = SIM_LORA_SHARED;
+    replay_with(calls, ROUNDS * ADAPTERS, cfg, &shared);
+    assert_true(shared.peaks.kv_bytes <= (double)cfg.kv_tokens * shared.peaks.base_bytes_per_token);
+    assert_true(shared.peaks.residual_blocks > 0);
+    assert_true(shared.computed_tokens < sep.computed_tokens); /* the copies that thrashed now share */
+    cfg.lora_cache = SIM_LORA_AUTO;
+    assert_int_equal(sim_fork_attention_parse("1e7:1e7", &cfg.fork_attention), 0);
+    replay_with(calls, ROUNDS * ADAPTERS, cfg, &auto_priced);
+    assert_int_equal(auto_priced.forked_requests, 0);
+    assert_int_equal(auto_priced.computed_tokens, sep.computed_tokens);
+    assert_near(auto_priced.modeled_latency_s, sep.modeled_latency_s, 1e-9);
+    cfg.fork_attention = (SimForkAttention){0};
+    replay_with(calls, ROUNDS * ADAPTERS, cfg, &auto_free);
+    assert_true(auto_free.forked_requests > 0);
+    assert_true(auto_free.computed_tokens < sep.computed_tokens);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unified_pool),
         cmocka_unit_test(test_second_adapter_forks_the_base),
         cmocka_unit_test(test_tiny_residual_pool_keeps_the_base),
         cmocka_unit_test(test_tiny_base_pool_gives_partial_hits),

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""sim_vs_live.py — checks braid sim --instances against live multi-node arms (issue 33 item 5).
+
+For each live arm directory (as bench/multinode_bench.sh writes them: NAME = WORKLOAD-Kn-MOVES-RATE, holding
+live.json, run/trace.jsonl and run/summary.json) it replays the arm's own trace (the requests as sent, when
+they were sent, their real output lengths) with `braid sim --instances K`, once per cluster replay asked
+for (--replays batch,fifo: the batching instances, the default since issue 33's last item, and the one
+request at a time replay before it), with the per-token compute calibrated per replay so that the
+replay's mean TTFT equals the arm's (bisection in the log domain; decode cost = DECODE_RATIO x prefill),
+and prints one markdown row per arm: hit rate and blocks / bytes moved, live and per replay, the hit
+rate's difference in points, simulated over live bytes, and whether the arm meets the goal (hit rate
+within 2 points, bytes within 10 %, or no bytes on either side).
+
+The router and the KV pool come from the arm's parent directory's table.md header (ROUTER=, KV_BLOCKS=),
+else --router / --kv-blocks. KV bytes a token: what the live pool moved (bytes / blocks / 16), else 23040
+(SmolLM2-135M in fp16).
+
+    bench/sim_vs_live.py --braid build/braid OUT/*/cross-tenant-2n-on-10gbit ...
+    bench/sim_vs_live.py --braid build/braid --replays batch --format bench DIR   # multinode_bench.sh's row
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+GOAL_POINTS, GOAL_BYTES = 2.0, 0.10
+DECODE_RATIO = 4.0
+LIVE_BLOCK_BYTES = 368704  # a block as the live CPU pool moves it (SmolLM2-135M: 16 x 23040 + 64)
+# Replays by name: braid sim options. "batch-live": the batching replay with the cost router starting
+# from braid serve's default rates (--move-prefill-tps 1000, --move-gbps 1), as the live arms' router did,
+# and learning from there; "batch": its router starts at the replay's own (calibrated) rates.
+REPLAYS = {"batch": ["--cluster-replay", "batch"], "fifo": ["--cluster-replay", "fifo"],
+           "batch-live": ["--cluster-replay", "batch", "--router-prefill-tps", "1000", "--router-link-gbps", "1"],
+           "batch-closed": ["--cluster-replay", "batch", "--router-prefill-tps", "1000", "--router-link-gbps", "1", "--closed-loop"]}
+# "batch-closed": batch-live with each workflow's next stage sent when its previous one finished in the replay
+# (--closed-loop), as braid-bench run's client sent it.
+
+
+def arm_setup(d, args):
+    """(router, kv_blocks, instances, moves, link GB/s) of arm directory d."""
+    m = re.fullmatch(r".*-(\d+)n-(on|off)-([0-9.]+)([kmg]?)bit", os.path.basename(os.path.normpath(d)))
+    if not m:
+        sys.exit(f"sim_vs_live: {d}: the name is not WORKLOAD-Kn-MOVES-RATE")
+    bits = float(m[3]) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m[4]]
+    router, kv_blocks = args.router, args.kv_blocks
+    table = os.path.join(os.path.dirname(os.path.normpath(d)), "table.md")
+    if os.path.exists(table):
+        head = open(table).read(2000)
+        router = router or (re.search(r"ROUTER=([a-z-]+)", head) or [None, None])[1]
+        kv = re.search(r"KV_BLOCKS=(\d+)", head)
+        kv_blocks = kv_blocks or (int(kv[1]) if kv else None)
+    return router or "cost", kv_blocks or 256, int(m[1]), m[2], bits / 8e9
+
+
+def run_sim(args, d, setup, replay, bpt, prefill_ms):
+    router, kv_blocks, k, moves, gbps = setup
+    cmd = [args.braid, "sim", "--trace", f"{d}/run/trace.jsonl", "--kv-tokens", str(kv_blocks * 16), "--instances", str(k),
+           "--router", router, "--moves", moves, "--link-gbps", f"{gbps}", "--link-latency-us", "100",
+           "--kv-bytes-per-token", f"{bpt:.3f}", "--prefill-ms-per-token", f"{prefill_ms:.6f}",
+           "--decode-ms-per-token", f"{DECODE_RATIO * prefill_ms:.6f}", "--json"] + REPLAYS[replay]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def calibrated(args, d, setup, replay, bpt, target_ttft):
+    """The replay whose mean TTFT is the arm's: (prefill ms a token, its JSON)."""
+    lo, hi = 0.05, 2000.0
+    for _ in range(args.iterations):
+        mid = (lo * hi) ** 0.5
+        if run_sim(args, d, setup, replay, bpt, mid)["mean_ttft_s"] < target_ttft:
+            lo = mid
+        else:
+            hi = mid
+    ms = (lo * hi) ** 0.5
+    return ms, run_sim(args, d, setup, replay, bpt, ms)
+
+
+def compare(live, x):
+    """(points, bytes ratio or None, goal met) of replay x against the live arm."""
+    points = round((x["local_hit"] + x["remote_hit"] - live["hit"]) * 100, 6)
+    ratio = x["moved_bytes"] / live["moved_bytes"] if live["moved_bytes"] > 0 else None
+    if ratio is None:
+        bytes_ok = x["moved_bytes"] == 0
+    else:
+        bytes_ok = abs(ratio - 1) <= GOAL_BYTES
+    return points, ratio, abs(points) <= GOAL_POINTS and bytes_ok
+
+
+def ratio_text(live, x, ratio):
+    if ratio is not None:
+        return f"{ratio:.2f}"
+    return "none" if x["moved_bytes"] == 0 else f"{x['moved_bytes'] / 2**20:.1f} MiB, none live"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--braid", required=True)
+    p.add_argument("--replays", default="batch-live,batch,fifo", help="comma-separated: " + ", ".join(REPLAYS))
+    p.add_argument("--router")
+    p.add_argument("--kv-blocks", type=int)
+    p.add_argument("--iterations", type=int, default=40, help="bisection steps of the calibration (24 pin it to 0.05 %%)")
+    p.add_argument("--format", choices=["compare", "bench"], default="compare")
+    p.add_argument("--header", action="store_true", help="print the table's header first")
+    p.add_argument("--label", help="the arm's name in the table (default: its directory, shortened)")
+    p.add_argument("arms", nargs="+")
+    args = p.parse_args()
+    args.replays = args.replays.split(",")
+    if any(r not in REPLAYS for r in args.replays):
+        p.error("--replays takes " + ", ".join(REPLAYS))
+    if args.header and args.format == "compare":
+        cols = ["arm", "router", "hit live"] + [f"hit {r}" for r in args.replays] + [f"points {r}" for r in args.replays] + \
+               ["blocks live"] + [f"blocks {r}" for r in args.replays] + [f"bytes {r} / live" for r in args.replays] + \
+               ["failed moves live"] + [f"failed {r}" for r in args.replays] + [f"goal {r}" for r in args.replays]
+        print("| " + " | ".join(cols) + " |")
+        print("|" + "|".join("---" if c in ("arm", "router") else "---:" for c in cols) + "|")
+    if args.header and args.format == "bench":
+        print("| worker nodes | moves | links | fitted prefill ms/token | TTFT mean s live / sim | hit live | hit sim | points | "
+              "blocks moved live / sim | MiB moved live | MiB moved sim | bytes sim vs live | failed moves live / sim |")
+        print("|---:|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---|")
+    totals = {r: [0, 0.0] for r in args.replays}
+    for d in args.arms:
+        if not (os.path.exists(f"{d}/live.json") and os.path.exists(f"{d}/run/trace.jsonl")):
+            print(f"sim_vs_live: {d}: no live.json or run/trace.jsonl, skipped", file=sys.stderr)
+            continue
+        live = json.load(open(f"{d}/live.json"))
+        target = json.load(open(f"{d}/run/summary.json"))["metrics"]["ttft_ms"]["mean"] / 1e3
+        bpt = live["moved_bytes"] / (live["moved_blocks"] * 16) if live.get("moved_blocks") else 23040
+        setup = arm_setup(d, args)
+        res = {r: calibrated(args, d, setup, r, bpt, target) for r in args.replays}
+        if args.format == "bench":
+            ms, x = res[args.replays[0]]
+            points, ratio, _ = compare(live, x)
+            off = f"{ratio - 1:+.0%}" if ratio is not None else ("none live" if x["moved_bytes"] == 0 else "sim only")
+            _, _, k, moves, _ = setup
+            rate = os.path.basename(os.path.normpath(d)).rsplit("-", 1)[1]
+            print(f"| {k} | {moves} | {rate} | {ms:.1f} | {target:.2f} / {x['mean_ttft_s']:.2f} | {live['hit']:.1%} | "
+                  f"{x['local_hit'] + x['remote_hit']:.1%} | {points:+.1f} | {live.get('moved_blocks', 0):.0f} / {x['moved_blocks']} | "
+                  f"{live['moved_bytes'] / 2**20:.1f} | {x['moved_bytes'] / 2**20:.1f} | {off} | "
+                  f"{live.get('failures', 0):.0f} / {x.get('move_failures', 0)} |")
+            continue
+        label = args.label or "/".join(os.path.normpath(d).split(os.sep)[-2:])
+        cells = [label, setup[0], f"{live['hit']:.1%}"]
+        cmp = {r: compare(live, res[r][1]) for r in args.replays}
+        cells += [f"{res[r][1]['local_hit'] + res[r][1]['remote_hit']:.1%}" for r in args.replays]
+        cells += [f"{cmp[r][0]:+.1f}" for r in args.replays]
+        live_blocks = live.get("moved_blocks", live["moved_bytes"] / LIVE_BLOCK_BYTES)  # older live.json: bytes only
+        cells += [f"{live_blocks:.0f}"] + [f"{res[r][1]['moved_blocks']}" for r in args.replays]
+        cells += [ratio_text(live, res[r][1], cmp[r][1]) for r in args.replays]
+        cells += [f"{live.get('failures', 0):.0f}"] + [f"{res[r][1].get('move_failures', 0)}" for r in args.replays]
+        cells += ["yes" if cmp[r][2] else "no" for r in args.replays]
+        print("| " + " | ".join(cells) + " |", flush=True)
+        for r in args.replays:
+            totals[r][0] += cmp[r][2]
+            totals[r][1] += res[r][1]["moved_bytes"]
+    if args.format == "compare":
+        for r in args.replays:
+            print(f"\n{r}: goal met in {totals[r][0]} arm(s); {totals[r][1] / 2**20:.1f} MiB moved in all", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

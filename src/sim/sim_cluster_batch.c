@@ -1,0 +1,555 @@
+/* The batching cluster replay; the contract is in sim_cluster_batch.h. */
+#include "sim/sim_cluster_batch.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/content_hash.h"
+#include "cache/evict_policy.h"
+#include "cache/kv_cache.h"
+#include "coord/router.h"
+#include "worker/scheduler.h"
+
+/* closed_loop: calls of one workflow sent within this long of each other are one stage (a fan-out). */
+#define SIM_STAGE_SPREAD_S 0.1
+
+/* The router's books keep dispatch times; router_learn reads 0 as "unknown", so their clock starts here. */
+#define BOOKS_CLOCK_START_S 1.0
+
+typedef struct BatchCluster BatchCluster;
+
+typedef struct {
+    BatchCluster *cl;
+    int instance;
+} InstanceTap;
+
+typedef struct {
+    Scheduler sched;
+    bool up, stepping;
+    double step_end;
+    StepPlan plan;
+    InstanceTap tap;
+    int served;
+} BatchInstance;
+
+/* A move's steps, each taken at a leader's loop turn (between its engine steps), as kv_moves.c: the
+ * borrower parks the request and asks, the lender answers, the borrower reads, the read lands. */
+typedef enum { MOVE_NONE = 0, MOVE_PARKING, MOVE_ASKED, MOVE_ANSWERED, MOVE_READING } MovePhase;
+
+/* One trace request. sr first: the scheduler's plan entries point at it. */
+typedef struct {
+    SchedRequest sr;
+    const TraceRequest *tr;
+    uint64_t *hashes;
+    int usable;             /* prompt blocks a match may cover (never the whole prompt) */
+    int instance, source;   /* source: the lender of a planned move, -1 none */
+    MovePhase phase;
+    double arrival;
+    double deadline, read_at, land_at; /* the move's timeout (from the ask; INFINITY: none); its read's start and landing */
+    int lent_blocks;        /* the prefix the lender answered with */
+    bool failed, queued, started, refused, done;
+    double started_at, first_token, finish, move_s;
+    /* closed_loop: unfinished requests of the workflow's previous stage; the next stage's requests
+     * (next_stage[0 .. n_next_stage) in the cluster's stage order); held: its trace time came first */
+    int waiting_for, next_stage, n_next_stage;
+    bool held;
+    int moved_blocks;       /* landed */
+    RouteCharge charge;
+} BatchReq;
+
+struct BatchCluster {
+    const SimClusterConfig *cfg;
+    BatchInstance *inst;
+    BatchReq *reqs;
+    int n_reqs;
+    int *moving;            /* indices of requests with a move in progress */
+    int *stage_order;       /* closed_loop: request indices by workflow, then trace order (next_stage points here) */
+    int *released, n_released; /* closed_loop: held requests whose previous stage just finished */
+    int n_moving;
+    Router router;
+    int bs;
+    double t0, decode_seq_s;
+    int32_t *table;         /* scratch block table for landing a move */
+};
+
+static void on_event(void *ctx, const CacheEvent *ev) {
+    InstanceTap *tap = ctx;
+    Router *r = &tap->cl->router;
+    if (ev->kind == CACHE_EVENT_STORED && ev->tier == CACHE_TIER_DEVICE) router_stored(r, tap->instance, ev->hashes, ev->n_blocks);
+    else if (ev->kind == CACHE_EVENT_REMOVED && ev->tiers_after == 0) router_evicted(r, tap->instance, ev->hashes, ev->n_blocks);
+    else if (ev->kind == CACHE_EVENT_CLEARED) router_cleared(r, tap->instance);
+}
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    return x ^ (x >> 33);
+}
+
+static char *dup_or_null(const char *s) { return s && *s ? strdup(s) : NULL; }
+
+/* The request as the scheduler takes it: prompt ids from the trace's tokens or block hashes. */
+static int make_request(BatchReq *q, const TraceRequest *t, int bs) {
+    SchedRequest *r = &q->sr;
+    int n = t->prompt_tokens > 0 ? t->prompt_tokens : 1, out = t->output_tokens > 0 ? t->output_tokens : 1;
+    r->cap_tokens = n + out + 1;
+    r->id = strdup(t->id);
+    r->tenant = strdup(t->tenant);
+    r->adapter = dup_or_null(t->adapter);
+    r->workflow = dup_or_null(t->workflow);
+    r->agent = dup_or_null(t->agent);
+    r->tokens = malloc((size_t)r->cap_tokens * sizeof *r->tokens);
+    q->hashes = malloc(((size_t)t->n_blocks + 1) * sizeof *q->hashes);
+    if (!r->id || !r->tenant || !r->tokens || !q->hashes) return -1;
+    for (int i = 0; i < n; i++) {
+        if (t->tokens && i < t->prompt_tokens) r->tokens[i] = t->tokens[i];
+        else if (i / bs < t->n_blocks) r->tokens[i] = (int32_t)(mix64(t->blocks[i / bs] + (uint64_t)(i % bs)) & 0x3fffffff);
+        else r->tokens[i] = (int32_t)(mix64(((uint64_t)t->seq << 32) ^ (uint64_t)i ^ 0x5bd1e995ULL) & 0x3fffffff);
+    }
+    r->n_tokens = r->n_prompt = n;
+    r->max_tokens = out;
+    int full = n / bs < t->n_blocks ? n / bs : t->n_blocks;
+    content_hash_blocks(content_hash_namespace(t->tenant, t->adapter), r->tokens, full, bs, q->hashes, NULL);
+    q->usable = n > 0 ? (n - 1) / bs : 0;
+    if (q->usable > full) q->usable = full;
+    q->tr = t;
+    q->source = -1;
+    return 0;
+}
+
+typedef struct {
+    const char *workflow;
+    int index;
+} WorkflowKey;
+
+static int by_workflow_then_index(const void *a, const void *b) {
+    const WorkflowKey *x = a, *y = b;
+    int c = strcmp(x->workflow, y->workflow);
+    return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+/* closed_loop: a workflow's requests in stages (a stage: calls sent within SIM_STAGE_SPREAD_S of its
+ * first, a fan-out); each waits for every request of the stage before it. */
+static int build_stages(BatchCluster *cl, const Trace *t) {
+    int n = cl->n_reqs;
+    if (!(cl->stage_order = malloc((size_t)(n > 0 ? n : 1) * sizeof *cl->stage_order)) ||
+        !(cl->released = malloc((size_t)(n > 0 ? n : 1) * sizeof *cl->released)))
+        return -1;
+    WorkflowKey *keys = malloc((size_t)(n > 0 ? n : 1) * sizeof *keys);
+    if (!keys) return -1;
+    for (int k = 0; k < n; k++) keys[k] = (WorkflowKey){.workflow = t->reqs[k].workflow, .index = k};
+    qsort(keys, (size_t)n, sizeof *keys, by_workflow_then_index);
+    for (int k = 0; k < n; k++) cl->stage_order[k] = keys[k].index;
+    free(keys);
+    int prev_first = -1, prev_n = 0, cur_first = 0;
+    for (int k = 0; k < n; k++) {
+        const TraceRequest *r = &t->reqs[cl->stage_order[k]];
+        bool new_workflow = k == 0 || strcmp(r->workflow, t->reqs[cl->stage_order[k - 1]].workflow) != 0;
+        if (new_workflow) prev_first = -1, prev_n = 0, cur_first = k;
+        else if (r->t - t->reqs[cl->stage_order[cur_first]].t > SIM_STAGE_SPREAD_S) prev_first = cur_first, prev_n = k - cur_first, cur_first = k;
+        if (!r->workflow[0] || prev_first < 0) continue; /* no workflow, or its first stage */
+        cl->reqs[cl->stage_order[k]].waiting_for = prev_n;
+        for (int p = prev_first; p < prev_first + prev_n; p++) {
+            BatchReq *q = &cl->reqs[cl->stage_order[p]];
+            if (q->n_next_stage == 0) q->next_stage = k;
+            q->n_next_stage++;
+        }
+    }
+    return 0;
+}
+
+static int check_config(const SimClusterConfig *cfg, BraidError *err) {
+    if (cfg->lender_step_tokens < 1) return braid_error_set(err, "sim cluster: batching needs --max-batch-tokens >= 1");
+    if (cfg->max_running < 1) return braid_error_set(err, "sim cluster: batching needs --max-running >= 1");
+    if (cfg->step_s < 0 || cfg->decode_s_per_token < 0) return braid_error_set(err, "sim cluster: step and decode costs must be >= 0");
+    return 0;
+}
+
+static int cluster_init(BatchCluster *cl, const Trace *t, const SimClusterConfig *cfg, int router_mode, BraidError *err) {
+    memset(cl, 0, sizeof *cl);
+    cl->cfg = cfg;
+    cl->bs = t->block_size > 0 ? t->block_size : 16;
+    cl->t0 = t->n > 0 ? t->reqs[0].t : 0;
+    cl->decode_seq_s = cfg->decode_s_per_token > cfg->step_s ? cfg->decode_s_per_token - cfg->step_s : 0;
+    int max_blocks = 1;
+    for (int k = 0; k < t->n; k++)
+        if (t->reqs[k].prompt_tokens / cl->bs + 1 > max_blocks) max_blocks = t->reqs[k].prompt_tokens / cl->bs + 1;
+    if (router_init(&cl->router, cfg->n_instances, cfg->load_slack)) return braid_error_set(err, "sim cluster: out of memory");
+    cl->router.mode = (RouterMode)router_mode;
+    cl->router.cost = route_cost_model_init(cfg->moves, cfg->router_prefill_tps > 0 ? cfg->router_prefill_tps : 1.0 / cfg->prefill_s_per_token,
+                                            cfg->router_link_bytes_per_s > 0 ? cfg->router_link_bytes_per_s : cfg->link_bytes_per_s,
+                                            cfg->link_latency_s);
+    cl->router.cost.lender_step_tokens = cfg->lender_step_tokens;
+    cl->router.cost.move_timeout_s = cfg->move_timeout_s;
+    for (int i = 0; i < cfg->n_instances; i++) {
+        router_instance_kv(&cl->router, i, true, (uint64_t)(cfg->kv_bytes_per_token * cl->bs + 0.5), cl->bs);
+        router_instance_capacity(&cl->router, i, cfg->kv_tokens / cl->bs);
+    }
+    cl->inst = calloc((size_t)cfg->n_instances, sizeof *cl->inst);
+    cl->reqs = calloc((size_t)(t->n > 0 ? t->n : 1), sizeof *cl->reqs);
+    cl->moving = malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof *cl->moving);
+    cl->table = malloc(((size_t)max_blocks + 1) * sizeof *cl->table);
+    if (!cl->inst || !cl->reqs || !cl->moving || !cl->table) return braid_error_set(err, "sim cluster: out of memory");
+    for (int k = 0; k < t->n; k++) {
+        cl->n_reqs = k + 1; /* freed by cluster_free, also when half made */
+        if (make_request(&cl->reqs[k], &t->reqs[k], cl->bs)) return braid_error_set(err, "sim cluster: out of memory");
+        cl->reqs[k].arrival = t->reqs[k].t;
+    }
+    if (cfg->closed_loop && build_stages(cl, t)) return braid_error_set(err, "sim cluster: out of memory");
+    SchedConfig sc = {.device_blocks = cfg->kv_tokens / cl->bs + 1, .block_size = cl->bs, .max_batch_tokens = cfg->lender_step_tokens,
+                      .max_running = cfg->max_running, .cache_enabled = true, .policy = &evict_policy_lru};
+    for (int i = 0; i < cfg->n_instances; i++) {
+        BatchInstance *in = &cl->inst[i];
+        if (sched_init(&in->sched, &sc, err)) return -1;
+        in->up = true;
+        in->tap = (InstanceTap){.cl = cl, .instance = i};
+        in->sched.observer = (SchedObserver){.ctx = &in->tap, .on_cache_event = on_event};
+    }
+    return 0;
+}
+
+static void cluster_free(BatchCluster *cl) {
+    for (int k = 0; cl->reqs && k < cl->n_reqs; k++) {
+        BatchReq *q = &cl->reqs[k];
+        if (q->queued && !q->done && cl->inst[q->instance].up) sched_cancel(&cl->inst[q->instance].sched, &q->sr); /* after an error */
+        sched_request_free(&q->sr);
+        free(q->hashes);
+    }
+    for (int i = 0; cl->inst && i < cl->cfg->n_instances; i++) {
+        if (cl->inst[i].up) sched_free(&cl->inst[i].sched);
+        plan_free(&cl->inst[i].plan);
+    }
+    free(cl->inst);
+    free(cl->reqs);
+    free(cl->moving);
+    free(cl->stage_order);
+    free(cl->released);
+    free(cl->table);
+    router_free(&cl->router);
+}
+
+/* closed_loop: q finished; the next stage of its workflow may go (when its trace time came already). */
+static void stage_done(BatchCluster *cl, BatchReq *q) {
+    for (int k = 0; k < q->n_next_stage; k++) {
+        int j = cl->stage_order[q->next_stage + k];
+        BatchReq *d = &cl->reqs[j];
+        if (--d->waiting_for == 0 && d->held) cl->released[cl->n_released++] = j;
+    }
+}
+
+/* Hands the request to its instance's scheduler (it runs from the next step that starts). */
+static void enqueue(BatchCluster *cl, BatchReq *q) {
+    q->queued = true;
+    if (sched_add(&cl->inst[q->instance].sched, &q->sr)) { /* it can never fit in the instance's pool */
+        q->refused = q->done = true;
+        stage_done(cl, q);
+        router_prefill_done(&cl->router, &q->charge);
+        router_finished(&cl->router, q->instance);
+    }
+}
+
+/* A move's blocks land on the borrower: what the lender lent past the borrower's own prefix now is
+ * committed to its cache (as kv_moves.c's land()). Returns the blocks that came over. */
+static int land_move(BatchCluster *cl, BatchReq *q, BraidError *err) {
+    KvCache *c = &cl->inst[q->instance].sched.cache;
+    const TraceRequest *t = q->tr;
+    CacheIdentity id;
+    if (kv_cache_identity(c, t->tenant, t->adapter, t->workflow, t->agent, &id, err)) return -1;
+    KvCacheMatch m;
+    if (kv_cache_match(c, &id, q->sr.tokens, q->lent_blocks * cl->bs + 1, &m, err)) return -1;
+    int got = kv_cache_acquire(c, &m, cl->table, err);
+    if (got < 0) return -1;
+    int moved = 0;
+    RadixNode *lock = m.node;
+    if (got < q->lent_blocks && kv_cache_reserve(c, q->lent_blocks - got, cl->table + got) == 0) {
+        if (kv_cache_commit(c, &id, q->sr.tokens, q->lent_blocks, cl->table, &lock, false, err)) return -1;
+        moved = q->lent_blocks - got;
+    }
+    kv_cache_release(c, lock, cl->table, got + moved);
+    kv_cache_identity_release(c, &id);
+    return moved;
+}
+
+/* The borrower's loop turn: time passes in its steps, so a move advances only while it is between two. */
+static bool between_steps(const BatchCluster *cl, int instance) { return !cl->inst[instance].stepping; }
+
+/* The lender answers with the prefix it holds now; NONE when it lends nothing the borrower lacks. */
+static void move_answer(BatchCluster *cl, BatchReq *q) {
+    int have = block_index_prefix(&cl->router.index[q->source], q->hashes, q->usable);
+    int local = block_index_prefix(&cl->router.index[q->instance], q->hashes, q->usable);
+    q->lent_blocks = have > local ? have : 0;
+}
+
+/* The move ends (landed, failed or lent nothing) and the request is queued on its instance. */
+static int move_end(BatchCluster *cl, BatchReq *q, bool landed, double now, SimClusterResult *res, BraidError *err) {
+    q->phase = MOVE_NONE;
+    q->move_s = now - q->arrival;
+    if (landed) {
+        int moved = land_move(cl, q, err);
+        if (moved < 0) return -1;
+        q->moved_blocks = moved;
+        if (moved > 0) {
+            res->moves++;
+            res->moved_blocks += (uint64_t)moved;
+            res->moved_bytes += moved * cl->bs * cl->cfg->kv_bytes_per_token;
+            router_learn_move(&cl->router, q->source, q->instance, moved * cl->bs, q->land_at - q->read_at, 0);
+        }
+    } else if (q->failed) {
+        res->move_failures++;
+    }
+    enqueue(cl, q);
+    return 0;
+}
+
+/* One step of q's move at now, if its leader is between steps; returns 1 when it advanced. */
+static int move_advance(BatchCluster *cl, BatchReq *q, double now, SimClusterResult *res, BraidError *err) {
+    const SimClusterConfig *cfg = cl->cfg;
+    bool borrower_free = between_steps(cl, q->instance);
+    if (q->phase == MOVE_PARKING) { /* the borrower takes the request and asks the lender */
+        if (!borrower_free) return 0;
+        q->deadline = cfg->move_timeout_s > 0 ? now + cfg->move_timeout_s : INFINITY;
+        q->phase = MOVE_ASKED;
+        return 1;
+    }
+    if (q->phase == MOVE_READING && borrower_free && now >= q->land_at && q->land_at < q->deadline)
+        return move_end(cl, q, true, now, res, err) ? -1 : 1;
+    if (borrower_free && now >= q->deadline) { /* kv_moves_poll: no answer or no landing in time */
+        q->failed = true;
+        return move_end(cl, q, false, now, res, err) ? -1 : 1;
+    }
+    if (q->phase == MOVE_ASKED && between_steps(cl, q->source)) { /* the lender's loop turn */
+        move_answer(cl, q);
+        if (q->lent_blocks == 0) return move_end(cl, q, false, now, res, err) ? -1 : 1;
+        q->phase = MOVE_ANSWERED;
+        return 1;
+    }
+    if (q->phase == MOVE_ANSWERED && borrower_free) { /* the borrower reads what it lacks */
+        int local = block_index_prefix(&cl->router.index[q->instance], q->hashes, q->usable);
+        int lack = q->lent_blocks > local ? q->lent_blocks - local : 0;
+        q->read_at = now;
+        q->land_at = now + lack * cl->bs * cfg->kv_bytes_per_token / cfg->link_bytes_per_s + cfg->link_latency_s;
+        q->phase = MOVE_READING;
+        return 1;
+    }
+    return 0;
+}
+
+/* A request arrives: routed (and charged) as the coordinator does; a planned move parks it. */
+static void arrive(BatchCluster *cl, BatchReq *q, double now) {
+    const SimClusterConfig *cfg = cl->cfg;
+    const TraceRequest *t = q->tr;
+    RouteDecision d = router_pick_prompt(&cl->router, q->hashes, q->usable, t->prompt_tokens, t->workflow);
+    int src = -1;
+    if (route_decision_priced(&d)) src = cfg->moves && d.move ? d.source : -1; /* the cost router weighed the move already */
+    else if (cfg->moves && d.source >= 0) {
+        double gain = d.source_blocks - d.matched_blocks;
+        double move_s = gain * cl->bs * cfg->kv_bytes_per_token / cfg->link_bytes_per_s + cfg->link_latency_s;
+        if (move_s < gain * cl->bs * cfg->prefill_s_per_token) src = d.source;
+    }
+    q->instance = d.instance;
+    q->source = src;
+    router_assigned(&cl->router, d.instance, t->workflow);
+    q->charge = router_charge(&cl->router, &d, t->prompt_tokens, now - cl->t0 + BOOKS_CLOCK_START_S);
+    cl->inst[d.instance].served++;
+    if (src < 0 || src == d.instance) {
+        enqueue(cl, q);
+        return;
+    }
+    cl->moving[cl->n_moving++] = (int)(q - cl->reqs);
+    q->phase = MOVE_PARKING;
+    q->deadline = q->land_at = INFINITY;
+}
+
+/* Every move a leader between steps can advance at now, until none can (an idle lender answers at once). */
+static int run_moves(BatchCluster *cl, double now, SimClusterResult *res, BraidError *err) {
+    for (bool again = true; again;) {
+        again = false;
+        for (int k = 0; k < cl->n_moving; k++) {
+            BatchReq *q = &cl->reqs[cl->moving[k]];
+            int got = move_advance(cl, q, now, res, err);
+            if (got < 0) return -1;
+            if (got == 0) continue;
+            if (q->phase == MOVE_NONE) cl->moving[k--] = cl->moving[--cl->n_moving];
+            again = true;
+        }
+    }
+    return 0;
+}
+
+/* Instance i's step ends at now: committed, first and last tokens timed. */
+static void end_step(BatchCluster *cl, int i, double now, BraidError *err, int *rc) {
+    BatchInstance *in = &cl->inst[i];
+    in->stepping = false;
+    sched_commit(&in->sched, &in->plan);
+    for (int e = 0; e < in->plan.n && *rc == 0; e++) {
+        SchedRequest *r = in->plan.entries[e].req;
+        if (!in->plan.entries[e].sample) continue;
+        if (sched_append_token(r, (int32_t)(7 + r->n_tokens % 1000))) {
+            *rc = braid_error_set(err, "sim cluster: out of memory");
+            return;
+        }
+        BatchReq *q = (BatchReq *)r;
+        if (r->n_tokens == r->n_prompt + 1) {
+            q->first_token = now;
+            router_prefill_done(&cl->router, &q->charge);
+        }
+        if (r->n_tokens - r->n_prompt >= r->max_tokens) {
+            int computed = r->n_prompt - (r->cached_tokens > 0 ? r->cached_tokens : 0);
+            sched_finish(&in->sched, r, "length");
+            q->finish = now;
+            q->done = true;
+            stage_done(cl, q);
+            router_finished(&cl->router, i);
+            router_learn(&cl->router, &q->charge, q->first_token - q->arrival, computed, q->moved_blocks * cl->bs);
+        }
+    }
+}
+
+/* Idle instances with work start a step at now. */
+static int start_steps(BatchCluster *cl, double now, SimClusterResult *res, BraidError *err) {
+    for (int i = 0; i < cl->cfg->n_instances; i++) {
+        BatchInstance *in = &cl->inst[i];
+        if (in->stepping || sched_idle(&in->sched)) continue;
+        int n = sched_plan(&in->sched, &in->plan, err);
+        if (n < 0) return -1;
+        if (n == 0) return braid_error_set(err, "sim cluster: instance %d's scheduler planned nothing with requests waiting", i);
+        int prefill = 0, decodes = 0;
+        for (int e = 0; e < in->plan.n; e++) {
+            const PlanEntry *pe = &in->plan.entries[e];
+            BatchReq *q = (BatchReq *)pe->req;
+            if (!q->started) q->started = true, q->started_at = now;
+            if (pe->start < pe->req->n_prompt) prefill += pe->count;
+            else decodes++;
+        }
+        cache_ops_clear(&in->plan.ops); /* no data to copy in the replay */
+        res->steps++;
+        if (prefill + decodes > res->max_step_tokens) res->max_step_tokens = prefill + decodes;
+        in->stepping = true;
+        in->step_end = now + cl->cfg->step_s + cl->cfg->prefill_s_per_token * prefill + cl->decode_seq_s * decodes;
+    }
+    return 0;
+}
+
+/* The earliest event after the ones handled: an arrival, a step's end, or a move's next event. */
+static double next_event(const BatchCluster *cl, int next) {
+    double te = next < cl->n_reqs ? cl->reqs[next].arrival : INFINITY;
+    for (int i = 0; i < cl->cfg->n_instances; i++)
+        if (cl->inst[i].stepping && cl->inst[i].step_end < te) te = cl->inst[i].step_end;
+    for (int k = 0; k < cl->n_moving; k++) { /* a borrower mid-step sees its landing or timeout at its step's end */
+        const BatchReq *q = &cl->reqs[cl->moving[k]];
+        if (!between_steps(cl, q->instance)) continue;
+        if (q->phase == MOVE_READING && q->land_at < te) te = q->land_at;
+        if (q->deadline < te) te = q->deadline;
+    }
+    return te;
+}
+
+static bool all_done(const BatchCluster *cl, int next) {
+    if (next < cl->n_reqs || cl->n_moving > 0) return false;
+    for (int i = 0; i < cl->cfg->n_instances; i++)
+        if (cl->inst[i].stepping || !sched_idle(&cl->inst[i].sched)) return false;
+    return true;
+}
+
+static int replay(BatchCluster *cl, SimClusterResult *res, BraidError *err) {
+    int next = 0, rc = 0;
+    while (rc == 0 && !all_done(cl, next)) {
+        double now = next_event(cl, next);
+        if (!isfinite(now)) return braid_error_set(err, "sim cluster: the replay stalled with requests in flight");
+        for (int i = 0; i < cl->cfg->n_instances && rc == 0; i++) /* steps end before anything else at the same time */
+            if (cl->inst[i].stepping && cl->inst[i].step_end <= now) end_step(cl, i, now, err, &rc);
+        if (rc) break;
+        for (; next < cl->n_reqs && cl->reqs[next].arrival <= now; next++) {
+            BatchReq *q = &cl->reqs[next];
+            if (q->waiting_for > 0) q->held = true; /* closed loop: sent when its previous stage is done */
+            else arrive(cl, q, now);
+        }
+        for (int k = 0; k < cl->n_released; k++) {
+            BatchReq *q = &cl->reqs[cl->released[k]];
+            q->held = false;
+            q->arrival = now;
+            arrive(cl, q, now);
+        }
+        cl->n_released = 0;
+        if ((rc = run_moves(cl, now, res, err)) == 0) rc = start_steps(cl, now, res, err);
+    }
+    return rc;
+}
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double percentile(double *v, int n, double q) {
+    qsort(v, (size_t)n, sizeof *v, compare_double);
+    int k = (int)ceil(q * n) - 1;
+    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
+/* The totals and percentiles from the requests' timings. */
+static int summarize(const BatchCluster *cl, SimClusterResult *res) {
+    int n = cl->n_reqs, bs = cl->bs;
+    double *lat = malloc((size_t)(n > 0 ? n : 1) * sizeof *lat), *ttft = malloc((size_t)(n > 0 ? n : 1) * sizeof *ttft);
+    if (!lat || !ttft) {
+        free(lat), free(ttft);
+        return -1;
+    }
+    double sum_lat = 0, sum_ttft = 0, sum_wait = 0, sum_move = 0, last = cl->t0;
+    int timed = 0;
+    for (int k = 0; k < n; k++) {
+        const BatchReq *q = &cl->reqs[k];
+        const TraceRequest *t = q->tr;
+        res->requests++;
+        res->prompt_tokens += (uint64_t)t->prompt_tokens;
+        sum_move += q->move_s;
+        if (q->refused) {
+            res->too_large++;
+            res->computed_tokens += (uint64_t)t->prompt_tokens;
+            continue;
+        }
+        int cached = q->sr.cached_tokens > 0 ? q->sr.cached_tokens : 0;
+        if (cached > t->prompt_tokens) cached = t->prompt_tokens;
+        int remote = q->moved_blocks * bs < cached ? q->moved_blocks * bs : cached;
+        res->local_tokens += (uint64_t)(cached - remote);
+        res->remote_tokens += (uint64_t)remote;
+        res->computed_tokens += (uint64_t)(t->prompt_tokens - cached);
+        lat[timed] = q->finish - q->arrival;
+        ttft[timed] = q->first_token - q->arrival;
+        sum_lat += lat[timed];
+        sum_ttft += ttft[timed];
+        sum_wait += q->started_at - q->arrival;
+        if (q->finish > last) last = q->finish;
+        timed++;
+    }
+    if (res->requests > 0) {
+        res->mean_move_s = sum_move / res->requests;
+        res->span_s = last - cl->t0;
+        for (int i = 0; i < cl->cfg->n_instances; i++)
+            if ((double)cl->inst[i].served / res->requests > res->max_share) res->max_share = (double)cl->inst[i].served / res->requests;
+    }
+    if (timed > 0) {
+        res->mean_latency_s = sum_lat / timed;
+        res->mean_ttft_s = sum_ttft / timed;
+        res->mean_wait_s = sum_wait / timed;
+        res->p50_latency_s = percentile(lat, timed, 0.50);
+        res->p99_latency_s = percentile(lat, timed, 0.99);
+        res->p99_ttft_s = percentile(ttft, timed, 0.99);
+    }
+    free(lat), free(ttft);
+    return 0;
+}
+
+int sim_cluster_batch_run(const Trace *t, const SimClusterConfig *cfg, int router_mode, SimClusterResult *res, BraidError *err) {
+    memset(res, 0, sizeof *res);
+    if (check_config(cfg, err)) return -1;
+    BatchCluster cl;
+    int rc = cluster_init(&cl, t, cfg, router_mode, err);
+    if (rc == 0) rc = replay(&cl, res, err);
+    if (rc == 0 && summarize(&cl, res)) rc = braid_error_set(err, "sim cluster: out of memory");
+    cluster_free(&cl);
+    return rc;
+}

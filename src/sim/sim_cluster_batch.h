@@ -1,0 +1,50 @@
+/*
+ * sim_cluster_batch.h — braid sim --instances N with instances that batch as braid serve's do (the
+ * default cluster replay, SIM_REPLAY_BATCH; sim_cluster.h has the config, the results and the FIFO
+ * replay this one replaced).
+ *
+ * Each instance runs the live scheduler (worker/scheduler.h: continuous batching, chunked prefill
+ * under max_batch_tokens, at most max_running sequences, LRU prefix cache) step by step in modeled
+ * time, as sim_tenants.h does for one instance. A step costs
+ *     step_s + prefill_s_per_token x its prompt tokens + max(0, decode_s_per_token - step_s) x its decodes,
+ * so a lone sequence's decode step costs decode_s_per_token, as in the FIFO replay. The step is planned
+ * when it starts (requests that arrive during it wait for the next one) and committed when it ends:
+ * that is when its full blocks enter the instance's cache, its cache events reach the router's index,
+ * and its first and last tokens are timed, as live.
+ *
+ * The router is the live one with the coordinator's books: a request is charged to its instance when
+ * routed (load, workflow affinity, prefill tokens pending), its prefill leaves the queue at its first
+ * token, and its TTFT teaches the cost router its rate when it finishes (coord/router.h). Prompt token
+ * ids come from the trace's "tokens", else from its block hashes (equal prefixes, equal ids) with a
+ * tail unique to the request; the router's keys are the content hashes the caches report.
+ *
+ * A planned move parks the request, as kv_moves.c does, and each side acts only between its engine
+ * steps, as instance_leader.c's loop does (messages, move polls, then one step): the borrower takes the
+ * request and asks the lender at its first turn (the end of the step it is in, or at once when idle;
+ * the move's timeout starts there); the lender answers at its next turn with the prefix it holds then;
+ * the borrower, at its next turn, reads the blocks past its own prefix over the link (blocks x block
+ * bytes / bandwidth + latency); at the first turn after they land it commits them to its cache and
+ * queues the request. A move not landed by move_timeout_s after the ask fails at the borrower's first
+ * turn past it: the request is queued and computes the prefix (move_failures). A lender that holds no
+ * more than the borrower lends nothing (no move). Message and turn overheads are not modeled.
+ *
+ * With closed_loop, a workflow's calls go in stages (calls sent within SIM_STAGE_SPREAD_S, 0.1 s, of the stage's
+ * first: a fan-out), each sent when every call of the stage before it has finished in the replay, at its trace
+ * time at the earliest (a trace recorded live came from a client that waited for each answer); its latency and TTFT
+ * count from that send.
+ *
+ * Deterministic. Reports as sim_cluster_run does: prompt tokens by origin (local = cached at the first
+ * admission less what moved in), moves, latency (arrival to last token), TTFT (arrival to first token),
+ * wait (arrival to the first step that runs it), move time (arrival to landing or timeout).
+ */
+#ifndef BRAID_SIM_SIM_CLUSTER_BATCH_H
+#define BRAID_SIM_SIM_CLUSTER_BATCH_H
+
+#include "common/error.h"
+#include "sim/sim_cluster.h"
+#include "sim/trace.h"
+
+/* router_mode: the coord/router.h RouterMode cfg->route stands for. */
+int sim_cluster_batch_run(const Trace *t, const SimClusterConfig *cfg, int router_mode, SimClusterResult *res, BraidError *err);
+
+#endif

@@ -1,0 +1,202 @@
+/*
+ * test_sim_cluster_batch.c — braid sim --instances N with batching instances (sim_cluster_batch.h):
+ * two requests share steps (faster together than one after the other, slower than one alone), a
+ * step never computes more than --max-batch-tokens, --max-running 1 is one at a time again, a move
+ * waits for the lender's and the borrower's loop turns (and fails at the move timeout), blocks reach the
+ * router when the step that computed them ends, not before, and --closed-loop holds a workflow's next
+ * stage until its previous one finished.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "sim/sim_cluster.h"
+#include "sim/trace.h"
+
+typedef struct {
+    double t;
+    int prefix;        /* requests with the same prefix share their 4 blocks (0: blocks unique to the request) */
+    int prompt_tokens, output_tokens;
+    const char *workflow; /* NULL: none */
+} Req;
+
+/* A trace of n requests; prompts hold their full blocks (prompt_tokens / 16 of them). */
+static void load_trace(const Req *reqs, int n, Trace *t) {
+    char path[] = "/tmp/braid_sim_batch_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "{\"type\":\"request\",\"seq\":%d,\"t\":%.6f,\"id\":\"r%d\",\"workflow\":\"%s\",\"prompt_tokens\":%d,\"output_tokens\":%d,"
+                   "\"block_size\":16,\"blocks\":[",
+                i, reqs[i].t, i, reqs[i].workflow ? reqs[i].workflow : "", reqs[i].prompt_tokens, reqs[i].output_tokens);
+        int key = reqs[i].prefix ? reqs[i].prefix : 1000 + i;
+        for (int b = 0; b < reqs[i].prompt_tokens / 16; b++) fprintf(f, "%s\"%016llx\"", b ? "," : "", (unsigned long long)(key * 1000 + b + 1));
+        fprintf(f, "]}\n");
+    }
+    fclose(f);
+    BraidError err;
+    if (trace_load(path, t, &err)) fail_msg("%s", err.msg);
+    unlink(path);
+}
+
+static SimClusterConfig config(int instances, SimRoute route) {
+    SimClusterConfig cfg = sim_cluster_config_default();
+    cfg.n_instances = instances;
+    cfg.kv_tokens = 4096;
+    cfg.route = route;
+    return cfg;
+}
+
+static void run(const Req *reqs, int n, const SimClusterConfig *cfg, SimClusterResult *r) {
+    Trace t;
+    load_trace(reqs, n, &t);
+    BraidError err;
+    if (sim_cluster_run(&t, cfg, r, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(r->requests, n);
+    assert_true(r->local_tokens + r->remote_tokens + r->computed_tokens == r->prompt_tokens);
+    trace_free(&t);
+}
+
+/* One request alone: a prefill step (step + 65 tokens), then 15 decode steps of one sequence
+ * (decode_s_per_token each). Two at once: one step prefills both, and each decode step carries both
+ * for one step's fixed cost. Together: less than twice the time alone, more than once. */
+static void test_two_requests_share_steps(void **state) {
+    (void)state;
+    SimClusterConfig cfg = config(1, SIM_ROUTE_CACHE);
+    Req one[] = {{0.0, 1, 65, 16, NULL}}, two[] = {{0.0, 1, 65, 16, NULL}, {0.0, 2, 65, 16, NULL}};
+    SimClusterResult alone, both, fifo;
+    run(one, 1, &cfg, &alone);
+    double expect = cfg.step_s + 65 * cfg.prefill_s_per_token + 15 * cfg.decode_s_per_token;
+    assert_true(fabs(alone.span_s - expect) < 1e-9);
+    assert_true(fabs(alone.mean_ttft_s - (cfg.step_s + 65 * cfg.prefill_s_per_token)) < 1e-9);
+    run(two, 2, &cfg, &both);
+    assert_true(both.span_s > alone.span_s * 1.05);
+    assert_true(both.span_s < alone.span_s * 1.9);
+    assert_true(fabs(both.p99_latency_s - both.p50_latency_s) < 1e-9); /* they finish in the same step */
+    /* The one-at-a-time replay: the second waits for the first. */
+    cfg.replay = SIM_REPLAY_FIFO;
+    run(two, 2, &cfg, &fifo);
+    assert_true(fifo.span_s > both.span_s);
+}
+
+/* A 1000-token prompt with 256-token steps: 4 steps (256, 256, 256, 232), never more than 256. */
+static void test_step_budget(void **state) {
+    (void)state;
+    SimClusterConfig cfg = config(1, SIM_ROUTE_CACHE);
+    cfg.lender_step_tokens = 256;
+    Req reqs[] = {{0.0, 0, 1000, 1, NULL}, {0.05, 0, 600, 4, NULL}};
+    SimClusterResult r;
+    run(reqs, 1, &cfg, &r);
+    assert_int_equal(r.steps, 4);
+    assert_int_equal(r.max_step_tokens, 256);
+    assert_true(fabs(r.mean_ttft_s - (4 * cfg.step_s + 1000 * cfg.prefill_s_per_token)) < 1e-9);
+    run(reqs, 2, &cfg, &r); /* the second joins the first's chunks: still at most 256 a step */
+    assert_int_equal(r.max_step_tokens, 256);
+    assert_true(r.steps >= (1000 + 600 + 255) / 256);
+}
+
+/* --max-running 1: a second sequence waits for the first to finish (one at a time again). */
+static void test_max_running(void **state) {
+    (void)state;
+    SimClusterConfig cfg = config(1, SIM_ROUTE_CACHE);
+    Req one[] = {{0.0, 1, 65, 8, NULL}}, three[] = {{0.0, 1, 65, 8, NULL}, {0.0, 2, 65, 8, NULL}, {0.0, 3, 65, 8, NULL}};
+    SimClusterResult alone, r;
+    run(one, 1, &cfg, &alone);
+    cfg.max_running = 1;
+    run(three, 3, &cfg, &r);
+    assert_true(fabs(r.span_s - 3 * alone.span_s) < 1e-9);
+    cfg.max_running = 64; /* the prefills add up, the decodes share steps */
+    run(three, 3, &cfg, &r);
+    assert_true(r.span_s < 0.9 * 3 * alone.span_s);
+}
+
+/* Round-robin: A (prefix 1) runs on instance 0 and is done; C and D, long and unique, keep both
+ * instances busy; B (prefix 1) goes to instance 1 while it is in C's prefill step and instance 0 in
+ * D's. Each side acts between its steps, as the leaders do: instance 1 asks when C's step ends, instance 0
+ * answers when D's ends, then the blocks come over and land; with a move timeout (counted from the ask)
+ * shorter than the lender's wait the move fails and the prefix is computed. */
+static void test_move_waits_for_the_lenders_step(void **state) {
+    (void)state;
+    SimClusterConfig cfg = config(2, SIM_ROUTE_ROUND_ROBIN);
+    Req reqs[] = {{0.0, 1, 65, 1, NULL}, {0.2, 0, 400, 1, NULL}, {0.21, 0, 400, 1, NULL}, {0.3, 1, 65, 1, NULL}};
+    SimClusterResult r;
+    run(reqs, 4, &cfg, &r);
+    double d_end = 0.21 + cfg.step_s + 400 * cfg.prefill_s_per_token;
+    double transfer = 64 * cfg.kv_bytes_per_token / cfg.link_bytes_per_s + cfg.link_latency_s;
+    assert_int_equal(r.moves, 1);
+    assert_int_equal(r.moved_blocks, 4);
+    assert_int_equal(r.remote_tokens, 64);
+    assert_int_equal(r.move_failures, 0);
+    assert_true(fabs(r.mean_move_s - (d_end - 0.3 + transfer) / 4) < 1e-9);
+    /* The borrower is in C's step when B arrives: it asks (and the timeout starts) when that step ends. */
+    double c_end = 0.2 + cfg.step_s + 400 * cfg.prefill_s_per_token;
+    cfg.move_timeout_s = 0.5; /* past from B's arrival, not from the ask: it lands */
+    run(reqs, 4, &cfg, &r);
+    assert_int_equal(r.moves, 1);
+    assert_int_equal(r.move_failures, 0);
+    cfg.move_timeout_s = 0.005; /* the lender answers after the ask's deadline: the move fails then */
+    run(reqs, 4, &cfg, &r);
+    assert_int_equal(r.moves, 0);
+    assert_int_equal(r.move_failures, 1);
+    assert_int_equal(r.remote_tokens, 0);
+    assert_true(fabs(r.mean_move_s - (c_end + 0.005 - 0.3) / 4) < 1e-9);
+    cfg.moves = false;
+    run(reqs, 4, &cfg, &r);
+    assert_int_equal(r.moves + r.move_failures, 0);
+}
+
+/* The cache router sees a prefix when the step that computed it ends: a repeat arriving during that
+ * step finds nothing cached anywhere (routed by load, to the idle instance), one after it finds it. */
+static void test_blocks_reach_the_router_at_commit(void **state) {
+    (void)state;
+    SimClusterConfig cfg = config(2, SIM_ROUTE_CACHE);
+    cfg.moves = false;
+    Req during[] = {{0.0, 1, 65, 1, NULL}, {0.05, 1, 65, 1, NULL}}, after[] = {{0.0, 1, 65, 1, NULL}, {0.5, 1, 65, 1, NULL}};
+    SimClusterResult r;
+    run(during, 2, &cfg, &r);
+    assert_int_equal(r.local_tokens, 0);
+    assert_true(r.max_share < 0.6); /* one each */
+    run(after, 2, &cfg, &r);
+    assert_int_equal(r.local_tokens, 64);
+    assert_true(r.max_share > 0.9);
+}
+
+/* --closed-loop: a workflow's second call, recorded at a time when the replay has not finished its first,
+ * is sent when the first finishes (and finds its prefix there: 64 tokens); open loop it is sent at its
+ * trace time and shares the first's steps (an earlier end). A call of another workflow is not held. */
+static void test_closed_loop(void **state) {
+    (void)state;
+    SimClusterConfig cfg = config(2, SIM_ROUTE_CACHE);
+    cfg.moves = false;
+    Req reqs[] = {{0.0, 1, 65, 4, "w"}, {0.15, 1, 65, 4, "w"}, {0.15, 2, 65, 1, "v"}}; /* 0.15: past a stage's 0.1 s */
+    SimClusterResult open, closed;
+    run(reqs, 2, &cfg, &open);
+    cfg.closed_loop = true;
+    run(reqs, 2, &cfg, &closed);
+    assert_int_equal(closed.local_tokens, 64);
+    double first = cfg.step_s + 65 * cfg.prefill_s_per_token + 3 * cfg.decode_s_per_token;
+    assert_true(fabs(closed.span_s - (first + cfg.step_s + cfg.prefill_s_per_token + 3 * cfg.decode_s_per_token)) < 1e-9);
+    assert_true(open.span_s < closed.span_s - 0.01);
+    run(reqs, 3, &cfg, &closed); /* v's call runs at 0.1 on the idle instance */
+    assert_true(closed.max_share < 0.7);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_two_requests_share_steps),
+        cmocka_unit_test(test_step_budget),
+        cmocka_unit_test(test_max_running),
+        cmocka_unit_test(test_move_waits_for_the_lenders_step),
+        cmocka_unit_test(test_blocks_reach_the_router_at_commit),
+        cmocka_unit_test(test_closed_loop),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
