@@ -9,6 +9,7 @@
 #include "cache/kv_cache.h"
 #include "coord/router.h"
 #include "sim/sim_cluster_batch.h"
+#include "sim/sim_percentile.h"
 #include "sim/simulator.h"
 
 int sim_route_parse(const char *name) {
@@ -201,18 +202,6 @@ static int check_config(const Trace *t, const SimClusterConfig *cfg, BraidError 
     return 0;
 }
 
-static int compare_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The q-quantile of v (n > 0; sorted in place), nearest rank. */
-static double percentile(double *v, int n, double q) {
-    qsort(v, (size_t)n, sizeof *v, compare_double);
-    int k = (int)ceil(q * n) - 1;
-    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
-}
-
 int sim_cluster_run(const Trace *t, const SimClusterConfig *cfg, SimClusterResult *res, BraidError *err) {
     memset(res, 0, sizeof *res);
     if (check_config(t, cfg, err)) return -1;
@@ -291,12 +280,12 @@ int sim_cluster_run(const Trace *t, const SimClusterConfig *cfg, SimClusterResul
         res->mean_wait_s = sum_wait / res->requests;
         res->mean_move_s = sum_move / res->requests;
         res->span_s = last - t0;
-        res->p50_latency_s = percentile(cl.latency, res->requests, 0.50);
-        res->p99_latency_s = percentile(cl.latency, res->requests, 0.99);
+        res->p50_latency_s = sim_percentile(cl.latency, res->requests, 0.50);
+        res->p99_latency_s = sim_percentile(cl.latency, res->requests, 0.99);
         double sum_ttft = 0;
         for (int k = 0; k < res->requests; k++) sum_ttft += cl.ttft[k];
         res->mean_ttft_s = sum_ttft / res->requests;
-        res->p99_ttft_s = percentile(cl.ttft, res->requests, 0.99);
+        res->p99_ttft_s = sim_percentile(cl.ttft, res->requests, 0.99);
         for (int i = 0; i < cfg->n_instances; i++)
             if ((double)cl.inst[i].served / res->requests > res->max_share) res->max_share = (double)cl.inst[i].served / res->requests;
     }

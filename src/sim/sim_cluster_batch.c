@@ -9,6 +9,7 @@
 #include "cache/evict_policy.h"
 #include "cache/kv_cache.h"
 #include "coord/router.h"
+#include "sim/sim_percentile.h"
 #include "worker/scheduler.h"
 
 /* closed_loop: calls of one workflow sent within this long of each other are one stage (a fan-out). */
@@ -479,17 +480,6 @@ static int replay(BatchCluster *cl, SimClusterResult *res, BraidError *err) {
     return rc;
 }
 
-static int compare_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double percentile(double *v, int n, double q) {
-    qsort(v, (size_t)n, sizeof *v, compare_double);
-    int k = (int)ceil(q * n) - 1;
-    return v[k < 0 ? 0 : k >= n ? n - 1 : k];
-}
-
 /* The totals and percentiles from the requests' timings. */
 static int summarize(const BatchCluster *cl, SimClusterResult *res) {
     int n = cl->n_reqs, bs = cl->bs;
@@ -535,9 +525,9 @@ static int summarize(const BatchCluster *cl, SimClusterResult *res) {
         res->mean_latency_s = sum_lat / timed;
         res->mean_ttft_s = sum_ttft / timed;
         res->mean_wait_s = sum_wait / timed;
-        res->p50_latency_s = percentile(lat, timed, 0.50);
-        res->p99_latency_s = percentile(lat, timed, 0.99);
-        res->p99_ttft_s = percentile(ttft, timed, 0.99);
+        res->p50_latency_s = sim_percentile(lat, timed, 0.50);
+        res->p99_latency_s = sim_percentile(lat, timed, 0.99);
+        res->p99_ttft_s = sim_percentile(ttft, timed, 0.99);
     }
     free(lat), free(ttft);
     return 0;
