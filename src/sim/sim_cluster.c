@@ -161,18 +161,8 @@ static int cluster_init(Cluster *cl, const Trace *t, const SimClusterConfig *cfg
     int bs = t->block_size > 0 ? t->block_size : 16, max_blocks = 1;
     for (int k = 0; k < t->n; k++)
         if (t->reqs[k].n_blocks > max_blocks) max_blocks = t->reqs[k].n_blocks;
-    if (router_init(&cl->router, cfg->n_instances, cfg->load_slack)) return braid_error_set(err, "sim cluster: out of memory");
-    cl->router.mode = router_mode_of(cfg->route);
-    /* The cost router's rates are the replay's own (live, it learns them) unless given a start, and its queue is exact. */
-    cl->router.cost = route_cost_model_init(cfg->moves, cfg->router_prefill_tps > 0 ? cfg->router_prefill_tps : 1.0 / cfg->prefill_s_per_token,
-                                            cfg->router_link_bytes_per_s > 0 ? cfg->router_link_bytes_per_s : cfg->link_bytes_per_s,
-                                            cfg->link_latency_s);
-    cl->router.cost.lender_step_tokens = cfg->lender_step_tokens;
-    cl->router.cost.move_timeout_s = cfg->move_timeout_s;
-    for (int i = 0; i < cfg->n_instances; i++) {
-        router_instance_kv(&cl->router, i, true, (uint64_t)(cfg->kv_bytes_per_token * bs + 0.5), bs);
-        router_instance_capacity(&cl->router, i, cfg->kv_tokens / bs);
-    }
+    /* The cost router's queue is exact here (FIFO: previous finish minus arrival). */
+    if (sim_cluster_router_init(&cl->router, cfg, router_mode_of(cfg->route), bs, err)) return -1;
     cl->queue_s = calloc((size_t)cfg->n_instances, sizeof *cl->queue_s);
     cl->wait_s = calloc((size_t)cfg->n_instances, sizeof *cl->wait_s);
     cl->latency = calloc((size_t)(t->n > 0 ? t->n : 1), sizeof *cl->latency);
@@ -199,6 +189,22 @@ static int check_config(const Trace *t, const SimClusterConfig *cfg, BraidError 
     if (cfg->kv_tokens < 2 * bs) return braid_error_set(err, "sim cluster: the cache must hold at least 2 blocks");
     if (cfg->link_bytes_per_s <= 0 || cfg->link_latency_s < 0) return braid_error_set(err, "sim cluster: the link needs a bandwidth > 0");
     if (cfg->prefill_s_per_token <= 0) return braid_error_set(err, "sim cluster: the prefill cost must be > 0");
+    return 0;
+}
+
+int sim_cluster_router_init(Router *router, const SimClusterConfig *cfg, int router_mode, int block_size, BraidError *err) {
+    if (router_init(router, cfg->n_instances, cfg->load_slack)) return braid_error_set(err, "sim cluster: out of memory");
+    router->mode = (RouterMode)router_mode;
+    /* The cost router's rates are the replay's own (live, it learns them) unless given a start. */
+    router->cost = route_cost_model_init(cfg->moves, cfg->router_prefill_tps > 0 ? cfg->router_prefill_tps : 1.0 / cfg->prefill_s_per_token,
+                                         cfg->router_link_bytes_per_s > 0 ? cfg->router_link_bytes_per_s : cfg->link_bytes_per_s,
+                                         cfg->link_latency_s);
+    router->cost.lender_step_tokens = cfg->lender_step_tokens;
+    router->cost.move_timeout_s = cfg->move_timeout_s;
+    for (int i = 0; i < cfg->n_instances; i++) {
+        router_instance_kv(router, i, true, (uint64_t)(cfg->kv_bytes_per_token * block_size + 0.5), block_size);
+        router_instance_capacity(router, i, cfg->kv_tokens / block_size);
+    }
     return 0;
 }
 

@@ -82,14 +82,6 @@ static void on_event(void *ctx, const CacheEvent *ev) {
     else if (ev->kind == CACHE_EVENT_CLEARED) router_cleared(r, tap->instance);
 }
 
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    return x ^ (x >> 33);
-}
-
 static char *dup_or_null(const char *s) { return s && *s ? strdup(s) : NULL; }
 
 /* The request as the scheduler takes it: prompt ids from the trace's tokens or block hashes. */
@@ -105,11 +97,7 @@ static int make_request(BatchReq *q, const TraceRequest *t, int bs) {
     r->tokens = malloc((size_t)r->cap_tokens * sizeof *r->tokens);
     q->hashes = malloc(((size_t)t->n_blocks + 1) * sizeof *q->hashes);
     if (!r->id || !r->tenant || !r->tokens || !q->hashes) return -1;
-    for (int i = 0; i < n; i++) {
-        if (t->tokens && i < t->prompt_tokens) r->tokens[i] = t->tokens[i];
-        else if (i / bs < t->n_blocks) r->tokens[i] = (int32_t)(mix64(t->blocks[i / bs] + (uint64_t)(i % bs)) & 0x3fffffff);
-        else r->tokens[i] = (int32_t)(mix64(((uint64_t)t->seq << 32) ^ (uint64_t)i ^ 0x5bd1e995ULL) & 0x3fffffff);
-    }
+    for (int i = 0; i < n; i++) r->tokens[i] = trace_prompt_token(t, i, bs);
     r->n_tokens = r->n_prompt = n;
     r->max_tokens = out;
     int full = n / bs < t->n_blocks ? n / bs : t->n_blocks;
@@ -178,17 +166,7 @@ static int cluster_init(BatchCluster *cl, const Trace *t, const SimClusterConfig
     int max_blocks = 1;
     for (int k = 0; k < t->n; k++)
         if (t->reqs[k].prompt_tokens / cl->bs + 1 > max_blocks) max_blocks = t->reqs[k].prompt_tokens / cl->bs + 1;
-    if (router_init(&cl->router, cfg->n_instances, cfg->load_slack)) return braid_error_set(err, "sim cluster: out of memory");
-    cl->router.mode = (RouterMode)router_mode;
-    cl->router.cost = route_cost_model_init(cfg->moves, cfg->router_prefill_tps > 0 ? cfg->router_prefill_tps : 1.0 / cfg->prefill_s_per_token,
-                                            cfg->router_link_bytes_per_s > 0 ? cfg->router_link_bytes_per_s : cfg->link_bytes_per_s,
-                                            cfg->link_latency_s);
-    cl->router.cost.lender_step_tokens = cfg->lender_step_tokens;
-    cl->router.cost.move_timeout_s = cfg->move_timeout_s;
-    for (int i = 0; i < cfg->n_instances; i++) {
-        router_instance_kv(&cl->router, i, true, (uint64_t)(cfg->kv_bytes_per_token * cl->bs + 0.5), cl->bs);
-        router_instance_capacity(&cl->router, i, cfg->kv_tokens / cl->bs);
-    }
+    if (sim_cluster_router_init(&cl->router, cfg, router_mode, cl->bs, err)) return -1;
     cl->inst = calloc((size_t)cfg->n_instances, sizeof *cl->inst);
     cl->reqs = calloc((size_t)(t->n > 0 ? t->n : 1), sizeof *cl->reqs);
     cl->moving = malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof *cl->moving);

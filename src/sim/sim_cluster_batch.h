@@ -41,8 +41,14 @@
 #define BRAID_SIM_SIM_CLUSTER_BATCH_H
 
 #include "common/error.h"
+#include "coord/router.h"
 #include "sim/sim_cluster.h"
 #include "sim/trace.h"
+
+/* The router both cluster replays start with (sim_cluster.c): cfg's instances, each lending blocks of
+ * block_size tokens and holding cfg->kv_tokens; the cost model's rates from cfg (the router's start
+ * rates where given, else the replay's own), its lender step and move timeout. */
+int sim_cluster_router_init(Router *router, const SimClusterConfig *cfg, int router_mode, int block_size, BraidError *err);
 
 /* router_mode: the coord/router.h RouterMode cfg->route stands for. */
 int sim_cluster_batch_run(const Trace *t, const SimClusterConfig *cfg, int router_mode, SimClusterResult *res, BraidError *err);

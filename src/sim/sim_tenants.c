@@ -17,13 +17,6 @@ SimTenantsConfig sim_tenants_config_default(void) {
  * (its service counts do not decay; sim_tenants.h). */
 static double still_clock(void) { return 0.0; }
 
-static uint64_t mix(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    return x ^ (x >> 33);
-}
 
 /* Prompt token ids: the trace's, or derived from its block hashes (equal prefixes, equal ids)
  * with a tail unique to the request. */
@@ -31,12 +24,7 @@ static int fill_prompt(SchedRequest *r, const TraceRequest *t, int block_size) {
     int n = t->prompt_tokens > 0 ? t->prompt_tokens : 1, out = t->output_tokens > 0 ? t->output_tokens : 1;
     r->cap_tokens = n + out + 1;
     if (!(r->tokens = malloc((size_t)r->cap_tokens * sizeof *r->tokens))) return -1;
-    for (int i = 0; i < n; i++) {
-        uint64_t h = t->tokens && i < t->prompt_tokens ? (uint64_t)t->tokens[i]
-                     : i / block_size < t->n_blocks    ? mix(t->blocks[i / block_size] + (uint64_t)(i % block_size))
-                                                        : mix(((uint64_t)t->seq << 32) ^ (uint64_t)i ^ 0x5bd1e995ULL);
-        r->tokens[i] = t->tokens && i < t->prompt_tokens ? (int32_t)h : (int32_t)(h & 0x3fffffff);
-    }
+    for (int i = 0; i < n; i++) r->tokens[i] = trace_prompt_token(t, i, block_size);
     r->n_tokens = r->n_prompt = n;
     r->max_tokens = out;
     return 0;

@@ -255,3 +255,19 @@ int trace_attach_hidden(Trace *trace, const char *path, int *matched, BraidError
     strmap_destroy(ids);
     return rc < 0 ? -1 : 0;
 }
+
+/* murmur3's 64-bit finaliser, kept as the replays had it so derived ids (and so replay figures) stay the same. */
+static uint64_t derive_token_hash(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    return x ^ (x >> 33);
+}
+
+int32_t trace_prompt_token(const TraceRequest *req, int i, int block_size) {
+    if (req->tokens && i < req->prompt_tokens) return req->tokens[i];
+    uint64_t h = i / block_size < req->n_blocks ? derive_token_hash(req->blocks[i / block_size] + (uint64_t)(i % block_size))
+                                                : derive_token_hash(((uint64_t)req->seq << 32) ^ (uint64_t)i ^ 0x5bd1e995ULL);
+    return (int32_t)(h & 0x3fffffff);
+}

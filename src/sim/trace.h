@@ -57,6 +57,10 @@ int trace_coarsen_blocks(Trace *trace, int factor, BraidError *err);
 int trace_attach_hidden(Trace *trace, const char *path, int *matched, BraidError *err);
 /* The width of the trace's hidden states (0 when no request has one). */
 int trace_hidden_dim(const Trace *trace);
+/* Prompt token i of a request, for replays that run the scheduler: the trace's own ids when it has
+ * them, else an id derived from block hash i / block_size (equal prefixes, equal ids), and past the
+ * hashed blocks one unique to the request (its seq). */
+int32_t trace_prompt_token(const TraceRequest *req, int i, int block_size);
 void trace_request_free(TraceRequest *req);
 void trace_free(Trace *trace);
 
