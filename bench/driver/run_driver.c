@@ -22,8 +22,10 @@ typedef struct {
     const RunDriverConfig *cfg;
     double t_start;
     pthread_mutex_t mu;
-    pthread_cond_t changed;      /* a workflow finished or a slot exited */
+    pthread_cond_t changed;      /* a workflow finished, a slot exited, or the workflow-end probe settled */
     Workload *workload;
+    bool ends_probing;           /* one workflow end is in flight while the server's support is unknown */
+    bool ends_known_supported;   /* a workflow end has been accepted: no more need to probe one at a time */
     int next_workflow, n_workflows, active_slots, next_seq;
     bool failed;
     BraidError fail_err;
@@ -237,19 +239,28 @@ static void free_tasks(CallTask *tasks, int n) {
 
 /* ---- one workflow ---- */
 
-/* Whether to announce workflow ends: until a server answers 404 or 405, which says it has no such
- * endpoint (workflow ends are Braid's extension, optional for any other server). */
-static bool workflow_ends_supported(Shared *sh) {
+/* Whether to announce this workflow's end: until a server answers 404 or 405, which says it has no such
+ * endpoint (workflow ends are Braid's extension, optional for any other server). Until one end has
+ * been answered, ends go one at a time, so that a server without the endpoint gets exactly one POST
+ * however many workflows finish together; a caller that gets true must call settle_workflow_end. */
+static bool claim_workflow_end(Shared *sh) {
     pthread_mutex_lock(&sh->mu);
-    bool supported = !sh->out->workflow_end_unsupported;
+    while (sh->ends_probing && !sh->out->workflow_end_unsupported) pthread_cond_wait(&sh->changed, &sh->mu);
+    bool send = !sh->out->workflow_end_unsupported;
+    if (send && !sh->ends_known_supported) sh->ends_probing = true;
     pthread_mutex_unlock(&sh->mu);
-    return supported;
+    return send;
 }
 
-static void mark_workflow_ends_unsupported(Shared *sh, int status) {
+/* Records how the server answered a claimed workflow end (HTTP status, 0 when nothing came back). */
+static void settle_workflow_end(Shared *sh, int status, bool accepted) {
+    bool unsupported = status == 404 || status == 405;
     pthread_mutex_lock(&sh->mu);
-    bool first = !sh->out->workflow_end_unsupported;
-    sh->out->workflow_end_unsupported = true;
+    bool first = unsupported && !sh->out->workflow_end_unsupported;
+    if (unsupported) sh->out->workflow_end_unsupported = true;
+    if (accepted) sh->ends_known_supported = true;
+    sh->ends_probing = false;
+    pthread_cond_broadcast(&sh->changed);
     pthread_mutex_unlock(&sh->mu);
     if (first)
         fprintf(stderr, "\n[run] warning: the server answered %d to POST /v1/workflows/{id}/end: it does not take workflow ends; "
@@ -260,14 +271,13 @@ static void end_workflow(Slot *slot, const char *workflow) {
     Shared *sh = slot->sh;
     BraidError err;
     HttpClient *client = slot_client(slot, 0);
-    int status = 0;
-    if (!workflow_ends_supported(sh)) {
-        /* an optional capability the server lacks: nothing to announce */
-    } else if (!client) {
-        note_problem(sh, &sh->out->workflow_end_errors, "no HTTP client to end a workflow");
-    } else if (http_client_end_workflow(client, workflow, &status, &err)) {
-        if (status == 404 || status == 405) mark_workflow_ends_unsupported(sh, status);
-        else note_problem(sh, &sh->out->workflow_end_errors, err.msg);
+    if (claim_workflow_end(sh)) {
+        int status = 0;
+        bool accepted = false;
+        if (!client) note_problem(sh, &sh->out->workflow_end_errors, "no HTTP client to end a workflow");
+        else if (http_client_end_workflow(client, workflow, &status, &err) == 0) accepted = true;
+        else if (status != 404 && status != 405) note_problem(sh, &sh->out->workflow_end_errors, err.msg);
+        settle_workflow_end(sh, status, accepted);
     }
     if (sh->cfg->trace && prompt_trace_workflow_end(sh->cfg->trace, since_start(sh, braid_now_seconds()), workflow, &err))
         note_problem(sh, &sh->out->trace_errors, err.msg);
