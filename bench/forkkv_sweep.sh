@@ -24,7 +24,8 @@
 #        AUTO_SHARE=D (auto's residual share 1/AUTO_SHARE; default the workload's D, as shared)
 #        POOL=fixed|unified (unified: shared and auto get all S tokens of KV with --residual-pool unified,
 #        residuals living in base blocks they borrow; the shares D and AUTO_SHARE are then unused)
-#        TRACES=OUT_DIR (where traces are generated and reused))
+#        TRACES=OUT_DIR (where traces are generated and reused), AUTO_COST=N (braid sim --auto-cost N for the
+#        auto arm; default the sim's, 4; 2 reproduces the early-morning issue-36 figures))
 # Writes OUT_DIR/sweep.md (one row per point, the three modes side by side, time ratios = throughput
 # ratios, since every arm serves the same requests) and OUT_DIR/points.jsonl.
 set -euo pipefail
@@ -74,7 +75,7 @@ point() {
   if [ "${POOL:-fixed}" = unified ]; then fork=(--kv-tokens "$s" --residual-pool unified) fork_auto=("${fork[@]}"); fi
   "$braid" sim "${common[@]}" --kv-tokens "$s" 2> /dev/null | tail -1 > "$out/p.sep.json"
   "$braid" sim "${common[@]}" "${fork[@]}" --lora-cache shared 2> /dev/null | tail -1 > "$out/p.sh.json"
-  "$braid" sim "${common[@]}" "${fork_auto[@]}" --lora-cache auto 2> /dev/null | tail -1 > "$out/p.auto.json"
+  "$braid" sim "${common[@]}" "${fork_auto[@]}" --lora-cache auto ${AUTO_COST:+--auto-cost "$AUTO_COST"} 2> /dev/null | tail -1 > "$out/p.auto.json"
   local ctx=$(python3 -c "print(int(4096 * $scale))")
   python3 - "$out" "$tr" "$wl" "$swept" "$value" "$s" "$base_bpt" "$rank" "$kv_dim" "$ctx" "$points" >> "$table" <<'PY'
 import json, sys

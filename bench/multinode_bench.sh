@@ -4,6 +4,15 @@
 # on a node of its own), KV moves on and off, at two link rates, on "nodes" that are network
 # namespaces of this machine (tests/multinode/nodes.sh; launch/braid-local --nodes). Needs root.
 #   bench/multinode_bench.sh OUT
+#   ROUTERS="cost cache balanced round-robin" ROUNDS=2 bench/multinode_bench.sh OUT   the router comparison:
+#   per workload, node count, moves and rate, ROUNDS interleaved rounds (round r starts at the r-th router
+#   of ROUTERS, so each router takes each place in the order; round r uses seed SEED + r - 1, the same for
+#   every router of the round), a fresh cluster per arm; writes OUT/routers.md: every arm, and each
+#   router's figures as the geometric mean over rounds of its ratio to the first router of ROUTERS in
+#   the same round (req/s, TTFT p50 / p99, hit rate, bytes moved), with the load average beside each arm.
+#   No simulator rows in this mode. ROUND_FIRST=R [1] numbers the rounds from R, to add rounds to an OUT
+#   that has some (OUT/routers.md then covers them all).
+#   ARM_TIMEOUT [1800] (s, every mode): bounds each arm's driver; one that runs past it is reported as a hang.
 # Environment (defaults in brackets): WORKLOADS [cross-tenant codegen templates], NODES [1 2 4] (worker
 # nodes), MOVES [on off], RATES [1gbit 10gbit] (tc tbf on every link), ROUTER [cost], WORKFLOWS [8],
 # CONCURRENCY [4], SCALE [0.5], MAX_TOKENS_CAP [24], KV_BLOCKS [256] per instance, SEED [1],
@@ -46,6 +55,10 @@ MAX_TOKENS_CAP=${MAX_TOKENS_CAP:-24}
 KV_BLOCKS=${KV_BLOCKS:-256}
 SEED=${SEED:-1}
 SIM_ONLY=${SIM_ONLY:-0}
+ROUTERS=${ROUTERS:-}   # set (e.g. "cost cache balanced round-robin"): the router comparison instead (see compare_routers)
+ROUNDS=${ROUNDS:-2}
+ROUND_FIRST=${ROUND_FIRST:-1}   # the first round's number: more rounds into an OUT that has some (the table covers every round there)
+ARM_TIMEOUT=${ARM_TIMEOUT:-1800}
 port=${PORT:-18431}
 table=$out/table.md
 [ "$SIM_ONLY" = 1 ] && table=$out/table-sim.md # keeps the live tables of an earlier run in OUT
@@ -68,10 +81,11 @@ wire_bytes() {  # bytes the worker nodes 2..K+1 sent into the bridge
   echo "$sum"
 }
 
-run_arm() {  # run_arm WORKLOAD K MOVES RATE
-  local w=$1 k=$2 moves=$3 rate=$4 arm="$1-$2n-$3-$4" dir="$out/$1-$2n-$3-$4"
+run_arm() {  # run_arm WORKLOAD K MOVES RATE [TAG] (TAG: the router comparison's ROUTER-rROUND, part of the arm's dir name)
+  local w=$1 k=$2 moves=$3 rate=$4 dir="$out/$1-$2n-$3-$4${5:+-$5}"
   rm -rf "$dir"
   mkdir -p "$dir"
+  cut -d' ' -f1 /proc/loadavg > "$dir/load.txt"
   local node1 url
   node1=$("$nodes_sh" addr 1)
   url=http://$node1:$port
@@ -92,19 +106,22 @@ run_arm() {  # run_arm WORKLOAD K MOVES RATE
   fi
   local before after
   before=$(wire_bytes "$k")
-  "$bench" run --workload "$w" --url "$url" --model "$model" --out "$dir/run" --workflows "$WORKFLOWS" --concurrency "$CONCURRENCY" \
-    --scale "$SCALE" --max-tokens-cap "$MAX_TOKENS_CAP" --seed "$SEED" > "$dir/run.log" 2>&1 ||
-    echo "multinode_bench: the driver failed, see $dir/run.log" >&2
+  local rc=0
+  timeout "$ARM_TIMEOUT" "$bench" run --workload "$w" --url "$url" --model "$model" --out "$dir/run" --workflows "$WORKFLOWS" \
+    --concurrency "$CONCURRENCY" --scale "$SCALE" --max-tokens-cap "$MAX_TOKENS_CAP" --seed "${6:-$SEED}" > "$dir/run.log" 2>&1 || rc=$?
+  [ "$rc" = 124 ] && echo "multinode_bench: the driver ran past ARM_TIMEOUT=$ARM_TIMEOUT s (a hang?), see $dir/run.log" >&2
+  [ "$rc" != 0 ] && [ "$rc" != 124 ] && echo "multinode_bench: the driver failed (exit $rc), see $dir/run.log" >&2
   after=$(wire_bytes "$k")
   echo $((after - before)) > "$dir/wire.txt"
   curl -s "$url/metrics" > "$dir/metrics.txt"
+  cut -d' ' -f1 /proc/loadavg >> "$dir/load.txt"
   kill -TERM "$pid"
   wait "$pid" || true
   pid=""
 }
 
-row() {  # row WORKLOAD K MOVES RATE: one line of the live table (+ the numbers sim_check needs, in DIR/live.json)
-  local w=$1 k=$2 moves=$3 rate=$4 dir="$out/$1-$2n-$3-$4"
+row() {  # row WORKLOAD K MOVES RATE [TAG]: one line of the live table (+ the numbers sim_check needs, in DIR/live.json)
+  local w=$1 k=$2 moves=$3 rate=$4 dir="$out/$1-$2n-$3-$4${5:+-$5}"
   local m=$dir/metrics.txt
   python3 - "$dir" "$k" "$moves" "$rate" "$(cat "$dir/wire.txt")" \
     "$(metric 'braid_prompt_tokens_cached_total{tier="device"}' "$m")" "$(metric 'braid_prompt_tokens_cached_total{tier="host"}' "$m")" \
@@ -118,7 +135,9 @@ ttft = s.get("metrics", {}).get("ttft_ms", {})
 remote = moved_blocks * 16
 total = dev + host + computed or 1
 local = dev - remote
-json.dump({"hit": (dev + host) / total, "moved_bytes": moved_bytes, "moved_blocks": moved_blocks, "failures": failures, "req_s": s["req_s"]},
+json.dump({"hit": (dev + host) / total, "moved_bytes": moved_bytes, "moved_blocks": moved_blocks, "failures": failures, "req_s": s["req_s"],
+           "ttft_p50_s": ttft.get("p50", 0) / 1e3, "ttft_p99_s": ttft.get("p99", 0) / 1e3, "ok": s["requests"] - s["errors"],
+           "requests": s["requests"], "wire_bytes": int(wire)},
           open(f"{d}/live.json", "w"))
 print(f"| {k} | {moves} | {rate} | {s['requests'] - s['errors']}/{s['requests']} | {s['req_s']:.3f} | {ttft.get('p50', 0) / 1e3:.2f} | "
       f"{ttft.get('p99', 0) / 1e3:.2f} | {local / total:.1%} | {remote / total:.1%} | {host / total:.1%} | {computed / total:.1%} | "
@@ -168,6 +187,101 @@ check_row() {  # check_row WORKLOAD K MOVES RATE: braid sim replaying the live a
   python3 "$root/bench/sim_vs_live.py" --braid "$braid" --router "$ROUTER" --kv-blocks "$KV_BLOCKS" --replays batch-live --format bench "$dir"
 }
 
+# The router comparison (ROUTERS set): interleaved rounds over the routers, one table of arms and one of
+# ratios to the first router, in OUT/routers.md.
+compare_routers() {
+  local table=$out/routers.md w rate k moves r i n router tag
+  local -a routers
+  read -r -a routers <<< "$ROUTERS"
+  n=${#routers[@]}
+  {
+    echo "Command: ROUTERS='$ROUTERS' ROUNDS=$ROUNDS bench/multinode_bench.sh (WORKLOADS='$WORKLOADS' NODES='$NODES' MOVES='$MOVES'"
+    echo "RATES='$RATES' WORKFLOWS=$WORKFLOWS CONCURRENCY=$CONCURRENCY SCALE=$SCALE MAX_TOKENS_CAP=$MAX_TOKENS_CAP KV_BLOCKS=$KV_BLOCKS SEED=$SEED);"
+    echo "$(date -u +%FT%TZ); $(nproc) cores; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  } > "$table"
+  for rate in $RATES; do
+    "$nodes_sh" down > /dev/null 2>&1 || true
+    "$nodes_sh" up $(( $(echo "$NODES" | tr ' ' '\n' | sort -n | tail -1) + 1 )) --rate "$rate" >&2
+    for w in $WORKLOADS; do
+      for k in $NODES; do
+        for moves in $MOVES; do
+          for r in $(seq "$ROUND_FIRST" $((ROUND_FIRST + ROUNDS - 1))); do
+            for i in $(seq 0 $((n - 1))); do
+              router=${routers[$(( (i + r - 1) % n ))]}
+              tag=$router-r$r
+              ROUTER=$router run_arm "$w" "$k" "$moves" "$rate" "$tag" $((SEED + r - 1)) &&
+                row "$w" "$k" "$moves" "$rate" "$tag" > /dev/null || echo "multinode_bench: arm $w $k $moves $rate $tag failed" >&2
+            done
+          done
+        done
+      done
+    done
+    "$nodes_sh" down > /dev/null 2>&1 || true
+  done
+  python3 - "$out" "$((ROUND_FIRST + ROUNDS - 1))" "$WORKLOADS" "$NODES" "$MOVES" "$RATES" "${routers[@]}" <<'PY' >> "$table"
+import json, math, os, re, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+workloads, nodes, moves_list, rates = (x.split() for x in sys.argv[3:7])
+routers = sys.argv[7:]
+# every round in OUT, also those of earlier runs (ROUND_FIRST)
+rounds = max([rounds] + [int(m[1]) for m in (re.search(r"-r([0-9]+)$", d) for d in os.listdir(out)) if m])
+def load(d):
+    p = os.path.join(out, d, "live.json")
+    if not os.path.exists(p):
+        return None
+    x = json.load(open(p))
+    x["load"] = open(os.path.join(out, d, "load.txt")).read().split()
+    return x
+def gmean(v):
+    v = [x for x in v if x is not None]
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None
+def ratio(a, b):
+    return a / b if a is not None and b not in (None, 0) and a > 0 else None
+def fmt(x, f="{:.3f}"):
+    return f.format(x) if x is not None else "n/a"
+keys = [("req/s", "req_s"), ("TTFT p50", "ttft_p50_s"), ("TTFT p99", "ttft_p99_s"), ("hit", "hit"), ("bytes moved", "moved_bytes")]
+for rate in rates:
+    for w in workloads:
+        for k in nodes:
+            for mv in moves_list:
+                base = f"{w}-{k}n-{mv}-{rate}"
+                print(f"\n### {w}, {k} worker node(s), moves {mv}, links {rate}: every arm (run order within a round rotates)\n")
+                print("| round | router | ok/requests | req/s | TTFT p50 s | TTFT p99 s | hit | MiB moved | MiB on the wire | failed moves | load start / end |")
+                print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+                arms = {}
+                for r in range(1, rounds + 1):
+                    if not any(os.path.isdir(os.path.join(out, f"{base}-{rt}-r{r}")) for rt in routers):
+                        continue  # a round not run into this OUT
+                    for rt in routers:
+                        x = load(f"{base}-{rt}-r{r}")
+                        arms[(rt, r)] = x
+                        if x is None:
+                            print(f"| {r} | {rt} | failed | | | | | | | | |")
+                            continue
+                        print(f"| {r} | {rt} | {x['ok']}/{x['requests']} | {x['req_s']:.3f} | {x['ttft_p50_s']:.2f} | {x['ttft_p99_s']:.2f} | "
+                              f"{x['hit']:.1%} | {x['moved_bytes'] / 2**20:.1f} | {x['wire_bytes'] / 2**20:.1f} | {x['failures']:.0f} | {' / '.join(x['load'])} |")
+                print(f"\n{w}, {k} worker node(s), moves {mv}, links {rate}: ratio to {routers[0]} (geometric mean over the rounds of each round's ratio; "
+                      f"req/s and hit: higher is better, TTFT and bytes: lower)\n")
+                print("| router | " + " | ".join(name for name, _ in keys) + " | MiB moved, mean per arm | rounds |")
+                print("|---|" + "---:|" * len(keys) + "---:|---:|")
+                for rt in routers:
+                    cells = []
+                    paired = [r for r in range(1, rounds + 1) if arms.get((rt, r)) and arms.get((routers[0], r))]
+                    for name, key in keys:
+                        v = [ratio(arms[(rt, r)][key], arms[(routers[0], r)][key]) for r in paired]
+                        defined = [x for x in v if x is not None]
+                        # a ratio is undefined where either side is 0 (e.g. nothing moved): say over how many rounds it is
+                        cells.append(fmt(gmean(defined)) + (f" ({len(defined)}/{len(paired)})" if len(defined) < len(paired) else ""))
+                    mib = [arms[(rt, r)]["moved_bytes"] / 2**20 for r in paired]
+                    print(f"| {rt} | " + " | ".join(cells) + f" | {sum(mib) / len(mib) if mib else 0:.1f} | {len(paired)} |")
+PY
+  cat "$table"
+}
+if [ -n "$ROUTERS" ]; then
+  compare_routers
+  exit 0
+fi
+
 {
   echo "Command: bench/multinode_bench.sh (WORKLOADS='$WORKLOADS' NODES='$NODES' MOVES='$MOVES' RATES='$RATES' ROUTER=$ROUTER"
   echo "WORKFLOWS=$WORKFLOWS CONCURRENCY=$CONCURRENCY SCALE=$SCALE MAX_TOKENS_CAP=$MAX_TOKENS_CAP KV_BLOCKS=$KV_BLOCKS SEED=$SEED);"
@@ -208,7 +322,10 @@ for w in $WORKLOADS; do
     } >> "$table"
     for rate in $RATES; do
       for k in $NODES; do
-        for moves in $MOVES; do check_row "$w" "$k" "$moves" "$rate" >> "$table"; done
+        for moves in $MOVES; do
+          # a failed check (e.g. braid sim refusing an option) costs its row, not the projection after it
+          check_row "$w" "$k" "$moves" "$rate" >> "$table" || echo "multinode_bench: the simulator check of $w-${k}n-$moves-$rate failed" >&2
+        done
       done
     done
   fi

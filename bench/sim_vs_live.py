@@ -31,11 +31,52 @@ LIVE_BLOCK_BYTES = 368704  # a block as the live CPU pool moves it (SmolLM2-135M
 # Replays by name: braid sim options. "batch-live": the batching replay with the cost router starting
 # from braid serve's default rates (--move-prefill-tps 1000, --move-gbps 1), as the live arms' router did,
 # and learning from there; "batch": its router starts at the replay's own (calibrated) rates.
+LIVE_ROUTER = ["--router-prefill-tps", "1000", "--router-link-gbps", "1"]
 REPLAYS = {"batch": ["--cluster-replay", "batch"], "fifo": ["--cluster-replay", "fifo"],
-           "batch-live": ["--cluster-replay", "batch", "--router-prefill-tps", "1000", "--router-link-gbps", "1"],
-           "batch-closed": ["--cluster-replay", "batch", "--router-prefill-tps", "1000", "--router-link-gbps", "1", "--closed-loop"]}
-# "batch-closed": batch-live with each workflow's next stage sent when its previous one finished in the replay
-# (--closed-loop), as braid-bench run's client sent it.
+           "batch-live": ["--cluster-replay", "batch"] + LIVE_ROUTER,
+           "batch-closed": ["--cluster-replay", "batch", "--closed-loop"] + LIVE_ROUTER,
+           "batch-coord": ["--cluster-replay", "batch"] + LIVE_ROUTER}
+# "batch-closed": batch-live with the workflows sent as braid-bench run's client sent them (--closed-loop: as many
+# at once as it ran, each stage when the one before it answered in the replay).
+# "batch-coord": batch-live with each request arriving when the live coordinator routed it (its events.jsonl "route"
+# lines), not when the client sent it: the order in which near-simultaneous requests reached the router is the live one.
+COORD_ARRIVALS = {"batch-coord"}
+
+
+def live_pools(d):
+    """(device blocks an instance uses, host-tier blocks) from the arm's serve.log, or (None, 0)."""
+    try:
+        log = open(os.path.join(d, "serve.log")).read()
+    except OSError:
+        return None, 0
+    m = re.search(r"ready: \d+ ranks, (\d+) KV blocks of \d+ tokens(?:, host tier (\d+) blocks)?", log)
+    return (int(m[1]), int(m[2] or 0)) if m else (None, 0)
+
+
+def coordinator_trace(d, out):
+    """A copy of the arm's trace whose request times are when the coordinator routed each request (events.jsonl),
+    matched by workflow, then prompt blocks, in order; False when the arm has no route events."""
+    try:
+        routes = [e for e in map(json.loads, open(os.path.join(d, "events.jsonl"))) if e.get("event") == "route"]
+    except (OSError, ValueError):
+        return False
+    lines = [json.loads(line) for line in open(os.path.join(d, "run", "trace.jsonl"))]
+    reqs = sorted((x for x in lines if x.get("type") == "request"), key=lambda x: (x["t"], x["seq"]))
+    if not routes or len(routes) != len(reqs):
+        return False
+    t0 = routes[0]["t"] - reqs[0]["t"]
+    free = list(reqs)
+    for e in routes:
+        same = [x for x in free if x.get("workflow", "") == e.get("workflow", "")]
+        pick = next((x for x in same if len(x.get("blocks", [])) == e.get("prompt_blocks")), same[0] if same else None)
+        if pick is None:
+            return False
+        pick["t"] = e["t"] - t0
+        free.remove(pick)
+    with open(out, "w") as f:
+        for x in lines:
+            f.write(json.dumps(x) + "\n")
+    return True
 
 
 def arm_setup(d, args):
@@ -54,27 +95,45 @@ def arm_setup(d, args):
     return router or "cost", kv_blocks or 256, int(m[1]), m[2], bits / 8e9
 
 
-def run_sim(args, d, setup, replay, bpt, prefill_ms):
+def run_sim(args, d, setup, replay, bpt, prefill_ms, decode_ratio=DECODE_RATIO):
     router, kv_blocks, k, moves, gbps = setup
-    cmd = [args.braid, "sim", "--trace", f"{d}/run/trace.jsonl", "--kv-tokens", str(kv_blocks * 16), "--instances", str(k),
+    trace = f"{d}/run/trace.jsonl"
+    if replay in COORD_ARRIVALS and os.path.exists(args.coord_traces.get(d, "")):
+        trace = args.coord_traces[d]
+    device, host = live_pools(d) if replay != "fifo" and not args.no_live_pools else (None, 0)
+    pools = ["--kv-tokens", str((device or kv_blocks) * 16)] + (["--host-kv-tokens", str((host - 1) * 16)] if host > 1 else [])
+    cmd = [args.braid, "sim", "--trace", trace] + pools + ["--instances", str(k),
            "--router", router, "--moves", moves, "--link-gbps", f"{gbps}", "--link-latency-us", "100",
            "--kv-bytes-per-token", f"{bpt:.3f}", "--prefill-ms-per-token", f"{prefill_ms:.6f}",
-           "--decode-ms-per-token", f"{DECODE_RATIO * prefill_ms:.6f}", "--json"] + REPLAYS[replay]
+           "--decode-ms-per-token", f"{decode_ratio * prefill_ms:.6f}", "--json"] + REPLAYS[replay]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def calibrated(args, d, setup, replay, bpt, target_ttft):
-    """The replay whose mean TTFT is the arm's: (prefill ms a token, its JSON)."""
-    lo, hi = 0.05, 2000.0
-    for _ in range(args.iterations):
+def bisect(lo, hi, steps, too_low):
+    """Geometric bisection: the x in [lo, hi] where too_low(x) turns false."""
+    for _ in range(steps):
         mid = (lo * hi) ** 0.5
-        if run_sim(args, d, setup, replay, bpt, mid)["mean_ttft_s"] < target_ttft:
+        if too_low(mid):
             lo = mid
         else:
             hi = mid
-    ms = (lo * hi) ** 0.5
-    return ms, run_sim(args, d, setup, replay, bpt, ms)
+    return (lo * hi) ** 0.5
+
+
+def calibrated(args, d, setup, replay, bpt, target_ttft, target_decode):
+    """The replay whose mean TTFT is the arm's (prefill ms a token) and, with --fit-decode, whose mean time from the
+    first token to the last is the arm's too (decode ms a token over prefill's; fitted in turns):
+    (prefill ms, decode ratio, its JSON)."""
+    ratio = DECODE_RATIO
+    ms = bisect(0.05, 2000.0, args.iterations, lambda x: run_sim(args, d, setup, replay, bpt, x, ratio)["mean_ttft_s"] < target_ttft)
+    for _ in range(args.fit_decode if target_decode else 0):
+        def decode_s(r):
+            x = run_sim(args, d, setup, replay, bpt, ms, r)
+            return x["mean_latency_s"] - x["mean_ttft_s"]
+        ratio = bisect(0.05, 100.0, args.iterations, lambda r: decode_s(r) < target_decode)
+        ms = bisect(0.05, 2000.0, args.iterations, lambda x: run_sim(args, d, setup, replay, bpt, x, ratio)["mean_ttft_s"] < target_ttft)
+    return ms, ratio, run_sim(args, d, setup, replay, bpt, ms, ratio)
 
 
 def compare(live, x):
@@ -101,9 +160,14 @@ def main():
     p.add_argument("--router")
     p.add_argument("--kv-blocks", type=int)
     p.add_argument("--iterations", type=int, default=40, help="bisection steps of the calibration (24 pin it to 0.05 %%)")
+    p.add_argument("--fit-decode", type=int, default=0, metavar="TURNS",
+                   help="also fit the decode cost to the arm's mean first-to-last-token time, in TURNS alternations with the "
+                        "prefill fit (0: decode = %.0fx prefill)" % DECODE_RATIO)
     p.add_argument("--format", choices=["compare", "bench"], default="compare")
     p.add_argument("--header", action="store_true", help="print the table's header first")
     p.add_argument("--label", help="the arm's name in the table (default: its directory, shortened)")
+    p.add_argument("--no-live-pools", action="store_true",
+                   help="batch replays: the --kv-blocks pool and no host tier, not the arm's own (serve.log: device blocks, host tier)")
     p.add_argument("arms", nargs="+")
     args = p.parse_args()
     args.replays = args.replays.split(",")
@@ -120,15 +184,28 @@ def main():
               "blocks moved live / sim | MiB moved live | MiB moved sim | bytes sim vs live | failed moves live / sim |")
         print("|---:|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---|")
     totals = {r: [0, 0.0] for r in args.replays}
+    args.coord_traces = {}
+    if any(r in COORD_ARRIVALS for r in args.replays):
+        import tempfile
+        tmp = tempfile.mkdtemp(prefix="sim_vs_live.")
+        for n, d in enumerate(args.arms):
+            out = os.path.join(tmp, f"{n}.jsonl")
+            if coordinator_trace(d, out):
+                args.coord_traces[d] = out
+            else:
+                print(f"sim_vs_live: {d}: no route events to take arrivals from; batch-coord replays the client's times", file=sys.stderr)
     for d in args.arms:
         if not (os.path.exists(f"{d}/live.json") and os.path.exists(f"{d}/run/trace.jsonl")):
             print(f"sim_vs_live: {d}: no live.json or run/trace.jsonl, skipped", file=sys.stderr)
             continue
         live = json.load(open(f"{d}/live.json"))
-        target = json.load(open(f"{d}/run/summary.json"))["metrics"]["ttft_ms"]["mean"] / 1e3
+        metrics = json.load(open(f"{d}/run/summary.json"))["metrics"]
+        target = metrics["ttft_ms"]["mean"] / 1e3
+        target_decode = (metrics["e2el_ms"]["mean"] - metrics["ttft_ms"]["mean"]) / 1e3 if "e2el_ms" in metrics else None
         bpt = live["moved_bytes"] / (live["moved_blocks"] * 16) if live.get("moved_blocks") else 23040
         setup = arm_setup(d, args)
-        res = {r: calibrated(args, d, setup, r, bpt, target) for r in args.replays}
+        res = {r: calibrated(args, d, setup, r, bpt, target, target_decode) for r in args.replays}
+        res = {r: (v[0], v[2]) for r, v in res.items()}
         if args.format == "bench":
             ms, x = res[args.replays[0]]
             points, ratio, _ = compare(live, x)

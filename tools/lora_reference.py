@@ -1,7 +1,7 @@
 """peft + transformers reference logits for LoRA adapters read back from their GGUF files.
 
     .venv-tools/bin/python tools/lora_reference.py --model M.gguf --adapters DIR --out GOLDEN_DIR
-        [--roles planner,coder,tester,summarizer] [--threads 1] [--make-random STD]
+        [--roles planner,coder,tester,summarizer] [--threads 1] [--make-random STD] [--kv-fp16]
 
 Writes GOLDEN_DIR/lora/lora_logits.jsonl in the layout of tests/golden/lora (what test_golden_lora
 reads): the base model's records first, then each adapter's, on tools/train_lora.py's three golden
@@ -11,6 +11,12 @@ transposition, alpha — shows up as a mismatch. Greedy steps reuse transformers
 0.5B model). Point test_golden_lora at another model with
 
     BRAID_TEST_MODEL=M.gguf BRAID_TEST_ADAPTER_DIR=DIR BRAID_TEST_GOLDEN_DIR=GOLDEN_DIR build/tests/test_golden_lora
+
+--kv-fp16 rounds every K and V (K after RoPE) to IEEE half before attention reads them, as Braid's KV
+cache stores them (kernels/cpu/attention.h: fp16 cache, fp32 arithmetic), so the reference differs from
+Braid by arithmetic order only and not by the cache's rounding. Without it (transformers' fp32 K/V) a
+Qwen2.5 prompt position can differ by 0.285 in a logit (issue 36: the first "\n" after <|im_end|> of
+SmolLM's chat text; 2e-3 with --kv-fp16): the LoRA check would be measuring the cache's precision.
 
 --make-random STD first writes DIR/ROLE.gguf itself with train_lora.py's exporter: rank-16 adapters on
 q/k/v/o (alpha 32) with peft's initial A and B drawn from N(0, STD), rounded to fp16 — no training, so
@@ -31,6 +37,21 @@ import gguf  # noqa: E402
 import peft  # noqa: E402
 
 import train_lora  # noqa: E402  (same folder: chat format, prompts, base loading, row order)
+
+KV_FP16_ATTENTION = "braid_kv_fp16"
+
+
+def kv_fp16_attention(module, query, key, value, attention_mask, **kwargs):
+    """transformers' SDPA attention over K and V rounded to IEEE half (round to nearest even, +-inf past
+    65504), as Braid's cpu_kv_store writes them; the arithmetic stays in the model's dtype."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    return sdpa_attention_forward(module, query, key.half().to(key.dtype), value.half().to(value.dtype), attention_mask, **kwargs)
+
+
+def use_kv_fp16(model):
+    from transformers import AttentionInterface
+    AttentionInterface.register(KV_FP16_ATTENTION, kv_fp16_attention)
+    model.set_attn_implementation(KV_FP16_ATTENTION)
 
 
 def inverse_row_order(w, n_head, arch):
@@ -118,10 +139,13 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--make-random", type=float, default=0.0, metavar="STD",
                     help="first write random adapters (lora_B ~ N(0, STD)) into --adapters")
+    ap.add_argument("--kv-fp16", action="store_true", help="round K and V to IEEE half as Braid's KV cache does")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     arch = train_lora.gguf_arch(args.model)
     tok, model = train_lora.load_base(args.model, arch)
+    if args.kv_fp16:
+        use_kv_fp16(model)
     if args.make_random > 0:
         model = write_random_adapters(model, args.roles.split(","), args.adapters, arch, args.make_random)
     records = [record(model, tok, "", n, u) for n, u in train_lora.GOLDEN_PROMPTS]

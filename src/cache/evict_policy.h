@@ -41,6 +41,10 @@ typedef struct {
     uint32_t workflow;   /* interned workflow id (kv_cache_identity), never 0 */
     uint64_t agent_mask; /* bit (agent id mod 64) set: that agent of the workflow used this node */
     int32_t index_pos;   /* the cache's own: where the node sits in that workflow's node list */
+    /* Requests of the workflow queued at the instance whose cached prefix reaches this node
+     * (kv_cache_note_waiting): reads certain to come, which the coordinator's forecast, made for
+     * "after this call" when the call was dispatched, does not count while the call waits. */
+    uint16_t waiting;
 } CacheNodeUse;
 
 typedef struct {

@@ -537,6 +537,65 @@ int kv_cache_match(KvCache *c, const CacheIdentity *id, const int32_t *tokens, i
     return 0;
 }
 
+/* ---- queued requests' prefixes ---- */
+
+typedef struct {
+    KvCache *c;
+    const CacheIdentity *id;
+    int delta; /* +1 note, -1 unnote */
+    int changed;
+    const int32_t *tokens; /* the prompt, and its whole blocks a match may cover */
+    int limit;
+} WaitWalk;
+
+static void wait_step(void *ctx, RadixNode *n);
+
+/* The walk passes only nodes the prompt continues whole, so it never splits one (splits would
+ * change the tree's shape, and with it LRU's victims): a node the prompt shares only a head of is
+ * counted as it stands and the walk stops there. When the request's admission later splits that
+ * node, the lower half keeps the count until its workflow ends or moves past it (a tail the call
+ * did not read, kept a little longer). */
+static bool wait_enter(void *ctx, const RadixNode *child, int pos) {
+    WaitWalk *w = ctx;
+    if (!kv_internal_visible(child, w->id)) return false;
+    int bs = w->c->block_size;
+    bool whole = pos + child->n_blocks <= w->limit &&
+                 memcmp(child->tokens, w->tokens + (size_t)pos * bs, (size_t)child->n_blocks * bs * sizeof *w->tokens) == 0;
+    if (!whole) wait_step(ctx, (RadixNode *)child);
+    return whole;
+}
+
+static void wait_step(void *ctx, RadixNode *n) {
+    WaitWalk *w = ctx;
+    if (w->delta > 0) note_use(w->c, n, w->id); /* the use without a tick: recency is untouched */
+    CacheNodeUse *u = use_of(n, w->id->workflow);
+    if (!u) return; /* ended workflow, or at the bound on uses */
+    if (w->delta > 0 && u->waiting < UINT16_MAX) u->waiting++;
+    else if (w->delta < 0 && u->waiting > 0) u->waiting--;
+    else return;
+    w->changed++;
+    heap_refresh(w->c, n);
+}
+
+static int walk_waiting(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens, int delta) {
+    if (id->workflow == 0) return 0;
+    int limit = n_tokens > 0 ? (n_tokens - 1) / c->block_size : 0;
+    RadixNode *root = radix_root(&c->tree, namespace_of(id));
+    if (!root) return -1;
+    WaitWalk w = {.c = c, .id = id, .delta = delta, .tokens = tokens, .limit = limit};
+    RadixNode *end;
+    if (radix_walk_while(&c->tree, root, tokens, limit, &end, wait_enter, wait_step, &w) < 0) return -1;
+    return w.changed;
+}
+
+int kv_cache_note_waiting(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens) {
+    return walk_waiting(c, id, tokens, n_tokens, +1);
+}
+
+int kv_cache_unnote_waiting(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens) {
+    return walk_waiting(c, id, tokens, n_tokens, -1);
+}
+
 int kv_cache_lend(KvCache *c, const KvCacheMatch *m, uint8_t *tiers, int32_t *blocks) {
     int n = m->device_blocks + m->host_blocks, at = n;
     for (RadixNode *node = m->node; !radix_is_root(node); node = node->parent) {

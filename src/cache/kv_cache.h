@@ -386,6 +386,15 @@ void kv_cache_release(KvCache *c, RadixNode *lock, const int32_t *table, int n_b
  * kv_cache_lend_end the match's lock keeps the device blocks and the path's host copies are not
  * evicted either. Returns the count. */
 int kv_cache_lend(KvCache *c, const KvCacheMatch *m, uint8_t *tiers, int32_t *blocks);
+/* A request of id's workflow waits in the instance's queue and will read the cached prefix of
+ * tokens (as kv_cache_match would find it now): each node of that prefix records the workflow (and
+ * agent) as a use and counts the wait (CacheNodeUse.waiting), so a policy that values a workflow's
+ * uses (pbkv) keeps what the queued call is about to read. No tick, hit or lock: LRU order and
+ * the pool are unchanged. kv_cache_unnote_waiting takes the count back when the request leaves
+ * the queue (admitted or cancelled); a node evicted meanwhile took its count with it. Both return
+ * the nodes changed (0 for a request without a workflow), -1 when out of memory. */
+int kv_cache_note_waiting(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens);
+int kv_cache_unnote_waiting(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens);
 /* The lease of kv_cache_lend is over: the marks go and the match's lock is released. */
 void kv_cache_lend_end(KvCache *c, RadixNode *lock);
 

@@ -7,6 +7,12 @@
  * the model seed; its left context is named by chaining the hashes of the chunks before it (the
  * chunking is a function of the tokens, so equal chains mean equal token prefixes); its window by
  * hashing the W tokens before it.
+ *
+ * Runs (issue 35): chunks reused one after another from the same source with the same shift
+ * (the next entry starts where the last ended and its left chain is the last one's plus its chunk)
+ * are planned as one span, so the span guards (worker/sched_span_guard.h: probe, head, min span,
+ * tail) sit at the run's true boundary, where the left context starts to differ, and judge its
+ * real length; the chunks inside a run share their K/V history, so they need no guard of their own.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -115,16 +121,28 @@ typedef struct {
     bool found; /* some entry had the chunk's hash and length */
 } SegmentChoice;
 
+/* Entry `next` holds the chunk that follows entry `prev`'s in the same source: it starts where
+ * prev's ends and its left context is prev's left context and chunk (equal chains mean equal
+ * token prefixes, so the K/V of both were computed as one run). */
+static bool continues_source(const KvCache *c, int prev, int next) {
+    const SegmentKey *p = &segment_index_entry(&c->segments, prev)->key, *n = &segment_index_entry(&c->segments, next)->key;
+    return n->pos == p->pos + p->len && n->left_hash == chain_left(p->left_hash, p->hash);
+}
+
 /* The entry to reuse for a chunk: one with the same left context if any (exact), else in
- * approximate mode one whose window matches. */
-static SegmentChoice choose(const KvCache *c, const Chunk *ch, uint64_t left, uint64_t window, SegmentReuseMode mode) {
+ * approximate mode one whose window matches, preferring one that continues the source of the
+ * chunk reused just before (`follows`, -1 none: same source prefix, next position), so that the
+ * two land as one run. */
+static SegmentChoice choose(const KvCache *c, const Chunk *ch, uint64_t left, uint64_t window, SegmentReuseMode mode,
+                            int follows) {
     SegmentChoice pick = {.entry = -1};
     for (int e = segment_index_first(&c->segments, ch->hash); e >= 0; e = segment_index_next(&c->segments, e)) {
         const SegmentKey *k = &segment_index_entry(&c->segments, e)->key;
         if (k->len != ch->len) continue;
         pick.found = true;
         if (k->left_hash == left && k->pos == ch->start) return (SegmentChoice){.entry = e, .exact = true, .found = true};
-        if (mode == SEGMENT_REUSE_APPROX && pick.entry < 0 && k->window_hash == window) pick.entry = e;
+        if (mode != SEGMENT_REUSE_APPROX || k->window_hash != window) continue;
+        if (pick.entry < 0 || (follows >= 0 && continues_source(c, follows, e))) pick.entry = e;
     }
     return pick;
 }
@@ -170,9 +188,51 @@ int kv_segments_add_span(KvCache *c, KvSegmentPlan *plan, int lo, int hi, int32_
     return 0;
 }
 
-/* Adds tokens [lo, hi) of chunk ch, found in entry, to the plan. */
-static int add_span(KvCache *c, KvSegmentPlan *plan, const Chunk *ch, int lo, int hi, const SegmentEntry *entry, bool exact) {
-    return kv_segments_add_span(c, plan, lo, hi, entry->key.pos + (lo - ch->start), entry->blocks, entry->key.pos / c->block_size, exact);
+/* Extends the plan's last span by tokens [lo, hi) from src_lo on (blocks from block `base` on are
+ * `blocks`) when they continue it in both sequences with the same exactness: one run, so the span
+ * guards (sched_span_guard.h) judge its real length and boundary, not a chunk's. The caller has
+ * checked that the source is the same (continues_source). Returns 1 when extended, 0 when the
+ * tokens must be a span of their own, -1 when out of memory. */
+static int extend_last_span(KvCache *c, KvSegmentPlan *plan, int lo, int hi, int32_t src_lo, const int32_t *blocks, int base,
+                            bool exact) {
+    if (plan->n == 0) return 0;
+    KvSegmentSpan *sp = &plan->spans[plan->n - 1];
+    if (sp->exact != exact || sp->dst_start + sp->n_tokens != lo || sp->src_pos + sp->n_tokens != src_lo) return 0;
+    int bs = c->block_size;
+    int first = src_lo / bs, last = (src_lo + (hi - lo) - 1) / bs;
+    int have_last = (sp->src_pos + sp->n_tokens - 1) / bs; /* the span's last source block, by block number */
+    /* A source block both hold must be the same block (it is, for one source; checked all the same). */
+    if (first == have_last && plan->src_blocks[sp->first_block + sp->n_blocks - 1] != blocks[first - base]) return 0;
+    if (sp->first_block + sp->n_blocks != plan->n_src_blocks) return 0; /* its blocks are not the list's tail */
+    int from = first > have_last ? first : have_last + 1, n_new = last >= from ? last - from + 1 : 0;
+    if (braid_grow((void **)&plan->src_blocks, &plan->cap_src_blocks, plan->n_src_blocks + n_new, sizeof *plan->src_blocks))
+        return -1;
+    BlockPool *dev = &c->tiers[CACHE_TIER_DEVICE].pool;
+    for (int i = 0; i < n_new; i++) {
+        int32_t b = blocks[from - base + i];
+        block_pool_hold(dev, b);
+        plan->src_blocks[plan->n_src_blocks + i] = b;
+    }
+    plan->held = true;
+    plan->n_src_blocks += n_new;
+    sp->n_blocks += n_new;
+    sp->n_tokens += hi - lo;
+    plan->reused_tokens += hi - lo;
+    return 1;
+}
+
+/* Adds tokens [lo, hi) of chunk ch, found in entry, to the plan: as the continuation of the last
+ * span when `continues` (the entry follows the last span's source chunk) and the positions line up,
+ * else as a span of its own. -1 when out of memory. */
+static int add_span(KvCache *c, KvSegmentPlan *plan, const Chunk *ch, int lo, int hi, const SegmentEntry *entry, bool exact,
+                    bool continues) {
+    int32_t src_lo = entry->key.pos + (lo - ch->start);
+    int base = entry->key.pos / c->block_size;
+    if (continues) {
+        int rc = extend_last_span(c, plan, lo, hi, src_lo, entry->blocks, base, exact);
+        if (rc != 0) return rc < 0 ? -1 : 0;
+    }
+    return kv_segments_add_span(c, plan, lo, hi, src_lo, entry->blocks, base, exact);
 }
 
 int kv_cache_find_segments(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens, int from,
@@ -188,17 +248,23 @@ int kv_cache_find_more_segments(KvCache *c, const CacheIdentity *id, const int32
     int limit = n_tokens - 1;
     int n_chunks = chunker_split(&c->chunker, seed, tokens, n_tokens, &c->chunks, &c->cap_chunks, err);
     if (n_chunks < 0) return -1;
+    /* The entry reused for the chunk just before, while the plan's last span is its (-1 none). */
+    int prev_entry = -1;
     for (int i = 0; i < n_chunks; i++) {
         const Chunk *ch = &c->chunks[i];
         int lo = ch->start > from ? ch->start : from, hi = ch->start + ch->len < limit ? ch->start + ch->len : limit;
+        int follows = prev_entry;
+        prev_entry = -1;
         if (hi > lo) {
-            SegmentChoice pick = choose(c, ch, left, window_hash(c, seed, tokens, ch->start), mode);
+            SegmentChoice pick = choose(c, ch, left, window_hash(c, seed, tokens, ch->start), mode, follows);
             if (pick.found) c->counters.segment_candidates++;
             if (pick.entry >= 0) {
-                if (add_span(c, plan, ch, lo, hi, segment_index_entry(&c->segments, pick.entry), pick.exact)) {
+                bool continues = follows >= 0 && continues_source(c, follows, pick.entry);
+                if (add_span(c, plan, ch, lo, hi, segment_index_entry(&c->segments, pick.entry), pick.exact, continues)) {
                     kv_cache_drop_segments(c, plan);
                     return braid_error_set(err, "kv cache: out of memory planning segment reuse");
                 }
+                prev_entry = pick.entry;
                 if (pick.exact) c->counters.segments_exact++;
                 else c->counters.segments_approx++;
             } else if (pick.found) {

@@ -12,7 +12,11 @@
  *      them: a row's missing mass is the chance the workflow ended), so per workflow the policy keeps
  *      W_w[a] = sum_k gamma^(k-1) P_w^(k)[a] and a node's score is the sum of W_w over the agents of
  *      its active workflows, in steps of PBKV_VALUE_STEP; within a step (and for nodes with no
- *      workflow at all) the least recently used goes first.
+ *      workflow at all) the least recently used goes first. A use's requests queued at the
+ *      instance (CacheNodeUse.waiting, kv_cache_note_waiting) add PBKV_WAITING_WEIGHT each: the
+ *      forecast the coordinator sends when it dispatches a call is "what comes after this call",
+ *      so it does not count the call itself while the call waits for admission (the simulator
+ *      serves a call the moment its forecast lands, so it never sees that window).
  * A workflow's agent that branched away from a node (its next call did not continue it) no longer
  * counts as a use of it (kv_cache.c forgets it), so the tail of an old prompt is retired cache.
  * gamma: PBKV_DEFAULT_GAMMA = 0.7, the paper's setting, unless EvictPolicyOptions.gamma says
@@ -42,6 +46,11 @@
  * bench/RESULTS.md) against recency breaking the tie. */
 #define PBKV_VALUE_STEP 0.05
 #define PBKV_MAX_AGENTS 32
+/* A request queued at the instance will read the node (CacheNodeUse.waiting): a certain next
+ * call, worth what an agent predicted next with probability 1 is worth (gamma^0 * 1). The
+ * coordinator's forecast for a call is "what comes after it", so without this a call waiting in
+ * the queue finds its own prefix scored as if it had already been served. */
+#define PBKV_WAITING_WEIGHT 1.0
 
 /* Keys combine the class, then the value, then recency (ticks stay far below 2^30). */
 #define PBKV_RETIRED_BASE (-1e15)
@@ -109,6 +118,7 @@ static double pbkv_score(void *state, const RadixNode *node) {
         if (w && w->retired) continue;
         active++;
         if (w && w->known) value += use_value(w, w->weight, m->uses[i].agent_mask);
+        value += m->uses[i].waiting * PBKV_WAITING_WEIGHT;
     }
     /* Retired: every workflow that used it ended, or moved past it (the cache drops such uses). */
     if (m->workflows_seen > 0 && active == 0) return PBKV_RETIRED_BASE + (double)m->workflows_seen * PBKV_POPULARITY_UNIT + recency;
@@ -127,7 +137,9 @@ static double pbkv_prefetch_value(void *state, const RadixNode *node) {
     double value = 0;
     for (int i = 0; i < m->n_uses; i++) {
         const PbkvWorkflow *w = workflow_find(s, m->uses[i].workflow);
-        if (w && w->known && !w->retired) value += use_value(w, w->next, m->uses[i].agent_mask);
+        if (w && w->retired) continue;
+        if (w && w->known) value += use_value(w, w->next, m->uses[i].agent_mask);
+        value += m->uses[i].waiting * PBKV_WAITING_WEIGHT; /* a queued call's next read */
     }
     return value;
 }

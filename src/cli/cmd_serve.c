@@ -142,7 +142,9 @@ static const char serve_usage[] =
     "                           once ready it rejoins routing and is re-warmed in the background: the hot prompt\n"
     "                           heads the coordinator recorded (chunks seen at least twice, most seen first), then\n"
     "                           --warm-start's, are prefilled on it (/metrics: braid_instance_restarts_total,\n"
-    "                           braid_instance_rewarm_heads_total, braid_instance_rewarms_total)\n"
+    "                           braid_instance_rewarm_heads_total, braid_instance_rewarms_total). It lends and\n"
+    "                           borrows KV blocks like the others: with this option every leader's move\n"
+    "                           messages go through the coordinator (the blocks still go leader to leader)\n"
     "  --join-slots K           K more instances that have no rank in this job: each starts dead and is filled (or\n"
     "                           filled again, after its node was lost) by a leader that joins from its own MPI job\n"
     "                           (`mpirun -n 1 --ompi-server file:URI braid serve --join-instance I ...` on the\n"
@@ -157,7 +159,7 @@ static const char serve_usage[] =
     "  --join-service NAME      the name the coordinator publishes its port under in ompi-server (default braid-join)\n"
     "  --coordinator-timeout S  a joined instance (--join-instance) that hears nothing from its coordinator for S\n"
     "                           seconds (it is told it is alive every second) says so and exits 1 (default 10;\n"
-    "                           0 = never)\n"
+    "                           0 = never). A joiner also waits at most S for the answer to its join (0: 10)\n"
     "  --rewarm-heads K         a restarted instance is re-warmed with at most K heads (default 64; 0 = it comes\n"
     "                           back cold)\n"
     "  --rewarm-tokens M        ... and at most M prompt tokens (default 16384)\n"
@@ -863,8 +865,9 @@ static long decide_host_blocks(const ServeArgs *a, const BraidModel *model, int 
 }
 
 /* control: the communicator the coordinator is rank 0 of (the world; a spawned leader's parent).
- * move_peers: whether other instances exist to move KV blocks with (a lone instance, or a spawned
- * leader outside the world, starts no mover: its UCX progress thread would only take CPU time). */
+ * move_peers: whether other instances exist to move KV blocks with (a lone instance starts no
+ * mover: its UCX progress thread would only take CPU time; a spawned leader is told by rank 0's
+ * respawn arguments, --kv-moves off when it would be alone). */
 static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet *lora, int rank, int tp, MPI_Comm control,
                       MPI_Comm tp_comm, long host_blocks, const RankBinding *binding, bool move_peers, bool *lost_ranks) {
     /* A bound rank's threads stay inside its slice, one per hardware thread of it, unless --threads says otherwise. */
@@ -882,7 +885,10 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet
                    .pin_budget_blocks = (int)((a->pin_budget + a->block_size - 1) / a->block_size),
                    .fair_share = a->fair_share, .fair_step_tokens = (int)a->fair_step_tokens},
         .occupancy_log = a->occupancy_log, .occupancy_interval = a->occupancy_interval, .kv_moves = a->kv_moves && move_peers,
-        .move_timeout_s = a->move_timeout, .coordinator_timeout_s = a->join_instance >= 0 ? a->coordinator_timeout : 0};
+        .move_timeout_s = a->move_timeout, .coordinator_timeout_s = a->join_instance >= 0 ? a->coordinator_timeout : 0,
+        /* A respawned leader keeps its world rank number but not its place in the world: under
+         * --restart-instances every leader sends its move messages through the coordinator. */
+        .relay_moves = a->restart_instances > 0};
     int tp_rank = (rank - 1) % tp;
     BraidError err;
     int rc = tp_rank == 0 ? instance_leader_run(&cfg, lost_ranks, &err) : tp_peer_run(&cfg, lost_ranks, &err);
@@ -916,7 +922,8 @@ static void write_exit_status(const char *path, int status) {
 }
 
 /* What a spawned leader is started with: `braid` + the serve arguments as given (getopt permutes
- * argv, so they are copied first) + the host tier rank 0 decided. */
+ * argv, so they are copied first) + the host tier rank 0 decided (+ --kv-moves off when the
+ * cluster has no other instance to move blocks with). */
 typedef struct {
     char **args; /* NULL-terminated */
     int n;
@@ -925,15 +932,19 @@ typedef struct {
 
 static int respawn_args_copy(RespawnArgs *r, int argc, char **argv) {
     memset(r, 0, sizeof *r);
-    if (!(r->args = calloc((size_t)argc + 3, sizeof *r->args))) return -1;
+    if (!(r->args = calloc((size_t)argc + 5, sizeof *r->args))) return -1;
     for (r->n = 0; r->n < argc; r->n++) r->args[r->n] = argv[r->n]; /* borrowed: main's argv outlives cmd_serve */
     return 0;
 }
 
-static void respawn_args_add_host_blocks(RespawnArgs *r, long host_blocks) {
+/* move_peers: the world's leaders start a mover; a respawned one does too (its move messages go
+ * through the coordinator, WorkerRoleConfig.relay_moves), unless it would be alone (the last
+ * --kv-moves given is the one getopt keeps). */
+static void respawn_args_add_rank0(RespawnArgs *r, long host_blocks, bool move_peers) {
     snprintf(r->host_blocks, sizeof r->host_blocks, "%ld", host_blocks);
     r->args[r->n] = "--respawn-host-blocks";
     r->args[r->n + 1] = r->host_blocks;
+    if (!move_peers) r->args[r->n + 2] = "--kv-moves", r->args[r->n + 3] = "off";
 }
 
 /* The spawned leader names its process to the coordinator before anything else (MSG_REJOIN). */
@@ -957,7 +968,7 @@ static int send_rejoin(MPI_Comm parent, BraidError *err) {
  * MPI_COMM_WORLD holds only itself, so none of the job's start-up collectives apply: it names its
  * process, loads the model and adapters, and leads the instance (tp 1) with the intercommunicator
  * to rank 0 as its control plane. It ends without MPI_Finalize (the job it joined lost a rank). */
-static int run_respawned(const ServeArgs *a, MPI_Comm parent, bool move_peers) {
+static int run_respawned(const ServeArgs *a, MPI_Comm parent) {
     BraidError err;
     MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN);
     if (send_rejoin(parent, &err)) {
@@ -974,8 +985,10 @@ static int run_respawned(const ServeArgs *a, MPI_Comm parent, bool move_peers) {
     if (cli_load_lora("serve", &a->lora, &model.weights.cfg, &lora, true) == 0) {
         RankBinding unbound = {0}; /* not bound: its slice of cores may be another rank's */
         bool lost_ranks = true;    /* unused: a spawned leader never calls MPI_Finalize */
+        /* It moves KV blocks like the world's leaders, every move message through the coordinator (an
+         * intercommunicator reaches no other leader); a lone instance's is given --kv-moves off. */
         rc = run_worker(a, &model, &lora, 1 + (int)a->respawned_instance, 1, parent, MPI_COMM_SELF, a->respawn_host_blocks, &unbound,
-                        move_peers, &lost_ranks);
+                        true, &lost_ranks);
         lora_set_free(&lora);
     }
     braid_model_free(&model);
@@ -1003,7 +1016,7 @@ static int run_joining(ServeArgs *a) {
     }
     fprintf(stderr, "braid serve: joined the coordinator as instance %ld\n", a->join_instance);
     a->respawned_instance = a->join_instance;
-    return run_respawned(a, inter, true); /* its moves go through the coordinator (MSG_KV_RELAY) */
+    return run_respawned(a, inter); /* its moves go through the coordinator (MSG_KV_RELAY) */
 }
 
 static int check_layout(int world, long tp, int rank) {
@@ -1047,7 +1060,7 @@ int cmd_serve(int argc, char **argv) {
         return rc;
     }
     if (parent != MPI_COMM_NULL) { /* a restarted instance's leader: no job start-up, no MPI_Finalize */
-        rc = rc == 0 ? run_respawned(&a, parent, false) : rc;
+        rc = rc == 0 ? run_respawned(&a, parent) : rc;
         free(respawn.args);
         return rc;
     }
@@ -1085,12 +1098,13 @@ int cmd_serve(int argc, char **argv) {
              * the same files on every rank fail alike, and rank 0 says why. */
             LoraSet lora;
             long host_blocks = cli_load_lora("serve", &a.lora, &model.weights.cfg, &lora, rank == 0) ? -1 : decide_host_blocks(&a, &model, rank);
-            if (rank == 0 && host_blocks >= 0) respawn_args_add_host_blocks(&respawn, host_blocks);
+            bool move_peers = (world - 1) / (int)a.tp + a.join_slots > 1;
+            if (rank == 0 && host_blocks >= 0) respawn_args_add_rank0(&respawn, host_blocks, move_peers);
             if (host_blocks < 0) rc = 1;
             else rc = rank == 0 ? run_coordinator(&a, &model, &lora, (world - 1) / (int)a.tp + (int)a.join_slots, &stop, &predictor, binding_metrics, &access,
                                                   &ranks, a.restart_instances > 0 ? (const char *const *)respawn.args : NULL, &lost_ranks)
                                 : run_worker(&a, &model, &lora, rank, (int)a.tp, MPI_COMM_WORLD, tp_comm, host_blocks, &binding,
-                                             (world - 1) / (int)a.tp + a.join_slots > 1, &lost_ranks);
+                                             move_peers, &lost_ranks);
             lora_set_free(&lora);
             braid_model_free(&model);
         }

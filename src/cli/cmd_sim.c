@@ -1,4 +1,5 @@
 /* braid sim — replays a trace through the cache code with a cost model; no model is loaded. */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -90,7 +91,8 @@ static const char sim_usage[] =
     "            Needs token ids in the trace (--trace-tokens); not with --segment-reuse. auto: shared's pools, and\n"
     "            each adapted request forks or keeps a separate copy by the server's --lora-cache auto cost model\n"
     "            (attention penalty vs regret-priced memory saving; not with belady)\n"
-    "  --auto-cost: 2 (default: auto's corrected saving, other adapters' copies counted) , 1 (issue 36's first) or 3 (1, other adapters' copies in held)\n"
+    "  --auto-cost: 4 (default: the server's model, with what each choice recomputes now), 2 (the corrected saving alone),\n"
+    "            1 (issue 36's first) or 3 (1, other adapters' copies in held)\n"
     "  --residual-pool: fixed (default: a pool of --residual-tokens of its own) or unified (residuals live in\n"
     "                  base blocks borrowed from --kv-tokens, one LRU order, never outliving their base)\n"
     "  --residual-attention: ResidualAttention's extra time on every forked request's modeled latency: none\n"
@@ -105,7 +107,8 @@ static const char sim_usage[] =
     "            tiers, added to the TTFT of the request that moves them (defaults: 14 GB/s and 1 us,\n"
     "            the CPU backend's block loads measured by bench_cache_ops on the 2-core dev machine,\n"
     "            and 23040 bytes: SmolLM2-135M in fp16)\n"
-    "  --instances N: a cluster of N instances, each with a --kv-tokens cache (LRU, device only), the\n"
+    "  --instances N: a cluster of N instances, each with a --kv-tokens cache (LRU; batch: and a --host-kv-tokens\n"
+    "            host tier, counted in the router's view of its capacity as the coordinator does), the\n"
     "            live router (--router cost, the default: the smallest estimated time to first token =\n"
     "            queue ahead + prefill of what the instance lacks + moving in what another holds; the\n"
     "            baselines: cache, longest cached prefix within --route-slack S requests of the least\n"
@@ -123,10 +126,13 @@ static const char sim_usage[] =
     "            0: never) fails and its blocks are computed, as serve's do. --router-prefill-tps R, --router-link-gbps G:\n"
     "            the cost router's starting rates, as serve's --move-prefill-tps / --move-gbps (default: the replay's\n"
     "            own; the batch replay's router learns from the replay's TTFTs as the live one does). --closed-loop (batch):\n"
-    "            a workflow's next stage is sent when its previous one finished in the replay (at the trace's time at the\n"
-    "            earliest), as a client would; for traces recorded live (braid-bench run)\n"
+    "            the trace's workflows are sent as braid-bench run's client sent them: as many at once as it ran\n"
+    "            (the workflows started before the first one ended), the next when one has ended, each stage when the\n"
+    "            one before it answered in the replay; for traces recorded live (braid-bench run)\n"
+    "            --route-log PATH (batch): one JSON line per request as it finishes (instance, lender, cached and moved\n"
+    "            tokens, TTFT), to set the replay's placements beside a live run's events\n"
     "            Reports prompt tokens by origin (local cache, moved in, computed), moves, modeled latency\n"
-    "            (mean, p50, p99), TTFT (mean, p99) and wait, and the busiest instance's share. Not with a host tier, --policy other than lru,\n"
+    "            (mean, p50, p99), TTFT (mean, p99) and wait, and the busiest instance's share. Not with --policy other than lru,\n"
     "            --segment-reuse, --lora-cache shared or --prefetch\n"
     "  --tenants: how tenants share one instance: the trace's requests arrive at their times and run\n"
     "            through the live scheduler with continuous batching (chunked prefill in steps of --max-batch-tokens\n"
@@ -318,7 +324,7 @@ int cmd_sim(int argc, char **argv) {
            O_NOISE, O_LORA_CACHE, O_RESIDUAL, O_RES_ATTN, O_RES_POOL, O_AUTO_COST, O_RANK, O_KV_DIM, O_INSTANCES, O_ROUTER, O_MOVES, O_LINK_GBPS,
            O_LINK_LAT, O_SLACK, O_MOVE_TIMEOUT, O_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS, O_PREFETCH_MODE, O_PREFETCH_RHO,
            O_TENANTS, O_MBT, O_RUNNING, O_FAIR_STEP, O_STEP_MS, O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_DIRECTIVES, O_PIN_BUDGET,
-           O_CLUSTER_REPLAY, O_ROUTER_TPS, O_ROUTER_GBPS, O_CLOSED_LOOP };
+           O_CLUSTER_REPLAY, O_ROUTER_TPS, O_ROUTER_GBPS, O_CLOSED_LOOP, O_ROUTE_LOG };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
@@ -345,7 +351,7 @@ int cmd_sim(int argc, char **argv) {
         {"max-running", required_argument, 0, O_RUNNING}, {"fair-step-tokens", required_argument, 0, O_FAIR_STEP},
         {"step-ms", required_argument, 0, O_STEP_MS}, {"cluster-replay", required_argument, 0, O_CLUSTER_REPLAY},
         {"router-prefill-tps", required_argument, 0, O_ROUTER_TPS}, {"router-link-gbps", required_argument, 0, O_ROUTER_GBPS},
-        {"closed-loop", no_argument, 0, O_CLOSED_LOOP},
+        {"closed-loop", no_argument, 0, O_CLOSED_LOOP}, {"route-log", required_argument, 0, O_ROUTE_LOG},
         {"segment-lsh", required_argument, 0, O_SEG_LSH}, {"segment-tau-seg", required_argument, 0, O_TAU_SEG},
         {"segment-tau-ctx", required_argument, 0, O_TAU_CTX},
         {"directives", required_argument, 0, O_DIRECTIVES}, {"pin-budget", required_argument, 0, O_PIN_BUDGET},
@@ -354,6 +360,7 @@ int cmd_sim(int argc, char **argv) {
     SimClusterConfig cluster = sim_cluster_config_default();
     bool cluster_mode = false, tenants_mode = false, have_decode = false;
     SimTenantsConfig tenants = sim_tenants_config_default();
+    const char *route_log_path = NULL;
     const char *trace_path = NULL, *timeline_path = NULL, *hidden_path = NULL, *model_path = NULL, *prefetch_mode = NULL;
     SegmentReuseMode segment_mode = SEGMENT_REUSE_OFF;
     cfg.approx_window = CLI_DEFAULT_APPROX_WINDOW;
@@ -436,7 +443,7 @@ int cmd_sim(int argc, char **argv) {
                 return 2;
             }
             break;
-        case O_AUTO_COST: if (cli_parse_int("--auto-cost", optarg, 1, 3, &v)) return 2; cfg.auto_cost = (int)v; break;
+        case O_AUTO_COST: if (cli_parse_int("--auto-cost", optarg, 1, 4, &v)) return 2; cfg.auto_cost = (int)v; break;
         case O_RES_POOL:
             if (strcmp(optarg, "fixed") != 0 && strcmp(optarg, "unified") != 0) {
                 fprintf(stderr, "braid sim: --residual-pool '%s': fixed or unified\n", optarg);
@@ -486,6 +493,7 @@ int cmd_sim(int argc, char **argv) {
         case O_ROUTER_TPS: if (cli_parse_float("--router-prefill-tps", optarg, 1e-3, 1e12, &d)) return 2; cluster.router_prefill_tps = d; break;
         case O_ROUTER_GBPS: if (cli_parse_float("--router-link-gbps", optarg, 1e-6, 1e6, &d)) return 2; cluster.router_link_bytes_per_s = d * 1e9; break;
         case O_CLOSED_LOOP: cluster.closed_loop = true; break;
+        case O_ROUTE_LOG: route_log_path = optarg; break;
         case O_CLUSTER_REPLAY:
             if (sim_cluster_replay_parse(optarg) < 0) {
                 fprintf(stderr, "braid sim: --cluster-replay must be batch or fifo (got '%s')\n", optarg);
@@ -515,10 +523,10 @@ int cmd_sim(int argc, char **argv) {
         fprintf(stderr, "braid sim: --tenants replays one instance; not with --instances\n");
         return 2;
     }
-    if (cluster_mode && (cfg.host_kv_tokens > 0 || strcmp(cfg.policy, "lru") || cfg.segment_reuse || cfg.lora_cache != SIM_LORA_SEPARATE ||
-                         cfg.prefetch)) {
-        fprintf(stderr, "braid sim: --instances models LRU device caches only (no --host-kv-tokens, --policy, --segment-reuse, "
-                        "--lora-cache shared or --prefetch)\n");
+    if (cluster_mode && ((cfg.host_kv_tokens > 0 && cluster.replay == SIM_REPLAY_FIFO) || strcmp(cfg.policy, "lru") || cfg.segment_reuse ||
+                         cfg.lora_cache != SIM_LORA_SEPARATE || cfg.prefetch)) {
+        fprintf(stderr, "braid sim: --instances models LRU caches only (no --policy, --segment-reuse, --lora-cache shared or --prefetch; "
+                        "--host-kv-tokens with --cluster-replay batch only)\n");
         return 2;
     }
     const EvictPolicy *policy = evict_policy_find(cfg.policy);
@@ -609,10 +617,20 @@ int cmd_sim(int argc, char **argv) {
     }
     if (cluster_mode) {
         cluster.kv_tokens = cfg.kv_tokens;
+        cluster.host_kv_tokens = cfg.host_kv_tokens;
+        if (route_log_path && !(cluster.route_log = fopen(route_log_path, "w"))) {
+            fprintf(stderr, "braid sim: --route-log %s: %s\n", route_log_path, strerror(errno));
+            trace_free(&trace);
+            return 1;
+        }
         cluster.prefill_s_per_token = cfg.prefill_s_per_token;
         cluster.decode_s_per_token = cfg.decode_s_per_token;
         cluster.kv_bytes_per_token = cfg.kv_bytes_per_token;
         int crc = sim_cluster_report(&trace, &cluster, json);
+        if (cluster.route_log && fclose(cluster.route_log)) {
+            fprintf(stderr, "braid sim: --route-log %s: %s\n", route_log_path, strerror(errno));
+            crc = 1;
+        }
         trace_free(&trace);
         return crc;
     }

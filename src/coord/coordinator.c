@@ -822,8 +822,8 @@ static void on_ready(Coordinator *c, int instance, WireReader *rd) {
         int tokens = m.n_blocks * m.block_size;
         if (c->pool_tokens == 0 || tokens < c->pool_tokens) c->pool_tokens = tokens;
         c->block_size = m.block_size;
-        /* A joined leader (--join-instance) moves through the coordinator's relay (relay_move); a leader
-         * respawned by --restart-instances reports no moves (it starts no mover). */
+        /* A joined leader (--join-instance) or one respawned by --restart-instances moves through the
+         * coordinator's relay (relay_move); under --restart-instances every leader does. */
         c->can_move[instance] = m.kv_moves;
         c->block_bytes[instance] = m.block_bytes;
         router_instance_kv(&c->router, instance, c->can_move[instance], m.block_bytes, m.block_size);
@@ -1017,7 +1017,7 @@ static void on_rejoin(Coordinator *c, int instance, WireReader *rd) {
 }
 
 /* KV_RELAY (move_msg.h): a move message between two leaders that do not share a communicator (one
- * is a joined instance), forwarded unchanged. One toward a dead or unknown leader is dropped: the
+ * is a joined or respawned instance; under --restart-instances every move message), forwarded unchanged. One toward a dead or unknown leader is dropped: the
  * importer's --move-timeout ends its wait and it recomputes. */
 static void relay_move(Coordinator *c, int instance, const uint8_t *data, size_t len) {
     MsgKvRelay m;

@@ -145,10 +145,11 @@ static int await_verdict(MPI_Comm inter, double timeout_s, int *verdict, BraidEr
         int done = 0;
         if (mpi_check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "waiting for the coordinator's answer", err)) return -1;
         if (done) return 0;
-        if (timeout_s > 0 && braid_now_seconds() > deadline) {
+        if (braid_now_seconds() > deadline) {
             MPI_Cancel(&req);
             MPI_Request_free(&req);
-            return braid_error_set(err, "the coordinator did not answer within %g s (--coordinator-timeout): is it gone?", timeout_s);
+            return braid_error_set(err, "connected, but the coordinator did not answer the join within %g s (--coordinator-timeout): "
+                                        "is it gone or stalled?", timeout_s);
         }
         struct timespec nap = {0, 10 * 1000 * 1000};
         nanosleep(&nap, NULL);
@@ -180,7 +181,7 @@ int join_connect(const char *service, int instance, double timeout_s, MPI_Comm *
     MPI_Comm_set_errhandler(*inter, MPI_ERRORS_RETURN);
     int verdict = 0;
     if (mpi_check(MPI_Send(&instance, 1, MPI_INT, 0, JOIN_TAG_HELLO, *inter), "naming the instance to join", err) ||
-        await_verdict(*inter, timeout_s, &verdict, err))
+        await_verdict(*inter, timeout_s > 0 ? timeout_s : JOIN_VERDICT_DEFAULT_S, &verdict, err))
         return braid_error_wrap(err, "join '%s'", service);
     if (!verdict)
         return braid_error_set(err, "the coordinator refused instance %d (not a join slot, or that instance is alive or starting)", instance);

@@ -31,6 +31,9 @@
 #define JOIN_TAG_HELLO 32001
 #define JOIN_TAG_VERDICT 32002
 #define JOIN_DEFAULT_SERVICE "braid-join"
+/* A joiner's wait for the verdict when it is given no bound of its own (--coordinator-timeout 0):
+ * the verdict is sent as soon as the coordinator's MPI thread takes the hello, so this is ample. */
+#define JOIN_VERDICT_DEFAULT_S 10.0
 
 typedef struct JoinAcceptor JoinAcceptor;
 
@@ -47,8 +50,9 @@ int join_verdict(MPI_Comm inter, bool taken, BraidError *err);
 void join_acceptor_stop(JoinAcceptor *j);
 
 /* Joiner side: looks `service` up (again for up to 30 s while the name is not there), connects, asks for `instance` and waits for the verdict, at
- * most timeout_s seconds (0: without a bound; a coordinator that died after the connect never
- * answers). 0 with *inter when taken; -1 with err when refused, not answered or MPI failed. */
+ * most timeout_s seconds (<= 0: JOIN_VERDICT_DEFAULT_S; a coordinator that died or stalled after
+ * the connect never answers, and a joiner must not wait for it forever). 0 with *inter when taken;
+ * -1 with err when refused, not answered or MPI failed. */
 int join_connect(const char *service, int instance, double timeout_s, MPI_Comm *inter, BraidError *err);
 
 #endif

@@ -189,6 +189,9 @@ static int check_config(const Trace *t, const SimClusterConfig *cfg, BraidError 
     if (cfg->kv_tokens < 2 * bs) return braid_error_set(err, "sim cluster: the cache must hold at least 2 blocks");
     if (cfg->link_bytes_per_s <= 0 || cfg->link_latency_s < 0) return braid_error_set(err, "sim cluster: the link needs a bandwidth > 0");
     if (cfg->prefill_s_per_token <= 0) return braid_error_set(err, "sim cluster: the prefill cost must be > 0");
+    if (cfg->host_kv_tokens < 0 || (cfg->host_kv_tokens > 0 && cfg->replay == SIM_REPLAY_FIFO))
+        return braid_error_set(err, "sim cluster: a host tier needs the batching replay (--cluster-replay batch)");
+    if (cfg->closed_loop_clients < 0) return braid_error_set(err, "sim cluster: the closed loop's clients must be >= 0");
     return 0;
 }
 
@@ -203,7 +206,7 @@ int sim_cluster_router_init(Router *router, const SimClusterConfig *cfg, int rou
     router->cost.move_timeout_s = cfg->move_timeout_s;
     for (int i = 0; i < cfg->n_instances; i++) {
         router_instance_kv(router, i, true, (uint64_t)(cfg->kv_bytes_per_token * block_size + 0.5), block_size);
-        router_instance_capacity(router, i, cfg->kv_tokens / block_size);
+        router_instance_capacity(router, i, (cfg->kv_tokens + cfg->host_kv_tokens) / block_size); /* device + host, as the coordinator */
     }
     return 0;
 }

@@ -34,6 +34,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/error.h"
 #include "sim/trace.h"
@@ -67,10 +68,18 @@ typedef struct {
      * learns from measured TTFTs; the batch replay's router learns the same way from the replay's). 0: the
      * replay's own prefill rate / link. */
     double router_prefill_tps, router_link_bytes_per_s;
-    /* batch: a workflow's calls are sent as a client sends them, each stage (calls within 0.1 s of each other)
-     * once the stage before it has finished in the replay, at the trace's time at the earliest; off: at the
-     * trace's times (open loop). For a trace recorded from a live run whose replay is slower than it was. */
+    /* batch: the workflows are replayed as braid-bench run's client ran them (sim_cluster_batch.h): closed_loop_clients
+     * workflows at a time (0: as many as the trace ran at once), each stage (calls within 0.1 s of each other) sent when
+     * the stage before it has finished in the replay, a workflow's first stage when a client is free; off: at the
+     * trace's times (open loop). For a trace recorded from a live run whose replay is not exactly as fast as it was. */
     bool closed_loop;
+    int closed_loop_clients;
+    /* batch: each instance's host tier below its device cache, in tokens (serve's host tier; 0: none). The router
+     * counts it in the instance's capacity, as the coordinator does (device + host blocks). */
+    int host_kv_tokens;
+    /* batch: where to write one JSON line per request as it finishes (id, workflow, arrival, instance, lender,
+     * cached and moved tokens, TTFT), for comparing the replay's placements with a live run's; NULL: none. */
+    FILE *route_log;
     double step_s;               /* batch: a step's fixed cost (braid sim --step-ms) */
     double move_timeout_s;       /* a move not done by then fails and its blocks are computed (serve's --move-timeout); 0: never */
 } SimClusterConfig;

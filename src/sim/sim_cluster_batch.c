@@ -8,6 +8,7 @@
 #include "cache/content_hash.h"
 #include "cache/evict_policy.h"
 #include "cache/kv_cache.h"
+#include "coord/move_plan.h"
 #include "coord/router.h"
 #include "sim/sim_percentile.h"
 #include "worker/scheduler.h"
@@ -52,15 +53,35 @@ typedef struct {
     bool failed, queued, started, refused, done;
     double started_at, first_token, finish, move_s;
     /* closed_loop: unfinished requests of the workflow's previous stage; the next stage's requests
-     * (next_stage[0 .. n_next_stage) in the cluster's stage order); held: its trace time came first */
+     * (next_stage[0 .. n_next_stage) in the cluster's stage order); held: sent only when released (its
+     * previous stage done, or for a first stage, a client free); stage_offset: its send after its stage's first's */
     int waiting_for, next_stage, n_next_stage;
     bool held;
+    double stage_offset;
+    int workflow;           /* closed_loop: its index in BatchCluster.workflows (-1: none) */
     int moved_blocks;       /* landed */
     RouteCharge charge;
 } BatchReq;
 
+/* closed_loop: one workflow as braid-bench run's client drives it: claimed by a free client, its stages
+ * one after the other, ended (POST .../end: router_workflow_ended) when its last call has answered. */
+typedef struct {
+    const char *name;
+    int first, n;           /* its requests' positions in stage_order: first .. first + n */
+    int first_index;        /* its first request's index in the trace (the order the client claimed it) */
+    int first_stage_n;      /* requests in its first stage */
+    int unfinished;         /* requests not finished yet */
+} SimWorkflow;
+
 struct BatchCluster {
     const SimClusterConfig *cfg;
+    SimWorkflow *workflows; /* closed_loop: in the order the client claimed them (their first calls' trace order) */
+    int n_workflows, next_workflow, clients;
+    int next_end;           /* open loop: the trace's next workflow end */
+    const Trace *trace;
+    MoveCostModel moves;    /* serve's --kv-moves model (move_plan.h) at the router's start rates */
+    bool *can_move;
+    uint64_t *block_bytes;
     BatchInstance *inst;
     BatchReq *reqs;
     int n_reqs;
@@ -120,12 +141,41 @@ static int by_workflow_then_index(const void *a, const void *b) {
     return c ? c : (x->index > y->index) - (x->index < y->index);
 }
 
+static int by_first_request(const void *a, const void *b) {
+    const SimWorkflow *x = a, *y = b;
+    return (x->first_index > y->first_index) - (x->first_index < y->first_index);
+}
+
+/* When workflow w ended live: its trace end line, else its last call's send. */
+static double workflow_end_time(const Trace *t, const char *name, double last_send) {
+    for (int e = 0; e < t->n_ends; e++)
+        if (strcmp(t->ends[e].workflow, name) == 0) return t->ends[e].t;
+    return last_send;
+}
+
+/* The client's concurrency: the workflows it had started before the first one ended (it starts the next
+ * only when one ends). */
+static int infer_clients(const BatchCluster *cl, const Trace *t) {
+    double first_end = INFINITY;
+    for (int w = 0; w < cl->n_workflows; w++) {
+        const SimWorkflow *f = &cl->workflows[w];
+        double last = t->reqs[cl->stage_order[f->first + f->n - 1]].t;
+        double end = workflow_end_time(t, f->name, last);
+        if (end < first_end) first_end = end;
+    }
+    int started = 0;
+    for (int w = 0; w < cl->n_workflows; w++) started += t->reqs[cl->workflows[w].first_index].t < first_end;
+    return started > 0 ? started : 1;
+}
+
 /* closed_loop: a workflow's requests in stages (a stage: calls sent within SIM_STAGE_SPREAD_S of its
- * first, a fan-out); each waits for every request of the stage before it. */
+ * first, a fan-out); each waits for every request of the stage before it; the workflows in the order the
+ * client claimed them. */
 static int build_stages(BatchCluster *cl, const Trace *t) {
     int n = cl->n_reqs;
     if (!(cl->stage_order = malloc((size_t)(n > 0 ? n : 1) * sizeof *cl->stage_order)) ||
-        !(cl->released = malloc((size_t)(n > 0 ? n : 1) * sizeof *cl->released)))
+        !(cl->released = malloc((size_t)(n > 0 ? n : 1) * sizeof *cl->released)) ||
+        !(cl->workflows = calloc((size_t)(n > 0 ? n : 1), sizeof *cl->workflows)))
         return -1;
     WorkflowKey *keys = malloc((size_t)(n > 0 ? n : 1) * sizeof *keys);
     if (!keys) return -1;
@@ -134,19 +184,44 @@ static int build_stages(BatchCluster *cl, const Trace *t) {
     for (int k = 0; k < n; k++) cl->stage_order[k] = keys[k].index;
     free(keys);
     int prev_first = -1, prev_n = 0, cur_first = 0;
+    SimWorkflow *wf = NULL;
     for (int k = 0; k < n; k++) {
         const TraceRequest *r = &t->reqs[cl->stage_order[k]];
+        BatchReq *q = &cl->reqs[cl->stage_order[k]];
+        q->workflow = -1;
         bool new_workflow = k == 0 || strcmp(r->workflow, t->reqs[cl->stage_order[k - 1]].workflow) != 0;
-        if (new_workflow) prev_first = -1, prev_n = 0, cur_first = k;
-        else if (r->t - t->reqs[cl->stage_order[cur_first]].t > SIM_STAGE_SPREAD_S) prev_first = cur_first, prev_n = k - cur_first, cur_first = k;
-        if (!r->workflow[0] || prev_first < 0) continue; /* no workflow, or its first stage */
-        cl->reqs[cl->stage_order[k]].waiting_for = prev_n;
+        if (new_workflow) {
+            prev_first = -1, prev_n = 0, cur_first = k;
+            wf = NULL;
+            if (r->workflow[0]) {
+                wf = &cl->workflows[cl->n_workflows++];
+                *wf = (SimWorkflow){.name = r->workflow, .first = k, .first_index = cl->stage_order[k]};
+            }
+        } else if (r->t - t->reqs[cl->stage_order[cur_first]].t > SIM_STAGE_SPREAD_S) {
+            prev_first = cur_first, prev_n = k - cur_first, cur_first = k;
+        }
+        if (!wf) continue; /* no workflow: sent at its trace time */
+        q->workflow = (int)(wf - cl->workflows);
+        q->held = true;
+        q->arrival = INFINITY;
+        q->stage_offset = r->t - t->reqs[cl->stage_order[cur_first]].t;
+        wf->n++;
+        wf->unfinished++;
+        if (prev_first < 0) {
+            wf->first_stage_n++;
+            continue;
+        }
+        q->waiting_for = prev_n;
         for (int p = prev_first; p < prev_first + prev_n; p++) {
-            BatchReq *q = &cl->reqs[cl->stage_order[p]];
-            if (q->n_next_stage == 0) q->next_stage = k;
-            q->n_next_stage++;
+            BatchReq *b = &cl->reqs[cl->stage_order[p]];
+            if (b->n_next_stage == 0) b->next_stage = k;
+            b->n_next_stage++;
         }
     }
+    qsort(cl->workflows, (size_t)cl->n_workflows, sizeof *cl->workflows, by_first_request);
+    for (int w = 0; w < cl->n_workflows; w++) /* their requests' index after the sort */
+        for (int k = 0; k < cl->workflows[w].n; k++) cl->reqs[cl->stage_order[cl->workflows[w].first + k]].workflow = w;
+    cl->clients = cl->cfg->closed_loop_clients > 0 ? cl->cfg->closed_loop_clients : infer_clients(cl, t);
     return 0;
 }
 
@@ -160,6 +235,7 @@ static int check_config(const SimClusterConfig *cfg, BraidError *err) {
 static int cluster_init(BatchCluster *cl, const Trace *t, const SimClusterConfig *cfg, int router_mode, BraidError *err) {
     memset(cl, 0, sizeof *cl);
     cl->cfg = cfg;
+    cl->trace = t;
     cl->bs = t->block_size > 0 ? t->block_size : 16;
     cl->t0 = t->n > 0 ? t->reqs[0].t : 0;
     cl->decode_seq_s = cfg->decode_s_per_token > cfg->step_s ? cfg->decode_s_per_token - cfg->step_s : 0;
@@ -171,14 +247,26 @@ static int cluster_init(BatchCluster *cl, const Trace *t, const SimClusterConfig
     cl->reqs = calloc((size_t)(t->n > 0 ? t->n : 1), sizeof *cl->reqs);
     cl->moving = malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof *cl->moving);
     cl->table = malloc(((size_t)max_blocks + 1) * sizeof *cl->table);
-    if (!cl->inst || !cl->reqs || !cl->moving || !cl->table) return braid_error_set(err, "sim cluster: out of memory");
+    cl->can_move = calloc((size_t)cfg->n_instances, sizeof *cl->can_move);
+    cl->block_bytes = calloc((size_t)cfg->n_instances, sizeof *cl->block_bytes);
+    if (!cl->inst || !cl->reqs || !cl->moving || !cl->table || !cl->can_move || !cl->block_bytes) return braid_error_set(err, "sim cluster: out of memory");
+    /* The coordinator's move plan (move_plan.h) as serve sets it up: its rates are the router's start ones. */
+    cl->moves = (MoveCostModel){.enabled = cfg->moves, .latency_s = cfg->link_latency_s, .min_blocks = MOVE_DEFAULT_MIN_BLOCKS,
+                                .link_bytes_per_s = cfg->router_link_bytes_per_s > 0 ? cfg->router_link_bytes_per_s : cfg->link_bytes_per_s,
+                                .prefill_tokens_per_s = cfg->router_prefill_tps > 0 ? cfg->router_prefill_tps : 1.0 / cfg->prefill_s_per_token,
+                                .lender_step_tokens = cfg->lender_step_tokens, .timeout_s = cfg->move_timeout_s};
+    for (int i = 0; i < cfg->n_instances; i++) {
+        cl->can_move[i] = true;
+        cl->block_bytes[i] = (uint64_t)(cfg->kv_bytes_per_token * cl->bs + 0.5);
+    }
     for (int k = 0; k < t->n; k++) {
         cl->n_reqs = k + 1; /* freed by cluster_free, also when half made */
         if (make_request(&cl->reqs[k], &t->reqs[k], cl->bs)) return braid_error_set(err, "sim cluster: out of memory");
         cl->reqs[k].arrival = t->reqs[k].t;
     }
     if (cfg->closed_loop && build_stages(cl, t)) return braid_error_set(err, "sim cluster: out of memory");
-    SchedConfig sc = {.device_blocks = cfg->kv_tokens / cl->bs + 1, .block_size = cl->bs, .max_batch_tokens = cfg->lender_step_tokens,
+    SchedConfig sc = {.device_blocks = cfg->kv_tokens / cl->bs + 1, .host_blocks = cfg->host_kv_tokens > 0 ? cfg->host_kv_tokens / cl->bs + 1 : 0,
+                      .block_size = cl->bs, .max_batch_tokens = cfg->lender_step_tokens,
                       .max_running = cfg->max_running, .cache_enabled = true, .policy = &evict_policy_lru};
     for (int i = 0; i < cfg->n_instances; i++) {
         BatchInstance *in = &cl->inst[i];
@@ -206,25 +294,47 @@ static void cluster_free(BatchCluster *cl) {
     free(cl->moving);
     free(cl->stage_order);
     free(cl->released);
+    free(cl->workflows);
+    free(cl->can_move);
+    free(cl->block_bytes);
     free(cl->table);
     router_free(&cl->router);
 }
 
-/* closed_loop: q finished; the next stage of its workflow may go (when its trace time came already). */
-static void stage_done(BatchCluster *cl, BatchReq *q) {
+/* closed_loop: q is sent at now + its offset in its stage (its arrival; the replay routes it then). */
+static void release(BatchCluster *cl, BatchReq *q, double now) {
+    q->arrival = now + q->stage_offset;
+    cl->released[cl->n_released++] = (int)(q - cl->reqs);
+}
+
+/* closed_loop: the client claims the next workflow (if any) at now and sends its first stage. */
+static void claim_workflow(BatchCluster *cl, double now) {
+    if (cl->next_workflow >= cl->n_workflows) return;
+    const SimWorkflow *w = &cl->workflows[cl->next_workflow++];
+    for (int k = 0; k < w->first_stage_n; k++) release(cl, &cl->reqs[cl->stage_order[w->first + k]], now);
+}
+
+/* closed_loop: q finished (or was refused) at now; the next stage of its workflow goes when the whole of
+ * q's stage is done, and when the workflow's last call is done the client ends it (the coordinator forgets
+ * its affinity, as router_workflow_ended live) and claims the next workflow. */
+static void stage_done(BatchCluster *cl, BatchReq *q, double now) {
+    if (!cl->cfg->closed_loop || q->workflow < 0) return;
     for (int k = 0; k < q->n_next_stage; k++) {
-        int j = cl->stage_order[q->next_stage + k];
-        BatchReq *d = &cl->reqs[j];
-        if (--d->waiting_for == 0 && d->held) cl->released[cl->n_released++] = j;
+        BatchReq *d = &cl->reqs[cl->stage_order[q->next_stage + k]];
+        if (--d->waiting_for == 0) release(cl, d, now);
     }
+    SimWorkflow *w = &cl->workflows[q->workflow];
+    if (--w->unfinished > 0) return;
+    router_workflow_ended(&cl->router, w->name);
+    claim_workflow(cl, now);
 }
 
 /* Hands the request to its instance's scheduler (it runs from the next step that starts). */
-static void enqueue(BatchCluster *cl, BatchReq *q) {
+static void enqueue(BatchCluster *cl, BatchReq *q, double now) {
     q->queued = true;
     if (sched_add(&cl->inst[q->instance].sched, &q->sr)) { /* it can never fit in the instance's pool */
         q->refused = q->done = true;
-        stage_done(cl, q);
+        stage_done(cl, q, now);
         router_prefill_done(&cl->router, &q->charge);
         router_finished(&cl->router, q->instance);
     }
@@ -274,12 +384,11 @@ static int move_end(BatchCluster *cl, BatchReq *q, bool landed, double now, SimC
             res->moves++;
             res->moved_blocks += (uint64_t)moved;
             res->moved_bytes += moved * cl->bs * cl->cfg->kv_bytes_per_token;
-            router_learn_move(&cl->router, q->source, q->instance, moved * cl->bs, q->land_at - q->read_at, 0);
         }
     } else if (q->failed) {
         res->move_failures++;
     }
-    enqueue(cl, q);
+    enqueue(cl, q, now);
     return 0;
 }
 
@@ -318,23 +427,17 @@ static int move_advance(BatchCluster *cl, BatchReq *q, double now, SimClusterRes
 
 /* A request arrives: routed (and charged) as the coordinator does; a planned move parks it. */
 static void arrive(BatchCluster *cl, BatchReq *q, double now) {
-    const SimClusterConfig *cfg = cl->cfg;
     const TraceRequest *t = q->tr;
     RouteDecision d = router_pick_prompt(&cl->router, q->hashes, q->usable, t->prompt_tokens, t->workflow);
-    int src = -1;
-    if (route_decision_priced(&d)) src = cfg->moves && d.move ? d.source : -1; /* the cost router weighed the move already */
-    else if (cfg->moves && d.source >= 0) {
-        double gain = d.source_blocks - d.matched_blocks;
-        double move_s = gain * cl->bs * cfg->kv_bytes_per_token / cfg->link_bytes_per_s + cfg->link_latency_s;
-        if (move_s < gain * cl->bs * cfg->prefill_s_per_token) src = d.source;
-    }
+    /* The coordinator's dispatch (coordinator.c dispatch_submit): charged, then assigned, then the move planned. */
     q->instance = d.instance;
-    q->source = src;
-    router_assigned(&cl->router, d.instance, t->workflow);
     q->charge = router_charge(&cl->router, &d, t->prompt_tokens, now - cl->t0 + BOOKS_CLOCK_START_S);
+    router_assigned(&cl->router, d.instance, t->workflow);
+    int src = move_plan(&cl->moves, &d, cl->can_move, cl->block_bytes, cl->bs).source;
+    q->source = src;
     cl->inst[d.instance].served++;
     if (src < 0 || src == d.instance) {
-        enqueue(cl, q);
+        enqueue(cl, q, now);
         return;
     }
     cl->moving[cl->n_moving++] = (int)(q - cl->reqs);
@@ -356,6 +459,17 @@ static int run_moves(BatchCluster *cl, double now, SimClusterResult *res, BraidE
         }
     }
     return 0;
+}
+
+/* The request's line in cfg->route_log (when asked for): where the replay placed it and what it found. */
+static void log_finished(const BatchCluster *cl, const BatchReq *q) {
+    FILE *f = cl->cfg->route_log;
+    if (!f) return;
+    fprintf(f, "{\"id\":\"%s\",\"workflow\":\"%s\",\"t\":%.6f,\"instance\":%d,\"source\":%d,\"prompt_tokens\":%d,\"cached_tokens\":%d,"
+               "\"moved_tokens\":%d,\"move_failed\":%s,\"ttft_s\":%.6f,\"finish\":%.6f}\n",
+            q->tr->id, q->tr->workflow, q->arrival - cl->t0, q->instance, q->source, q->tr->prompt_tokens,
+            q->sr.cached_tokens > 0 ? q->sr.cached_tokens : 0, q->moved_blocks * cl->bs, q->failed ? "true" : "false",
+            q->first_token - q->arrival, q->finish - cl->t0);
 }
 
 /* Instance i's step ends at now: committed, first and last tokens timed. */
@@ -380,9 +494,12 @@ static void end_step(BatchCluster *cl, int i, double now, BraidError *err, int *
             sched_finish(&in->sched, r, "length");
             q->finish = now;
             q->done = true;
-            stage_done(cl, q);
-            router_finished(&cl->router, i);
+            /* The coordinator's on_finish: the rates learned (the move's too), then the load released. */
             router_learn(&cl->router, &q->charge, q->first_token - q->arrival, computed, q->moved_blocks * cl->bs);
+            if (q->moved_blocks > 0) router_learn_move(&cl->router, q->source, i, q->moved_blocks * cl->bs, q->land_at - q->read_at, 0);
+            router_finished(&cl->router, i);
+            log_finished(cl, q);
+            stage_done(cl, q, now);
         }
     }
 }
@@ -412,9 +529,19 @@ static int start_steps(BatchCluster *cl, double now, SimClusterResult *res, Brai
     return 0;
 }
 
-/* The earliest event after the ones handled: an arrival, a step's end, or a move's next event. */
+/* Past the requests the client model sends (closed_loop): the next one sent at its trace time. */
+static int skip_held(const BatchCluster *cl, int next) {
+    while (next < cl->n_reqs && cl->reqs[next].held) next++;
+    return next;
+}
+
+/* The earliest event after the ones handled: an arrival (at its trace time or released by the client
+ * model), a workflow's end (open loop: the trace's), a step's end, or a move's next event. */
 static double next_event(const BatchCluster *cl, int next) {
     double te = next < cl->n_reqs ? cl->reqs[next].arrival : INFINITY;
+    for (int k = 0; k < cl->n_released; k++)
+        if (cl->reqs[cl->released[k]].arrival < te) te = cl->reqs[cl->released[k]].arrival;
+    if (!cl->cfg->closed_loop && cl->next_end < cl->trace->n_ends && cl->trace->ends[cl->next_end].t < te) te = cl->trace->ends[cl->next_end].t;
     for (int i = 0; i < cl->cfg->n_instances; i++)
         if (cl->inst[i].stepping && cl->inst[i].step_end < te) te = cl->inst[i].step_end;
     for (int k = 0; k < cl->n_moving; k++) { /* a borrower mid-step sees its landing or timeout at its step's end */
@@ -427,32 +554,44 @@ static double next_event(const BatchCluster *cl, int next) {
 }
 
 static bool all_done(const BatchCluster *cl, int next) {
-    if (next < cl->n_reqs || cl->n_moving > 0) return false;
+    if (next < cl->n_reqs || cl->n_released > 0 || cl->n_moving > 0) return false;
     for (int i = 0; i < cl->cfg->n_instances; i++)
         if (cl->inst[i].stepping || !sched_idle(&cl->inst[i].sched)) return false;
     return true;
 }
 
+/* closed_loop: the released requests whose send time has come, earliest first (ties: trace order, the
+ * order the client claimed their workflows), routed as they reach the coordinator. */
+static void arrive_released(BatchCluster *cl, double now) {
+    for (;;) {
+        int best = -1;
+        for (int k = 0; k < cl->n_released; k++) {
+            const BatchReq *q = &cl->reqs[cl->released[k]];
+            if (q->arrival > now) continue;
+            const BatchReq *b = best >= 0 ? &cl->reqs[cl->released[best]] : NULL;
+            if (!b || q->arrival < b->arrival || (q->arrival == b->arrival && q < b)) best = k;
+        }
+        if (best < 0) return;
+        BatchReq *q = &cl->reqs[cl->released[best]];
+        cl->released[best] = cl->released[--cl->n_released];
+        arrive(cl, q, q->arrival);
+    }
+}
+
 static int replay(BatchCluster *cl, SimClusterResult *res, BraidError *err) {
     int next = 0, rc = 0;
-    while (rc == 0 && !all_done(cl, next)) {
+    for (int c = 0; cl->cfg->closed_loop && c < cl->clients; c++) claim_workflow(cl, cl->t0);
+    while (rc == 0 && !all_done(cl, next = skip_held(cl, next))) {
         double now = next_event(cl, next);
         if (!isfinite(now)) return braid_error_set(err, "sim cluster: the replay stalled with requests in flight");
         for (int i = 0; i < cl->cfg->n_instances && rc == 0; i++) /* steps end before anything else at the same time */
             if (cl->inst[i].stepping && cl->inst[i].step_end <= now) end_step(cl, i, now, err, &rc);
         if (rc) break;
-        for (; next < cl->n_reqs && cl->reqs[next].arrival <= now; next++) {
-            BatchReq *q = &cl->reqs[next];
-            if (q->waiting_for > 0) q->held = true; /* closed loop: sent when its previous stage is done */
-            else arrive(cl, q, now);
-        }
-        for (int k = 0; k < cl->n_released; k++) {
-            BatchReq *q = &cl->reqs[cl->released[k]];
-            q->held = false;
-            q->arrival = now;
-            arrive(cl, q, now);
-        }
-        cl->n_released = 0;
+        /* Open loop: the client's workflow ends reach the coordinator when the trace says (before a call sent then). */
+        for (; !cl->cfg->closed_loop && cl->next_end < cl->trace->n_ends && cl->trace->ends[cl->next_end].t <= now; cl->next_end++)
+            router_workflow_ended(&cl->router, cl->trace->ends[cl->next_end].workflow);
+        for (; (next = skip_held(cl, next)) < cl->n_reqs && cl->reqs[next].arrival <= now; next++) arrive(cl, &cl->reqs[next], now);
+        arrive_released(cl, now);
         if ((rc = run_moves(cl, now, res, err)) == 0) rc = start_steps(cl, now, res, err);
     }
     return rc;

@@ -28,10 +28,19 @@
  * turn past it: the request is queued and computes the prefix (move_failures). A lender that holds no
  * more than the borrower lends nothing (no move). Message and turn overheads are not modeled.
  *
- * With closed_loop, a workflow's calls go in stages (calls sent within SIM_STAGE_SPREAD_S, 0.1 s, of the stage's
- * first: a fan-out), each sent when every call of the stage before it has finished in the replay, at its trace
- * time at the earliest (a trace recorded live came from a client that waited for each answer); its latency and TTFT
- * count from that send.
+ * With closed_loop, the workflows are sent as braid-bench run's client sends them: cfg->closed_loop_clients at once
+ * (0: as many as the trace's client ran, the workflows started before the first one ended), claimed in the order of
+ * their first calls; a workflow's calls go in stages (calls sent within SIM_STAGE_SPREAD_S, 0.1 s, of the stage's
+ * first: a fan-out, keeping their offsets), each sent when every call of the stage before it has answered in the
+ * replay, not at its trace time; when its last call has answered the workflow ends (router_workflow_ended) and its
+ * client claims the next. Latency and TTFT count from the send. Open loop, the trace's workflow ends reach the router
+ * at their times.
+ *
+ * The coordinator's dispatch, in its order (coordinator.c dispatch_submit / on_finish): router_pick_prompt,
+ * router_charge, router_assigned, then the move planned by move_plan() (move_plan.h) at the router's start rates,
+ * as serve's --move-gbps / --move-prefill-tps; at a request's end router_learn, router_learn_move (a landed move's
+ * read time), router_finished. cfg->host_kv_tokens gives each instance serve's host tier (the router's capacity is
+ * device + host blocks, as the coordinator's); its load-backs cost nothing here. cfg->route_log gets a line a request.
  *
  * Deterministic. Reports as sim_cluster_run does: prompt tokens by origin (local = cached at the first
  * admission less what moved in), moves, latency (arrival to last token), TTFT (arrival to first token),

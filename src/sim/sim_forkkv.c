@@ -220,7 +220,8 @@ int sim_auto_init(SimAuto *a, const SimForkAttention *attn, double token_s, int 
     a->cost.token_s = token_s;
     a->cap = 1024;
     a->trace = t;
-    if (!(a->seen = calloc(a->cap, sizeof *a->seen)) || collect_adapters(a, t) || block_presence_init(&a->presence, 1024)) {
+    if (!(a->seen = calloc(a->cap, sizeof *a->seen)) || collect_adapters(a, t) || block_presence_init(&a->presence, 1024) ||
+        block_presence_init(&a->residual_presence, 1024)) {
         sim_auto_free(a);
         return braid_error_set(err, "sim: out of memory (auto chooser)");
     }
@@ -232,8 +233,14 @@ void sim_auto_on_event(void *ctx, const CacheEvent *ev) {
     if (block_presence_on_event(&a->presence, ev)) a->presence_oom = true;
 }
 
+void sim_auto_on_residual_event(void *ctx, const CacheEvent *ev) {
+    SimAuto *a = ctx;
+    if (block_presence_on_event(&a->residual_presence, ev)) a->presence_oom = true;
+}
+
 void sim_auto_free(SimAuto *a) {
     block_presence_free(&a->presence);
+    block_presence_free(&a->residual_presence);
     free(a->adapters);
     free(a->adapter_tenants);
     free(a->scratch);
@@ -252,7 +259,7 @@ int sim_auto_held_blocks(const SimAuto *a, const uint64_t *hashes, int n_blocks)
 /* The first blocks of r's prompt the base cache holds now in namespace (r's tenant, adapter) whose
  * replay keys are keys: the cache hashes the replay's tree tokens (the keys as tokens, or the token
  * ids), seeded by the namespace, so the keys are rehashed its way for the presence set. */
-static int present_blocks(SimAuto *a, const TraceRequest *r, const char *adapter, const uint64_t *keys) {
+static int present_in(SimAuto *a, const BlockPresence *set, const TraceRequest *r, const char *adapter, const uint64_t *keys) {
     int n = r->n_blocks, per = a->tpb > 0 ? a->tpb : SIM_TOKENS_PER_BLOCK;
     if (n <= 0) return 0;
     if (n > a->cap_cache_h) {
@@ -266,7 +273,11 @@ static int present_blocks(SimAuto *a, const TraceRequest *r, const char *adapter
     if (per == SIM_TOKENS_PER_BLOCK) sim_hash_tokens(keys, n, a->tree_tokens);
     else memcpy(a->tree_tokens, r->tokens, (size_t)n * a->bs * sizeof *a->tree_tokens);
     content_hash_blocks(content_hash_namespace(r->tenant, adapter), a->tree_tokens, n, per, a->cache_h, NULL);
-    return block_presence_prefix(&a->presence, a->cache_h, n);
+    return block_presence_prefix(set, a->cache_h, n);
+}
+
+static int present_blocks(SimAuto *a, const TraceRequest *r, const char *adapter, const uint64_t *keys) {
+    return present_in(a, &a->presence, r, adapter, keys);
 }
 
 /* Other adapters' separate copies of r's prompt (same tenant): the longest prefix one of them
@@ -297,12 +308,18 @@ bool sim_auto_choose(SimAuto *a, const TraceRequest *r, const uint64_t *tenant_k
     if (others > held) held = others;
     ForkKvRequest q = {.n_prompt = r->prompt_tokens, .max_tokens = r->output_tokens, .held = held * bs, .base = base * bs,
                        .own = own_now * bs, .copies = copies * bs};
+    if (a->cost_version == 4) { /* as the server's decide: what the pools hold now */
+        q.base = present_blocks(a, r, NULL, tenant_keys) * bs;
+        q.residual = present_in(a, &a->residual_presence, r, r->adapter, tenant_keys) * bs;
+        q.residual_known = true;
+    }
     if (a->cost_version == 1 || a->cost_version == 3) { /* the first model: whatever a namespace held counts as shared, no copies */
         int first = base > own ? base : own;
         if (a->cost_version == 3 && others > first) first = others; /* 3: other adapters' copies too */
         q = (ForkKvRequest){.n_prompt = r->prompt_tokens, .max_tokens = r->output_tokens, .held = first * bs, .base = first * bs};
     }
-    bool fork = forkkv_cost_choose(&a->cost, &q).shared;
+    ForkKvChoice ch = forkkv_cost_choose(&a->cost, &q);
+    bool fork = ch.shared;
     if (fork) a->forked_requests++;
     else a->separate_requests++;
     return fork;

@@ -134,8 +134,10 @@ typedef struct {
     uint64_t *seen;            /* open-addressed set of committed block hashes (0 = empty slot) */
     size_t cap, n_seen;
     int forked_requests, separate_requests; /* adapted requests by the choice they got */
-    int cost_version;          /* 2 (default): the corrected saving; 1: issue 36's first (held alone, as saved); 3: 1 with
-                                * other adapters' copies in held */
+    int cost_version;          /* 4 (default): the server's inputs (base and residual in memory now) and the recompute
+                                * term; 2: the corrected saving with base = ever held and no recompute term (the
+                                * early-morning model); 1: issue 36's first (held alone, as saved); 3: 1 with other
+                                * adapters' copies in held */
     const Trace *trace;        /* token ids and the adapters' names (sim_auto_init's) */
     const char **adapters;     /* distinct adapter names of the trace */
     const char **adapter_tenants; /* the tenant each adapter name was first seen with */
@@ -145,6 +147,8 @@ typedef struct {
     /* The base pool's blocks now, by chained hash (sim_auto_on_event: the server's presence set),
      * for what is in memory: this adapter's copy (own) and other adapters' copies (copies). */
     BlockPresence presence;
+    /* The residual tree's blocks now (sim_auto_on_residual_event): what a fork of the adapter reuses. */
+    BlockPresence residual_presence;
     bool presence_oom;         /* an event could not be followed (out of memory): copies may err */
     int bs, tpb;               /* the replay's tokens a block and tree tokens a block (set by sim_run) */
     uint64_t *cache_h;         /* scratch: a namespace's hashes as the base cache computes them */
@@ -156,6 +160,8 @@ int sim_auto_init(SimAuto *a, const SimForkAttention *attn, double token_s, int 
 void sim_auto_free(SimAuto *a);
 /* The base cache's observer in auto mode (ctx: the SimAuto): follows its blocks' presence. */
 void sim_auto_on_event(void *ctx, const CacheEvent *ev);
+/* The residual tree's observer in auto mode (residual_cache_set_observer; ctx: the SimAuto). */
+void sim_auto_on_residual_event(void *ctx, const CacheEvent *ev);
 /* The blocks of a request's prompt that were ever committed: the longest prefix of hashes in the set. */
 int sim_auto_held_blocks(const SimAuto *a, const uint64_t *hashes, int n_blocks);
 /* Fork (true) or separate for a request: tenant_keys / own_keys its two namespaces' hashes. */

@@ -573,11 +573,12 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
     SimAuto chooser;
     if (rc == 0 && cfg->lora_cache == SIM_LORA_AUTO &&
         (rc = sim_auto_init(&chooser, &cfg->fork_attention, cfg->prefill_s_per_token, cfg->kv_dim, cfg->lora_rank, t, err)) == 0)
-        rp.autoc = &chooser, chooser.cost_version = cfg->auto_cost ? cfg->auto_cost : 2;
+        rp.autoc = &chooser, chooser.cost_version = cfg->auto_cost ? cfg->auto_cost : 4;
     if (rp.autoc) {
         chooser.bs = bs;
         chooser.tpb = tpb;
         kv_cache_set_observer(&cache, sim_auto_on_event, rp.autoc);
+        if (rp.residual) residual_cache_set_observer(&rp.residual->cache, sim_auto_on_residual_event, rp.autoc);
     }
     if (rc == 0 && directives && !cfg->ignore_directives && (rc = sim_directives_begin(&dir_replay, t, cfg->kv_tokens, cfg->pin_budget_tokens, err)) == 0)
         rp.dir = &dir_replay;

@@ -103,7 +103,7 @@ typedef struct {
     SimLoraCache lora_cache;
     SimForkAttention fork_attention;
     bool residual_unified;
-    int auto_cost;          /* auto's saving: 0/2 the corrected one (forkkv_cost.h), 1 issue 36's first */
+    int auto_cost;          /* auto's model: 0/4 the server's (forkkv_cost.h), 2 the corrected saving alone, 1 issue 36's first */
     int residual_tokens;
     int lora_rank;
     int kv_dim;

@@ -121,12 +121,17 @@ void forkkv_cost_observe_regret(ForkKvCost *c, int evicted_blocks, int prompt_bl
 
 ForkKvChoice forkkv_cost_choose(const ForkKvCost *c, const ForkKvRequest *r) {
     double n = r->n_prompt, m = r->max_tokens, held = r->held < r->n_prompt ? r->held : r->n_prompt, fresh = n - held;
+    double base = r->base < n ? r->base : n, own = r->own < n ? r->own : n;
+    bool known = r->residual_known; /* false: the model before the recompute term (braid sim --auto-cost 1-3) */
+    double residual = r->residual < n ? (r->residual > 0 ? r->residual : 0) : n, fork_reuses = base < residual ? base : residual;
+    if (known) fresh = n - fork_reuses; /* a fork computes every block its residuals lack, base cached or not */
     double rho_d = c->rho_decode > 1 ? c->rho_decode - 1 : 0, rho_p = c->rho_prefill > 1 ? c->rho_prefill - 1 : 0;
     ForkKvChoice ch;
     ch.penalty_s = c->n_layers * (rho_d * c->plain_decode_s * m * (n + m / 2) + rho_p * c->plain_prefill_s * fresh * (n - fresh / 2));
-    double res = 1.0 / c->kv_dim_over_rank, base = r->base < n ? r->base : n, own = r->own < n ? r->own : n;
+    double res = 1.0 / c->kv_dim_over_rank;
     double saved = (n - own) - ((n - base) + n * res) + (r->copies > 0 ? r->copies : 0) * (1.0 - res);
     ch.saving_s = saved > 0 ? c->token_s * c->regret * saved : 0.0;
-    ch.shared = ch.saving_s > ch.penalty_s;
+    ch.recompute_s = known ? c->token_s * (own - fork_reuses) : 0.0;
+    ch.shared = ch.saving_s > ch.penalty_s + ch.recompute_s;
     return ch;
 }

@@ -11,6 +11,7 @@
  * copies: the share of the prompt blocks of requests that ran separate which their namespace had
  * cached and evicted before they came. So, per request, in steady state:
  *   penalty = layers × [(rho_d − 1)·a_d·max_tokens·(n + max_tokens/2) + (rho_p − 1)·a_p·new·(n − new/2)]
+ *   (new = n − min(base, residual): the prompt tokens a fork computes)
  *   saving  = c_tok · regret · max(0, saved)
  *   saved   = (n − own) − [(n − base) + n·rank/kv_dim] + copies·(1 − rank/kv_dim)
  * the memory (tokens) forking saves: a separate copy's new tokens, less the fork's (the base part
@@ -19,12 +20,17 @@
  * spends on duplicates and a shared base lets them fold into residuals. n the prompt, base / own
  * the prefix the shared base / this adapter's separate copy holds, held the longest prefix any
  * namespace holds (the shared base, this adapter's residuals or copy, another adapter's copy),
- * new = n − held, a_d / a_p plain
+ * a_d / a_p plain
  * attention seconds per (query, context slot, layer), c_tok a computed token's seconds (measured
- * on the live prefill steps). The request runs forked when saving > penalty. One-time costs of a
- * switch (a fork recomputes what the adapter's separate copy held) are not charged: the choice
- * depends on the measured regime, not on which copy exists now, so an adapter does not flip
- * between namespaces. The regret is measured on separate requests only: when every request runs
+ * on the live prefill steps). And the prompt tokens each choice computes now: a fork reuses
+ * min(base, residual) (a base block without this adapter's residual is recomputed: ForkKV's fork
+ * tokens), a separate request its own copy's prefix, so
+ *   recompute = c_tok · (own − min(base, residual))       (negative: forking computes less now)
+ * The request runs forked when saving > penalty + recompute. (Issue 36: without the recompute term
+ * auto forked react-lora turns whose base was cached but whose residuals were not, recomputing
+ * 50 K prompt tokens the adapter's own copies held, and lost to separate at 1–4 workflows at once,
+ * 0.65–0.72x in the simulator. The term also keeps an adapter in the namespace that holds its
+ * state, instead of flipping between them.) The regret is measured on separate requests only: when every request runs
  * forked it keeps its last value (sharing ends the thrashing it measured; a regret measured then
  * would flip the choice back). Pure arithmetic apart from forkkv_cost_measure; not thread-safe.
  */
@@ -55,11 +61,17 @@ typedef struct {
     int held;          /* the longest prefix of the prompt any namespace of the pools holds */
     int base, own;     /* the prefix the shared base holds, and this adapter's separate copy */
     int copies;        /* prompt tokens held by other adapters' separate copies, summed over them */
+    /* The prefix this adapter's residuals hold (in memory now); with base, what a fork reuses. Not
+     * residual_known (a zero-initialised request): the model before issue 36's recompute term
+     * (new = n − held, no recompute term; braid sim --auto-cost 1-3 and its attention charge). */
+    bool residual_known;
+    int residual;
 } ForkKvRequest;
 
 typedef struct {
     bool shared;
     double penalty_s, saving_s; /* the terms the choice compared */
+    double recompute_s;         /* what forking computes now beyond a separate run (negative: less) */
 } ForkKvChoice;
 
 /* Defaults before any measurement: ratios of the committed figures (bench/RESULTS.md), a token at

@@ -502,12 +502,13 @@ static void leader_moves_setup(Leader *L) {
     BraidError move_err;
     KvMovesConfig mc = {.engine = &L->engine, .ctrl = &L->ctrl, .instance = cfg->instance, .tp_size = L->tp.tp_size,
                         .tp_comm = cfg->tp_comm, .timeout_s = cfg->move_timeout_s > 0 ? cfg->move_timeout_s : 5.0};
-    /* On an intercommunicator (a joined leader) no other leader is a rank of it: every move message
-     * is relayed by the coordinator; in the world, the leaders beyond it (join slots) are. */
+    /* On an intercommunicator (a joined or respawned leader) no other leader is a rank of it: every
+     * move message is relayed by the coordinator; so it is when cfg->relay_moves says a world rank
+     * may stand for a respawned leader; otherwise, in the world, the leaders beyond it (join slots) are. */
     int inter = 0, world_size = 0;
     MPI_Comm_test_inter(cfg->world, &inter);
     if (!inter) MPI_Comm_size(cfg->world, &world_size);
-    mc.relay_from_rank = inter ? 1 : world_size;
+    mc.relay_from_rank = inter || cfg->relay_moves ? 1 : world_size;
     mc.self_rank = 1 + cfg->instance * L->tp.tp_size;
     if (kv_moves_create(&L->moves, &mc, &move_err)) LOG_INFO("leader", "%s", move_err.msg);
     if (L->tp.tp_size <= 1) return;

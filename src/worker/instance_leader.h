@@ -43,6 +43,11 @@ typedef struct {
     const char *occupancy_log; /* leader: append pool-occupancy samples here (occupancy_log.h); NULL = off */
     double occupancy_interval; /* seconds between samples at most (0 = 1.0) */
     bool kv_moves;             /* lend and take KV blocks to and from other instances (kv_moves.h) */
+    /* Every move message goes through the coordinator (MSG_KV_RELAY), none straight to another
+     * leader: set under --restart-instances, where a respawned leader keeps its instance's world
+     * rank number but is reached only over its own intercommunicator with rank 0. A leader whose
+     * control plane is an intercommunicator (respawned, joined) relays everything anyway. */
+    bool relay_moves;
     double move_timeout_s;     /* a move not done by then recomputes (0 = 5 s) */
     /* > 0: a leader that hears nothing from the coordinator for this long stops with an error (a
      * joined leader: the coordinator sends MSG_COORD_ALIVE every second, so silence means it is gone);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/grow.h"
@@ -67,7 +68,10 @@ int kv_moves_create(KvMoves **out, const KvMovesConfig *cfg, BraidError *err) {
     KvMoves *mv = calloc(1, sizeof *mv);
     if (!mv) return braid_error_set(err, "KV moves: out of memory");
     mv->cfg = *cfg;
-    mv->next_xfer = 1;
+    /* Transfer ids start from this incarnation's start time (seconds << 20): a leader respawned or
+     * rejoined behind the same leader rank must not reuse an id its dead predecessor left in another
+     * leader's leases, or meet a late answer meant for it (the relay now reaches the new leader). */
+    mv->next_xfer = ((uint64_t)time(NULL) << 20) | 1;
     if (kv_move_rank_init(&mv->self, &cfg->engine->backend, err)) {
         braid_error_wrap(err, "KV moves off on instance %d", cfg->instance);
         free(mv);

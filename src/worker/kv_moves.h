@@ -43,8 +43,11 @@
  * the instance tells the coordinator it takes no part in moves (READY). A joined instance's leader
  * (its own MPI job, reached over an intercommunicator) cannot reach other leaders on MPI: its move
  * messages, and theirs to it, go through the coordinator (MSG_KV_RELAY, relay_from_rank below);
- * the data still goes over UCX between the two leaders. A lone
- * instance, and a leader respawned outside the world, start no mover at all (braid serve decides).
+ * the data still goes over UCX between the two leaders. So do a leader respawned by
+ * --restart-instances (it keeps its instance's leader rank number, but only its intercommunicator
+ * with rank 0 reaches it) and, under that option, every world leader (relay_from_rank 1), since
+ * any leader rank may stand for a respawned one. A lone instance starts no mover at all (braid
+ * serve decides).
  * Not thread-safe: the leader's thread.
  */
 #ifndef BRAID_WORKER_KV_MOVES_H

@@ -137,9 +137,9 @@ static void note_choice(SchedForkAuto *a, const SchedRequest *r, const ForkKvCho
     if (i < a->n_adapters) a->last_shared[i] = (signed char)ch->shared;
     LOG_INFO("sched",
              "--lora-cache auto: adapter %s now %s (req %s: %d prompt tokens, %d held, max_tokens %d; attention penalty "
-             "%.3f s vs memory saving %.3f s; regret %.3f, %.2f ms a token)",
+             "%.3f s + recompute %.3f s vs memory saving %.3f s; regret %.3f, %.2f ms a token)",
              r->adapter, ch->shared ? "forked on the shared base" : "on a separate cache", r->id, r->n_prompt, held,
-             r->max_tokens, ch->penalty_s, ch->saving_s, a->cost.regret, a->cost.token_s * 1e3);
+             r->max_tokens, ch->penalty_s, ch->recompute_s, ch->saving_s, a->cost.regret, a->cost.token_s * 1e3);
 }
 
 /* The prompt's chained hashes in the shared base namespace and in its adapter's (a->hashes: base
@@ -196,7 +196,8 @@ static ForkKvChoice decide(SchedForkAuto *a, const Scheduler *s, const SchedRequ
     *held_tokens = held * s->block_size;
     int bs = s->block_size;
     ForkKvRequest req = {.n_prompt = r->n_prompt, .max_tokens = r->max_tokens, .held = *held_tokens, .base = base_hit * bs,
-                         .own = own_now * bs, .copies = copies * bs};
+                         .own = own_now * bs, .copies = copies * bs,
+                         .residual_known = true, .residual = res_hit * bs};
     return forkkv_cost_choose(&a->cost, &req);
 }
 

@@ -164,6 +164,21 @@ static void release_identity(Scheduler *s, SchedRequest *r) {
     r->identity.workflow = 0;
 }
 
+/* The request waits in the queue: its cached prefix is marked as about to be read, so a policy
+ * that values uses (pbkv) keeps it while the call waits (the coordinator's forecast, sent at
+ * dispatch, is for the calls after this one). LRU order is untouched (kv_cache_note_waiting). */
+static void note_waiting(Scheduler *s, SchedRequest *r) {
+    if (!s->cache_enabled || r->identity.workflow == 0 || r->waiting_noted) return;
+    r->waiting_noted = kv_cache_note_waiting(&s->cache, &r->identity, r->tokens, r->n_tokens) > 0;
+}
+
+/* The request left the queue: the mark of note_waiting goes (before its identity does). */
+static void unnote_waiting(Scheduler *s, SchedRequest *r) {
+    if (!r->waiting_noted) return;
+    kv_cache_unnote_waiting(&s->cache, &r->identity, r->tokens, r->n_tokens);
+    r->waiting_noted = false;
+}
+
 int sched_add(Scheduler *s, SchedRequest *r) {
     r->state = REQ_WAITING;
     r->cached_tokens = -1;
@@ -220,6 +235,7 @@ int sched_add(Scheduler *s, SchedRequest *r) {
     r->identity.approx_ok = (r->segment_mode == SEGMENT_REUSE_APPROX && !s->span_guard.no_approx_prefix) || (amortize && scope == 0);
     if (cache_directives_any(&r->directives)) s->counters.directive_requests++;
     s->waiting[s->n_waiting++] = r;
+    note_waiting(s, r);
     return 0;
 }
 
@@ -287,6 +303,7 @@ static void preempt(Scheduler *s, SchedRequest *r) {
 }
 
 void sched_finish(Scheduler *s, SchedRequest *r, const char *reason) {
+    unnote_waiting(s, r);
     release_request(s, r);
     if (cache_directives_any(&r->directives)) sched_directives_finish(s, r, strcmp(reason, "stop") == 0 || strcmp(reason, "length") == 0);
     release_identity(s, r);
@@ -594,6 +611,7 @@ static int admit_waiting(Scheduler *s, StepPlan *p, int *budget, BraidError *err
         s->n_waiting--;
         s->running[s->n_running++] = r;
         r->state = REQ_RUNNING;
+        unnote_waiting(s, r);
         if (plan_prefill_fair(s, p, r, budget)) return braid_error_set(err, "sched: out of memory");
     }
     return 0;

@@ -73,6 +73,9 @@ typedef struct SchedRequest {
     int cap_logprobs;
     RequestState state;
     RadixNode *locked;   /* matched prefix node, locked while running */
+    /* sched_add counted this request's wait on its cached prefix (kv_cache_note_waiting); taken
+     * back when it leaves the queue (admitted, cancelled or finished). */
+    bool waiting_noted;
     int32_t *blocks;     /* the sequence's block table */
     int n_blocks, cap_blocks;
     int n_computed;      /* tokens whose K/V are in the blocks */

@@ -15,7 +15,9 @@
  *     preempt, never lose one, with both trees consistent at the end; a request that can never
  *     fit the residual pool is refused with a message;
  *   - --lora-cache auto: a separate cache while the cost model sees no memory pressure (separate
- *     mode's output, its own namespace's hits), a fork once it prices memory above attention.
+ *     mode's output, its own namespace's hits), a fork once it prices memory above attention, and
+ *     a fork with no memory pressure when the adapter's residuals and the base hold the prompt
+ *     (a separate run would recompute it: the recompute term).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -366,6 +368,15 @@ static void test_engine_auto_chooses_by_cost(void **state) {
     assert_int_equal((int)e.sched.counters.forkkv_requests, 2);
     assert_int_equal((int)(e.sched.counters.fork_tokens - forks_before), full);
     assert_string_equal(out[4].error, ""); /* its base K/V are the planner's: ForkKV's approximation */
+    /* No regret now, so no memory saving: the planner forks again only because its residuals and
+     * the base hold the context (a separate run would recompute all of it): issue 36's recompute
+     * term, the only term for the fork here. */
+    cost->regret = 0.0;
+    Output again;
+    run_one(&e, "planner", tokens, n, &again);
+    assert_string_equal(again.error, "");
+    assert_int_equal((int)e.sched.counters.forkkv_requests, 3);
+    assert_int_equal(again.cached, full);
     /* The unified pool: the residuals live in base blocks (carriers), and the invariants hold. */
     assert_true(residual_cache_carriers(&e.sched.residual) > 0);
     BraidError err = {0};

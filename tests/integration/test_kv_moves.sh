@@ -7,6 +7,10 @@
 #  - with UCX_TLS=tcp named (the default lands on TCP over loopback too on one machine: UCX 1.13 has
 #    no shared-memory transport with peer error handling) the same holds, and with two ranks per instance (--tp 2:
 #    shard by shard, rank i to rank i);
+#  - a respawned leader takes part (--restart-instances, on the TCP cluster): with it every move
+#    message goes through the coordinator (MSG_KV_RELAY); before the kill a move still lands, and
+#    after instance 1's leader is killed -9 and spawned again, a move lands into the respawned
+#    instance and another out of it (the events log names both directions after the restart);
 #  - a frozen lender (SIGSTOP) makes the move time out: the request is recomputed on the cold
 #    instance, answers the same, and the failure is counted; the lender resumes and serves again;
 #  - --kv-moves off: the cold instance recomputes (no remote tokens, nothing moved);
@@ -24,6 +28,7 @@ source "$root/tests/integration/rank_pid.sh"
 
 doc=$(python3 -c 'print(" ".join(f"Clause {i}: the supplier ships part {i * 7} to depot {i % 5} within {i % 9 + 2} days." for i in range(40)))')
 doc2=$(python3 -c 'print(" ".join(f"Entry {i}: the station at km {i * 3} logged {i % 7 + 1} trains and {i % 4} delays." for i in range(40)))')
+doc3=$(python3 -c 'print(" ".join(f"Row {i}: the bakery on street {i * 5} sold {i % 6 + 3} loaves and {i % 8} cakes." for i in range(40)))')
 body() {  # body DOCUMENT QUESTION: a chat request over a long document
   python3 -c 'import json,sys; print(json.dumps({"temperature": 0, "max_tokens": 16, "messages": [
       {"role": "system", "content": "You answer questions about the text below."}, {"role": "user", "content": sys.argv[1]},
@@ -58,6 +63,36 @@ moved_case() {
     grep -q '"event":"move_measured".*"from":0,"to":1.*"link":"host_ucx"' "$work/$name-events.jsonl"
 }
 
+# respawn_moves_case NAME: instance 1's leader killed -9 and spawned again (--restart-instances);
+# then, round-robin alternating between the two instances, document 2 computed on one and moved
+# into the other, a short filler, document 3 computed on the other and moved back: one move into
+# the respawned instance and one out of it.
+respawn_moves_case() {
+  local name=$1 pid before r
+  pid=$(rank_pid 2)
+  check "$name: found instance 1's leader" [ -n "$pid" ]
+  kill -KILL "$pid"
+  restarted() { [ "$(total braid_instance_restarts_total)" = 1 ] && [ "$(curl -s "$url/health" |
+    python3 -c 'import json, sys; h = json.load(sys.stdin); print(h["status"], h["instances_alive"])' 2> /dev/null)" = "ready 2" ]; }
+  check "$name: instance 1 is respawned and ready within 120 s" wait_for 120 restarted
+  before=$(wc -l < "$work/$name-events.jsonl")
+  ask "$name-r1" "Which station logged the most trains?" "$doc2"
+  ask "$name-r2" "Which station logged the most trains?" "$doc2"
+  ask "$name-filler" "Say hi." "Hello."
+  ask "$name-r3" "Which bakery sold the most cakes?" "$doc3"
+  ask "$name-r4" "Which bakery sold the most cakes?" "$doc3"
+  for k in 2 4; do
+    r=$(remote "$work/$name-r$k.json")
+    check "$name: after the respawn, move $((k / 2)) landed (cached_tokens_remote $r > 256)" [ "${r:-0}" -gt 256 ]
+    check "$name: after the respawn, moved answer $((k / 2)) equals the computed one" \
+      [ "$(text "$work/$name-r$((k - 1)).json")" = "$(text "$work/$name-r$k.json")" ]
+  done
+  tail -n +"$((before + 1))" "$work/$name-events.jsonl" > "$work/$name-after.jsonl"
+  check "$name: a move into the respawned instance 1 (events log)" grep -q '"event":"move_planned".*"from":0,"to":1' "$work/$name-after.jsonl"
+  check "$name: a move out of the respawned instance 1 (events log)" grep -q '"event":"move_planned".*"from":1,"to":0' "$work/$name-after.jsonl"
+  check "$name: no move failed" [ "$(total braid_kv_move_failures_total)" = 0 ]
+}
+
 start_cluster default --instances 2 --router round-robin --kv-blocks 256 --threads 1 --events "$work/default-events.jsonl" --move-timeout 3
 moved_case default
 # Instance 0 frozen: the router still believes in it, so instance 1 is told to move from it; the
@@ -75,8 +110,11 @@ ask after "Which depot does part 14 go to?"
 check "frozen: the lender serves again after resuming" [ "$(text "$work/after.json")" = "$(text "$work/default-first.json")" ]
 stop_cluster default
 
-UCX_TLS=tcp start_cluster tcp --instances 2 --router round-robin --kv-blocks 256 --threads 1 --events "$work/tcp-events.jsonl"
+# With --restart-instances every leader relays its move messages through the coordinator.
+UCX_TLS=tcp start_cluster tcp --instances 2 --router round-robin --kv-blocks 256 --threads 1 --events "$work/tcp-events.jsonl" \
+  --restart-instances 1 --rewarm-heads 0 --move-timeout 30
 moved_case tcp
+respawn_moves_case tcp
 stop_cluster tcp
 
 # Two ranks per instance: the move goes shard by shard, rank i of the lender to rank i here.

@@ -4,7 +4,9 @@
  *
  * The cost model picks separate when memory is not short (no regret) or the request is
  * decode-heavy, and the fork when separate copies keep being evicted and reread (the mapreduce
- * shape); its terms follow the formula in the header; the step and regret estimates average what
+ * shape); its terms follow the formula in the header (with issue 36's recompute term: a request
+ * goes where its state is cached, and a fork's ResidualAttention is charged on the tokens it
+ * computes); the step and regret estimates average what
  * they are fed. The presence set follows stored / removed / cleared events, finds the longest
  * cached prefix by chained hash, remembers evictions until the ring overwrites them and forgets a
  * ghost that is stored again. The start-up probe measures ratios above 1 (ResidualAttention does
@@ -94,6 +96,38 @@ static void test_other_adapters_copies_decide(void **state) {
     assert_false(forkkv_cost_choose(&calm, &dup).shared);
 }
 
+/* Issue 36's recompute term (residual_known): what each choice computes now. A fork reuses
+ * min(base, residual); a separate run its own copy. */
+static void test_recompute_term_decides(void **state) {
+    (void)state;
+    /* An adapter whose residuals and the base hold the context forks even with no regret: a
+     * separate run would recompute the whole prefix (the term is the only one for the fork). */
+    ForkKvCost calm = smol(0.0);
+    ForkKvRequest forked_before = {.n_prompt = 4200, .max_tokens = 64, .held = 4096, .base = 4096,
+                                   .residual_known = true, .residual = 4096};
+    ForkKvChoice ch = forkkv_cost_choose(&calm, &forked_before);
+    assert_true(ch.shared);
+    assert_true(fabs(ch.recompute_s - 3e-3 * (0 - 4096)) < 1e-9);
+    /* Its own copy holds it and the base does too, but not its residuals: a fork would recompute
+     * all 4096 (ForkKV's fork tokens); the duplicates' memory saving does not pay for that. */
+    ForkKvCost short_mem = smol(0.5);
+    ForkKvRequest own_copy = {.n_prompt = 4200, .max_tokens = 64, .held = 4096, .base = 4096, .own = 4096,
+                              .copies = 3 * 4096, .residual_known = true, .residual = 0};
+    ch = forkkv_cost_choose(&short_mem, &own_copy);
+    assert_true(ch.saving_s > ch.penalty_s); /* the memory terms alone would fork */
+    assert_true(fabs(ch.recompute_s - 3e-3 * 4096) < 1e-9);
+    assert_false(ch.shared);
+    /* The penalty's prefill part counts the tokens the fork computes (n - min(base, residual)), not
+     * n - held: a base hit without residuals is recomputed through ResidualAttention. */
+    ForkKvRequest no_residual = {.n_prompt = 4200, .max_tokens = 64, .held = 4096, .base = 4096, .residual_known = true};
+    ForkKvRequest nothing = {.n_prompt = 4200, .max_tokens = 64, .held = 0};
+    ForkKvRequest old_model = {.n_prompt = 4200, .max_tokens = 64, .held = 4096, .base = 4096};
+    double p_new = forkkv_cost_choose(&short_mem, &no_residual).penalty_s, p_all = forkkv_cost_choose(&short_mem, &nothing).penalty_s;
+    assert_true(fabs(p_new - p_all) < 1e-12);
+    assert_true(forkkv_cost_choose(&short_mem, &old_model).penalty_s < p_new / 2);
+    assert_true(forkkv_cost_choose(&short_mem, &old_model).recompute_s == 0); /* not known: the old model */
+}
+
 static void test_estimates_average_their_samples(void **state) {
     (void)state;
     ForkKvCost c = smol(0.0);
@@ -169,6 +203,7 @@ int main(void) {
         cmocka_unit_test(test_thrashing_copies_mean_fork),
         cmocka_unit_test(test_decode_heavy_or_little_held_means_separate),
         cmocka_unit_test(test_other_adapters_copies_decide),
+        cmocka_unit_test(test_recompute_term_decides),
         cmocka_unit_test(test_estimates_average_their_samples),
         cmocka_unit_test(test_probe_measures_ratios),
         cmocka_unit_test(test_presence_follows_events),

@@ -13,7 +13,8 @@
  *   after their blocks leave the device nothing is found;
  * - the scheduler: prefill skips the reused spans; an approximately reused request's blocks from
  *   the first reused span on enter the tree marked approximate (exact matches stop before them,
- *   approx-mode matches pass), and an exact commit of the same tokens replaces them.
+ *   approx-mode matches pass), and an exact commit of the same tokens replaces them;
+ * - chunks reused from one source, adjacent with the same shift, are one span (issue 35).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -264,6 +265,90 @@ static void test_window(void **state) {
     kv_cache_free(&c);
 }
 
+/* A span's source blocks are whole and in order: the number its token range covers. */
+static void check_span_blocks(const KvSegmentPlan *plan, int s) {
+    const KvSegmentSpan *sp = &plan->spans[s];
+    assert_int_equal(sp->n_blocks, (sp->src_pos + sp->n_tokens - 1) / BS - sp->src_pos / BS + 1);
+    assert_true(sp->first_block + sp->n_blocks <= plan->n_src_blocks);
+}
+
+/* Issue 35: chunks reused from one source with the same shift, adjacent in both sequences, are
+ * one span (the guards judge runs, not ~16-token chunks); a gap, or a neighbour from another
+ * source, starts a new one. */
+static void test_adjacent_chunks_one_run(void **state) {
+    (void)state;
+    KvCache c;
+    CacheIdentity id;
+    make_cache(&c, 0, &id);
+    BraidError err;
+    int32_t a[256], b[256], d[256];
+    int na = message(a, 1, 10), nb = message(b, 2, 17);
+    int shared = message(a + na, 3, 90);
+    memcpy(b + nb, a + na, (size_t)shared * sizeof *a);
+    int la = na + shared, lb = nb + shared + message(b + nb + shared, 4, 6);
+    la += message(a + la, 5, 10); /* so that the shared message's last chunk is committed and indexed */
+    a[la++] = ANCHOR;
+    commit_sequence(&c, &id, a, la / BS * BS);
+    KvSegmentPlan plan = {0};
+    uint64_t approx_before = c.counters.segments_approx;
+    assert_int_equal(kv_cache_find_segments(&c, &id, b, lb, 0, SEGMENT_REUSE_APPROX, &plan, &err), 0);
+    assert_true(c.counters.segments_approx - approx_before >= 3); /* several chunks were reused ... */
+    assert_int_equal(plan.n, 1);                                 /* ... as one run */
+    assert_int_equal(plan.spans[0].n_tokens, shared);
+    assert_int_equal(plan.reused_tokens, shared);
+    assert_int_equal(plan.spans[0].dst_start, nb);
+    assert_int_equal(plan.spans[0].dst_start - plan.spans[0].src_pos, nb - na);
+    assert_int_equal(plan.first_inexact, nb);
+    check_span_blocks(&plan, 0);
+    int32_t table[64];
+    int n_table = (lb + BS - 1) / BS;
+    assert_int_equal(kv_cache_reserve(&c, n_table, table), 0);
+    assert_int_equal(kv_cache_place_segments(&c, &plan, table, &err), 0);
+    check_ops_cover(&c, &plan, table, n_table);
+    c.pending.n = 0;
+    kv_cache_release(&c, NULL, table, n_table);
+
+    /* A token changed in the middle: its chunk is not found, the run splits around it. */
+    memcpy(d, b, sizeof b);
+    int changed = nb + 45;
+    d[changed] = 9;
+    assert_int_equal(kv_cache_find_segments(&c, &id, d, lb, 0, SEGMENT_REUSE_APPROX, &plan, &err), 0);
+    assert_int_equal(plan.n, 2);
+    for (int s = 0; s < plan.n; s++) {
+        const KvSegmentSpan *sp = &plan.spans[s];
+        assert_false(changed >= sp->dst_start && changed < sp->dst_start + sp->n_tokens);
+        check_span_blocks(&plan, s);
+    }
+    kv_cache_drop_segments(&c, &plan);
+
+    /* The next message from another source at the position that continues the first one's: the
+     * same shift and adjacent, but other K/V history, so two spans. */
+    int32_t e[256], f[256];
+    int ne = message(e, 7, 10);   /* as long as a's first message */
+    ne += message(e + ne, 8, 90); /* as long as the shared one */
+    int other = message(e + ne, 9, 20); /* this one comes to f (a and e fit the 64 blocks together) */
+    int le = ne + other;
+    e[le++] = ANCHOR;
+    commit_sequence(&c, &id, e, le / BS * BS);
+    int nf = message(f, 2, 17);
+    memcpy(f + nf, a + na, (size_t)shared * sizeof *a);
+    memcpy(f + nf + shared, e + ne, (size_t)other * sizeof *e);
+    int lf = nf + shared + other + message(f + nf + shared + other, 4, 6);
+    assert_int_equal(kv_cache_find_segments(&c, &id, f, lf, 0, SEGMENT_REUSE_APPROX, &plan, &err), 0);
+    assert_int_equal(plan.n, 2);
+    assert_int_equal(plan.spans[0].dst_start, nf);
+    assert_int_equal(plan.spans[0].n_tokens, shared);
+    assert_int_equal(plan.spans[1].dst_start, nf + shared);
+    assert_int_equal(plan.spans[1].dst_start - plan.spans[1].src_pos, plan.spans[0].dst_start - plan.spans[0].src_pos);
+    check_span_blocks(&plan, 0);
+    check_span_blocks(&plan, 1);
+    kv_cache_drop_segments(&c, &plan);
+    assert_int_equal(kv_cache_in_use(&c, CACHE_TIER_DEVICE), 0);
+    assert_int_equal(kv_cache_check(&c, &err), 0);
+    kv_cache_segment_plan_free(&plan);
+    kv_cache_free(&c);
+}
+
 /* The scheduler: prefill skips reused spans, and an approximate request commits nothing from its
  * first reused span on. */
 static void test_scheduler(void **state) {
@@ -363,6 +448,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunker),     cmocka_unit_test(test_index),  cmocka_unit_test(test_find_and_place),
         cmocka_unit_test(test_exact_tail),  cmocka_unit_test(test_window), cmocka_unit_test(test_scheduler),
+        cmocka_unit_test(test_adjacent_chunks_one_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

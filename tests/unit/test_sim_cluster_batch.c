@@ -4,7 +4,10 @@
  * step never computes more than --max-batch-tokens, --max-running 1 is one at a time again, a move
  * waits for the lender's and the borrower's loop turns (and fails at the move timeout), blocks reach the
  * router when the step that computed them ends, not before, and --closed-loop holds a workflow's next
- * stage until its previous one finished.
+ * stage until its previous one finished. As the live coordinator and client: --closed-loop runs as many
+ * workflows at once as the trace's client did, each sent when its client is free; a workflow's end (the
+ * trace's, or its last answer in the closed loop) clears its affinity; a move is planned by the coordinator's
+ * move_plan() at the router's rates; a host tier keeps evicted blocks for later hits.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -26,8 +29,13 @@ typedef struct {
     const char *workflow; /* NULL: none */
 } Req;
 
-/* A trace of n requests; prompts hold their full blocks (prompt_tokens / 16 of them). */
-static void load_trace(const Req *reqs, int n, Trace *t) {
+typedef struct {
+    double t;
+    const char *workflow;
+} End;
+
+/* A trace of n requests and n_ends workflow ends; prompts hold their full blocks (prompt_tokens / 16 of them). */
+static void load_trace_ends(const Req *reqs, int n, const End *ends, int n_ends, Trace *t) {
     char path[] = "/tmp/braid_sim_batch_XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
@@ -41,11 +49,14 @@ static void load_trace(const Req *reqs, int n, Trace *t) {
         for (int b = 0; b < reqs[i].prompt_tokens / 16; b++) fprintf(f, "%s\"%016llx\"", b ? "," : "", (unsigned long long)(key * 1000 + b + 1));
         fprintf(f, "]}\n");
     }
+    for (int e = 0; e < n_ends; e++) fprintf(f, "{\"type\":\"workflow_end\",\"t\":%.6f,\"workflow\":\"%s\"}\n", ends[e].t, ends[e].workflow);
     fclose(f);
     BraidError err;
     if (trace_load(path, t, &err)) fail_msg("%s", err.msg);
     unlink(path);
 }
+
+static void load_trace(const Req *reqs, int n, Trace *t) { load_trace_ends(reqs, n, NULL, 0, t); }
 
 static SimClusterConfig config(int instances, SimRoute route) {
     SimClusterConfig cfg = sim_cluster_config_default();
@@ -55,15 +66,17 @@ static SimClusterConfig config(int instances, SimRoute route) {
     return cfg;
 }
 
-static void run(const Req *reqs, int n, const SimClusterConfig *cfg, SimClusterResult *r) {
+static void run_ends(const Req *reqs, int n, const End *ends, int n_ends, const SimClusterConfig *cfg, SimClusterResult *r) {
     Trace t;
-    load_trace(reqs, n, &t);
+    load_trace_ends(reqs, n, ends, n_ends, &t);
     BraidError err;
     if (sim_cluster_run(&t, cfg, r, &err)) fail_msg("%s", err.msg);
     assert_int_equal(r->requests, n);
     assert_true(r->local_tokens + r->remote_tokens + r->computed_tokens == r->prompt_tokens);
     trace_free(&t);
 }
+
+static void run(const Req *reqs, int n, const SimClusterConfig *cfg, SimClusterResult *r) { run_ends(reqs, n, NULL, 0, cfg, r); }
 
 /* One request alone: a prefill step (step + 65 tokens), then 15 decode steps of one sequence
  * (decode_s_per_token each). Two at once: one step prefills both, and each decode step carries both
@@ -185,8 +198,89 @@ static void test_closed_loop(void **state) {
     double first = cfg.step_s + 65 * cfg.prefill_s_per_token + 3 * cfg.decode_s_per_token;
     assert_true(fabs(closed.span_s - (first + cfg.step_s + cfg.prefill_s_per_token + 3 * cfg.decode_s_per_token)) < 1e-9);
     assert_true(open.span_s < closed.span_s - 0.01);
-    run(reqs, 3, &cfg, &closed); /* v's call runs at 0.1 on the idle instance */
+    cfg.closed_loop_clients = 2; /* v's call goes at once, on the idle instance */
+    run(reqs, 3, &cfg, &closed);
     assert_true(closed.max_share < 0.7);
+}
+
+/* --closed-loop as braid-bench run's client: workflow a (two calls) and b (one call), recorded by one
+ * client (b's first call came after a's last one). Each call alone takes `one`; the replay sends a's second
+ * call when its first answers (not at its trace time, 5 s later) and b's when a has ended: 3 x one. With
+ * two clients b runs beside a: 2 x one. */
+static void test_closed_loop_clients(void **state) {
+    (void)state;
+    SimClusterConfig cfg = config(2, SIM_ROUTE_CACHE);
+    cfg.moves = false;
+    cfg.closed_loop = true;
+    Req reqs[] = {{0.0, 1, 65, 4, "a"}, {5.0, 2, 65, 4, "a"}, {10.0, 3, 65, 4, "b"}};
+    double one = cfg.step_s + 65 * cfg.prefill_s_per_token + 3 * cfg.decode_s_per_token;
+    SimClusterResult r;
+    run(reqs, 3, &cfg, &r);
+    assert_true(fabs(r.span_s - 3 * one) < 1e-9);
+    assert_true(fabs(r.mean_latency_s - one) < 1e-9); /* each sent when its client was free: no queue */
+    cfg.closed_loop_clients = 2;
+    run(reqs, 3, &cfg, &r);
+    assert_true(fabs(r.span_s - 2 * one) < 1e-9);
+    /* The trace's workflow end says when the client moved on: b started before a ended, two clients. */
+    cfg.closed_loop_clients = 0;
+    End ends[] = {{11.0, "a"}, {12.0, "b"}};
+    run_ends(reqs, 3, ends, 2, &cfg, &r);
+    assert_true(fabs(r.span_s - 2 * one) < 1e-9);
+}
+
+/* A workflow's end clears its affinity, as the coordinator's POST /v1/workflows/{id}/end does. The cache
+ * router, unique prompts: x to instance 0, w to instance 1 (less loaded), y to 0 (tie: the lower index);
+ * all done, w's next call goes back to instance 1 by affinity (shares 2 / 4), unless w's end came first:
+ * then the tie goes to instance 0 (3 / 4). (In the closed loop the end is w's last answer in the replay.) */
+static void test_workflow_end_clears_affinity(void **state) {
+    (void)state;
+    SimClusterConfig cfg = config(2, SIM_ROUTE_CACHE);
+    cfg.moves = false;
+    Req reqs[] = {{0.0, 0, 65, 1, "x"}, {0.001, 0, 65, 1, "w"}, {0.002, 0, 65, 1, "y"}, {2.0, 0, 65, 1, "w"}};
+    End ends[] = {{1.5, "w"}};
+    SimClusterResult r;
+    run(reqs, 4, &cfg, &r);
+    assert_true(fabs(r.max_share - 0.5) < 1e-9);
+    run_ends(reqs, 4, ends, 1, &cfg, &r);
+    assert_true(fabs(r.max_share - 0.75) < 1e-9);
+}
+
+/* The move is planned as the coordinator plans it (move_plan.h), at the router's rates (serve's
+ * --move-gbps): a link the router takes for 1 kB/s makes recomputing cheaper, so no move, however fast
+ * the replay's own link. */
+static void test_move_planned_at_the_routers_rates(void **state) {
+    (void)state;
+    SimClusterConfig cfg = config(2, SIM_ROUTE_ROUND_ROBIN);
+    Req reqs[] = {{0.0, 1, 65, 1, NULL}, {0.5, 1, 65, 1, NULL}};
+    SimClusterResult r;
+    run(reqs, 2, &cfg, &r);
+    assert_int_equal(r.moves, 1);
+    assert_int_equal(r.remote_tokens, 64);
+    cfg.router_link_bytes_per_s = 1e3;
+    run(reqs, 2, &cfg, &r);
+    assert_int_equal(r.moves + r.move_failures, 0);
+    assert_int_equal(r.remote_tokens, 0);
+}
+
+/* A host tier (serve's): a prefix pushed out of a 128-token device cache by a longer prompt is still a
+ * hit from the host when it comes again; without one it is computed again. */
+static void test_host_tier(void **state) {
+    (void)state;
+    SimClusterConfig cfg = config(1, SIM_ROUTE_CACHE);
+    cfg.kv_tokens = 128;
+    Req reqs[] = {{0.0, 1, 65, 1, NULL}, {1.0, 2, 113, 1, NULL}, {2.0, 1, 65, 1, NULL}};
+    SimClusterResult r;
+    run(reqs, 3, &cfg, &r);
+    assert_int_equal(r.local_tokens, 0);
+    cfg.host_kv_tokens = 1024;
+    run(reqs, 3, &cfg, &r);
+    assert_int_equal(r.local_tokens, 64);
+    cfg.replay = SIM_REPLAY_FIFO; /* the one-at-a-time replay has none */
+    Trace t;
+    load_trace(reqs, 3, &t);
+    BraidError err;
+    assert_int_not_equal(sim_cluster_run(&t, &cfg, &r, &err), 0);
+    trace_free(&t);
 }
 
 int main(void) {
@@ -197,6 +291,10 @@ int main(void) {
         cmocka_unit_test(test_move_waits_for_the_lenders_step),
         cmocka_unit_test(test_blocks_reach_the_router_at_commit),
         cmocka_unit_test(test_closed_loop),
+        cmocka_unit_test(test_closed_loop_clients),
+        cmocka_unit_test(test_workflow_end_clears_affinity),
+        cmocka_unit_test(test_move_planned_at_the_routers_rates),
+        cmocka_unit_test(test_host_tier),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
