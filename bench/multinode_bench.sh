@@ -16,7 +16,7 @@
 # Environment (defaults in brackets): WORKLOADS [cross-tenant codegen templates], NODES [1 2 4] (worker
 # nodes), MOVES [on off], RATES [1gbit 10gbit] (tc tbf on every link), ROUTER [cost], WORKFLOWS [8],
 # CONCURRENCY [4], SCALE [0.5], MAX_TOKENS_CAP [24], KV_BLOCKS [256] per instance, SEED [1],
-# SIM_ONLY [0] (1: no live arms; the projection from OUT/live-rate.txt or PREFILL_MS / DECODE_MS),
+# SIM_ONLY [0] (1: no live arms; the projection from OUT/live-rate.txt or PREFILL_MS / DECODE_MS), SIM_ITERATIONS [18],
 # BRAID_BIN / BENCH_BIN.
 # Per live arm: requests/s, TTFT p50/p99 (braid-bench's summary), prompt tokens by origin (local
 # device cache, host tier, moved in from another node, computed; the cluster's /metrics) and bytes on
@@ -27,7 +27,8 @@
 # one-node rate, the same link rate) gives the scale-out. The check of the simulator against each live
 # arm replays that arm's own trace (braid-bench run writes what it sent: the prompts' real block
 # hashes, send times, real output lengths) with braid sim, the per-token compute calibrated so the
-# replay's mean TTFT equals the arm's (bisection; decode 4x prefill), and sets hit rate and blocks /
+# replay's mean TTFT equals the arm's and the decode cost so its mean first-to-last-token time does (bisection;
+# the closed-loop replay: the workflows sent as the arm's client sent them), and sets hit rate and blocks /
 # bytes moved side by side (goal: within 2 points and 10 %; bench/sim_vs_live.py, which also compares
 # the batching replay with the one-request-at-a-time one over any set of arms). The dry trace of `braid-bench gen` is no
 # check: its outputs are not capped at MAX_TOKENS_CAP, so every later turn's prompt differs from the
@@ -55,6 +56,7 @@ MAX_TOKENS_CAP=${MAX_TOKENS_CAP:-24}
 KV_BLOCKS=${KV_BLOCKS:-256}
 SEED=${SEED:-1}
 SIM_ONLY=${SIM_ONLY:-0}
+SIM_ITERATIONS=${SIM_ITERATIONS:-18}   # bisection steps of each fit in the simulator check (18 pin each fit within 0.01 %)
 ROUTERS=${ROUTERS:-}   # set (e.g. "cost cache balanced round-robin"): the router comparison instead (see compare_routers)
 ROUNDS=${ROUNDS:-2}
 ROUND_FIRST=${ROUND_FIRST:-1}   # the first round's number: more rounds into an OUT that has some (the table covers every round there)
@@ -183,8 +185,12 @@ PY
 check_row() {  # check_row WORKLOAD K MOVES RATE: braid sim replaying the live arm's own trace, against the live arm
   local dir="$out/$1-$2n-$3-$4"
   [ -s "$dir/run/trace.jsonl" ] && [ -s "$dir/live.json" ] || return 0
-  # bench/sim_vs_live.py: the batching replay (the default), compute calibrated on the arm's mean TTFT
-  python3 "$root/bench/sim_vs_live.py" --braid "$braid" --router "$ROUTER" --kv-blocks "$KV_BLOCKS" --replays batch-live --format bench "$dir"
+  # bench/sim_vs_live.py: the batching replay run as the arm's client ran (batch-closed: --closed-loop, the router
+  # starting from serve's default rates), prefill cost fitted to the arm's mean TTFT and decode cost to its mean
+  # first-to-last-token time (--fit-decode 1): the replay that matched the live arms best (19 of 27, bench/RESULTS.md
+  # "the simulator against the 27 live arms, cause by cause"); SIM_ITERATIONS bisection steps a fit
+  python3 "$root/bench/sim_vs_live.py" --braid "$braid" --router "$ROUTER" --kv-blocks "$KV_BLOCKS" --replays batch-closed \
+    --fit-decode 1 --iterations "$SIM_ITERATIONS" --format bench "$dir"
 }
 
 # The router comparison (ROUTERS set): interleaved rounds over the routers, one table of arms and one of
@@ -314,8 +320,9 @@ for w in $WORKLOADS; do
   if ls "$out/$w"-*n-*/run/trace.jsonl > /dev/null 2>&1; then
     {
       echo
-      echo "### $w, the simulator against the live arms (braid sim replaying each arm's own trace: the requests as sent, when"
-      echo "they were sent, their real outputs; per-token compute calibrated so the replay's mean TTFT is the arm's)"
+      echo "### $w, the simulator against the live arms (braid sim replaying each arm's own trace in closed loop: the requests as"
+      echo "sent, each workflow's next stage when the one before it answered, their real outputs; prefill cost a token fitted so the"
+      echo "replay's mean TTFT is the arm's, decode cost so its mean first-to-last-token time is)"
       echo
       echo "| worker nodes | moves | links | fitted prefill ms/token | TTFT mean s live / sim | hit live | hit sim | points | blocks moved live / sim | MiB moved live | MiB moved sim | bytes sim vs live | failed moves live / sim |"
       echo "|---:|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---|"

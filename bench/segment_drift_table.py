@@ -70,8 +70,8 @@ def workflow_of(rid):
 def main():
     out, max_tokens, workloads, arms = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
     print(f"| workload | arm | calls | prompt tokens | prefix-cached | segment-reused | prefill saved by reuse | saved with prefix cache "
-          f"| first-token changed | {max_tokens}-token agreement | KL mean | KL max | probes admitted / rejected | run s (load) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          f"| prefill computed (× off) | first-token changed | {max_tokens}-token agreement | KL mean | KL max | probes admitted / rejected | run s (load) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     diverged = []
     layer_tables = []
     for wl in workloads:
@@ -90,6 +90,9 @@ def main():
             if not ids:
                 continue
             prompt = sum(base[i]["prompt_tokens"] for i in ids)
+            # What the arm still had to compute, against the off arm on the same calls: approximate
+            # K/V that later calls may not take (--approx-prefix off) can cost more than reuse saves.
+            computed_off = sum(base[i]["prompt_tokens"] - base[i]["cached_tokens"] for i in ids)
             cached = sum(r[i]["cached_tokens"] for i in ids)
             reused = sum(r[i].get("segment_reused_tokens", 0) for i in ids)
             first_changed = sum(1 for i in ids if i in lg and i in base_l and argmax(base_l[i]) != argmax(lg[i]))
@@ -97,8 +100,9 @@ def main():
             kls = [kl(base_l[i], lg[i]) for i in ids if i in lg and i in base_l] or [0.0]
             ok, rej, layers = events(f"{out}/{wl}.{arm}.events")
             secs = open(f"{out}/{wl}.{arm}.secs").read().split() if os.path.exists(f"{out}/{wl}.{arm}.secs") else ["-", "-"]
+            computed = prompt - cached - reused
             print(f"| {wl} | {arm} | {len(ids)} | {prompt} | {cached} | {reused} | {100 * reused / prompt:.1f}% | "
-                  f"{100 * (reused + cached) / prompt:.1f}% | {100 * first_changed / len(ids):.1f}% ({first_changed}) | "
+                  f"{100 * (reused + cached) / prompt:.1f}% | {computed} ({computed / max(computed_off, 1):.2f}×) | {100 * first_changed / len(ids):.1f}% ({first_changed}) | "
                   f"{100 * len(same) / len(ids):.1f}% | {sum(kls) / len(kls):.4f} | {max(kls):.4f} | {ok} / {rej} | {secs[0]} ({secs[-1]}) |")
             if arm not in ("off", "exact"):
                 diverged.append((wl, arm, ids, base, r, base_l))
@@ -109,17 +113,21 @@ def main():
     # workflow (no spans of their own); and how near a tie the first token was.
     print()
     print("| workload | arm | calls diverged | with own reused spans | with no own spans, after an approximate call of their workflow "
-          "| with no own spans, no approximate call before | median first-token margin: diverged / agreed (logits) |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+          "| with no own spans, no approximate call before | median first-token margin: diverged / agreed (logits) "
+          "| calls with own spans: diverged / all | later calls of a workflow that reused: diverged / all |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for wl, arm, ids, base, r, base_l in diverged:
         order = [i for i in r]  # output order = input order
         approx_seen = set()
         own = inherited = neither = 0
+        own_all = after_all = 0  # every call with own spans / with none after a reuse in its workflow, diverged or not
         m_div, m_ok = [], []
         for i in order:
             if i not in ids:
                 continue
             mine = r[i].get("segment_reused_tokens", 0)
+            own_all += mine > 0
+            after_all += mine == 0 and workflow_of(i) in approx_seen
             if base[i]["text"] != r[i]["text"]:
                 if mine > 0:
                     own += 1
@@ -135,7 +143,8 @@ def main():
                 approx_seen.add(workflow_of(i))
         med = lambda v: sorted(v)[len(v) // 2] if v else float("nan")
         n_div = own + inherited + neither
-        print(f"| {wl} | {arm} | {n_div} | {own} | {inherited} | {neither} | {med(m_div):.2f} / {med(m_ok):.2f} |")
+        print(f"| {wl} | {arm} | {n_div} | {own} | {inherited} | {neither} | {med(m_div):.2f} / {med(m_ok):.2f} | "
+              f"{own} / {own_all} | {inherited} / {after_all} |")
 
     for wl, arm, layers in layer_tables:
         n_layers = len(layers[0]["k_mean"])

@@ -25,6 +25,11 @@
  * Per-tier state: a table indexed by interned workflow id (ids are dense and small: the cache
  * recycles the ids of workflows nothing names any more, and on_workflow_forget clears the slot).
  *
+ * A node that two or more, and at least half, of the active workflows read also counts one read for
+ * the workflows still to come
+ * (PBKV_NEW_WORKFLOWS_WEIGHT): Eq. 2 sums over W_act(c) only, and a shared head whose agent runs once
+ * per workflow would otherwise be worth nothing to the next workflow that starts.
+ *
  * Prefetch (§4.3): prefetch_value is the one-step Value(c) of Eq. 1, the sum over the node's active
  * workflows' uses of the step-1 predicted probability of the agents that used it (a retired or
  * never-predicted workflow adds 0). Kept per workflow next to the K-step weights. The cache ranks
@@ -51,6 +56,16 @@
  * coordinator's forecast for a call is "what comes after it", so without this a call waiting in
  * the queue finds its own prefix scored as if it had already been served. */
 #define PBKV_WAITING_WEIGHT 1.0
+/* A node that two or more active workflows, and at least half of them, read (an agent's head) will
+ * be read again by the workflows that have not started yet, which Eq. 2's sum over the active ones
+ * cannot see: its value gets one certain read for them. Without it a head whose
+ * agent runs once per workflow (factcheck's decomposer, codegen's planner) falls to value 0 as soon
+ * as its users have called it, and every new workflow recomputes it: 1.2 points of hit rate on
+ * factcheck at 40 000-160 000 tokens, 0.1-0.6 on codegen (bench/RESULTS.md, issue 35 part 6). A node
+ * one active workflow reads (its private history, or a prefix it shares only with ended workflows)
+ * gets nothing, nor one a few of them share (pipeline's popular filings: +1 for any node two active
+ * workflows read cost 3-4 points there). */
+#define PBKV_NEW_WORKFLOWS_WEIGHT 1.0
 
 /* Keys combine the class, then the value, then recency (ticks stay far below 2^30). */
 #define PBKV_RETIRED_BASE (-1e15)
@@ -69,6 +84,7 @@ typedef struct {
     PbkvWorkflow *workflows; /* indexed by interned workflow id */
     int cap;
     double gamma;
+    int active_workflows; /* known (predicted) and not retired: the W_act that a node's share is of */
 } PbkvState;
 
 static int pbkv_create(void **state, CacheTier tier, const EvictPolicyOptions *options, BraidError *err) {
@@ -122,6 +138,10 @@ static double pbkv_score(void *state, const RadixNode *node) {
     }
     /* Retired: every workflow that used it ended, or moved past it (the cache drops such uses). */
     if (m->workflows_seen > 0 && active == 0) return PBKV_RETIRED_BASE + (double)m->workflows_seen * PBKV_POPULARITY_UNIT + recency;
+    /* A prompt at least half the active workflows read (an agent's head) is one the next workflow
+     * reads too; one a few share (a popular document) is not. The share is read when the node is
+     * re-keyed (a use, or a forecast or an end of one of its workflows), so it lags a little. */
+    if (active >= 2 && 2 * active >= s->active_workflows) value += PBKV_NEW_WORKFLOWS_WEIGHT;
     return floor(value / PBKV_VALUE_STEP) * PBKV_VALUE_STEP * PBKV_SCORE_UNIT + recency;
 }
 
@@ -147,6 +167,7 @@ static double pbkv_prefetch_value(void *state, const RadixNode *node) {
 static CacheRescore pbkv_on_workflow_end(void *state, uint32_t workflow) {
     PbkvWorkflow *w = workflow_slot(state, workflow);
     if (!w || w->retired) return CACHE_RESCORE_NONE;
+    if (w->known) ((PbkvState *)state)->active_workflows--;
     w->retired = true;
     return CACHE_RESCORE_WORKFLOW;
 }
@@ -155,6 +176,7 @@ static CacheRescore pbkv_on_prediction(void *state, const CachePrediction *p) {
     const PbkvState *s = state;
     PbkvWorkflow *w = workflow_slot(state, p->workflow);
     if (!w) return CACHE_RESCORE_NONE; /* out of memory: the old prediction stays */
+    if (!w->known || w->retired) ((PbkvState *)state)->active_workflows++;
     w->known = true;
     w->retired = false; /* a call after an end revives the workflow */
     w->n_agents = p->n_agents < PBKV_MAX_AGENTS ? p->n_agents : PBKV_MAX_AGENTS;
@@ -171,7 +193,9 @@ static CacheRescore pbkv_on_prediction(void *state, const CachePrediction *p) {
 /* The id is reclaimed (no node names it): the next workflow to get it starts unknown, not retired. */
 static void pbkv_on_workflow_forget(void *state, uint32_t workflow) {
     PbkvState *s = state;
-    if ((int)workflow < s->cap) s->workflows[workflow] = (PbkvWorkflow){0};
+    if ((int)workflow >= s->cap) return;
+    if (s->workflows[workflow].known && !s->workflows[workflow].retired) s->active_workflows--;
+    s->workflows[workflow] = (PbkvWorkflow){0};
 }
 
 const EvictPolicy evict_policy_pbkv = {

@@ -33,6 +33,12 @@ static const char batch_usage[] =
     "  --max-batch-tokens T     token budget per step, shared by prefill chunks and decodes (default 512)\n"
     "  --max-running N          most sequences in flight (default 64)\n"
     "  --cache radix|off        prefix cache (default radix)\n"
+    "  --admit-output off|auto|N\n"
+    "                           output-aware admission: admit a request only when the KV pool, once its prompt's\n"
+    "                           blocks are held, still has room for the expected rest of the output of every running\n"
+    "                           request and its own (min(max_tokens, E) tokens each; auto: E = the mean output of the\n"
+    "                           requests finished so far, max_tokens until one has; N: E = N), so decode growth does\n"
+    "                           not preempt; off (default): admit on the prompt alone\n"
     CLI_CHAT_TEMPLATE_USAGE
     CLI_CACHE_FLAGS_USAGE
     CLI_SEGMENT_FLAGS_USAGE
@@ -92,13 +98,14 @@ typedef struct {
     bool segment_lsh, segment_lsh_anywhere; /* --segment-lsh on / anywhere */
     double segment_tau_seg, segment_tau_ctx;
     SpanGuardConfig span_guard; /* --segment-probe-tokens, --segment-probe-min-cos, --approx-window-deep */
+    int admit_output;     /* --admit-output (sched_admit.h); 0 = off */
 } BatchArgs;
 
 static int parse_args(int argc, char **argv, BatchArgs *a) {
     enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE, O_DEVICE, O_NO_GRAPHS,
            O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_LOGITS, O_TRACE_TOKENS, O_LORA, O_LORA_CACHE, O_RESIDUAL_BLOCKS,
            O_OCCUPANCY, O_OCCUPANCY_INTERVAL, O_PBKV_GAMMA, O_PREFETCH_BLOCKS, O_PREFETCH_COPIES, O_CHAT_TEMPLATE,
-           O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_MIN_SPAN, O_SPAN_TAIL };
+           O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_MIN_SPAN, O_SPAN_TAIL, O_ADMIT_OUTPUT };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
         {"kv-blocks", required_argument, 0, O_BLOCKS}, {"block-size", required_argument, 0, O_BS},
@@ -118,7 +125,7 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         {"occupancy-log", required_argument, 0, O_OCCUPANCY}, {"occupancy-interval", required_argument, 0, O_OCCUPANCY_INTERVAL},
         {"pbkv-gamma", required_argument, 0, O_PBKV_GAMMA}, {"prefetch-blocks", required_argument, 0, O_PREFETCH_BLOCKS},
         {"prefetch-copies", required_argument, 0, O_PREFETCH_COPIES},
-        {"chat-template", required_argument, 0, O_CHAT_TEMPLATE},
+        {"chat-template", required_argument, 0, O_CHAT_TEMPLATE}, {"admit-output", required_argument, 0, O_ADMIT_OUTPUT},
         CLI_SPAN_GUARD_OPTIONS(O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_MIN_SPAN, O_SPAN_TAIL),
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (BatchArgs){.prefetch = -1, .segment_reuse = SEGMENT_REUSE_EXACT, .approx_window = CLI_DEFAULT_APPROX_WINDOW, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512, .max_running = 64, .cache = true,
@@ -145,6 +152,12 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         case O_BS: if (cli_parse_int("--block-size", optarg, 1, 1024, &a->block_size)) return 2; break;
         case O_MBT: if (cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &a->max_batch_tokens)) return 2; break;
         case O_RUN: if (cli_parse_int("--max-running", optarg, 1, 1 << 16, &a->max_running)) return 2; break;
+        case O_ADMIT_OUTPUT:
+            if (sched_admit_output_parse(optarg, &a->admit_output)) {
+                fprintf(stderr, "braid batch: --admit-output expects off, auto or a token count in [1, 1048576], got '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case O_THREADS: if (cli_parse_int("--threads", optarg, 1, 1024, &a->threads)) return 2; break;
         case O_NO_GRAPHS: a->no_graphs = true; break;
         case O_CPU_MATMUL:
@@ -579,7 +592,7 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, const LoraSe
                         .approx_window = (int)a->approx_window, .span_guard = a->span_guard, .segment_lsh = a->segment_lsh,
                         .segment_lsh_anywhere = a->segment_lsh_anywhere, .segment_tau_seg = a->segment_tau_seg,
                         .segment_tau_ctx = a->segment_tau_ctx, .lora = lora, .lora_shared = a->lora.shared, .lora_auto = a->lora.auto_mode,
-                        .residual_blocks = cli_residual_blocks(&a->lora, a->kv_blocks)};
+                        .residual_blocks = cli_residual_blocks(&a->lora, a->kv_blocks), .admit_output = a->admit_output};
     if (a->lora.shared)
         fprintf(stderr, "[batch] LoRA cache %s (ForkKV): %d residual blocks at rank %d\n", a->lora.auto_mode ? "auto" : "shared",
                 cfg.residual_blocks, lora_set_max_rank(lora));

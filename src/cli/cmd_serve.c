@@ -172,6 +172,12 @@ static const char serve_usage[] =
     "                           prompts then lengthen the steps another's tokens wait for less; one tenant alone\n"
     "                           gets all of --max-batch-tokens. Smaller: shorter waits, less throughput on the CPU;\n"
     "                           on a GPU, where big steps cost little more than small ones, set it higher (512)\n"
+    "  --admit-output off|auto|N\n"
+    "                           output-aware admission on each instance: admit a request only when the KV pool,\n"
+    "                           once its prompt's blocks are held, still has room for the expected rest of the output\n"
+    "                           of every running request and its own (min(max_tokens, E) tokens each; auto: E = the\n"
+    "                           mean output of the requests the instance has finished, max_tokens until one has; N:\n"
+    "                           E = N), so decode growth does not preempt; off (default): admit on the prompt alone\n"
     "  --request-watchdog-s S   a request that gets no token while its instance's queue stands still for S seconds\n"
     "                           (the instance lost it) is answered 500, logged and counted (/metrics:\n"
     "                           braid_requests_watchdog_total; /health: requests_past_watchdog); default 300, 0 = off\n"
@@ -219,6 +225,7 @@ typedef struct {
     const char *state_dir;    /* --state-dir: where the explicit-cache registry persists; NULL = memory only */
     bool fair_share;         /* --fair-share: weighted fair sharing between tenants on each instance (sched_fair.h) */
     long fair_step_tokens;   /* --fair-step-tokens: a step's prefill tokens while tenants share (0 = default) */
+    int admit_output;        /* --admit-output (sched_admit.h): output-aware admission; 0 = off */
     long warm_start_heads, warm_start_tokens; /* bounds of the start-up warm start (0 = none) */
     bool kv_moves;
     RouterMode router_mode;
@@ -260,7 +267,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
            O_WARM_START, O_WARM_START_PIN, O_OCCUPANCY, O_OCCUPANCY_INTERVAL,
            O_RESTARTS, O_RESPAWNED, O_RESPAWN_HOST, O_REWARM_HEADS, O_REWARM_TOKENS, O_KV_MOVES, O_ROUTER, O_MOVE_GBPS,
            O_MOVE_PREFILL, O_MOVE_TIMEOUT, O_WATCHDOG, O_WARM_HEADS, O_WARM_TOKENS, O_FAIR_SHARE, O_FAIR_STEP, O_PBKV_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS, O_PREFETCH_COPIES, O_ALLOW_RUNTIME_LORA, O_CACHE_CREATE_RATE, O_STATE_DIR,
-           O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_MIN_SPAN, O_SPAN_TAIL, O_JOIN_SLOTS, O_JOIN_INSTANCE, O_JOIN_SERVICE, O_COORD_TIMEOUT };
+           O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_MIN_SPAN, O_SPAN_TAIL, O_JOIN_SLOTS, O_JOIN_INSTANCE, O_JOIN_SERVICE, O_COORD_TIMEOUT, O_ADMIT_OUTPUT };
     static const struct option opts[] = {
         CLI_SPAN_GUARD_OPTIONS(O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_MIN_SPAN, O_SPAN_TAIL),
         {"model", required_argument, 0, O_MODEL}, {"chat-template", required_argument, 0, O_CHAT_TEMPLATE},
@@ -307,7 +314,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"move-timeout", required_argument, 0, O_MOVE_TIMEOUT},
         {"request-watchdog-s", required_argument, 0, O_WATCHDOG}, {"warm-start-heads", required_argument, 0, O_WARM_HEADS},
         {"warm-start-tokens", required_argument, 0, O_WARM_TOKENS}, {"fair-share", required_argument, 0, O_FAIR_SHARE},
-        {"fair-step-tokens", required_argument, 0, O_FAIR_STEP},
+        {"fair-step-tokens", required_argument, 0, O_FAIR_STEP}, {"admit-output", required_argument, 0, O_ADMIT_OUTPUT},
         {"pbkv-gamma", required_argument, 0, O_PBKV_GAMMA}, {"pbkv-k", required_argument, 0, O_PBKV_K},
         {"prefetch-blocks", required_argument, 0, O_PREFETCH_BLOCKS}, {"prefetch-copies", required_argument, 0, O_PREFETCH_COPIES},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
@@ -460,6 +467,12 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_PIN_BUDGET: target = &a->pin_budget, flag = "--pin-budget", lo = 0, hi = 1 << 30; break;
         case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("serve", optarg, &a->host_tier, verbose)) return 2; break;
         case O_HOST_GIB: if (cli_parse_host_kv_gib("serve", optarg, &a->host_tier, verbose)) return 2; break;
+        case O_ADMIT_OUTPUT:
+            if (sched_admit_output_parse(optarg, &a->admit_output)) {
+                if (verbose) fprintf(stderr, "braid serve: --admit-output expects off, auto or a token count in [1, 1048576], got '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case O_FAIR_SHARE:
             if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
                 if (verbose) fprintf(stderr, "braid serve: --fair-share expects on or off, got '%s'\n", optarg);
@@ -883,7 +896,7 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet
                    .segment_tau_seg = a->segment_tau_seg, .segment_tau_ctx = a->segment_tau_ctx, .lora = lora, .lora_shared = a->lora.shared, .lora_auto = a->lora.auto_mode,
                    .residual_blocks = cli_residual_blocks(&a->lora, a->kv_blocks),
                    .pin_budget_blocks = (int)((a->pin_budget + a->block_size - 1) / a->block_size),
-                   .fair_share = a->fair_share, .fair_step_tokens = (int)a->fair_step_tokens},
+                   .fair_share = a->fair_share, .fair_step_tokens = (int)a->fair_step_tokens, .admit_output = a->admit_output},
         .occupancy_log = a->occupancy_log, .occupancy_interval = a->occupancy_interval, .kv_moves = a->kv_moves && move_peers,
         .move_timeout_s = a->move_timeout, .coordinator_timeout_s = a->join_instance >= 0 ? a->coordinator_timeout : 0,
         /* A respawned leader keeps its world rank number but not its place in the world: under

@@ -17,6 +17,7 @@
 #include "cli/sim_tenants_report.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
+#include "worker/sched_admit.h"
 
 static const char sim_usage[] =
     "usage: braid sim --trace PATH --kv-tokens N [--host-kv-tokens H] [--policy NAME] [--block-size B]\n"
@@ -32,7 +33,7 @@ static const char sim_usage[] =
     "                 [--instances N [--router cost|cache|balanced|round-robin] [--moves on|off] [--link-gbps G]\n"
     "                  [--link-latency-us L] [--route-slack S] [--max-batch-tokens T] [--max-running R] [--step-ms S]\n"
     "                  [--move-timeout S] [--cluster-replay batch|fifo] [--router-prefill-tps R] [--router-link-gbps G]\n"
-    "                  [--closed-loop]]\n"
+    "                  [--closed-loop] [--admit-output off|auto|N]]\n"
     "                 [--tenants [--max-batch-tokens T] [--max-running R] [--fair-step-tokens F] [--step-ms S]] [--json]\n"
     "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's KV cache object (the one the server\n"
     "  runs) in arrival order, one request at a time, with a device cache of N tokens.\n"
@@ -107,7 +108,9 @@ static const char sim_usage[] =
     "            tiers, added to the TTFT of the request that moves them (defaults: 14 GB/s and 1 us,\n"
     "            the CPU backend's block loads measured by bench_cache_ops on the 2-core dev machine,\n"
     "            and 23040 bytes: SmolLM2-135M in fp16)\n"
-    "  --instances N: a cluster of N instances, each with a --kv-tokens cache (LRU; batch: and a --host-kv-tokens\n"
+    "  --instances N: a cluster of N instances, each with a --kv-tokens cache (LRU; batch: any --policy, a policy\n"
+    "            that takes predictions getting each call's forecast at dispatch from --predictor as serve's\n"
+    "            coordinator sends it, and a --host-kv-tokens\n"
     "            host tier, counted in the router's view of its capacity as the coordinator does), the\n"
     "            live router (--router cost, the default: the smallest estimated time to first token =\n"
     "            queue ahead + prefill of what the instance lacks + moving in what another holds; the\n"
@@ -131,6 +134,10 @@ static const char sim_usage[] =
     "            one before it answered in the replay; for traces recorded live (braid-bench run)\n"
     "            --route-log PATH (batch): one JSON line per request as it finishes (instance, lender, cached and moved\n"
     "            tokens, TTFT), to set the replay's placements beside a live run's events\n"
+            "            --admit-output off|auto|N (batch): each instance's scheduler admits as serve --admit-output does: a\n"
+            "            request only when the pool keeps room for the expected rest of every running request's output and its\n"
+            "            own (min(max_tokens, E) each; auto: E = the mean output finished so far; N: E = N; off, the default:\n"
+            "            on the prompt alone). The replay's max_tokens is the trace's output length\n"
     "            Reports prompt tokens by origin (local cache, moved in, computed), moves, modeled latency\n"
     "            (mean, p50, p99), TTFT (mean, p99) and wait, and the busiest instance's share. Not with --policy other than lru,\n"
     "            --segment-reuse, --lora-cache shared or --prefetch\n"
@@ -324,7 +331,7 @@ int cmd_sim(int argc, char **argv) {
            O_NOISE, O_LORA_CACHE, O_RESIDUAL, O_RES_ATTN, O_RES_POOL, O_AUTO_COST, O_RANK, O_KV_DIM, O_INSTANCES, O_ROUTER, O_MOVES, O_LINK_GBPS,
            O_LINK_LAT, O_SLACK, O_MOVE_TIMEOUT, O_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS, O_PREFETCH_MODE, O_PREFETCH_RHO,
            O_TENANTS, O_MBT, O_RUNNING, O_FAIR_STEP, O_STEP_MS, O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_DIRECTIVES, O_PIN_BUDGET,
-           O_CLUSTER_REPLAY, O_ROUTER_TPS, O_ROUTER_GBPS, O_CLOSED_LOOP, O_ROUTE_LOG };
+           O_CLUSTER_REPLAY, O_ROUTER_TPS, O_ROUTER_GBPS, O_CLOSED_LOOP, O_ROUTE_LOG, O_ADMIT_OUTPUT };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
@@ -352,6 +359,7 @@ int cmd_sim(int argc, char **argv) {
         {"step-ms", required_argument, 0, O_STEP_MS}, {"cluster-replay", required_argument, 0, O_CLUSTER_REPLAY},
         {"router-prefill-tps", required_argument, 0, O_ROUTER_TPS}, {"router-link-gbps", required_argument, 0, O_ROUTER_GBPS},
         {"closed-loop", no_argument, 0, O_CLOSED_LOOP}, {"route-log", required_argument, 0, O_ROUTE_LOG},
+        {"admit-output", required_argument, 0, O_ADMIT_OUTPUT},
         {"segment-lsh", required_argument, 0, O_SEG_LSH}, {"segment-tau-seg", required_argument, 0, O_TAU_SEG},
         {"segment-tau-ctx", required_argument, 0, O_TAU_CTX},
         {"directives", required_argument, 0, O_DIRECTIVES}, {"pin-budget", required_argument, 0, O_PIN_BUDGET},
@@ -494,6 +502,12 @@ int cmd_sim(int argc, char **argv) {
         case O_ROUTER_GBPS: if (cli_parse_float("--router-link-gbps", optarg, 1e-6, 1e6, &d)) return 2; cluster.router_link_bytes_per_s = d * 1e9; break;
         case O_CLOSED_LOOP: cluster.closed_loop = true; break;
         case O_ROUTE_LOG: route_log_path = optarg; break;
+        case O_ADMIT_OUTPUT:
+            if (sched_admit_output_parse(optarg, &cluster.admit_output)) {
+                fprintf(stderr, "braid sim: --admit-output expects off, auto or a token count in [1, 1048576], got '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case O_CLUSTER_REPLAY:
             if (sim_cluster_replay_parse(optarg) < 0) {
                 fprintf(stderr, "braid sim: --cluster-replay must be batch or fifo (got '%s')\n", optarg);
@@ -523,10 +537,12 @@ int cmd_sim(int argc, char **argv) {
         fprintf(stderr, "braid sim: --tenants replays one instance; not with --instances\n");
         return 2;
     }
-    if (cluster_mode && ((cfg.host_kv_tokens > 0 && cluster.replay == SIM_REPLAY_FIFO) || strcmp(cfg.policy, "lru") || cfg.segment_reuse ||
+    /* (the batch replay runs the live scheduler, so any registered policy; the fifo replay is LRU's) */
+    bool cluster_policy_ok = !strcmp(cfg.policy, "lru") || (cluster.replay == SIM_REPLAY_BATCH && evict_policy_find(cfg.policy));
+    if (cluster_mode && ((cfg.host_kv_tokens > 0 && cluster.replay == SIM_REPLAY_FIFO) || !cluster_policy_ok || cfg.segment_reuse ||
                          cfg.lora_cache != SIM_LORA_SEPARATE || cfg.prefetch)) {
-        fprintf(stderr, "braid sim: --instances models LRU caches only (no --policy, --segment-reuse, --lora-cache shared or --prefetch; "
-                        "--host-kv-tokens with --cluster-replay batch only)\n");
+        fprintf(stderr, "braid sim: --instances models LRU caches only (no --segment-reuse, --lora-cache shared or --prefetch; "
+                        "--policy other than lru and --host-kv-tokens with --cluster-replay batch only, belady never)\n");
         return 2;
     }
     const EvictPolicy *policy = evict_policy_find(cfg.policy);
@@ -626,6 +642,12 @@ int cmd_sim(int argc, char **argv) {
         cluster.prefill_s_per_token = cfg.prefill_s_per_token;
         cluster.decode_s_per_token = cfg.decode_s_per_token;
         cluster.kv_bytes_per_token = cfg.kv_bytes_per_token;
+        cluster.policy = evict_policy_find(cfg.policy);
+        cluster.policy_options.gamma = cfg.pbkv_gamma;
+        cluster.predictor_path = cfg.predictor_path;
+        cluster.predictor_kind = cfg.predictor_kind;
+        cluster.predictor_learn = cfg.predictor_learn;
+        cluster.horizon = cfg.horizon;
         int crc = sim_cluster_report(&trace, &cluster, json);
         if (cluster.route_log && fclose(cluster.route_log)) {
             fprintf(stderr, "braid sim: --route-log %s: %s\n", route_log_path, strerror(errno));

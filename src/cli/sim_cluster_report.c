@@ -19,8 +19,9 @@ int sim_cluster_report(const Trace *trace, const SimClusterConfig *cfg, bool jso
            sim_route_name(cfg->route), cfg->moves ? "on" : "off", cfg->link_bytes_per_s / 1e9, cfg->link_latency_s * 1e6,
            cfg->replay == SIM_REPLAY_FIFO ? "one request at a time per instance (fifo)" : "batching instances");
     if (cfg->replay == SIM_REPLAY_BATCH)
-        printf("steps %llu (at most %d tokens; --max-batch-tokens %d, --max-running %d, %.1f ms a step)\n", (unsigned long long)r.steps,
-               r.max_step_tokens, cfg->lender_step_tokens, cfg->max_running, cfg->step_s * 1e3);
+        printf("steps %llu (at most %d tokens; --max-batch-tokens %d, --max-running %d, %.1f ms a step); preemptions %llu\n",
+               (unsigned long long)r.steps, r.max_step_tokens, cfg->lender_step_tokens, cfg->max_running, cfg->step_s * 1e3,
+               (unsigned long long)r.preemptions);
     printf("requests %d (%d larger than an instance's cache); prompt tokens %llu: local %.1f%%, moved in %.1f%%, computed %.1f%%\n",
            r.requests, r.too_large, (unsigned long long)r.prompt_tokens, 100 * r.local_tokens / p, 100 * r.remote_tokens / p,
            100 * r.computed_tokens / p);
@@ -49,6 +50,7 @@ int sim_cluster_report(const Trace *trace, const SimClusterConfig *cfg, bool jso
             json_object_set_new(o, "move_failures", json_integer((json_int_t)r.move_failures));
             json_object_set_new(o, "replay", json_string(cfg->replay == SIM_REPLAY_FIFO ? "fifo" : "batch"));
             json_object_set_new(o, "steps", json_integer((json_int_t)r.steps));
+            json_object_set_new(o, "preemptions", json_integer((json_int_t)r.preemptions));
         }
         char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
         if (s) puts(s);

@@ -2,7 +2,7 @@
  * sim_cluster.h — braid sim with N instances: the router, KV block moves between instances over a
  * modeled network, and a queue per instance (issue 19's "beyond one machine").
  *
- * Each instance is one copy of the real cache (src/cache, device tier, LRU) of kv_tokens tokens;
+ * Each instance is one copy of the real cache (src/cache, device tier, LRU; batch: any policy) of kv_tokens tokens;
  * the router is the live one (coord/router.h: the longest cached prefix within the load slack, or
  * round-robin, balanced, or the cost model, the default), fed by the instances' cache events exactly as the coordinator's registry is (blocks
  * inserted are stored on the instance, blocks that leave it removed). Its decision also names the
@@ -36,6 +36,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cache/evict_policy.h"
 #include "common/error.h"
 #include "sim/trace.h"
 
@@ -82,6 +83,17 @@ typedef struct {
     FILE *route_log;
     double step_s;               /* batch: a step's fixed cost (braid sim --step-ms) */
     double move_timeout_s;       /* a move not done by then fails and its blocks are computed (serve's --move-timeout); 0: never */
+    /* batch: each instance's eviction policy (NULL: LRU) and its options (--pbkv-gamma). A policy that takes predictions
+     * (pbkv, kvflow) gets the coordinator's: each call's forecast reaches every instance when the call is dispatched
+     * (before it queues), from a trained predictor file (predictor_path, learning on with predictor_learn) or an online
+     * Markov-predictor_kind one, over horizon steps (0: the default); a workflow's end reaches every instance's cache. */
+    const EvictPolicy *policy;
+    EvictPolicyOptions policy_options;
+    const char *predictor_path;
+    int predictor_kind;
+    bool predictor_learn;
+    int horizon;
+    int admit_output;            /* batch: each instance's --admit-output (worker/sched_admit.h; 0 = off) */
 } SimClusterConfig;
 
 typedef struct {
@@ -96,6 +108,7 @@ typedef struct {
     double max_share;            /* the busiest instance's share of the requests */
     uint64_t steps;              /* batch: engine steps run, over all instances */
     int max_step_tokens;         /* batch: the most tokens (prefill chunks + decodes) one step computed */
+    uint64_t preemptions;        /* batch: running requests the schedulers preempted (decode out of blocks), all instances */
 } SimClusterResult;
 
 SimClusterConfig sim_cluster_config_default(void);

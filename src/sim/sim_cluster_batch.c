@@ -7,6 +7,7 @@
 
 #include "cache/content_hash.h"
 #include "cache/evict_policy.h"
+#include "predict/workflow_forecast.h"
 #include "cache/kv_cache.h"
 #include "coord/move_plan.h"
 #include "coord/router.h"
@@ -90,6 +91,8 @@ struct BatchCluster {
     int *released, n_released; /* closed_loop: held requests whose previous stage just finished */
     int n_moving;
     Router router;
+    WorkflowForecast forecast; /* the coordinator's forecaster, when the policy takes predictions */
+    bool forecasting;
     int bs;
     double t0, decode_seq_s;
     int32_t *table;         /* scratch block table for landing a move */
@@ -267,7 +270,15 @@ static int cluster_init(BatchCluster *cl, const Trace *t, const SimClusterConfig
     if (cfg->closed_loop && build_stages(cl, t)) return braid_error_set(err, "sim cluster: out of memory");
     SchedConfig sc = {.device_blocks = cfg->kv_tokens / cl->bs + 1, .host_blocks = cfg->host_kv_tokens > 0 ? cfg->host_kv_tokens / cl->bs + 1 : 0,
                       .block_size = cl->bs, .max_batch_tokens = cfg->lender_step_tokens,
-                      .max_running = cfg->max_running, .cache_enabled = true, .policy = &evict_policy_lru};
+                      .max_running = cfg->max_running, .cache_enabled = true, .policy = cfg->policy ? cfg->policy : &evict_policy_lru,
+                      .policy_options = cfg->policy_options, .admit_output = cfg->admit_output};
+    if (sc.policy->on_prediction) {
+        WorkflowForecastConfig fc = {.kind = cfg->predictor_kind == 2 ? PREDICTOR_MARKOV2 : PREDICTOR_MARKOV1, .learn = cfg->predictor_learn,
+                                     .horizon = cfg->horizon > 0 ? cfg->horizon : WORKFLOW_FORECAST_DEFAULT_HORIZON};
+        if (cfg->predictor_path && agent_predictor_load(&fc.predictor, cfg->predictor_path, err)) return -1;
+        if (workflow_forecast_init(&cl->forecast, &fc, err)) return -1;
+        cl->forecasting = true;
+    }
     for (int i = 0; i < cfg->n_instances; i++) {
         BatchInstance *in = &cl->inst[i];
         if (sched_init(&in->sched, &sc, err)) return -1;
@@ -299,6 +310,7 @@ static void cluster_free(BatchCluster *cl) {
     free(cl->block_bytes);
     free(cl->table);
     router_free(&cl->router);
+    if (cl->forecasting) workflow_forecast_free(&cl->forecast);
 }
 
 /* closed_loop: q is sent at now + its offset in its stage (its arrival; the replay routes it then). */
@@ -317,6 +329,15 @@ static void claim_workflow(BatchCluster *cl, double now) {
 /* closed_loop: q finished (or was refused) at now; the next stage of its workflow goes when the whole of
  * q's stage is done, and when the workflow's last call is done the client ends it (the coordinator forgets
  * its affinity, as router_workflow_ended live) and claims the next workflow. */
+/* The client ended the workflow: the coordinator forgets its affinity and its forecasts, and every
+ * instance's cache hears it (the policy's retired cache). */
+static void workflow_ended(BatchCluster *cl, const char *name, double now) {
+    router_workflow_ended(&cl->router, name);
+    if (cl->forecasting) workflow_forecast_end(&cl->forecast, name, now);
+    for (int i = 0; i < cl->cfg->n_instances; i++)
+        if (cl->inst[i].up) sched_workflow_end(&cl->inst[i].sched, name);
+}
+
 static void stage_done(BatchCluster *cl, BatchReq *q, double now) {
     if (!cl->cfg->closed_loop || q->workflow < 0) return;
     for (int k = 0; k < q->n_next_stage; k++) {
@@ -325,8 +346,21 @@ static void stage_done(BatchCluster *cl, BatchReq *q, double now) {
     }
     SimWorkflow *w = &cl->workflows[q->workflow];
     if (--w->unfinished > 0) return;
-    router_workflow_ended(&cl->router, w->name);
+    workflow_ended(cl, w->name, now);
     claim_workflow(cl, now);
+}
+
+/* The coordinator's forecast for a workflow call ("what comes after it") reaches every instance when
+ * the call is dispatched, before the call queues (coordinator.c send_forecast). A call the forecaster
+ * cannot take only costs its forecast, as live. */
+static void send_forecast(BatchCluster *cl, const TraceRequest *t, double now) {
+    if (!cl->forecasting || !t->workflow[0] || !t->agent[0]) return;
+    const AgentPrediction *p;
+    BraidError err;
+    const float *text = t->hidden && t->hidden_dim == workflow_forecast_text_dim(&cl->forecast) ? t->hidden : NULL;
+    if (workflow_forecast_call_text(&cl->forecast, t->workflow, t->agent, text, now, &p, &err) || p->k == 0) return;
+    for (int i = 0; i < cl->cfg->n_instances; i++)
+        if (cl->inst[i].up) sched_predict(&cl->inst[i].sched, t->workflow, t->agent, p->k, p->n_agents, (const char *const *)p->agents, p->prob, &err);
 }
 
 /* Hands the request to its instance's scheduler (it runs from the next step that starts). */
@@ -436,6 +470,7 @@ static void arrive(BatchCluster *cl, BatchReq *q, double now) {
     int src = move_plan(&cl->moves, &d, cl->can_move, cl->block_bytes, cl->bs).source;
     q->source = src;
     cl->inst[d.instance].served++;
+    send_forecast(cl, t, now);
     if (src < 0 || src == d.instance) {
         enqueue(cl, q, now);
         return;
@@ -589,7 +624,7 @@ static int replay(BatchCluster *cl, SimClusterResult *res, BraidError *err) {
         if (rc) break;
         /* Open loop: the client's workflow ends reach the coordinator when the trace says (before a call sent then). */
         for (; !cl->cfg->closed_loop && cl->next_end < cl->trace->n_ends && cl->trace->ends[cl->next_end].t <= now; cl->next_end++)
-            router_workflow_ended(&cl->router, cl->trace->ends[cl->next_end].workflow);
+            workflow_ended(cl, cl->trace->ends[cl->next_end].workflow, now);
         for (; (next = skip_held(cl, next)) < cl->n_reqs && cl->reqs[next].arrival <= now; next++) arrive(cl, &cl->reqs[next], now);
         arrive_released(cl, now);
         if ((rc = run_moves(cl, now, res, err)) == 0) rc = start_steps(cl, now, res, err);
@@ -638,6 +673,8 @@ static int summarize(const BatchCluster *cl, SimClusterResult *res) {
         for (int i = 0; i < cl->cfg->n_instances; i++)
             if ((double)cl->inst[i].served / res->requests > res->max_share) res->max_share = (double)cl->inst[i].served / res->requests;
     }
+    for (int i = 0; i < cl->cfg->n_instances; i++)
+        if (cl->inst[i].up) res->preemptions += cl->inst[i].sched.counters.preemptions;
     if (timed > 0) {
         res->mean_latency_s = sum_lat / timed;
         res->mean_ttft_s = sum_ttft / timed;

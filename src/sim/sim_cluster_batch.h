@@ -4,8 +4,13 @@
  * replay this one replaced).
  *
  * Each instance runs the live scheduler (worker/scheduler.h: continuous batching, chunked prefill
- * under max_batch_tokens, at most max_running sequences, LRU prefix cache) step by step in modeled
- * time, as sim_tenants.h does for one instance. A step costs
+ * under max_batch_tokens, at most max_running sequences, a prefix cache under SimClusterConfig.policy,
+ * LRU by default) step by step in modeled time, as sim_tenants.h does for one instance. As the
+ * coordinator does, a policy that takes predictions (pbkv) gets each call's forecast ("what comes after
+ * it") on every instance when the call is dispatched, before it queues, and a workflow's end reaches
+ * every instance's cache: so a call waiting in the queue, and the blocks the running requests hold,
+ * weigh on the policy as live (the one-at-a-time replay serves each call the moment its forecast
+ * lands, with the whole pool). A step costs
  *     step_s + prefill_s_per_token x its prompt tokens + max(0, decode_s_per_token - step_s) x its decodes,
  * so a lone sequence's decode step costs decode_s_per_token, as in the FIFO replay. The step is planned
  * when it starts (requests that arrive during it wait for the next one) and committed when it ends:

@@ -51,10 +51,10 @@ int ctrl_progress(CtrlEndpoint *e, BraidError *err) {
     return 0;
 }
 
-int ctrl_poll(CtrlEndpoint *e, int *source, int *type, uint8_t **data, size_t *len, BraidError *err) {
+static int poll_matching(CtrlEndpoint *e, int from, int tag, int *source, int *type, uint8_t **data, size_t *len, BraidError *err) {
     int flag = 0;
     MPI_Status st;
-    if (mpi_check(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, e->comm, &flag, &st), "probe", err)) return -1;
+    if (mpi_check(MPI_Iprobe(from, tag, e->comm, &flag, &st), "probe", err)) return -1;
     if (!flag) return 0;
     int count = 0;
     if (mpi_check(MPI_Get_count(&st, MPI_BYTE, &count), "message size", err)) return -1;
@@ -69,6 +69,15 @@ int ctrl_poll(CtrlEndpoint *e, int *source, int *type, uint8_t **data, size_t *l
     *data = body;
     *len = (size_t)count;
     return 1;
+}
+
+int ctrl_poll(CtrlEndpoint *e, int *source, int *type, uint8_t **data, size_t *len, BraidError *err) {
+    return poll_matching(e, MPI_ANY_SOURCE, MPI_ANY_TAG, source, type, data, len, err);
+}
+
+int ctrl_poll_type(CtrlEndpoint *e, int from, int type, int *source, uint8_t **data, size_t *len, BraidError *err) {
+    int got_type;
+    return poll_matching(e, from, type, source, &got_type, data, len, err);
 }
 
 static void abandon(PendingSend *p) {

@@ -38,6 +38,9 @@ int ctrl_progress(CtrlEndpoint *e, BraidError *err);
 /* Receives one waiting message if there is one: returns 1 and fills source, type and a malloc'd
  * body (caller frees); 0 when nothing is waiting; -1 on an MPI error. */
 int ctrl_poll(CtrlEndpoint *e, int *source, int *type, uint8_t **data, size_t *len, BraidError *err);
+/* As ctrl_poll, for a message of one type from `from` (MPI_ANY_SOURCE: any) only; every other
+ * message stays queued, in order. *source is the sender. */
+int ctrl_poll_type(CtrlEndpoint *e, int from, int type, int *source, uint8_t **data, size_t *len, BraidError *err);
 /* Gives up the pending sends to dest (a dead peer: they would never complete, and waiting for
  * them would hang ctrl_flush): cancelled, freed, forgotten. */
 void ctrl_forget_dest(CtrlEndpoint *e, int dest);

@@ -27,7 +27,7 @@ int engine_init(Engine *e, const BraidModel *model, const EngineConfig *cfg, Bra
                       .span_guard = cfg->span_guard, .model_seed = engine_model_seed(mc), .flops_per_token = engine_prefill_flops_per_token(mc),
                       .pin_budget_blocks = cfg->pin_budget_blocks, .lora_shared = cfg->lora_shared,
                       .residual_blocks = cfg->residual_blocks, .fair_share = cfg->fair_share,
-                      .fair_step_tokens = cfg->fair_step_tokens,
+                      .fair_step_tokens = cfg->fair_step_tokens, .admit_output = cfg->admit_output,
                       .lora_auto = cfg->lora_shared && cfg->lora_auto, .model_layers = mc->n_layers, .model_heads = mc->n_heads,
                       .model_kv_heads = mc->n_kv_heads, .model_head_dim = mc->head_dim,
                       .lora_rank = cfg->lora_shared ? lora_set_max_rank(cfg->lora) : 0};

@@ -77,6 +77,7 @@ typedef struct {
      * false: first come, first served. */
     bool fair_share;
     int fair_step_tokens; /* prefill tokens in a step while several tenants have work (0 = the default) */
+    int admit_output;     /* --admit-output: output-aware admission (sched_admit.h; 0 = off) */
 } EngineConfig;
 
 typedef struct {

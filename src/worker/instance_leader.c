@@ -1,5 +1,6 @@
 #include "worker/instance_leader.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,6 +33,12 @@ typedef struct {
     bool have_tp, have_shard;
 } TpSetup;
 
+/* A relayed move message read in the middle of a step and handled after it (serve_move_asks). */
+typedef struct {
+    uint8_t *data;
+    size_t len;
+} HeldMove;
+
 /* A request the leader holds, with how many of its generated tokens the coordinator has seen. */
 typedef struct {
     uint64_t req_id;
@@ -63,6 +70,12 @@ typedef struct {
     double last_stats;
     OccupancyLog occupancy;     /* --occupancy-log; fd -1 when off */
     KvMoves *moves;             /* KV block moves with other instances; NULL when off here */
+    HeldMove *held_moves;       /* relayed move messages read mid-step, for after it, in arrival order */
+    int n_held_moves, cap_held_moves;
+    /* Tests only (BRAID_TEST_LAYER_DELAY=SECONDS[:MIN_TOKENS]): a step of at least min tokens sleeps
+     * this long between its layers, so a test gets a step longer than --move-timeout on any machine. */
+    double layer_delay_s;
+    int layer_delay_min_tokens;
     BraidError err;             /* first asynchronous failure (observer allocations) */
 } Leader;
 
@@ -165,12 +178,89 @@ static int send_stats(Leader *L) {
     return ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_STATS, &b, &L->err);
 }
 
+static void handle_relayed_move(Leader *L, const uint8_t *data, size_t len);
+static void on_move_ready(void *ctx, void *owner, int moved_tokens, double move_s, int link);
+
+/* Keeps a relayed move message for after the step (it takes data). */
+static void hold_move(Leader *L, uint8_t *data, size_t len) {
+    if (braid_grow((void **)&L->held_moves, &L->cap_held_moves, L->n_held_moves + 1, sizeof *L->held_moves)) {
+        free(data);
+        braid_error_set(&L->err, "leader: out of memory holding a relayed move message");
+        L->failed = true;
+        return;
+    }
+    L->held_moves[L->n_held_moves++] = (HeldMove){.data = data, .len = len};
+}
+
+/* The relayed move messages held during the last step, in the order they came. */
+static void handle_held_moves(Leader *L) {
+    for (int i = 0; i < L->n_held_moves; i++) {
+        handle_relayed_move(L, L->held_moves[i].data, L->held_moves[i].len);
+        free(L->held_moves[i].data);
+    }
+    L->n_held_moves = 0;
+}
+
+/* One ask read mid-step: the prefetch's overlapped copies end first, so no block it lends is still
+ * being loaded into (a LOAD in flight marks its node on the device already). */
+static void lend_mid_step(Leader *L, int source, const uint8_t *data, size_t len, bool *synced) {
+    if (!*synced && backend_sync(&L->engine.backend, &L->err)) {
+        L->failed = true;
+        return;
+    }
+    *synced = true;
+    if (kv_moves_handle(L->moves, source, MSG_KV_EXPORT, data, len, on_move_ready, L, &L->err)) L->failed = true;
+}
+
+/* Another leader's ask for a prefix (KV_EXPORT) is answered between two layers of a step, not only
+ * between steps: on a loaded CPU one prefill step outlasts --move-timeout, and an ask that waited
+ * for the step's end timed out at the borrower, which then recomputed (issue 33). Lending here is
+ * safe: it locks blocks earlier steps committed (this step's blocks join the tree after its
+ * forward, sched_commit) and reads nothing the forward writes. Everything else waits for the
+ * step's end: other leaders' direct messages stay queued in MPI; a relayed message that is not an
+ * ask is held, and handled first thing after the step (handle_held_moves). */
+static void serve_move_asks(Leader *L) {
+    if (!L->moves) return;
+    int source, got = 0;
+    uint8_t *data;
+    size_t len;
+    bool synced = false;
+    while (!L->failed && (got = ctrl_poll_type(&L->ctrl, MPI_ANY_SOURCE, MSG_KV_EXPORT, &source, &data, &len, &L->err)) == 1) {
+        lend_mid_step(L, source, data, len, &synced);
+        free(data);
+    }
+    if (got < 0) L->failed = true;
+    got = 0;
+    while (!L->failed && (got = ctrl_poll_type(&L->ctrl, COORDINATOR_RANK, MSG_KV_RELAY, &source, &data, &len, &L->err)) == 1) {
+        L->coord_heard = braid_now_seconds();
+        MsgKvRelay m;
+        if (move_msg_relay_decode(data, len, &m) == 0 && m.type == MSG_KV_EXPORT) {
+            lend_mid_step(L, m.from_rank, m.body, m.body_len, &synced);
+            free(data);
+        } else {
+            hold_move(L, data, len); /* a malformed one is reported when it is handled */
+        }
+    }
+    if (got < 0) L->failed = true;
+}
+
+/* BRAID_TEST_LAYER_DELAY (tests only): sleeps between the layers of a step of enough tokens. */
+static void test_layer_delay(const Leader *L) {
+    if (L->layer_delay_s <= 0 || L->engine.plan.n_tokens < L->layer_delay_min_tokens) return;
+    struct timespec ts = {(time_t)L->layer_delay_s, (long)((L->layer_delay_s - (double)(time_t)L->layer_delay_s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
 /* Between the layers of a long step: the coordinator counts a leader silent for --instance-timeout
  * as a lost node, and across hosts silence is its only failure detector, so the step keeps the
- * STATS period (a prefill of many tokens on a loaded CPU takes tens of seconds). Read-only on the
- * scheduler; a failed send surfaces at the next iteration's ctrl_progress. */
+ * STATS period (a prefill of many tokens on a loaded CPU takes tens of seconds); and asks for KV
+ * moves are answered (serve_move_asks). Read-only on the scheduler; a failed send surfaces at the
+ * next iteration's ctrl_progress. */
 static void leader_step_pulse(void *ctx) {
     Leader *L = ctx;
+    if (L->failed) return;
+    test_layer_delay(L);
+    serve_move_asks(L);
     if (L->failed || braid_now_seconds() - L->last_stats < STATS_PERIOD_S) return;
     if (send_stats(L) || ctrl_progress(&L->ctrl, &L->err)) L->failed = true;
 }
@@ -541,12 +631,18 @@ static int leader_init(Leader *L, const WorkerRoleConfig *cfg, BraidError *err) 
     if (ok) L->engine.sched.observer = (SchedObserver){.ctx = L, .on_cache_event = on_cache_event};
     if (!all_ranks_ok(cfg->tp_comm, ok) && ok) braid_error_set(err, "a TP peer of instance %d failed to set up (see its log)", cfg->instance), ok = 0;
     if (ok && cfg->kv_moves) leader_moves_setup(L);
+    const char *delay = getenv("BRAID_TEST_LAYER_DELAY");
+    if (ok && delay && sscanf(delay, "%lf:%d", &L->layer_delay_s, &L->layer_delay_min_tokens) >= 1 && L->layer_delay_s > 0)
+        LOG_WARN("leader", "instance %d: BRAID_TEST_LAYER_DELAY: steps of %d tokens or more sleep %.3f s between layers (tests only)",
+                 cfg->instance, L->layer_delay_min_tokens, L->layer_delay_s);
     return ok ? 0 : -1;
 }
 
 static void leader_free(Leader *L, bool engine_up) {
     for (int i = 0; i < L->n_active; i++) request_free(L->active[i]);
     free(L->active);
+    for (int i = 0; i < L->n_held_moves; i++) free(L->held_moves[i].data);
+    free(L->held_moves);
     kv_moves_destroy(L->moves); /* before the engine: leases and imports hold cache nodes */
     if (engine_up) occupancy_log_close(&L->occupancy, &L->engine.sched.cache);
     if (engine_up) engine_free(&L->engine);
@@ -582,6 +678,7 @@ static int leader_iteration(Leader *L, double *idle_since) {
     uint8_t *data;
     size_t len;
     int got;
+    handle_held_moves(L); /* read during the last step: they came before anything still queued */
     while ((got = ctrl_poll(&L->ctrl, &source, &type, &data, &len, &L->err)) == 1) {
         if (source == COORDINATOR_RANK) L->coord_heard = braid_now_seconds();
         if (source == COORDINATOR_RANK && type == MSG_KV_RELAY) handle_relayed_move(L, data, len);

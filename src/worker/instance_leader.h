@@ -10,7 +10,11 @@
  * A peer runs the same forward on its shard for every batch it receives, until a STOP.
  * KV block moves (kv_moves.h): the leader also takes KV_EXPORT / KV_EXPORTED / KV_RELEASE from
  * other leaders, parks a SUBMIT with a pull hint until its move is over, and sends its peers MOVE
- * plans; a peer serves those with its own mover (kv_move_rank.h).
+ * plans; a peer serves those with its own mover (kv_move_rank.h). An ask for a loan (KV_EXPORT) is
+ * answered between two layers of a long step as well (the CPU backend's step pulse), so a borrower
+ * waits one layer for it, not a whole step (issue 33); other move messages wait for the step's end.
+ * BRAID_TEST_LAYER_DELAY=SECONDS[:MIN_TOKENS] (tests only) makes every step of at least MIN_TOKENS
+ * tokens sleep SECONDS between its layers: a step longer than --move-timeout on any machine.
  * Adapters at run time: LORA_LOAD / LORA_UNLOAD from the coordinator change the rank's adapter set
  * between steps and are answered with LORA_RESULT (leader_lora.h).
  * A SUBMIT the leader cannot take (it does not decode: an empty prompt, a bad field) is never

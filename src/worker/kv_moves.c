@@ -359,6 +359,9 @@ static int start_reads(KvMoves *mv, Import *im, const MsgKvExported *loan, const
     im->bytes = kv_rank_batch_bytes(&im->batch); /* the peers add theirs when they answer */
     im->link = kv_rank_batch_link(&im->batch);
     im->t_reads = braid_now_seconds();
+    /* The reads get their own timeout from now: the answer may be read late, after a long step of
+     * this instance's own, and reads queued past the ask's deadline would fail unattempted. */
+    im->deadline = im->t_reads + mv->cfg.timeout_s;
     im->peers_waiting = mv->cfg.tp_size - 1;
     im->state = IMPORT_READING;
     return 0;

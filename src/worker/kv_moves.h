@@ -13,13 +13,21 @@
  * blocks are committed to the tree (they are then ordinary cached blocks: KV events, eviction,
  * reuse) and the request is handed back through the ready callback with the tokens that came
  * from the other instance, then the lease is returned (KV_RELEASE). Any failure on the way — the
- * source lends nothing, no device room, a UCX error, no answer or no landing within the timeout —
- * hands the request back with 0 moved tokens and it recomputes: a move can fail, a request never.
+ * source lends nothing, no device room, a UCX error, no answer within the timeout of the ask, or no
+ * landing within the timeout of the reads' start (an answer read late, after a long step here, still
+ * gets its full time) — hands the request back with 0 moved tokens and it recomputes: a move can
+ * fail, a request never.
  *
  * Lending. On KV_EXPORT the leader matches the prefix in its own cache and lends it
  * (kv_cache_lend: the path stays locked and its host copies stay put) under a lease that
  * KV_RELEASE ends, or a timeout when the importer went away; the answer carries the blocks' tiers
  * and ids and this rank's mover description (its device and host pools registered at creation).
+ * The leader hands an ask (MSG_KV_EXPORT) to kv_moves_handle between two layers of an engine step
+ * too (instance_leader.c, the CPU backend's step pulse), so an ask waits one layer, not a whole
+ * step, which on a loaded CPU outlasts the timeout (issue 33). That is safe: lending locks blocks
+ * earlier steps committed (a step's own blocks join the tree after its forward), the prefetch's
+ * overlapped copies are waited for first, and the data is read by the mover's progress thread.
+ * Every other move message is handled between steps only.
  *
  * Tensor parallelism: every rank of an instance has a mover over its own shard of the pools
  * (KvMoveRank); at start-up the leader gathers its ranks' descriptions (kv_moves_gather) and lends

@@ -71,6 +71,7 @@ int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err) {
     s->pin_budget_blocks = cfg->pin_budget_blocks > 0 ? cfg->pin_budget_blocks : (cfg->device_blocks - 1) / 4;
     s->fair_share = cfg->fair_share;
     s->fair_step_tokens = cfg->fair_step_tokens;
+    s->admit.output_tokens = cfg->admit_output;
     KvCacheConfig cc = {.block_size = cfg->block_size, .device_blocks = cfg->device_blocks,
                         .host_blocks = cfg->cache_enabled ? cfg->host_blocks : 0, .policy = cfg->policy,
                         .policy_options = cfg->policy_options, .clock = braid_now_seconds,
@@ -298,6 +299,7 @@ static void preempt(Scheduler *s, SchedRequest *r) {
     s->counters.preemptions++;
     remove_running(s, r);
     queue_push_front(s, r);
+    note_waiting(s, r); /* back in the queue: what it computed (now in the tree) is about to be read again */
     event(s, "preempt", r, "\"tokens_kept_in_tree\":%d,\"preemptions\":%d", kept, r->preemptions);
     LOG_DEBUG("sched", "req %s: preempted, %d tokens kept in tree", r->id, kept);
 }
@@ -305,7 +307,9 @@ static void preempt(Scheduler *s, SchedRequest *r) {
 void sched_finish(Scheduler *s, SchedRequest *r, const char *reason) {
     unnote_waiting(s, r);
     release_request(s, r);
-    if (cache_directives_any(&r->directives)) sched_directives_finish(s, r, strcmp(reason, "stop") == 0 || strcmp(reason, "length") == 0);
+    bool completed = strcmp(reason, "stop") == 0 || strcmp(reason, "length") == 0;
+    if (cache_directives_any(&r->directives)) sched_directives_finish(s, r, completed);
+    if (completed) sched_admit_learn(&s->admit, r->n_tokens - r->n_prompt);
     release_identity(s, r);
     r->state = REQ_FINISHED;
     r->finish_reason = reason;
@@ -447,6 +451,23 @@ static int reserve_with_segments(Scheduler *s, SchedRequest *r, BraidError *err)
     return ensure_blocks(s, r, r->n_tokens) == 0 ? 0 : 1;
 }
 
+/* Output-aware admission (sched_admit.h): r waits when the pool's room (free + evictable device
+ * blocks, with r holding `held` blocks) is below what the running requests and r still need to
+ * reach their expected output. Before admit() (held = 0) it is a lower bound on r's need (its
+ * growth past the prompt), so a request that would be deferred anyway touches no cache. */
+static bool output_room_short(Scheduler *s, const SchedRequest *r, int held) {
+    if (!sched_admit_on(&s->admit) || s->n_running == 0) return false;
+    int bs = s->block_size, due = sched_admit_blocks_due(&s->admit, r->n_prompt, r->max_tokens, held > 0 ? held : blocks_for(s, r->n_tokens), bs);
+    for (int i = 0; i < s->n_running; i++) {
+        const SchedRequest *q = s->running[i];
+        due += sched_admit_blocks_due(&s->admit, q->n_prompt, q->max_tokens, q->n_blocks, bs);
+    }
+    int room = kv_cache_total(&s->cache, CACHE_TIER_DEVICE) - kv_cache_in_use(&s->cache, CACHE_TIER_DEVICE);
+    if (!sched_admit_defer(&s->admit, room, due, s->n_running)) return false;
+    event(s, "admit_wait", r, "\"room_blocks\":%d,\"due_blocks\":%d", room, due);
+    return true;
+}
+
 static void count_first_admission(Scheduler *s, SchedRequest *r, int loaded) {
     int host = loaded * s->block_size, reused = r->segments.reused_tokens;
     r->cached_tokens = r->n_computed;
@@ -483,6 +504,7 @@ static int admit(Scheduler *s, SchedRequest *r, BraidError *err) {
     /* A forked request's copies would need residuals too: it computes instead. */
     int rc = sched_forked(s, r) ? (ensure_blocks(s, r, r->n_tokens) == 0 ? 0 : 1) : reserve_with_segments(s, r, err);
     if (rc == 0 && r->segments.n > 0 && kv_cache_place_segments(&s->cache, &r->segments, r->blocks, err)) rc = -1;
+    if (rc == 0 && output_room_short(s, r, r->n_blocks)) rc = 1;
     if (rc != 0) {
         release_request(s, r);
         r->n_computed = 0;
@@ -598,6 +620,7 @@ static int admit_waiting(Scheduler *s, StepPlan *p, int *budget, BraidError *err
         int at = s->fair_share ? sched_fair_pick(&s->fair, s->waiting, s->n_waiting, s->clock()) : 0;
         if (at < 0) break; /* every waiting tenant's part of the step is used */
         SchedRequest *r = s->waiting[at];
+        if (output_room_short(s, r, 0)) break; /* first come, first served: wait for the running ones to finish */
         int rc = admit(s, r, err);
         if (rc < 0) return -1;
         if (rc > 0) break; /* first come, first served: wait for blocks */

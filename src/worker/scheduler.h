@@ -9,6 +9,8 @@
  * cannot get a block even after eviction, the running request with the least work done is
  * preempted: its full blocks go into the tree first (so its recompute is a cache hit), everything
  * is released, and it returns to the front of the queue with its generated tokens kept.
+ * With output-aware admission on (SchedConfig.admit_output, sched_admit.h), the head is admitted
+ * only when the pool keeps room for the expected rest of every running request's output and its own.
  * A request that can never fit (prompt + max_tokens beyond the whole pool) is finished with an
  * error at sched_add; nothing else is ever dropped.
  * Segment reuse (when the request's mode is not OFF): after the prefix match, admission asks the
@@ -41,6 +43,7 @@
 #include "cache/residual_cache.h"
 #include "common/error.h"
 #include "worker/sampler.h"
+#include "worker/sched_admit.h"
 #include "worker/sched_fair.h"
 #include "worker/sched_span_guard.h"
 
@@ -214,6 +217,7 @@ typedef struct {
     int model_layers, model_heads, model_kv_heads, model_head_dim, lora_rank;
     bool fair_share; /* weighted fair sharing between tenants (sched_fair.h); false: first come, first served */
     int fair_step_tokens; /* prefill tokens in a step while several tenants have work; 0 = SCHED_FAIR_DEFAULT_STEP_TOKENS */
+    int admit_output;     /* --admit-output (sched_admit.h): SCHED_ADMIT_OUTPUT_OFF (0), _AUTO, or tokens */
 } SchedConfig;
 
 /* PBKV's S_bw (§4.3): the most blocks a pure-decode step prefetches, the copy volume one decode
@@ -247,6 +251,7 @@ typedef struct {
     bool fair_share;        /* weighted fair sharing between tenants (sched_fair.h); off: first come, first served */
     int fair_step_tokens;   /* SchedConfig.fair_step_tokens */
     SchedFair fair;
+    SchedAdmit admit;       /* output-aware admission (sched_admit.h) */
 } Scheduler;
 
 int sched_init(Scheduler *s, const SchedConfig *cfg, BraidError *err);

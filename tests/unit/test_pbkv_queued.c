@@ -11,7 +11,8 @@
  *     dispatch no longer predicts its agent;
  *   - the mark goes when the request leaves the queue (cancelled: the prefix is worth what the
  *     forecasts say again; admitted and finished: retired cache again once its workflow ends).
- * A node the queued prompt shares only a head of is counted whole, never split for it. Under LRU a
+ * A running request preempted back into the queue is marked again (what it computed is about to
+ * be read). A node the queued prompt shares only a head of is counted whole, never split for it. Under LRU a
  * queued request changes nothing (no tick, no split): the least recent node is still the victim.
  * The scheduler's and the cache's full checks run after every step.
  */
@@ -89,6 +90,18 @@ static int cached_blocks(Scheduler *s, const int32_t *bases, int blocks) {
     tokens[blocks * BS] = 99999;
     KvCacheMatch m;
     assert_int_equal(kv_cache_match(&s->cache, &id, tokens, blocks * BS + 1, &m, &err), 0);
+    int n = m.device_blocks;
+    kv_cache_release(&s->cache, m.node, NULL, 0);
+    return n;
+}
+
+/* Device blocks the cache holds of a request's current tokens (a match by no workflow). */
+static int cached_of_request(Scheduler *s, const SchedRequest *r) {
+    BraidError err;
+    CacheIdentity id;
+    if (kv_cache_identity(&s->cache, NULL, NULL, NULL, NULL, &id, &err)) fail_msg("%s", err.msg);
+    KvCacheMatch m;
+    assert_int_equal(kv_cache_match(&s->cache, &id, r->tokens, r->n_tokens, &m, &err), 0);
     int n = m.device_blocks;
     kv_cache_release(&s->cache, m.node, NULL, 0);
     return n;
@@ -248,6 +261,49 @@ static void test_lru_order_unchanged_by_a_queued_call(void **state) {
     sched_free(&s);
 }
 
+/* A running request preempted for room goes back to the queue: what it computed is in the tree
+ * and about to be read again, so it is marked like a queued call (and the mark goes when it is
+ * admitted again). w1's retriever and w3's verifier run together in 8 blocks and both grow to 5:
+ * one is preempted. When the other finishes, its history (predicted at 0.5) goes before the
+ * preempted call's prefix, although the forecast no longer predicts the preempted call's agent. */
+static void test_preempted_call_marked_again(void **state) {
+    (void)state;
+    Scheduler s;
+    StepPlan p = {0};
+    BraidError err;
+    SchedConfig cfg = {.device_blocks = 9, .block_size = BS, .max_batch_tokens = 64, .max_running = 2, .cache_enabled = true, .policy = &evict_policy_pbkv};
+    if (sched_init(&s, &cfg, &err)) fail_msg("%s", err.msg);
+    static const int32_t R_HIST[2] = {3000, 3100}, V_HIST[2] = {4000, 4100};
+    SchedRequest a, b;
+    make_req(&a, "a", "w1", "retriever", R_HIST, 2, 11); /* 9 + 11 tokens: 5 blocks each */
+    make_req(&b, "b", "w3", "verifier", V_HIST, 2, 11);
+    assert_int_equal(sched_add(&s, &a), 0);
+    assert_int_equal(sched_add(&s, &b), 0);
+    while (a.preemptions == 0 && b.preemptions == 0 && !sched_idle(&s)) step(&s, &p);
+    SchedRequest *victim = a.preemptions > 0 ? &a : &b, *other = victim == &a ? &b : &a;
+    assert_int_equal(victim->preemptions, 1);
+    assert_int_equal(victim->state, REQ_WAITING);
+    assert_true(victim->waiting_noted); /* marked again: it will read what it computed */
+    while (other->state != REQ_FINISHED) step(&s, &p);
+    assert_int_equal(victim->state, REQ_WAITING); /* no room yet: the other's history is in the tree */
+    predict(&s, other->workflow, "planner", other->agent, 0.5f);
+    predict(&s, victim->workflow, victim->agent, "planner", 0.9f); /* its forecast: not itself */
+    int victim_blocks = cached_of_request(&s, victim), other_blocks = cached_of_request(&s, other);
+    assert_true(victim_blocks >= 2);
+    assert_true(other_blocks >= 2);
+    assert_int_equal(kv_cache_evict(&s.cache, CACHE_TIER_DEVICE, 2), 2);
+    check(&s);
+    assert_int_equal(cached_of_request(&s, victim), victim_blocks); /* about to be read: kept */
+    assert_int_equal(cached_of_request(&s, other), other_blocks - 2);
+    run_to_idle(&s, &p);
+    assert_false(victim->waiting_noted); /* the mark went with the second admission */
+    assert_int_equal(victim->state, REQ_FINISHED);
+    sched_request_free(&a);
+    sched_request_free(&b);
+    plan_free(&p);
+    sched_free(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_queued_call_keeps_retired_shared_prefix),
@@ -255,6 +311,7 @@ int main(void) {
         cmocka_unit_test(test_queued_call_keeps_own_history_past_its_forecast),
         cmocka_unit_test(test_partly_shared_node_counted_unsplit),
         cmocka_unit_test(test_lru_order_unchanged_by_a_queued_call),
+        cmocka_unit_test(test_preempted_call_marked_again),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

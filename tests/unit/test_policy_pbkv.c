@@ -4,8 +4,9 @@
  * predicted next outlives a more recent node whose agent is not — and a new prediction re-ranks
  * existing nodes. A node counts every active workflow that used it (12 on one node: the score grows
  * with each, and it is not retired while one of them is active); past the bound on all nodes' uses
- * the documented approximation holds and is counted. --pbkv-gamma reaches the policy; PBKV-LAE is
- * retired-first then LRU. The cache's full check runs after every operation.
+ * the documented approximation holds and is counted. A node several active workflows read (an
+ * agent's head) keeps one read for the workflows still to come, a private one does not. --pbkv-gamma
+ * reaches the policy; PBKV-LAE is retired-first then LRU. The cache's full check runs after every operation.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -233,6 +234,36 @@ static void test_popularity_counts_every_workflow(void **state) {
     kv_cache_free(&c);
 }
 
+/* A node two or more active workflows read (an agent's head) keeps one read for the workflows still
+ * to come (PBKV_NEW_WORKFLOWS_WEIGHT): three workflows called the decomposer on a shared prompt and none
+ * predicts it again (Eq. 2 alone values it 0), yet it outlives a more recent private prompt whose
+ * agent is predicted with 0.5; a private prompt whose agent is not predicted gets nothing and goes
+ * first. Without the weight the shared head, the least recent of the value-0 nodes, goes first. */
+static void test_shared_head_kept_for_new_workflows(void **state) {
+    (void)state;
+    KvCache c;
+    init(&c, 8); /* room for the three prompts and a spare */
+    char name[16];
+    for (int k = 1; k <= 3; k++) {
+        snprintf(name, sizeof name, "w%d", k);
+        call(&c, name, "decomposer", 1000); /* the decomposer's head, shared */
+        predict(&c, name, "decomposer", "retriever", 0.9f, "verifier", 0.1f);
+    }
+    call(&c, "w4", "verifier", 2000); /* private, its agent predicted with 0.5 */
+    predict(&c, "w4", "verifier", "retriever", 0.5f, "verifier", 0.5f);
+    call(&c, "w5", "refiner", 3000); /* private, its agent not predicted */
+    predict(&c, "w5", "refiner", "retriever", 0.9f, "verifier", 0.1f);
+    assert_int_equal(kv_cache_evict(&c, CACHE_TIER_DEVICE, 2), 2);
+    assert_true(cached(&c, 1000));
+    assert_true(cached(&c, 2000));
+    assert_false(cached(&c, 3000));
+    assert_int_equal(kv_cache_evict(&c, CACHE_TIER_DEVICE, 2), 2);
+    assert_true(cached(&c, 1000)); /* 1 for the workflows to come > 0.5 */
+    assert_false(cached(&c, 2000));
+    check(&c);
+    kv_cache_free(&c);
+}
+
 /* A node is retired only when every workflow that used it ended: with 12 users, the 4 most recent
  * ending leaves it active (and ranked by recency against another active node), as does all but
  * the oldest ending; the last end retires it. */
@@ -356,6 +387,7 @@ int main(void) {
         cmocka_unit_test(test_multi_step_discount),
         cmocka_unit_test(test_passed_tail_is_retired),
         cmocka_unit_test(test_popularity_counts_every_workflow),
+        cmocka_unit_test(test_shared_head_kept_for_new_workflows),
         cmocka_unit_test(test_not_retired_while_a_user_is_active),
         cmocka_unit_test(test_use_bound_holds),
         cmocka_unit_test(test_gamma_option),

@@ -34,17 +34,19 @@ typedef struct {
     const char *workflow;
 } End;
 
-/* A trace of n requests and n_ends workflow ends; prompts hold their full blocks (prompt_tokens / 16 of them). */
-static void load_trace_ends(const Req *reqs, int n, const End *ends, int n_ends, Trace *t) {
+/* A trace of n requests (request i a call of agents[i]; agents NULL: none) and n_ends workflow ends; prompts hold
+ * their full blocks (prompt_tokens / 16 of them). */
+static void load_trace_agents(const Req *reqs, const char *const *agents, int n, const End *ends, int n_ends, Trace *t) {
     char path[] = "/tmp/braid_sim_batch_XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     FILE *f = fdopen(fd, "w");
     assert_non_null(f);
     for (int i = 0; i < n; i++) {
-        fprintf(f, "{\"type\":\"request\",\"seq\":%d,\"t\":%.6f,\"id\":\"r%d\",\"workflow\":\"%s\",\"prompt_tokens\":%d,\"output_tokens\":%d,"
-                   "\"block_size\":16,\"blocks\":[",
-                i, reqs[i].t, i, reqs[i].workflow ? reqs[i].workflow : "", reqs[i].prompt_tokens, reqs[i].output_tokens);
+        fprintf(f, "{\"type\":\"request\",\"seq\":%d,\"t\":%.6f,\"id\":\"r%d\",\"workflow\":\"%s\",\"agent\":\"%s\",\"prompt_tokens\":%d,"
+                   "\"output_tokens\":%d,\"block_size\":16,\"blocks\":[",
+                i, reqs[i].t, i, reqs[i].workflow ? reqs[i].workflow : "", agents ? agents[i] : "", reqs[i].prompt_tokens,
+                reqs[i].output_tokens);
         int key = reqs[i].prefix ? reqs[i].prefix : 1000 + i;
         for (int b = 0; b < reqs[i].prompt_tokens / 16; b++) fprintf(f, "%s\"%016llx\"", b ? "," : "", (unsigned long long)(key * 1000 + b + 1));
         fprintf(f, "]}\n");
@@ -56,6 +58,8 @@ static void load_trace_ends(const Req *reqs, int n, const End *ends, int n_ends,
     unlink(path);
 }
 
+static void load_trace_ends(const Req *reqs, int n, const End *ends, int n_ends, Trace *t) { load_trace_agents(reqs, NULL, n, ends, n_ends, t); }
+
 static void load_trace(const Req *reqs, int n, Trace *t) { load_trace_ends(reqs, n, NULL, 0, t); }
 
 static SimClusterConfig config(int instances, SimRoute route) {
@@ -66,14 +70,19 @@ static SimClusterConfig config(int instances, SimRoute route) {
     return cfg;
 }
 
-static void run_ends(const Req *reqs, int n, const End *ends, int n_ends, const SimClusterConfig *cfg, SimClusterResult *r) {
+static void run_agents(const Req *reqs, const char *const *agents, int n, const End *ends, int n_ends, const SimClusterConfig *cfg,
+                       SimClusterResult *r) {
     Trace t;
-    load_trace_ends(reqs, n, ends, n_ends, &t);
+    load_trace_agents(reqs, agents, n, ends, n_ends, &t);
     BraidError err;
     if (sim_cluster_run(&t, cfg, r, &err)) fail_msg("%s", err.msg);
     assert_int_equal(r->requests, n);
     assert_true(r->local_tokens + r->remote_tokens + r->computed_tokens == r->prompt_tokens);
     trace_free(&t);
+}
+
+static void run_ends(const Req *reqs, int n, const End *ends, int n_ends, const SimClusterConfig *cfg, SimClusterResult *r) {
+    run_agents(reqs, NULL, n, ends, n_ends, cfg, r);
 }
 
 static void run(const Req *reqs, int n, const SimClusterConfig *cfg, SimClusterResult *r) { run_ends(reqs, n, NULL, 0, cfg, r); }
@@ -283,6 +292,46 @@ static void test_host_tier(void **state) {
     trace_free(&t);
 }
 
+/* --policy in the batch replay: each instance's scheduler runs the named policy, and a workflow's end
+ * (the client's, as the trace says) reaches every instance's cache. In 9 blocks, a and b hold 4 each
+ * and c needs 5: LRU evicts a's (the least recent), pbkv b's (its workflow ended: retired cache), so
+ * a's call that comes back hits under pbkv only. */
+static void test_policy_hears_workflow_ends(void **state) {
+    (void)state;
+    SimClusterConfig cfg = config(1, SIM_ROUTE_CACHE);
+    cfg.kv_tokens = 144;
+    Req reqs[] = {{0.0, 1, 65, 1, "a"}, {1.0, 2, 65, 1, "b"}, {2.0, 3, 65, 1, "c"}, {3.0, 1, 65, 1, "a"}};
+    End ends[] = {{1.5, "b"}};
+    SimClusterResult r;
+    run_ends(reqs, 4, ends, 1, &cfg, &r);
+    assert_int_equal(r.local_tokens, 0);
+    cfg.policy = &evict_policy_pbkv;
+    run_ends(reqs, 4, ends, 1, &cfg, &r);
+    assert_int_equal(r.local_tokens, 64);
+    run(reqs, 4, &cfg, &r); /* no end: b is as active as a, and the older goes */
+    assert_int_equal(r.local_tokens, 0);
+}
+
+/* A policy that takes predictions gets each call's forecast at dispatch (an online Markov-1 predictor
+ * here): w0 taught it that p's next call is p again, so a's prefix (read by p) is worth more than b's
+ * (read by z, which predicts nothing) when c needs room, and a's next call hits; without forecasts
+ * (LRU, or pbkv that never hears one) a's, the older, goes. w0's ended blocks go first in both. */
+static void test_policy_gets_forecasts_at_dispatch(void **state) {
+    (void)state;
+    SimClusterConfig cfg = config(1, SIM_ROUTE_CACHE);
+    cfg.kv_tokens = 176; /* 11 blocks */
+    Req reqs[] = {{0.0, 10, 17, 1, "w0"}, {1.0, 11, 17, 1, "w0"}, {2.0, 1, 65, 1, "a"},
+                  {3.0, 2, 65, 1, "b"}, {4.0, 3, 65, 1, "c"}, {5.0, 1, 65, 1, "a"}};
+    const char *const agents[] = {"p", "p", "p", "z", "z", "p"};
+    End ends[] = {{1.5, "w0"}};
+    SimClusterResult r;
+    run_agents(reqs, agents, 6, ends, 1, &cfg, &r);
+    assert_int_equal(r.local_tokens, 0);
+    cfg.policy = &evict_policy_pbkv;
+    run_agents(reqs, agents, 6, ends, 1, &cfg, &r);
+    assert_int_equal(r.local_tokens, 64);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_requests_share_steps),
@@ -295,6 +344,8 @@ int main(void) {
         cmocka_unit_test(test_workflow_end_clears_affinity),
         cmocka_unit_test(test_move_planned_at_the_routers_rates),
         cmocka_unit_test(test_host_tier),
+        cmocka_unit_test(test_policy_hears_workflow_ends),
+        cmocka_unit_test(test_policy_gets_forecasts_at_dispatch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
