@@ -173,10 +173,10 @@ static CacheRescore pbkv_on_workflow_end(void *state, uint32_t workflow) {
 }
 
 static CacheRescore pbkv_on_prediction(void *state, const CachePrediction *p) {
-    const PbkvState *s = state;
+    PbkvState *s = state;
     PbkvWorkflow *w = workflow_slot(state, p->workflow);
     if (!w) return CACHE_RESCORE_NONE; /* out of memory: the old prediction stays */
-    if (!w->known || w->retired) ((PbkvState *)state)->active_workflows++;
+    if (!w->known || w->retired) s->active_workflows++;
     w->known = true;
     w->retired = false; /* a call after an end revives the workflow */
     w->n_agents = p->n_agents < PBKV_MAX_AGENTS ? p->n_agents : PBKV_MAX_AGENTS;

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "worker/sched_admit.h"
+
 const char *cli_model_path(const char *flag_value) {
     if (flag_value) return flag_value;
     const char *env = getenv("BRAID_MODEL");
@@ -130,6 +132,12 @@ static int host_flags_exclusive(const char *cmd, const CliHostTier *h, bool bloc
         return -1;
     }
     return 0;
+}
+
+int cli_parse_admit_output(const char *cmd, const char *text, int *mode, bool verbose) {
+    if (sched_admit_output_parse(text, mode) == 0) return 0;
+    if (verbose) fprintf(stderr, "braid %s: --admit-output expects off, auto or a token count in [1, 1048576], got '%s'\n", cmd, text);
+    return -1;
 }
 
 int cli_parse_host_kv_blocks(const char *cmd, const char *text, CliHostTier *h, bool verbose) {

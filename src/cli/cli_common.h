@@ -115,6 +115,10 @@ typedef struct {
 int cli_parse_host_kv_blocks(const char *cmd, const char *text, CliHostTier *h, bool verbose);
 int cli_parse_host_kv_gib(const char *cmd, const char *text, CliHostTier *h, bool verbose);
 
+/* --admit-output off|auto|N (sched_admit.h) into *mode; -1 (after an error message naming cmd when
+ * verbose) on a bad value. */
+int cli_parse_admit_output(const char *cmd, const char *text, int *mode, bool verbose);
+
 /* MemAvailable from /proc/meminfo in bytes, or 0 when it cannot be read. */
 unsigned long long cli_mem_available(void);
 

@@ -152,12 +152,7 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         case O_BS: if (cli_parse_int("--block-size", optarg, 1, 1024, &a->block_size)) return 2; break;
         case O_MBT: if (cli_parse_int("--max-batch-tokens", optarg, 1, 1 << 20, &a->max_batch_tokens)) return 2; break;
         case O_RUN: if (cli_parse_int("--max-running", optarg, 1, 1 << 16, &a->max_running)) return 2; break;
-        case O_ADMIT_OUTPUT:
-            if (sched_admit_output_parse(optarg, &a->admit_output)) {
-                fprintf(stderr, "braid batch: --admit-output expects off, auto or a token count in [1, 1048576], got '%s'\n", optarg);
-                return 2;
-            }
-            break;
+        case O_ADMIT_OUTPUT: if (cli_parse_admit_output("batch", optarg, &a->admit_output, true)) return 2; break;
         case O_THREADS: if (cli_parse_int("--threads", optarg, 1, 1024, &a->threads)) return 2; break;
         case O_NO_GRAPHS: a->no_graphs = true; break;
         case O_CPU_MATMUL:

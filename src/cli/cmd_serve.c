@@ -467,12 +467,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         case O_PIN_BUDGET: target = &a->pin_budget, flag = "--pin-budget", lo = 0, hi = 1 << 30; break;
         case O_HOST_BLOCKS: if (cli_parse_host_kv_blocks("serve", optarg, &a->host_tier, verbose)) return 2; break;
         case O_HOST_GIB: if (cli_parse_host_kv_gib("serve", optarg, &a->host_tier, verbose)) return 2; break;
-        case O_ADMIT_OUTPUT:
-            if (sched_admit_output_parse(optarg, &a->admit_output)) {
-                if (verbose) fprintf(stderr, "braid serve: --admit-output expects off, auto or a token count in [1, 1048576], got '%s'\n", optarg);
-                return 2;
-            }
-            break;
+        case O_ADMIT_OUTPUT: if (cli_parse_admit_output("serve", optarg, &a->admit_output, verbose)) return 2; break;
         case O_FAIR_SHARE:
             if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
                 if (verbose) fprintf(stderr, "braid serve: --fair-share expects on or off, got '%s'\n", optarg);

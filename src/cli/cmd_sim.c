@@ -17,7 +17,6 @@
 #include "cli/sim_tenants_report.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
-#include "worker/sched_admit.h"
 
 static const char sim_usage[] =
     "usage: braid sim --trace PATH --kv-tokens N [--host-kv-tokens H] [--policy NAME] [--block-size B]\n"
@@ -134,10 +133,10 @@ static const char sim_usage[] =
     "            one before it answered in the replay; for traces recorded live (braid-bench run)\n"
     "            --route-log PATH (batch): one JSON line per request as it finishes (instance, lender, cached and moved\n"
     "            tokens, TTFT), to set the replay's placements beside a live run's events\n"
-            "            --admit-output off|auto|N (batch): each instance's scheduler admits as serve --admit-output does: a\n"
-            "            request only when the pool keeps room for the expected rest of every running request's output and its\n"
-            "            own (min(max_tokens, E) each; auto: E = the mean output finished so far; N: E = N; off, the default:\n"
-            "            on the prompt alone). The replay's max_tokens is the trace's output length\n"
+    "            --admit-output off|auto|N (batch): each instance's scheduler admits as serve --admit-output does: a\n"
+    "            request only when the pool keeps room for the expected rest of every running request's output and its\n"
+    "            own (min(max_tokens, E) each; auto: E = the mean output finished so far; N: E = N; off, the default:\n"
+    "            on the prompt alone). The replay's max_tokens is the trace's output length\n"
     "            Reports prompt tokens by origin (local cache, moved in, computed), moves, modeled latency\n"
     "            (mean, p50, p99), TTFT (mean, p99) and wait, and the busiest instance's share. Not with --policy other than lru,\n"
     "            --segment-reuse, --lora-cache shared or --prefetch\n"
@@ -502,12 +501,7 @@ int cmd_sim(int argc, char **argv) {
         case O_ROUTER_GBPS: if (cli_parse_float("--router-link-gbps", optarg, 1e-6, 1e6, &d)) return 2; cluster.router_link_bytes_per_s = d * 1e9; break;
         case O_CLOSED_LOOP: cluster.closed_loop = true; break;
         case O_ROUTE_LOG: route_log_path = optarg; break;
-        case O_ADMIT_OUTPUT:
-            if (sched_admit_output_parse(optarg, &cluster.admit_output)) {
-                fprintf(stderr, "braid sim: --admit-output expects off, auto or a token count in [1, 1048576], got '%s'\n", optarg);
-                return 2;
-            }
-            break;
+        case O_ADMIT_OUTPUT: if (cli_parse_admit_output("sim", optarg, &cluster.admit_output, true)) return 2; break;
         case O_CLUSTER_REPLAY:
             if (sim_cluster_replay_parse(optarg) < 0) {
                 fprintf(stderr, "braid sim: --cluster-replay must be batch or fifo (got '%s')\n", optarg);
@@ -541,8 +535,8 @@ int cmd_sim(int argc, char **argv) {
     bool cluster_policy_ok = !strcmp(cfg.policy, "lru") || (cluster.replay == SIM_REPLAY_BATCH && evict_policy_find(cfg.policy));
     if (cluster_mode && ((cfg.host_kv_tokens > 0 && cluster.replay == SIM_REPLAY_FIFO) || !cluster_policy_ok || cfg.segment_reuse ||
                          cfg.lora_cache != SIM_LORA_SEPARATE || cfg.prefetch)) {
-        fprintf(stderr, "braid sim: --instances models LRU caches only (no --segment-reuse, --lora-cache shared or --prefetch; "
-                        "--policy other than lru and --host-kv-tokens with --cluster-replay batch only, belady never)\n");
+        fprintf(stderr, "braid sim: --instances takes no --segment-reuse, --lora-cache shared or --prefetch; "
+                        "--policy other than lru and --host-kv-tokens with --cluster-replay batch only, belady never\n");
         return 2;
     }
     const EvictPolicy *policy = evict_policy_find(cfg.policy);
