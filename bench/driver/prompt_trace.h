@@ -3,7 +3,7 @@
  *
  * Owns: the model's tokenizer (read from the GGUF file; no weights are loaded) and the trace file.
  * Each request's prompt is tokenized exactly as the server's /v1/completions tokenizes a plain
- * prompt (special-token text not parsed, BOS as the model asks: src/coord/http_generate.c), so the
+ * prompt (special-token text not parsed, BOS as the model asks: src/coord/http/http_generate.c), so the
  * block hashes match the ones the server computed. Lines are written through src/sim's
  * trace_writer as requests finish, so they are in finish order with arrival times and seq numbers
  * (readers sort, as for the server's own trace).

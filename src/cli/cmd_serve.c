@@ -17,7 +17,7 @@
 #include "coord/coordinator.h"
 #include "coord/instance_join.h"
 #include "coord/explicit_caches.h"
-#include "coord/http_api.h"
+#include "coord/http/http_api.h"
 #include "coord/manifest_recorder.h"
 #include "coord/metrics.h"
 #include "coord/warm_start.h"

@@ -183,7 +183,7 @@ typedef struct {
 } Coordinator;
 
 int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm world, Metrics *metrics, BraidError *err);
-/* Adapters at run time (coord/http_lora.h): has every live instance's leader load adapter `name`
+/* Adapters at run time (coord/http/http_lora.h): has every live instance's leader load adapter `name`
  * from `path` (unload: retire it), and waits up to timeout_s for their answers. Returns 0 when every
  * instance did it; 409 when an unload finds requests of the adapter in flight (nothing sent) or
  * another load/unload is under way; 400 when an instance refused (why: the first refusal; a load

@@ -1,5 +1,5 @@
 /*
- * lora_roster.h — the adapters loaded at run time that every instance must hold (coord/http_lora.h):
+ * lora_roster.h — the adapters loaded at run time that every instance must hold (coord/http/http_lora.h):
  * name, file and generation of each, in load order, so an instance that comes back after a restart
  * (--restart-instances; it starts with its --lora adapters only) is sent every one of them again
  * before it takes requests (coordinator.c: on READY of a revived instance, LORA_LOAD for each entry;

@@ -9,7 +9,7 @@
 
 #include "common/log.h"
 #include "coord/adapter_select.h"
-#include "coord/http_choices.h"
+#include "coord/http/http_choices.h"
 
 /* The completion body of one head; malloc'd JSON text or NULL when out of memory. */
 static char *head_body(const ManifestHead *h, const char *pin_ttl) {

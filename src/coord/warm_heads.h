@@ -21,7 +21,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "coord/http_generate.h"
+#include "coord/http/http_generate.h"
 #include "coord/manifest_heads.h"
 
 typedef struct {

@@ -30,7 +30,7 @@
 
 #include "common/error.h"
 #include "coord/auth.h"
-#include "coord/http_generate.h"
+#include "coord/http/http_generate.h"
 #include "coord/manifest_recorder.h"
 #include "coord/metrics.h"
 

@@ -18,7 +18,7 @@
  * (cli_apply_chat_template) — never a silent fallback.
  * `kind` is only a coarse family tag for `braid info`; rendering never depends on it.
  * Callers: braid_model_load (src/model/model.c), the CLI (generate, batch, info, serve's
- * --chat-template), the coordinator (src/coord/http_choices.c, http_directives.c).
+ * --chat-template), the coordinator (src/coord/http/http_choices.c, http_directives.c).
  * Thread-safety: read-only after load; any number of threads may render at once.
  * Memory: rendered text is malloc'd and owned by the caller; the ChatTemplate owns its strings and
  * compiled template until chat_template_free.

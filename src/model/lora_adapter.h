@@ -61,7 +61,7 @@ typedef struct {
  * residual tree and the routing hashes key its K/V by its cache name: the name itself for
  * generation 1 (so start-up adapters hash as they always did), else "NAME" LORA_GENERATION_SEP
  * "gK". The separator is a control character, which no run-time adapter name may hold
- * (coord/http_lora.h), so a cache name never equals another adapter's name. The coordinator sends
+ * (coord/http/http_lora.h), so a cache name never equals another adapter's name. The coordinator sends
  * instances the cache name; lora_set_find resolves a suffixed one only to the live adapter of that
  * exact generation, so a request that raced an unload and reload of its adapter gets "unknown
  * adapter", never the other generation's weights. */

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coord/http_front_door.h"
+#include "coord/http/http_front_door.h"
 
 static void test_request_line(void **state) {
     (void)state;

@@ -1,4 +1,4 @@
-/* Adapters at run time (issue 32, item 4): the endpoints' body parser (coord/http_lora.h), the key
+/* Adapters at run time (issue 32, item 4): the endpoints' body parser (coord/http/http_lora.h), the key
  * file's `admin` word (coord/auth.h) and who may call (http_lora_check_caller: admin key, or no keys
  * and --allow-runtime-lora), the adapter set's install / retire (model/lora_adapter.h: ids
  * never reused, a retired name unreachable and not reloadable) and the leader's LORA_LOAD /
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "coord/auth.h"
-#include "coord/http_lora.h"
+#include "coord/http/http_lora.h"
 #include "worker/leader_lora.h"
 
 static char name[HTTP_LORA_MAX_NAME + 1], path[HTTP_LORA_MAX_PATH + 1];

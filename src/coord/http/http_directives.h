@@ -13,7 +13,7 @@
 
 #include "cache/cache_directive.h"
 #include "coord/api/api_request.h"
-#include "coord/http_generate.h"
+#include "coord/http/http_generate.h"
 #include "model/tokenizer.h"
 
 #define API_MAX_CACHE_CONTROL 4

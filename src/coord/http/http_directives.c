@@ -1,5 +1,5 @@
 /* Planning a request's directives on the HTTP thread; the contract is in http_directives.h. */
-#include "coord/http_directives.h"
+#include "coord/http/http_directives.h"
 
 #include <stdlib.h>
 #include <string.h>

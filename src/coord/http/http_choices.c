@@ -1,6 +1,6 @@
 /* The choices of one completion request; the contract is in http_choices.h. */
 #include "cache/kv_cache.h"
-#include "coord/http_choices.h"
+#include "coord/http/http_choices.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -14,7 +14,7 @@
 #include "coord/api/api_tools.h"
 #include "coord/api/chat_render.h"
 #include "coord/cache_key_affinity.h"
-#include "coord/http_directives.h"
+#include "coord/http/http_directives.h"
 #include "common/timeutil.h"
 #include "transport/control_msg.h"
 

@@ -1,5 +1,5 @@
 /* Reply helpers shared by the HTTP front-end's two halves (see http_internal.h). */
-#include "coord/http_internal.h"
+#include "coord/http/http_internal.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -34,7 +34,7 @@
 #include <microhttpd.h>
 
 #include "coord/auth.h"
-#include "coord/http_generate.h"
+#include "coord/http/http_generate.h"
 
 /* Whether url is /v1/caches or under it (http_api.c's route() hands those here). */
 bool http_caches_path(const char *url);

@@ -1,4 +1,4 @@
-#include "coord/http_api.h"
+#include "coord/http/http_api.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -14,15 +14,15 @@
 #include <time.h>
 
 #include "common/log.h"
-#include "coord/http_front_door.h"
+#include "coord/http/http_front_door.h"
 #include "coord/auto_splice.h"
-#include "coord/http_generate.h"
+#include "coord/http/http_generate.h"
 #include "coord/explicit_caches.h"
-#include "coord/http_caches.h"
-#include "coord/http_lora.h"
-#include "coord/http_internal.h"
-#include "coord/http_manifest.h"
-#include "coord/http_messages.h"
+#include "coord/http/http_caches.h"
+#include "coord/http/http_lora.h"
+#include "coord/http/http_internal.h"
+#include "coord/http/http_manifest.h"
+#include "coord/http/http_messages.h"
 #include "coord/key_limiter.h"
 #include "common/timeutil.h"
 

@@ -1,11 +1,11 @@
 /* GET /v1/cache/manifest (contract in http_manifest.h). */
-#include "coord/http_manifest.h"
+#include "coord/http/http_manifest.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord/http_internal.h"
+#include "coord/http/http_internal.h"
 
 /* min_count from the query: absent = 1; else a positive integer. */
 static int parse_min_count(struct MHD_Connection *conn, long long *min_count, ApiError *e) {

@@ -1,5 +1,5 @@
 /* The explicit-cache endpoints; the contract is in http_caches.h. */
-#include "coord/http_caches.h"
+#include "coord/http/http_caches.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "coord/explicit_caches.h"
-#include "coord/http_choices.h"
-#include "coord/http_internal.h"
+#include "coord/http/http_choices.h"
+#include "coord/http/http_internal.h"
 
 #define CACHES_PATH "/v1/caches"
 

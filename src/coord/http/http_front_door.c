@@ -1,6 +1,6 @@
 /* The HTTP accept loop; the contract is in http_front_door.h. */
 #define _GNU_SOURCE /* accept4 */
-#include "coord/http_front_door.h"
+#include "coord/http/http_front_door.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

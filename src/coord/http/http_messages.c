@@ -1,5 +1,5 @@
 /* The Anthropic Messages endpoints; the contract is in http_messages.h. */
-#include "coord/http_messages.h"
+#include "coord/http/http_messages.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +10,8 @@
 #include "coord/api/anthropic_response.h"
 #include "coord/api/chat_render.h"
 #include "coord/explicit_caches.h"
-#include "coord/http_choices.h"
-#include "coord/http_internal.h"
+#include "coord/http/http_choices.h"
+#include "coord/http/http_internal.h"
 #include "coord/text_stream.h"
 
 /* Seconds a stream may stay silent (a long prefill) before a ping keeps proxies from closing it. */

@@ -1,6 +1,6 @@
 /* The completion endpoints: request → tokens → coordinator, then the answer, whole or as SSE. */
 #define _GNU_SOURCE /* POLLRDHUP */
-#include "coord/http_generate.h"
+#include "coord/http/http_generate.h"
 
 #include "cache/kv_cache.h"
 
@@ -18,8 +18,8 @@
 #include "common/timeutil.h"
 #include "coord/api/api_response.h"
 #include "coord/explicit_caches.h"
-#include "coord/http_internal.h"
-#include "coord/http_choices.h"
+#include "coord/http/http_internal.h"
+#include "coord/http/http_choices.h"
 
 int http_generate_max_model_len(const HttpGenerateContext *ctx) {
     int context = ctx->model->weights.cfg.context_length, pool = 0, block = 0;

@@ -27,7 +27,7 @@
 #include "coord/api/api_request.h"
 #include "coord/api/api_response.h"
 #include "coord/coord_request.h"
-#include "coord/http_generate.h"
+#include "coord/http/http_generate.h"
 #include "coord/text_stream.h"
 
 /* What the HTTP thread has seen of a request. */

@@ -24,7 +24,7 @@
 #include "coord/api/anthropic_request.h"
 #include "coord/api/api_request.h"
 #include "coord/auth.h"
-#include "coord/http_generate.h"
+#include "coord/http/http_generate.h"
 #include "coord/metrics.h"
 
 /* key: the request's API key, NULL when the server has none. */

@@ -1,4 +1,4 @@
-#include "coord/http_lora.h"
+#include "coord/http/http_lora.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "coord/http_internal.h"
+#include "coord/http/http_internal.h"
 
 struct HttpLora {
     HttpLoraConfig cfg;
