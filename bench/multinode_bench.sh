@@ -12,6 +12,8 @@
 #   the same round (req/s, TTFT p50 / p99, hit rate, bytes moved), with the load average beside each arm.
 #   No simulator rows in this mode. ROUND_FIRST=R [1] numbers the rounds from R, to add rounds to an OUT
 #   that has some (OUT/routers.md then covers them all).
+#   A word of ROUTERS may be NAME:ROUTER:BINARY (e.g. costfix:cost:/tmp/b/braid): the arm is named NAME, runs
+#   --router ROUTER with that braid binary (two builds of one router side by side in the same rounds).
 #   ARM_TIMEOUT [1800] (s, every mode): bounds each arm's driver; one that runs past it is reported as a hang.
 # Environment (defaults in brackets): WORKLOADS [cross-tenant codegen templates], NODES [1 2 4] (worker
 # nodes), MOVES [on off], RATES [1gbit 10gbit] (tc tbf on every link), ROUTER [cost], WORKFLOWS [8],
@@ -91,7 +93,7 @@ run_arm() {  # run_arm WORKLOAD K MOVES RATE [TAG] (TAG: the router comparison's
   local node1 url
   node1=$("$nodes_sh" addr 1)
   url=http://$node1:$port
-  echo "== $w, $k worker node(s), moves $moves, links $rate, router $ROUTER" >&2
+  echo "== $w, $k worker node(s), moves $moves, links $rate, router $ROUTER, binary $braid" >&2
   BRAID_BIN=$braid setsid "$root/launch/braid-local" --nodes $((k + 1)) --instances "$k" --model "$model" --port "$port" \
     --threads 1 --kv-blocks "$KV_BLOCKS" --router "$ROUTER" --kv-moves "$moves" --events "$dir/events.jsonl" > "$dir/serve.log" 2>&1 &
   pid=$!
@@ -197,9 +199,10 @@ check_row() {  # check_row WORKLOAD K MOVES RATE: braid sim replaying the live a
 # ratios to the first router, in OUT/routers.md.
 compare_routers() {
   local table=$out/routers.md w rate k moves r i n router tag
-  local -a routers
+  local -a routers names
   read -r -a routers <<< "$ROUTERS"
   n=${#routers[@]}
+  for i in $(seq 0 $((n - 1))); do names[i]=${routers[i]%%:*}; done
   {
     echo "Command: ROUTERS='$ROUTERS' ROUNDS=$ROUNDS bench/multinode_bench.sh (WORKLOADS='$WORKLOADS' NODES='$NODES' MOVES='$MOVES'"
     echo "RATES='$RATES' WORKFLOWS=$WORKFLOWS CONCURRENCY=$CONCURRENCY SCALE=$SCALE MAX_TOKENS_CAP=$MAX_TOKENS_CAP KV_BLOCKS=$KV_BLOCKS SEED=$SEED);"
@@ -214,8 +217,10 @@ compare_routers() {
           for r in $(seq "$ROUND_FIRST" $((ROUND_FIRST + ROUNDS - 1))); do
             for i in $(seq 0 $((n - 1))); do
               router=${routers[$(( (i + r - 1) % n ))]}
-              tag=$router-r$r
-              ROUTER=$router run_arm "$w" "$k" "$moves" "$rate" "$tag" $((SEED + r - 1)) &&
+              tag=${router%%:*}-r$r
+              local arm_router=$router arm_bin=$braid
+              if [[ $router == *:*:* ]]; then arm_router=${router#*:}; arm_bin=${arm_router#*:}; arm_router=${arm_router%%:*}; fi
+              braid=$arm_bin ROUTER=$arm_router run_arm "$w" "$k" "$moves" "$rate" "$tag" $((SEED + r - 1)) &&
                 row "$w" "$k" "$moves" "$rate" "$tag" > /dev/null || echo "multinode_bench: arm $w $k $moves $rate $tag failed" >&2
             done
           done
@@ -224,7 +229,7 @@ compare_routers() {
     done
     "$nodes_sh" down > /dev/null 2>&1 || true
   done
-  python3 - "$out" "$((ROUND_FIRST + ROUNDS - 1))" "$WORKLOADS" "$NODES" "$MOVES" "$RATES" "${routers[@]}" <<'PY' >> "$table"
+  python3 - "$out" "$((ROUND_FIRST + ROUNDS - 1))" "$WORKLOADS" "$NODES" "$MOVES" "$RATES" "${names[@]}" <<'PY' >> "$table"
 import json, math, os, re, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 workloads, nodes, moves_list, rates = (x.split() for x in sys.argv[3:7])

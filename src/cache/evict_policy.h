@@ -87,10 +87,11 @@ typedef struct {
 
 struct RadixNode;
 
-/* Run-time settings a policy may read at create (--pbkv-gamma); the zero value is every policy's
+/* Run-time settings a policy may read at create (--pbkv-gamma, --pbkv-future); the zero value is every policy's
  * defaults. A policy ignores what it has no use for. */
 typedef struct {
     double gamma; /* PBKV's lookahead discount, in (0, 1]; 0 = the policy's default (PBKV_DEFAULT_GAMMA) */
+    int future;   /* PBKV's read for the workflows still to come (--pbkv-future): 0 = default (on), 1 = on, -1 = off */
 } EvictPolicyOptions;
 
 /* PBKV's default discount (the paper's setting, App. D). */

@@ -28,7 +28,8 @@
  * A node that two or more, and at least half, of the active workflows read also counts one read for
  * the workflows still to come
  * (PBKV_NEW_WORKFLOWS_WEIGHT): Eq. 2 sums over W_act(c) only, and a shared head whose agent runs once
- * per workflow would otherwise be worth nothing to the next workflow that starts.
+ * per workflow would otherwise be worth nothing to the next workflow that starts. On by default;
+ * EvictPolicyOptions.future = -1 (--pbkv-future off) leaves it out (Eq. 2 alone), for A/B runs.
  *
  * Prefetch (§4.3): prefetch_value is the one-step Value(c) of Eq. 1, the sum over the node's active
  * workflows' uses of the step-1 predicted probability of the agents that used it (a retired or
@@ -84,15 +85,19 @@ typedef struct {
     PbkvWorkflow *workflows; /* indexed by interned workflow id */
     int cap;
     double gamma;
+    bool future;          /* count the read of the workflows still to come (PBKV_NEW_WORKFLOWS_WEIGHT) */
     int active_workflows; /* known (predicted) and not retired: the W_act that a node's share is of */
 } PbkvState;
 
 static int pbkv_create(void **state, CacheTier tier, const EvictPolicyOptions *options, BraidError *err) {
     (void)tier;
     if (options->gamma < 0 || options->gamma > 1) return braid_error_set(err, "pbkv: gamma %g is outside (0, 1]", options->gamma);
+    if (options->future < -1 || options->future > 1)
+        return braid_error_set(err, "pbkv: future %d is not -1 (off), 0 (default: on) or 1 (on)", options->future);
     PbkvState *s = calloc(1, sizeof *s);
     if (!s) return braid_error_set(err, "pbkv: out of memory");
     s->gamma = options->gamma > 0 ? options->gamma : PBKV_DEFAULT_GAMMA;
+    s->future = options->future >= 0;
     *state = s;
     return 0;
 }
@@ -141,7 +146,7 @@ static double pbkv_score(void *state, const RadixNode *node) {
     /* A prompt at least half the active workflows read (an agent's head) is one the next workflow
      * reads too; one a few share (a popular document) is not. The share is read when the node is
      * re-keyed (a use, or a forecast or an end of one of its workflows), so it lags a little. */
-    if (active >= 2 && 2 * active >= s->active_workflows) value += PBKV_NEW_WORKFLOWS_WEIGHT;
+    if (s->future && active >= 2 && 2 * active >= s->active_workflows) value += PBKV_NEW_WORKFLOWS_WEIGHT;
     return floor(value / PBKV_VALUE_STEP) * PBKV_VALUE_STEP * PBKV_SCORE_UNIT + recency;
 }
 

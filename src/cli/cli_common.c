@@ -120,6 +120,23 @@ int cli_check_pbkv_gamma(const char *cmd, const EvictPolicy *policy, double gamm
     return 0;
 }
 
+int cli_parse_pbkv_future(const char *cmd, const char *text, int *future, bool verbose) {
+    if (strcmp(text, "on") != 0 && strcmp(text, "off") != 0) {
+        if (verbose) fprintf(stderr, "braid %s: --pbkv-future expects on or off, got '%s'\n", cmd, text);
+        return -1;
+    }
+    *future = strcmp(text, "on") == 0 ? 1 : -1;
+    return 0;
+}
+
+int cli_check_pbkv_future(const char *cmd, const EvictPolicy *policy, int future, bool verbose) {
+    if (future != 0 && policy != &evict_policy_pbkv) {
+        if (verbose) fprintf(stderr, "braid %s: --pbkv-future applies to --policy pbkv only (the policy is %s)\n", cmd, policy->name);
+        return -1;
+    }
+    return 0;
+}
+
 void cli_list_policies(FILE *out) {
     const EvictPolicy *const *all;
     int n = evict_policy_list(&all);

@@ -86,6 +86,8 @@ void cli_list_policies(FILE *out);
 #define CLI_PBKV_FLAGS_USAGE                                                                                         \
     "  --pbkv-gamma G           PBKV's lookahead discount gamma in (0, 1] (default 0.7, the paper's): a forecast's\n"  \
     "                           step s weighs gamma^(s-1); only with --policy pbkv\n"                                  \
+    "  --pbkv-future on|off     PBKV's read for the workflows still to come on a prompt most active workflows\n"  \
+    "                           read (an agent's head; default on); off: Eq. 2 alone; only with --policy pbkv\n" \
     "  --prefetch-blocks N|auto S_bw: the most host-tier blocks one pure-decode step prefetches (1 to 65536), or\n"   \
     "                           auto (default): measured host->device copy bandwidth x decode step time / block\n"\
     "                           bytes (8 until both are measured); only with\n"                               \
@@ -101,6 +103,12 @@ int cli_parse_pbkv_gamma(const char *cmd, const char *text, double *gamma, bool 
 /* --pbkv-gamma given (gamma > 0) with a policy that has no discount: -1 after an error message
  * (when verbose). */
 int cli_check_pbkv_gamma(const char *cmd, const EvictPolicy *policy, double gamma, bool verbose);
+/* --pbkv-future on|off into *future (1 / -1, EvictPolicyOptions.future); -1 after an error message
+ * (when verbose). */
+int cli_parse_pbkv_future(const char *cmd, const char *text, int *future, bool verbose);
+/* --pbkv-future given (future != 0) with a policy other than pbkv: -1 after an error message (when
+ * verbose). */
+int cli_check_pbkv_future(const char *cmd, const EvictPolicy *policy, int future, bool verbose);
 
 /* --host-kv-blocks / --host-kv-gib as given (at most one of them). */
 typedef struct {

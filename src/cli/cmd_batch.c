@@ -93,6 +93,7 @@ typedef struct {
     long prefetch_blocks; /* --prefetch-blocks; 0 = the scheduler's default */
     bool prefetch_copies_thread; /* --prefetch-copies thread: the CPU backend's copy thread (worker/backend.h) */
     double pbkv_gamma;    /* --pbkv-gamma; 0 = the policy's default */
+    int pbkv_future;      /* --pbkv-future: 1 on, -1 off, 0 = the policy's default (on) */
     SegmentReuseMode segment_reuse;
     long approx_window;
     bool segment_lsh, segment_lsh_anywhere; /* --segment-lsh on / anywhere */
@@ -104,7 +105,7 @@ typedef struct {
 static int parse_args(int argc, char **argv, BatchArgs *a) {
     enum { O_MODEL = 256, O_IN, O_OUT, O_BLOCKS, O_BS, O_MBT, O_RUN, O_CACHE, O_POLICY, O_EVENTS, O_THREADS, O_TRACE, O_DEVICE, O_NO_GRAPHS,
            O_CPU_MATMUL, O_LIST_POLICIES, O_HOST_BLOCKS, O_HOST_GIB, O_PREFETCH, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_LOGITS, O_TRACE_TOKENS, O_LORA, O_LORA_CACHE, O_RESIDUAL_BLOCKS,
-           O_OCCUPANCY, O_OCCUPANCY_INTERVAL, O_PBKV_GAMMA, O_PREFETCH_BLOCKS, O_PREFETCH_COPIES, O_CHAT_TEMPLATE,
+           O_OCCUPANCY, O_OCCUPANCY_INTERVAL, O_PBKV_GAMMA, O_PBKV_FUTURE, O_PREFETCH_BLOCKS, O_PREFETCH_COPIES, O_CHAT_TEMPLATE,
            O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_MIN_SPAN, O_SPAN_TAIL, O_ADMIT_OUTPUT };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL}, {"input", required_argument, 0, O_IN}, {"output", required_argument, 0, O_OUT},
@@ -124,6 +125,7 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
         {"residual-blocks", required_argument, 0, O_RESIDUAL_BLOCKS},
         {"occupancy-log", required_argument, 0, O_OCCUPANCY}, {"occupancy-interval", required_argument, 0, O_OCCUPANCY_INTERVAL},
         {"pbkv-gamma", required_argument, 0, O_PBKV_GAMMA}, {"prefetch-blocks", required_argument, 0, O_PREFETCH_BLOCKS},
+        {"pbkv-future", required_argument, 0, O_PBKV_FUTURE},
         {"prefetch-copies", required_argument, 0, O_PREFETCH_COPIES},
         {"chat-template", required_argument, 0, O_CHAT_TEMPLATE}, {"admit-output", required_argument, 0, O_ADMIT_OUTPUT},
         CLI_SPAN_GUARD_OPTIONS(O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_MIN_SPAN, O_SPAN_TAIL),
@@ -207,6 +209,7 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
             a->prefetch = strcmp(optarg, "on") == 0;
             break;
         case O_PBKV_GAMMA: if (cli_parse_pbkv_gamma("batch", optarg, &a->pbkv_gamma, true)) return 2; break;
+        case O_PBKV_FUTURE: if (cli_parse_pbkv_future("batch", optarg, &a->pbkv_future, true)) return 2; break;
         case O_PREFETCH_COPIES:
             if (cli_parse_prefetch_copies("batch", optarg, &a->prefetch_copies_thread, true)) return 2;
             break;
@@ -231,6 +234,7 @@ static int parse_args(int argc, char **argv, BatchArgs *a) {
     }
     if (a->prefetch < 0) a->prefetch = a->policy->prefetch_value != NULL;
     if (cli_check_pbkv_gamma("batch", a->policy, a->pbkv_gamma, true)) return 2;
+    if (cli_check_pbkv_future("batch", a->policy, a->pbkv_future, true)) return 2;
     if (a->prefetch_blocks > 0 && !a->prefetch) {
         fprintf(stderr, "braid batch: --prefetch-blocks caps the prefetch, which is off (policy %s)\n", a->policy->name);
         return 2;
@@ -581,7 +585,7 @@ static int serve_batch(const BraidModel *model, const BatchArgs *a, const LoraSe
     BraidError err;
     EngineConfig cfg = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
                         .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
-                        .policy = a->policy, .policy_options = {.gamma = a->pbkv_gamma}, .prefetch = prefetch,
+                        .policy = a->policy, .policy_options = {.gamma = a->pbkv_gamma, .future = a->pbkv_future}, .prefetch = prefetch,
                         .prefetch_max_blocks = (int)a->prefetch_blocks, .sync_copies = !a->prefetch_copies_thread, .device = a->device, .cuda_graphs_off = a->no_graphs,
                         .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
                         .approx_window = (int)a->approx_window, .span_guard = a->span_guard, .segment_lsh = a->segment_lsh,

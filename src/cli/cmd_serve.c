@@ -239,6 +239,7 @@ typedef struct {
     long prefetch_blocks; /* --prefetch-blocks; 0 = the scheduler's default */
     bool prefetch_copies_thread; /* --prefetch-copies thread: the CPU backend's copy thread (worker/backend.h) */
     double pbkv_gamma;    /* --pbkv-gamma; 0 = the policy's default */
+    int pbkv_future;      /* --pbkv-future: 1 on, -1 off, 0 = the policy's default (on) */
     RankBindMode bind;
     SegmentReuseMode segment_reuse;
     long approx_window;
@@ -266,7 +267,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
            O_KV_EVENTS_EP, O_KV_EVENTS_REPLAY, O_KV_EVENTS_TOPIC, O_LORA, O_LORA_CACHE, O_RESIDUAL_BLOCKS, O_MANIFEST_OUT, O_MANIFEST_CAPACITY,
            O_WARM_START, O_WARM_START_PIN, O_OCCUPANCY, O_OCCUPANCY_INTERVAL,
            O_RESTARTS, O_RESPAWNED, O_RESPAWN_HOST, O_REWARM_HEADS, O_REWARM_TOKENS, O_KV_MOVES, O_ROUTER, O_MOVE_GBPS,
-           O_MOVE_PREFILL, O_MOVE_TIMEOUT, O_WATCHDOG, O_WARM_HEADS, O_WARM_TOKENS, O_FAIR_SHARE, O_FAIR_STEP, O_PBKV_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS, O_PREFETCH_COPIES, O_ALLOW_RUNTIME_LORA, O_CACHE_CREATE_RATE, O_STATE_DIR,
+           O_MOVE_PREFILL, O_MOVE_TIMEOUT, O_WATCHDOG, O_WARM_HEADS, O_WARM_TOKENS, O_FAIR_SHARE, O_FAIR_STEP, O_PBKV_GAMMA, O_PBKV_FUTURE, O_PBKV_K, O_PREFETCH_BLOCKS, O_PREFETCH_COPIES, O_ALLOW_RUNTIME_LORA, O_CACHE_CREATE_RATE, O_STATE_DIR,
            O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_MIN_SPAN, O_SPAN_TAIL, O_JOIN_SLOTS, O_JOIN_INSTANCE, O_JOIN_SERVICE, O_COORD_TIMEOUT, O_ADMIT_OUTPUT };
     static const struct option opts[] = {
         CLI_SPAN_GUARD_OPTIONS(O_PROBE_TOKENS, O_PROBE_COS, O_WINDOW_DEEP, O_APPROX_PREFIX, O_PROBE_VALUES, O_MIN_SPAN, O_SPAN_TAIL),
@@ -316,6 +317,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
         {"warm-start-tokens", required_argument, 0, O_WARM_TOKENS}, {"fair-share", required_argument, 0, O_FAIR_SHARE},
         {"fair-step-tokens", required_argument, 0, O_FAIR_STEP}, {"admit-output", required_argument, 0, O_ADMIT_OUTPUT},
         {"pbkv-gamma", required_argument, 0, O_PBKV_GAMMA}, {"pbkv-k", required_argument, 0, O_PBKV_K},
+        {"pbkv-future", required_argument, 0, O_PBKV_FUTURE},
         {"prefetch-blocks", required_argument, 0, O_PREFETCH_BLOCKS}, {"prefetch-copies", required_argument, 0, O_PREFETCH_COPIES},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     *a = (ServeArgs){.host = "127.0.0.1", .tp = 1, .port = 8000, .kv_blocks = 512, .block_size = 16, .max_batch_tokens = 512,
@@ -408,6 +410,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
             target = &a->prefetch_blocks, flag = "--prefetch-blocks", hi = 65536;
             break;
         case O_PBKV_GAMMA: if (cli_parse_pbkv_gamma("serve", optarg, &a->pbkv_gamma, verbose)) return 2; break;
+        case O_PBKV_FUTURE: if (cli_parse_pbkv_future("serve", optarg, &a->pbkv_future, verbose)) return 2; break;
         case O_IDLE:
             if (verbose ? cli_parse_float("--workflow-idle-timeout", optarg, 0, 1e9, &a->idle_timeout)
                         : (a->idle_timeout = strtod(optarg, NULL), 0))
@@ -547,6 +550,7 @@ static int parse_args(int argc, char **argv, ServeArgs *a, bool verbose) {
     }
     if (a->prefetch < 0) a->prefetch = a->policy->prefetch_value != NULL;
     if (cli_check_pbkv_gamma("serve", a->policy, a->pbkv_gamma, verbose)) return 2;
+    if (cli_check_pbkv_future("serve", a->policy, a->pbkv_future, verbose)) return 2;
     if (a->prefetch_blocks > 0 && !a->prefetch) {
         if (verbose) fprintf(stderr, "braid serve: --prefetch-blocks caps the prefetch, which is off (policy %s)\n", a->policy->name);
         return 2;
@@ -884,7 +888,7 @@ static int run_worker(const ServeArgs *a, const BraidModel *model, const LoraSet
         .model = model, .world = control, .tp_comm = tp_comm, .instance = (rank - 1) / tp,
         .engine = {.n_blocks = (int)a->kv_blocks, .block_size = (int)a->block_size, .max_batch_tokens = (int)a->max_batch_tokens,
                    .max_running = (int)a->max_running, .host_blocks = (int)host_blocks, .cache_enabled = a->cache,
-                   .policy = a->policy, .policy_options = {.gamma = a->pbkv_gamma}, .prefetch = a->prefetch != 0,
+                   .policy = a->policy, .policy_options = {.gamma = a->pbkv_gamma, .future = a->pbkv_future}, .prefetch = a->prefetch != 0,
                    .prefetch_max_blocks = (int)a->prefetch_blocks, .sync_copies = !a->prefetch_copies_thread, .device = a->device,
                    .cpu_matmul_fp32 = a->cpu_matmul == CPU_MATMUL_FP32, .segment_reuse = a->segment_reuse,
                    .approx_window = (int)a->approx_window, .span_guard = a->span_guard, .segment_lsh = a->segment_lsh, .segment_lsh_anywhere = a->segment_lsh_anywhere,

@@ -22,7 +22,8 @@ static const char sim_usage[] =
     "usage: braid sim --trace PATH --kv-tokens N [--host-kv-tokens H] [--policy NAME] [--block-size B]\n"
     "                 [--prefill-ms-per-token X] [--decode-ms-per-token Y] [--host-gbs G]\n"
     "                 [--host-latency-us L] [--kv-bytes-per-token K] [--predictor FILE | --markov 1|2]\n"
-    "                 [--predictor-learn] [--horizon K | --pbkv-k K] [--pbkv-gamma G] [--prediction-noise L]\n"
+    "                 [--predictor-learn] [--forecast-run-cap] [--horizon K | --pbkv-k K] [--pbkv-gamma G]\n"
+    "                 [--pbkv-future on|off] [--prediction-noise L]\n"
     "                 [--cache-outputs] [--prefetch [--prefetch-blocks N] [--prefetch-mode conservative|aggressive] [--prefetch-rho R]]\n"
     "                 [--timeline FILE] [--hidden FILE] [--segment-reuse off|exact|approx [--approx-window W] [--model GGUF]]\n"
     "                 [--segment-lsh on|anywhere|off [--segment-tau-seg T] [--segment-tau-ctx T]]\n"
@@ -43,9 +44,13 @@ static const char sim_usage[] =
     "  --predictor FILE: a next-agent predictor trained by braid train-predictor, for the policies that\n"
     "            take predictions (pbkv, kvflow); without it a Markov predictor (--markov 1|2, default 1)\n"
     "            learns online from the trace as it replays. --predictor-learn keeps a trained one learning.\n"
+    "  --forecast-run-cap: forecast another agent once an agent's run of calls is as long as its previous\n"
+    "            run in the workflow (rounds that never grow, as factcheck's retrieval; default off)\n"
     "  --horizon, --pbkv-k: prediction steps K, PBKV's lookahead (default 4; 1 to 64)\n"
     "  --pbkv-gamma: PBKV's lookahead discount gamma in (0, 1]: step s of a forecast weighs gamma^(s-1)\n"
     "            (default 0.7, the paper's); only with --policy pbkv\n"
+    "  --pbkv-future on|off: PBKV's one read for the workflows still to come on a prompt at least half of\n"
+    "            the active workflows read (an agent's head; default on); off: Eq. 2 alone; only with --policy pbkv\n"
     "  --prediction-noise: the PBKV paper's App. E noise injection, L in [0, 1]: every forecast step reaches\n"
     "            the policy as (1 - L) P + L U, U uniform over the agents (default 0; 1 = no information)\n"
     "  --hidden FILE: the requests' prefill hidden states (braid batch --hidden-out), for a graph predictor\n"
@@ -92,7 +97,8 @@ static const char sim_usage[] =
     "            each adapted request forks or keeps a separate copy by the server's --lora-cache auto cost model\n"
     "            (attention penalty vs regret-priced memory saving; not with belady)\n"
     "  --auto-cost: 4 (default: the server's model, with what each choice recomputes now), 2 (the corrected saving alone),\n"
-    "            1 (issue 36's first) or 3 (1, other adapters' copies in held)\n"
+    "            1 (issue 36's first) or 3 (1, other adapters' copies in held); 5: 4's terms decided per context (one choice\n"
+    "            for every adapter reading a shared prefix, kept with hysteresis), 6: 5 per (context, adapter)\n"
     "  --residual-pool: fixed (default: a pool of --residual-tokens of its own) or unified (residuals live in\n"
     "                  base blocks borrowed from --kv-tokens, one LRU order, never outliving their base)\n"
     "  --residual-attention: ResidualAttention's extra time on every forked request's modeled latency: none\n"
@@ -326,9 +332,9 @@ static int write_timeline(const char *path, const SimConfig *cfg, const Trace *t
 int cmd_sim(int argc, char **argv) {
     /* Long-option codes: one list, starting above every short option's character code. */
     enum { O_TRACE = 256, O_KV, O_POLICY, O_PREFILL, O_DECODE, O_JSON, O_BLOCK, O_HOST, O_GBS, O_LAT, O_BPT, O_PRED, O_MARKOV,
-           O_LEARN, O_OUTPUTS, O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_APPROX_PREFIX, O_MODEL,
+           O_LEARN, O_RUN_CAP, O_OUTPUTS, O_HORIZON, O_PREFETCH, O_TIMELINE, O_HIDDEN, O_SEGMENTS, O_WINDOW, O_APPROX_PREFIX, O_MODEL,
            O_NOISE, O_LORA_CACHE, O_RESIDUAL, O_RES_ATTN, O_RES_POOL, O_AUTO_COST, O_RANK, O_KV_DIM, O_INSTANCES, O_ROUTER, O_MOVES, O_LINK_GBPS,
-           O_LINK_LAT, O_SLACK, O_MOVE_TIMEOUT, O_GAMMA, O_PBKV_K, O_PREFETCH_BLOCKS, O_PREFETCH_MODE, O_PREFETCH_RHO,
+           O_LINK_LAT, O_SLACK, O_MOVE_TIMEOUT, O_GAMMA, O_PBKV_FUTURE, O_PBKV_K, O_PREFETCH_BLOCKS, O_PREFETCH_MODE, O_PREFETCH_RHO,
            O_TENANTS, O_MBT, O_RUNNING, O_FAIR_STEP, O_STEP_MS, O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_DIRECTIVES, O_PIN_BUDGET,
            O_CLUSTER_REPLAY, O_ROUTER_TPS, O_ROUTER_GBPS, O_CLOSED_LOOP, O_ROUTE_LOG, O_ADMIT_OUTPUT };
     static const struct option opts[] = {
@@ -339,6 +345,7 @@ int cmd_sim(int argc, char **argv) {
         {"host-gbs", required_argument, 0, O_GBS}, {"host-latency-us", required_argument, 0, O_LAT},
         {"kv-bytes-per-token", required_argument, 0, O_BPT}, {"predictor", required_argument, 0, O_PRED},
         {"markov", required_argument, 0, O_MARKOV}, {"predictor-learn", no_argument, 0, O_LEARN},
+        {"forecast-run-cap", no_argument, 0, O_RUN_CAP},
         {"horizon", required_argument, 0, O_HORIZON}, {"cache-outputs", no_argument, 0, O_OUTPUTS},
         {"prefetch", no_argument, 0, O_PREFETCH}, {"timeline", required_argument, 0, O_TIMELINE},
         {"hidden", required_argument, 0, O_HIDDEN}, {"segment-reuse", required_argument, 0, O_SEGMENTS},
@@ -351,6 +358,7 @@ int cmd_sim(int argc, char **argv) {
         {"link-gbps", required_argument, 0, O_LINK_GBPS}, {"link-latency-us", required_argument, 0, O_LINK_LAT},
         {"route-slack", required_argument, 0, O_SLACK}, {"move-timeout", required_argument, 0, O_MOVE_TIMEOUT},
         {"pbkv-gamma", required_argument, 0, O_GAMMA}, {"pbkv-k", required_argument, 0, O_PBKV_K},
+        {"pbkv-future", required_argument, 0, O_PBKV_FUTURE},
         {"prefetch-blocks", required_argument, 0, O_PREFETCH_BLOCKS},
         {"prefetch-mode", required_argument, 0, O_PREFETCH_MODE}, {"prefetch-rho", required_argument, 0, O_PREFETCH_RHO},
         {"tenants", no_argument, 0, O_TENANTS}, {"max-batch-tokens", required_argument, 0, O_MBT},
@@ -400,6 +408,7 @@ int cmd_sim(int argc, char **argv) {
         case O_PRED: cfg.predictor_path = optarg; break;
         case O_MARKOV: if (cli_parse_int("--markov", optarg, 1, 2, &v)) return 2; cfg.predictor_kind = (int)v; break;
         case O_LEARN: cfg.predictor_learn = true; break;
+        case O_RUN_CAP: cfg.forecast_run_cap = true; break;
         case O_OUTPUTS: cfg.cache_outputs = true; break;
         case O_PREFETCH: cfg.prefetch = true; break;
         case O_TIMELINE: timeline_path = optarg; cfg.timeline = true; break;
@@ -417,6 +426,7 @@ int cmd_sim(int argc, char **argv) {
         case O_HORIZON: if (cli_parse_int("--horizon", optarg, 1, 64, &v)) return 2; cfg.horizon = (int)v; break;
         case O_PBKV_K: if (cli_parse_int("--pbkv-k", optarg, 1, 64, &v)) return 2; cfg.horizon = (int)v; break;
         case O_GAMMA: if (cli_parse_pbkv_gamma("sim", optarg, &cfg.pbkv_gamma, true)) return 2; break;
+        case O_PBKV_FUTURE: if (cli_parse_pbkv_future("sim", optarg, &cfg.pbkv_future, true)) return 2; break;
         case O_PREFETCH_BLOCKS:
             if (cli_parse_int("--prefetch-blocks", optarg, 1, 1 << 30, &v)) return 2;
             cfg.prefetch_max_blocks = (int)v;
@@ -450,7 +460,7 @@ int cmd_sim(int argc, char **argv) {
                 return 2;
             }
             break;
-        case O_AUTO_COST: if (cli_parse_int("--auto-cost", optarg, 1, 4, &v)) return 2; cfg.auto_cost = (int)v; break;
+        case O_AUTO_COST: if (cli_parse_int("--auto-cost", optarg, 1, 6, &v)) return 2; cfg.auto_cost = (int)v; break;
         case O_RES_POOL:
             if (strcmp(optarg, "fixed") != 0 && strcmp(optarg, "unified") != 0) {
                 fprintf(stderr, "braid sim: --residual-pool '%s': fixed or unified\n", optarg);
@@ -542,6 +552,10 @@ int cmd_sim(int argc, char **argv) {
     const EvictPolicy *policy = evict_policy_find(cfg.policy);
     if (cfg.pbkv_gamma > 0 && policy != &evict_policy_pbkv) {
         fprintf(stderr, "braid sim: --pbkv-gamma applies to --policy pbkv only (the policy is %s)\n", cfg.policy);
+        return 2;
+    }
+    if (cfg.pbkv_future != 0 && policy != &evict_policy_pbkv) {
+        fprintf(stderr, "braid sim: --pbkv-future applies to --policy pbkv only (the policy is %s)\n", cfg.policy);
         return 2;
     }
     if (prefetch_mode && !strcmp(prefetch_mode, "conservative") && cfg.prefetch_rho > 0) {
@@ -638,9 +652,11 @@ int cmd_sim(int argc, char **argv) {
         cluster.kv_bytes_per_token = cfg.kv_bytes_per_token;
         cluster.policy = evict_policy_find(cfg.policy);
         cluster.policy_options.gamma = cfg.pbkv_gamma;
+        cluster.policy_options.future = cfg.pbkv_future;
         cluster.predictor_path = cfg.predictor_path;
         cluster.predictor_kind = cfg.predictor_kind;
         cluster.predictor_learn = cfg.predictor_learn;
+        cluster.forecast_run_cap = cfg.forecast_run_cap;
         cluster.horizon = cfg.horizon;
         int crc = sim_cluster_report(&trace, &cluster, json);
         if (cluster.route_log && fclose(cluster.route_log)) {

@@ -76,6 +76,7 @@ int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm worl
     c->router.cost = route_cost_model_init(cfg->moves.enabled, cfg->moves.prefill_tokens_per_s, cfg->moves.link_bytes_per_s, cfg->moves.latency_s);
     c->router.cost.min_move_blocks = cfg->moves.min_blocks;
     c->router.cost.lender_step_tokens = cfg->moves.lender_step_tokens;
+    c->router.cost.lender_step_parts = ROUTE_COST_LIVE_LENDER_STEP_PARTS; /* a busy leader answers asks between layers */
     c->router.cost.move_timeout_s = cfg->moves.timeout_s;
     if (!c->reviving || !c->ever_ready || !c->can_move || !c->block_bytes ||
         (c->restarts_on && instance_restarts_init(&c->restarts, cfg->n_instances, cfg->max_restarts,
@@ -932,7 +933,12 @@ static void on_finish(Coordinator *c, int instance, WireReader *rd) {
 static void on_stats(Coordinator *c, int instance, WireReader *rd) {
     MsgStats m;
     if (msg_stats_decode(rd, &m)) return;
-    request_watchdog_stats(&c->watchdog, instance, m.computed_prompt_tokens + m.cached_prompt_tokens_device + m.cached_prompt_tokens_host,
+    /* Queue movement: prompt tokens admitted, prefill chunks computed and tokens generated: the
+     * requests ahead of a waiting one advance (issue 36: at load 40+ one prefill, or one decode of
+     * the requests ahead, outlasted the watchdog and their queue was answered 500). */
+    request_watchdog_stats(&c->watchdog, instance,
+                           m.computed_prompt_tokens + m.cached_prompt_tokens_device + m.cached_prompt_tokens_host + m.prefilled_tokens +
+                               m.generated_tokens,
                            braid_now_seconds());
     InstanceStats s = {.waiting = m.waiting, .running = m.running, .pool_used_blocks = m.pool_used_blocks,
                        .pool_total_blocks = m.pool_total_blocks, .host_used_blocks = m.host_used_blocks,

@@ -3,10 +3,14 @@
  * ends with an answer within a bound, even when its instance loses it (a message dropped, a bug).
  *
  * A routed request makes progress when a token of its own arrives, or when its instance's queue
- * moves: a request finishes there, or the instance reports more prompt tokens admitted (computed
- * or served from its cache) than in its previous stats. A request that waits behind others on a
- * busy instance is thus never failed, while one the instance dropped is, once the instance's queue
- * has stood still for timeout_s (decode steps of other requests are not queue movement). The
+ * moves: a request finishes there, or the instance reports more progress than in its previous
+ * stats — prompt tokens admitted (computed or served from its cache), prompt tokens prefilled
+ * (each chunk a step computes) or tokens generated. A request that waits behind others on a busy
+ * instance is thus never failed, not even behind a prefill or a decode longer than timeout_s (a
+ * loaded CPU's minutes-long prompt; issue 36), while one the instance dropped is, once the
+ * instance has stood still for timeout_s. (Counting the steps of the requests ahead costs no
+ * detection: each of them ends within its max_tokens, and while new ones are admitted the queue
+ * moved anyway.) The
  * coordinator then answers it with a 500, logs it with its id, counts it in /metrics
  * (braid_requests_watchdog_total) and /health (requests_past_watchdog), and cancels it on the
  * instance in case it still holds it. Dead instances are not this module's concern: their
@@ -39,8 +43,9 @@ void request_watchdog_free(RequestWatchdog *w);
 
 /* A request finished on the instance (any reason): its queue moved. */
 void request_watchdog_finished(RequestWatchdog *w, int instance, double now);
-/* The instance's stats: admitted_tokens is its running total of prompt tokens admitted (computed
- * plus served from either cache tier); an increase is queue movement. */
+/* The instance's stats: admitted_tokens is its running progress total — prompt tokens admitted
+ * (computed plus served from either cache tier), prompt tokens prefilled (MsgStats
+ * prefilled_tokens) and tokens generated, summed by the coordinator; an increase is queue movement. */
 void request_watchdog_stats(RequestWatchdog *w, int instance, uint64_t admitted_tokens, double now);
 /* An instance that starts over (restarted: a new leader) has a new baseline. */
 void request_watchdog_instance_reset(RequestWatchdog *w, int instance);

@@ -12,6 +12,7 @@ RouteCostModel route_cost_model_init(bool moves, double prefill_tokens_per_s, do
 double route_cost_lender_wait_s(const RouteCostModel *m, double lender_queue_s) {
     if (!(lender_queue_s > 0) || !(m->lender_step_tokens > 0)) return 0;
     double step_s = m->lender_step_tokens * m->s_per_token;
+    if (m->lender_step_parts > 1) step_s /= m->lender_step_parts; /* it answers between layers, not steps */
     return lender_queue_s < step_s ? lender_queue_s : step_s;
 }
 

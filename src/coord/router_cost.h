@@ -8,8 +8,12 @@
  *           + move time of the prefix blocks another instance can lend i (when moving them is
  *             cheaper than computing them):
  *                 blocks x block size x KV bytes per token / link rate + per-move latency
- * A lender answers a move between its engine steps, so a busy lender adds the rest of its current
- * step: min(its queue ahead, one step of lender_step_tokens prefill tokens). A move whose estimate
+ * A busy lender answers a move at the next point of its engine step where it looks at asks: with
+ * lender_step_parts = 1 between steps, so it adds the rest of its current step (min(its queue ahead,
+ * one step of lender_step_tokens prefill tokens)); with P parts, between two layers of a step (the
+ * CPU backend's step pulse, serve since the busy-lender fix), so it adds at most a P-th of a step.
+ * The coordinator sets P = ROUTE_COST_LIVE_LENDER_STEP_PARTS; braid sim's replay keeps 1 (its
+ * lender answers between steps), so each prices the lender it has. A move whose estimate
  * reaches move_timeout_s is not planned: live it would be abandoned after the timeout and the
  * prefix recomputed (the lender in a long prefill step does not answer in time).
  * Queue ahead = the prefill tokens routed to i that have not produced their first token yet, plus
@@ -64,8 +68,9 @@ typedef struct {
     double running_tokens;    /* a running request's weight in the queue ahead, in prefill tokens */
     int min_move_blocks;      /* the smallest gain a move is planned for */
     double lender_step_tokens; /* prefill tokens of one engine step (serve's --max-batch-tokens): a busy lender
-                                * answers a move between steps; 0: it answers at once */
+                                * answers a move within a step part (lender_step_parts); 0: it answers at once */
     double move_timeout_s;    /* a move not done by then is abandoned and the prefix recomputed (--move-timeout); 0: none */
+    int lender_step_parts;    /* the points in one step where a busy lender answers (its layers); <= 1: between steps */
     bool moves;               /* moves on (--kv-moves) */
     long prefill_samples, link_samples; /* how many samples each rate has learned from */
 } RouteCostModel;
@@ -74,6 +79,11 @@ typedef struct {
 #define ROUTE_COST_LEARN_WEIGHT 0.2 /* weight of a new sample in the running averages */
 #define ROUTE_COST_MOVE_FLOOR 0.05  /* a move took at least this share of its request's TTFT */
 #define ROUTE_COST_MIN_SAMPLE_TOKENS 64   /* a prefill sample needs this many tokens queued + computed */
+/* Live, a busy lender answers between two layers of its step: its wait is at most one layer's share
+ * of the step. The coordinator does not know the model's layer count; the served models have 24-30
+ * layers (Qwen2.5-0.5B 24, SmolLM2-135M 30), so 16 bounds a layer's share from above for any model of
+ * 16 layers or more (priced high rather than low: a move priced too cheap may run into the timeout). */
+#define ROUTE_COST_LIVE_LENDER_STEP_PARTS 16
 
 /* What the model needs to know about one candidate instance for one prompt. */
 typedef struct {
@@ -122,7 +132,8 @@ typedef struct {
 RouteCostModel route_cost_model_init(bool moves, double prefill_tokens_per_s, double link_bytes_per_s, double move_latency_s);
 RouteCostEstimate route_cost_estimate(const RouteCostModel *m, const RouteCostInput *in);
 /* How long a lender with lender_queue_s of work ahead takes to answer a move: the rest of its
- * current step, at most one step of lender_step_tokens prefill tokens (0 when idle or unknown). */
+ * current step part, at most one step of lender_step_tokens prefill tokens over lender_step_parts
+ * (0 when idle or unknown). */
 double route_cost_lender_wait_s(const RouteCostModel *m, double lender_queue_s);
 /* The work a choice costs the cluster: the prefill it computes and the cached tokens it evicts. */
 double route_cost_work_s(const RouteCostEstimate *e);

@@ -4,6 +4,15 @@
  * recorded, learned from (online, unless the predictor was trained and is kept frozen) and
  * answered with the workflow's K-step forecast; an end is learned as END and retires the workflow.
  * The forecast is what the cache's policies take (kv_cache_predict).
+ * Run cap: when the workflow's last agent has now been called as many times in a row as in its
+ * previous run of calls (a retrieval round as long as the round before it), the forecast is redone
+ * given that the next call is another agent: step 1 without that agent, steps 2..K mixed from the
+ * predictor's forecasts after each other next call. A round searches once per open fact and facts
+ * only close, so a round never outlasts the previous one; the agent-order predictor cannot count
+ * that far back (factcheck +0.3 / +1.2 points of pbkv hit rate at 80 000 / 160 000 tokens, codegen
+ * and pipeline unchanged: bench/RESULTS.md, issue 35 part 8). Off unless run_cap: it assumes rounds
+ * that never grow, which holds for factcheck's retrieval and not for every agent loop (a ReAct agent
+ * whose tool rounds lengthen would be forecast to hand over too early), so it is a simulator option.
  * Owns the tracker and the predictor it was given. Not thread-safe.
  */
 #ifndef BRAID_PREDICT_WORKFLOW_FORECAST_H
@@ -27,6 +36,9 @@ typedef struct {
     uint64_t calls, predicted_calls, correct_next; /* top-1 accuracy of step 1 as it happens */
     uint64_t refined;       /* forecasts redone with a call's hidden state */
     int last_top1_valid;
+    bool run_cap;           /* see "Run cap" above */
+    AgentPrediction branch; /* scratch: the forecast after one hypothetical next call */
+    uint64_t run_capped;    /* forecasts redone because a run reached its previous length */
 } WorkflowForecast;
 
 typedef struct {
@@ -36,6 +48,7 @@ typedef struct {
     int horizon;               /* 0 = WORKFLOW_FORECAST_DEFAULT_HORIZON */
     int max_workflows;         /* default 65536 */
     double idle_timeout_s;     /* <= 0: workflows retire only by an explicit end */
+    bool run_cap;              /* apply the run cap (off by default: braid sim --forecast-run-cap) */
 } WorkflowForecastConfig;
 
 int workflow_forecast_init(WorkflowForecast *f, const WorkflowForecastConfig *cfg, BraidError *err);

@@ -92,6 +92,7 @@ typedef struct {
     const char *predictor_path;
     int predictor_kind;
     bool predictor_learn;
+    bool forecast_run_cap; /* the forecast's run cap (workflow_forecast.h) */
     int horizon;
     int admit_output;            /* batch: each instance's --admit-output (worker/sched_admit.h; 0 = off) */
 } SimClusterConfig;

@@ -274,7 +274,8 @@ static int cluster_init(BatchCluster *cl, const Trace *t, const SimClusterConfig
                       .policy_options = cfg->policy_options, .admit_output = cfg->admit_output};
     if (sc.policy->on_prediction) {
         WorkflowForecastConfig fc = {.kind = cfg->predictor_kind == 2 ? PREDICTOR_MARKOV2 : PREDICTOR_MARKOV1, .learn = cfg->predictor_learn,
-                                     .horizon = cfg->horizon > 0 ? cfg->horizon : WORKFLOW_FORECAST_DEFAULT_HORIZON};
+                                     .horizon = cfg->horizon > 0 ? cfg->horizon : WORKFLOW_FORECAST_DEFAULT_HORIZON,
+                                     .run_cap = cfg->forecast_run_cap};
         if (cfg->predictor_path && agent_predictor_load(&fc.predictor, cfg->predictor_path, err)) return -1;
         if (workflow_forecast_init(&cl->forecast, &fc, err)) return -1;
         cl->forecasting = true;

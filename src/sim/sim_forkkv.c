@@ -188,6 +188,11 @@ double sim_fork_attention_s(const SimForkAttention *a, int n_prompt, int compute
 
 /* ---- auto mode's chooser ---- */
 
+/* Versions 5 / 6: a context's choice moves when its margin clears this many steady penalties (forkkv_context_choice.h). */
+#ifndef SIM_FORKCTX_HYSTERESIS
+#define SIM_FORKCTX_HYSTERESIS 0.5
+#endif
+
 static size_t seen_slot(const SimAuto *a, uint64_t h) {
     size_t i = (size_t)(h ^ (h >> 29)) & (a->cap - 1);
     while (a->seen[i] && a->seen[i] != h) i = (i + 1) & (a->cap - 1);
@@ -241,6 +246,7 @@ void sim_auto_on_residual_event(void *ctx, const CacheEvent *ev) {
 void sim_auto_free(SimAuto *a) {
     block_presence_free(&a->presence);
     block_presence_free(&a->residual_presence);
+    if (a->contexts_ready) forkctx_free(&a->contexts);
     free(a->adapters);
     free(a->adapter_tenants);
     free(a->scratch);
@@ -300,6 +306,17 @@ static void other_copies(SimAuto *a, const TraceRequest *r, int *longest, int *s
     }
 }
 
+/* Cost versions 5 / 6: the choice of r's context (1 fork, 0 separate), its read recorded; -1 when
+ * it has none (no full block) or out of memory. q: the version-4 inputs. */
+static int context_choice(SimAuto *a, const TraceRequest *r, const uint64_t *tenant_keys, int bs, const ForkKvRequest *q,
+                          int own_before) {
+    if (!a->contexts_ready) {
+        if (forkctx_init(&a->contexts, SIM_FORKCTX_HYSTERESIS, a->cost_version == 6)) return -1;
+        a->contexts_ready = true;
+    }
+    return forkctx_choose(&a->contexts, &a->cost, q, tenant_keys, r->n_blocks, bs, r->ns, own_before, a->pool_tokens);
+}
+
 bool sim_auto_choose(SimAuto *a, const TraceRequest *r, const uint64_t *tenant_keys, const uint64_t *own_keys, int bs) {
     int base = sim_auto_held_blocks(a, tenant_keys, r->n_blocks), own = sim_auto_held_blocks(a, own_keys, r->n_blocks);
     int others, copies, own_now = present_blocks(a, r, r->adapter, own_keys);
@@ -308,7 +325,7 @@ bool sim_auto_choose(SimAuto *a, const TraceRequest *r, const uint64_t *tenant_k
     if (others > held) held = others;
     ForkKvRequest q = {.n_prompt = r->prompt_tokens, .max_tokens = r->output_tokens, .held = held * bs, .base = base * bs,
                        .own = own_now * bs, .copies = copies * bs};
-    if (a->cost_version == 4) { /* as the server's decide: what the pools hold now */
+    if (a->cost_version >= 4) { /* as the server's decide: what the pools hold now (5, 6: the same inputs) */
         q.base = present_blocks(a, r, NULL, tenant_keys) * bs;
         q.residual = present_in(a, &a->residual_presence, r, r->adapter, tenant_keys) * bs;
         q.residual_known = true;
@@ -318,8 +335,11 @@ bool sim_auto_choose(SimAuto *a, const TraceRequest *r, const uint64_t *tenant_k
         if (a->cost_version == 3 && others > first) first = others; /* 3: other adapters' copies too */
         q = (ForkKvRequest){.n_prompt = r->prompt_tokens, .max_tokens = r->output_tokens, .held = first * bs, .base = first * bs};
     }
-    ForkKvChoice ch = forkkv_cost_choose(&a->cost, &q);
-    bool fork = ch.shared;
+    bool fork = forkkv_cost_choose(&a->cost, &q).shared;
+    if (a->cost_version >= 5) {
+        int by_context = context_choice(a, r, tenant_keys, bs, &q, own * bs);
+        if (by_context >= 0) fork = by_context == 1; /* else (no context, out of memory) the per-request choice */
+    }
     if (fork) a->forked_requests++;
     else a->separate_requests++;
     return fork;

@@ -39,6 +39,7 @@
 #include "cache/residual_cache.h"
 #include "common/error.h"
 #include "sim/trace.h"
+#include "worker/forkkv_context_choice.h"
 #include "worker/forkkv_cost.h"
 
 typedef enum { SIM_LORA_SEPARATE = 0, SIM_LORA_SHARED = 1, SIM_LORA_AUTO = 2 } SimLoraCache;
@@ -137,7 +138,11 @@ typedef struct {
     int cost_version;          /* 4 (default): the server's inputs (base and residual in memory now) and the recompute
                                 * term; 2: the corrected saving with base = ever held and no recompute term (the
                                 * early-morning model); 1: issue 36's first (held alone, as saved); 3: 1 with other
-                                * adapters' copies in held */
+                                * adapters' copies in held; 5: 4's inputs decided per context (forkkv_context_choice.h:
+                                * one choice for every adapter of a shared prefix, with hysteresis); 6: 5 per
+                                * (context, adapter) pair */
+    ForkCtxTable contexts;     /* cost_version 5 / 6 (set up at the first choice) */
+    bool contexts_ready;
     const Trace *trace;        /* token ids and the adapters' names (sim_auto_init's) */
     const char **adapters;     /* distinct adapter names of the trace */
     const char **adapter_tenants; /* the tenant each adapter name was first seen with */
@@ -151,6 +156,7 @@ typedef struct {
     BlockPresence residual_presence;
     bool presence_oom;         /* an event could not be followed (out of memory): copies may err */
     int bs, tpb;               /* the replay's tokens a block and tree tokens a block (set by sim_run) */
+    int pool_tokens;           /* the base pool's tokens (set by sim_run; versions 5 / 6 test the fork's fit) */
     uint64_t *cache_h;         /* scratch: a namespace's hashes as the base cache computes them */
     int32_t *tree_tokens;      /* scratch: the replay's tree tokens of one request */
     int cap_cache_h;

@@ -347,7 +347,8 @@ static int forecast_call(KvCache *c, WorkflowForecast *f, const SimConfig *cfg, 
 
 static int forecast_init(const SimConfig *cfg, WorkflowForecast *f, BraidError *err) {
     WorkflowForecastConfig fc = {.kind = cfg->predictor_kind == 2 ? PREDICTOR_MARKOV2 : PREDICTOR_MARKOV1, .learn = cfg->predictor_learn,
-                                 .horizon = cfg->horizon > 0 ? cfg->horizon : WORKFLOW_FORECAST_DEFAULT_HORIZON};
+                                 .horizon = cfg->horizon > 0 ? cfg->horizon : WORKFLOW_FORECAST_DEFAULT_HORIZON,
+                                 .run_cap = cfg->forecast_run_cap};
     if (cfg->predictor_path && agent_predictor_load(&fc.predictor, cfg->predictor_path, err)) return -1;
     return workflow_forecast_init(f, &fc, err);
 }
@@ -554,7 +555,7 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
     }
     KvCacheConfig cc = {.block_size = tpb, .device_blocks = cfg->kv_tokens / bs + 1,
                         .host_blocks = cfg->host_kv_tokens > 0 ? cfg->host_kv_tokens / bs + 1 : 0, .policy = policy,
-                        .policy_options = {.gamma = cfg->pbkv_gamma}, .policy_state = belady ? &bstate : NULL, .segments = cfg->segment_reuse != 0,
+                        .policy_options = {.gamma = cfg->pbkv_gamma, .future = cfg->pbkv_future}, .policy_state = belady ? &bstate : NULL, .segments = cfg->segment_reuse != 0,
                         .anchor_tokens = cfg->anchor_tokens, .n_anchor_tokens = cfg->n_anchor_tokens,
                         .approx_window = cfg->approx_window, .segment_lsh = cfg->segment_lsh,
                         .segment_lsh_anywhere = cfg->segment_lsh_anywhere,
@@ -577,6 +578,7 @@ int sim_run(const Trace *t, const SimConfig *cfg, SimResult *res, BraidError *er
     if (rp.autoc) {
         chooser.bs = bs;
         chooser.tpb = tpb;
+        chooser.pool_tokens = cfg->kv_tokens; /* the per-context choice's fit test (sim_forkkv.h) */
         kv_cache_set_observer(&cache, sim_auto_on_event, rp.autoc);
         if (rp.residual) residual_cache_set_observer(&rp.residual->cache, sim_auto_on_residual_event, rp.autoc);
     }

@@ -49,8 +49,10 @@ typedef struct {
     const char *predictor_path;
     int predictor_kind;       /* 1 or 2 (default 1) */
     bool predictor_learn;
+    bool forecast_run_cap;    /* the forecast's run cap (workflow_forecast.h), off by default */
     int horizon;              /* K (0 = WORKFLOW_FORECAST_DEFAULT_HORIZON) */
     double pbkv_gamma;        /* PBKV's discount gamma in (0, 1]; 0 = PBKV_DEFAULT_GAMMA */
+    int pbkv_future;          /* PBKV's read for the workflows still to come: 1 on, -1 off, 0 = default (on) */
     /* The PBKV paper's App. E noise injection, lambda in [0, 1]: each forecast step reaches the
      * policy as (1 - lambda) P + lambda U, U uniform over the agents the predictor knows (END
      * keeps (1 - lambda) of its mass). 0 = the forecasts as predicted; 1 = no information. */
@@ -103,7 +105,7 @@ typedef struct {
     SimLoraCache lora_cache;
     SimForkAttention fork_attention;
     bool residual_unified;
-    int auto_cost;          /* auto's model: 0/4 the server's (forkkv_cost.h), 2 the corrected saving alone, 1 issue 36's first */
+    int auto_cost;          /* auto's model: 0/4 the server's (forkkv_cost.h), 2 the corrected saving alone, 1 issue 36's first; 5/6 per context (sim_forkkv.h) */
     int residual_tokens;
     int lora_rank;
     int kv_dim;

@@ -149,6 +149,7 @@ static int send_stats(Leader *L) {
                   .computed_prompt_tokens = s->counters.computed_prompt_tokens, .demoted_blocks = cc->demoted_blocks,
                   .loaded_blocks = cc->loaded_blocks, .host_evicted_blocks = cc->host_evicted_blocks,
                   .device_evicted_blocks = cc->device_evicted_blocks, .preemptions = s->counters.preemptions,
+                  .prefilled_tokens = s->counters.prefilled_tokens,
                   .generated_tokens = L->engine.generated_tokens, .prefetched_blocks = cc->prefetched_blocks,
                   .prefetch_hit_blocks = cc->prefetch_hit_blocks, .prefetch_wasted_blocks = cc->prefetch_wasted_blocks,
                   .segment_reused_tokens = s->counters.segment_reused_prompt_tokens, .segment_candidates = cc->segment_candidates,

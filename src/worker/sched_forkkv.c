@@ -172,6 +172,17 @@ static void other_copies(SchedForkAuto *a, const Scheduler *s, const SchedReques
     content_hash_blocks(content_hash_namespace(r->tenant, r->adapter), r->tokens, n_blocks, s->block_size, h, NULL);
 }
 
+/* Whether r forked could be admitted by an idle pool: its base blocks and, in the unified pool,
+ * the carriers its residual blocks borrow from the same base pool (sched_add checked the base
+ * blocks alone, all a separate cache needs; the residual pool of its own, sched_forkkv_add). A fork
+ * that fails this would wait at the head of the queue for room that never frees. */
+static bool fork_fits(const Scheduler *s, const SchedRequest *r) {
+    int bs = s->block_size, blocks = (r->n_prompt + r->max_tokens + bs - 1) / bs;
+    const ResidualCache *rc = &s->residual;
+    int carriers = rc->base && rc->per_carrier > 0 ? (blocks + rc->per_carrier - 1) / rc->per_carrier : 0;
+    return blocks + carriers <= kv_cache_total(&s->cache, CACHE_TIER_DEVICE);
+}
+
 /* The cost model's choice for r now; *held_tokens: the context it would reuse. Held: the longest
  * prefix the shared base, this adapter's residuals or its separate copy holds, or held until
  * evicted (the context is the adapter's even when memory pushed it out), or another adapter's
@@ -182,6 +193,7 @@ static ForkKvChoice decide(SchedForkAuto *a, const Scheduler *s, const SchedRequ
      * forked request skips (its residuals would need copies too): a request that asks for them
      * gets them. (Exact segment reuse is every request's default on a server: not an ask.) */
     if (r->segment_mode == SEGMENT_REUSE_APPROX || r->directives.splice_mode == CACHE_SPLICE_AMORTIZE) return (ForkKvChoice){0};
+    if (!fork_fits(s, r)) return (ForkKvChoice){0};
     int n_blocks = prompt_hashes(a, s, r);
     if (n_blocks < 0) return (ForkKvChoice){.shared = true}; /* out of memory: fork, as --lora-cache shared would */
     const uint64_t *base_h = a->hashes, *own_h = a->hashes + n_blocks;
@@ -218,20 +230,26 @@ void sched_forkkv_choose(Scheduler *s, SchedRequest *r) {
     r->kv_separate = !decide(a, s, r, &held).shared;
 }
 
-void sched_forkkv_rechoose(Scheduler *s, SchedRequest *r) {
+bool sched_forkkv_rechoose(Scheduler *s, SchedRequest *r) {
     SchedForkAuto *a = s->fork_auto;
-    if (!a || r->lora_id <= 0 || r->cached_tokens >= 0) return;
+    if (!a || r->lora_id <= 0 || r->cached_tokens >= 0) return false;
     int held;
     ForkKvChoice ch = decide(a, s, r, &held);
     if (ch.shared == !r->kv_separate) {
         note_choice(a, r, &ch, held);
-        return;
+        return false;
     }
     /* The namespace moves: only the identity's adapter (and its hash seed) differ between the two. */
     int64_t adapter = ch.shared ? 0 : cache_names_intern(&s->cache.names, CACHE_NAME_ADAPTER, r->adapter);
-    if (adapter < 0) return; /* out of memory: keep the first choice */
+    if (adapter < 0) return false; /* out of memory: keep the first choice */
     r->identity.adapter = (uint32_t)adapter;
     r->identity.hash_seed = content_hash_namespace(r->tenant, ch.shared ? NULL : r->adapter);
     r->kv_separate = !ch.shared;
+    /* A waiting request whose choice changes between attempts says so, with the pools it waits on
+     * (a request that went back and forth would show here; issue 36 found none). */
+    LOG_INFO("sched", "--lora-cache auto: req %s (%s) waiting: now %s (base blocks in use %d, residual %d; running %d, waiting %d)",
+             r->id, r->adapter, ch.shared ? "forked" : "separate", kv_cache_in_use(&s->cache, CACHE_TIER_DEVICE),
+             residual_cache_in_use(&s->residual), s->n_running, s->n_waiting);
     note_choice(a, r, &ch, held);
+    return true;
 }

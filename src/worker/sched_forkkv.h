@@ -24,7 +24,9 @@
  * (cache/block_presence.h, fed by both trees' events: a peek that moves nothing in the caches), and
  * the seconds of each forward step (sched_forkkv_observe_step, from the engine). A request that
  * asks for approximate segment reuse or an amortized splice runs separate (those copies skip
- * forked requests, above). Every adapted
+ * forked requests, above). Nor does a request an idle pool could not hold forked (its base blocks
+ * plus the carriers its residuals borrow from the unified pool; sched_add checked the base blocks
+ * alone): it would wait at the head of the queue for room that never frees. Every adapted
  * request interns its residual identity and must fit the residual pool (sched_forkkv_add), since
  * it may fork at admission.
  */
@@ -61,8 +63,9 @@ void sched_forkkv_auto_free(Scheduler *s);
 void sched_forkkv_choose(Scheduler *s, SchedRequest *r);
 /* At each admission attempt before the first succeeds (nothing held): decides again with what the
  * caches and the cost model know now (requests that arrive together are admitted over time) and
- * moves r's identity to the chosen namespace; the choice then holds for r's life. */
-void sched_forkkv_rechoose(Scheduler *s, SchedRequest *r);
+ * moves r's identity to the chosen namespace; the choice then holds for r's life. True when the
+ * namespace moved (the caller re-marks r's waiting prefix under the new identity). */
+bool sched_forkkv_rechoose(Scheduler *s, SchedRequest *r);
 /* Every event of the base tree (residual false) or of the residual tree. */
 void sched_forkkv_on_event(Scheduler *s, const CacheEvent *ev, bool residual);
 /* One forward step: its tokens, of them those of one-token (decode) sequences, its seconds. */

@@ -488,7 +488,12 @@ static int admit(Scheduler *s, SchedRequest *r, BraidError *err) {
     r->n_blocks = 0;
     r->n_computed = 0;
     r->approx_from = -1;
-    sched_forkkv_rechoose(s, r);
+    CacheIdentity before = r->identity;
+    if (sched_forkkv_rechoose(s, r) && r->waiting_noted) { /* the queue mark follows r to its new namespace */
+        kv_cache_unnote_waiting(&s->cache, &before, r->tokens, r->n_tokens);
+        r->waiting_noted = false;
+        note_waiting(s, r);
+    }
     if (sched_directives_admit(s, r, err)) return -1;
     if (s->cache_enabled && (loaded = take_cached_prefix(s, r, err)) < 0) return -1;
     int base_tokens = r->n_computed;
@@ -707,6 +712,7 @@ void sched_commit(Scheduler *s, const StepPlan *p) {
         SchedRequest *r = p->entries[i].req;
         bool prefill = p->entries[i].start < r->n_prompt;
         r->n_computed = p->entries[i].start + p->entries[i].count;
+        if (prefill) s->counters.prefilled_tokens += (uint64_t)p->entries[i].count;
         skip_reused(r);
         /* Prefill results are shared at once, so requests admitted in later steps reuse them
          * while this one still runs; decoded blocks join the tree when the request ends. */

@@ -160,6 +160,10 @@ typedef struct {
     /* Directives: requests that carried any; admissions that had to unpin to go ahead. */
     uint64_t directive_requests, pin_revocations;
     uint64_t preemptions, steps;
+    /* Prompt tokens the committed steps computed (every prefill chunk, recomputation after a
+     * preemption included): the instance's prefill progress, which the coordinator's request
+     * watchdog counts as queue movement (a queue behind a long prefill is moving, not stuck). */
+    uint64_t prefilled_tokens;
     /* Pure-decode steps, and those of them that prefetched blocks (the blocks: cache counters
      * prefetched_blocks / prefetch_hit_blocks / prefetch_wasted_blocks). */
     uint64_t pure_decode_steps, prefetch_steps;

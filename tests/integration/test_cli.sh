@@ -201,6 +201,16 @@ check "batch --prefetch-blocks 0: usage error" exit_code_is "$rc" 2
 # braid serve parses its options after MPI_Init; Open MPI's own allocations are not Braid's leaks.
 ASAN_OPTIONS=detect_leaks=0 "$braid" serve --policy pbkv --pbkv-gamma 0 > /dev/null 2>&1; rc=$?
 check "serve --pbkv-gamma 0: usage error" exit_code_is "$rc" 2
+"$braid" sim --trace "$tmp/trace.jsonl" --kv-tokens 4096 --policy pbkv --pbkv-future off --json > /dev/null 2>&1; rc=$?
+check "sim --pbkv-future off runs" exit_code_is "$rc" 0
+"$braid" sim --trace "$tmp/trace.jsonl" --kv-tokens 4096 --policy pbkv --pbkv-future maybe > /dev/null 2> "$tmp/e_pbkv3"; rc=$?
+check "sim --pbkv-future maybe: usage error naming on|off" bash -c "[ $rc -eq 2 ] && grep -q 'expects on or off' '$tmp/e_pbkv3'"
+"$braid" batch --input "$tmp/req.jsonl" --output "$tmp/r_pbkv.jsonl" --pbkv-future on > /dev/null 2> "$tmp/e_pbkv4"; rc=$?
+check "batch --pbkv-future with lru: usage error" bash -c "[ $rc -eq 2 ] && grep -q 'applies to --policy pbkv' '$tmp/e_pbkv4'"
+ASAN_OPTIONS=detect_leaks=0 "$braid" serve --policy pbkv --pbkv-future 1 > /dev/null 2>&1; rc=$?
+check "serve --pbkv-future 1: usage error" exit_code_is "$rc" 2
+"$braid" sim --trace "$tmp/trace.jsonl" --kv-tokens 4096 --policy pbkv --forecast-run-cap --json > /dev/null 2>&1; rc=$?
+check "sim --forecast-run-cap runs" exit_code_is "$rc" 0
 "$braid" sim --trace "$tmp/trace.jsonl" --kv-tokens 4096 --policy pbkv-lae --json > /dev/null 2>&1; rc=$?
 check "sim --policy pbkv-lae runs" exit_code_is "$rc" 0
 

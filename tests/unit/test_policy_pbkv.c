@@ -5,8 +5,8 @@
  * existing nodes. A node counts every active workflow that used it (12 on one node: the score grows
  * with each, and it is not retired while one of them is active); past the bound on all nodes' uses
  * the documented approximation holds and is counted. A node several active workflows read (an
- * agent's head) keeps one read for the workflows still to come, a private one does not. --pbkv-gamma
- * reaches the policy; PBKV-LAE is retired-first then LRU. The cache's full check runs after every operation.
+ * agent's head) keeps one read for the workflows still to come, a private one does not, unless
+ * --pbkv-future is off. --pbkv-gamma reaches the policy; PBKV-LAE is retired-first then LRU. The cache's full check runs after every operation.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -264,6 +264,43 @@ static void test_shared_head_kept_for_new_workflows(void **state) {
     kv_cache_free(&c);
 }
 
+/* --pbkv-future reaches the policy: the shared head of test_shared_head_kept_for_new_workflows
+ * (three of five active workflows read it, none predicts its agent again) against a private prompt
+ * predicted at 0.5. On (the default, and 1) the head's read for the workflows to come keeps it; off
+ * (-1) the head is worth 0 and goes before the predicted prompt. A value outside -1..1 is refused. */
+static void test_future_option(void **state) {
+    (void)state;
+    const int futures[3] = {0, 1, -1};
+    for (int f = 0; f < 3; f++) {
+        KvCache c;
+        BraidError err;
+        KvCacheConfig cfg = {.block_size = BS, .device_blocks = 8, .policy = &evict_policy_pbkv, .policy_options = {.future = futures[f]}};
+        if (kv_cache_init(&c, &cfg, &err)) fail_msg("%s", err.msg);
+        char name[16];
+        for (int k = 1; k <= 3; k++) {
+            snprintf(name, sizeof name, "w%d", k);
+            call(&c, name, "decomposer", 1000);
+            predict(&c, name, "decomposer", "retriever", 0.9f, "verifier", 0.1f);
+        }
+        call(&c, "w4", "verifier", 2000);
+        predict(&c, "w4", "verifier", "retriever", 0.5f, "verifier", 0.5f);
+        call(&c, "w5", "refiner", 3000);
+        predict(&c, "w5", "refiner", "retriever", 0.9f, "verifier", 0.1f);
+        assert_int_equal(kv_cache_evict(&c, CACHE_TIER_DEVICE, 4), 4); /* two of the three prompts go */
+        bool on = futures[f] >= 0;
+        assert_int_equal(cached(&c, 1000), on);  /* on: 1 > 0.5; off: 0, older than w5's prompt */
+        assert_int_equal(cached(&c, 2000), !on); /* off: the only one with value left */
+        assert_false(cached(&c, 3000));
+        check(&c);
+        kv_cache_free(&c);
+    }
+    KvCache c;
+    BraidError err;
+    KvCacheConfig bad = {.block_size = BS, .device_blocks = 8, .policy = &evict_policy_pbkv, .policy_options = {.future = 2}};
+    assert_int_not_equal(kv_cache_init(&c, &bad, &err), 0);
+    assert_non_null(strstr(err.msg, "future"));
+}
+
 /* A node is retired only when every workflow that used it ended: with 12 users, the 4 most recent
  * ending leaves it active (and ranked by recency against another active node), as does all but
  * the oldest ending; the last end retires it. */
@@ -388,6 +425,7 @@ int main(void) {
         cmocka_unit_test(test_passed_tail_is_retired),
         cmocka_unit_test(test_popularity_counts_every_workflow),
         cmocka_unit_test(test_shared_head_kept_for_new_workflows),
+        cmocka_unit_test(test_future_option),
         cmocka_unit_test(test_not_retired_while_a_user_is_active),
         cmocka_unit_test(test_use_bound_holds),
         cmocka_unit_test(test_gamma_option),

@@ -6,7 +6,8 @@
  * bit-flipped and wrong-version files, and training on workflows drawn from a known noisy chain
  * against that chain's own Bayes accuracy. Tracker: history order and window, bounded memory
  * (retired forgotten first, then the least recently called), idle expiry, explicit ends, a
- * 100,000-workflow churn. `braid train-predictor` end to end on a small trace file.
+ * 100,000-workflow churn. The workflow forecast's run cap (a run no longer than the previous one).
+ * `braid train-predictor` end to end on a small trace file.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +23,7 @@
 
 #include "cli/commands.h"
 #include "predict/agent_predictor.h"
+#include "predict/workflow_forecast.h"
 #include "predict/workflow_tracker.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -798,6 +800,51 @@ static size_t read_file_bytes(const char *path, unsigned char *buf, size_t cap) 
 
 /* The predictor sees only what a server sees: scrambling everything else in the trace changes
  * nothing it learns (the trained files are byte for byte the same). */
+/* The forecast's run cap: D, then rounds of R calls each followed by V and F, where after R the
+ * model says R or V half and half. A round as long as the previous one (R V F R: 1 then 1) ends
+ * there: step 1 is V, not R, and the rows still sum to 1 with END; a shorter previous round is not
+ * a cap (R R V F R), nor is the first round (D R: nothing before it); no_run_cap keeps the model's
+ * own step 1. */
+static const AgentPrediction *forecast_letters(WorkflowForecast *f, const char *workflow, const char *letters) {
+    static char names[26][2];
+    const AgentPrediction *out = NULL;
+    BraidError err;
+    for (int i = 0; letters[i]; i++) {
+        names[letters[i] - 'A'][0] = letters[i];
+        if (workflow_forecast_call(f, workflow, names[letters[i] - 'A'], 1.0 + i, &out, &err)) fail_msg("%s", err.msg);
+    }
+    return out;
+}
+
+static void test_forecast_run_cap(void **state) {
+    (void)state;
+    for (int cap = 1; cap >= 0; cap--) {
+        AgentPredictor *p = make(PREDICTOR_MARKOV1);
+        observe_letters(p, "DRVFRV", 1, 20);
+        observe_letters(p, "DRRVFRRV", 1, 20);
+        observe_letters(p, "DRRVFRV", 1, 20);
+        WorkflowForecast f;
+        BraidError err;
+        WorkflowForecastConfig cfg = {.predictor = p, .horizon = 3, .run_cap = cap};
+        if (workflow_forecast_init(&f, &cfg, &err)) fail_msg("%s", err.msg);
+        const AgentPrediction *pr = forecast_letters(&f, "w1", "DRVFR");
+        if (cap) {
+            assert_true(prob_of(pr, 1, "R") == 0.0f);
+            assert_true(prob_of(pr, 1, "V") > 0.99f);
+            assert_true(prob_of(pr, 2, "F") > 0.3f); /* after V: F or END */
+            assert_rows_sum_to_one(pr);
+        } else {
+            assert_true(prob_of(pr, 1, "R") > 0.3f);
+        }
+        pr = forecast_letters(&f, "w2", "DRRVFR"); /* previous round 2, this one 1: not at its cap */
+        assert_true(prob_of(pr, 1, "R") > 0.3f);
+        pr = forecast_letters(&f, "w3", "DR"); /* the first round has no cap */
+        assert_true(prob_of(pr, 1, "R") > 0.3f);
+        assert_int_equal(f.run_capped, cap ? 1 : 0);
+        workflow_forecast_free(&f);
+    }
+}
+
 static void test_private_fields_change_nothing(void **state) {
     (void)state;
     char plain[64], scrambled[64], out_plain[64], out_scrambled[64];
@@ -891,6 +938,7 @@ int main(void) {
         cmocka_unit_test(test_tracker_idle_expiry),
         cmocka_unit_test(test_tracker_held_workflow_never_expires),
         cmocka_unit_test(test_tracker_churn),
+        cmocka_unit_test(test_forecast_run_cap),
         cmocka_unit_test(test_train_predictor_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

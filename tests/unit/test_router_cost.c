@@ -5,7 +5,8 @@
  * requests, and move_plan following a priced decision (and not one a later rule changed); the
  * measured rates per (lender, borrower) pair and link (same-node CUDA IPC vs staged) that FINISH
  * carries, and the choice they change; the score's price of the requests a prefill delays, and
- * blocks in flight to an instance counting as held there. */
+ * blocks in flight to an instance counting as held there; a lender that answers between the layers of
+ * its step costing a layer's share of it, not the rest of the step. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -164,6 +165,43 @@ static void test_busy_lender_step(void **state) {
     assert_int_equal(d.instance, 0);
     assert_false(d.move);
     assert_string_equal(d.reason, "cost-compute");
+    router_free(&r);
+}
+
+/* A busy lender that answers between the layers of its step (serve's leader, the CPU backend's step
+ * pulse) makes a borrower wait a layer's share of the step, not the rest of it: with the live setting
+ * (ROUTE_COST_LIVE_LENDER_STEP_PARTS) the idle non-holder moves the prefix from the holder in a long
+ * step, where pricing a whole step (the old model, still braid sim's lender) ran past the move timeout
+ * and recomputed it (live 4-node arms: the baselines' moves landed in 0.14-0.25 s while cost planned none). */
+static void test_lender_answers_between_layers(void **state) {
+    (void)state;
+    RouteCostModel m = route_cost_model_init(true, 100, 1e9, 0.002); /* 10 ms a prefill token: a 512-token step is 5.12 s */
+    m.lender_step_tokens = 512;
+    m.move_timeout_s = 5;
+    assert_true(fabs(route_cost_lender_wait_s(&m, 20) - 5.12) < 1e-9); /* between steps: the rest of the step */
+    m.lender_step_parts = ROUTE_COST_LIVE_LENDER_STEP_PARTS;
+    assert_true(fabs(route_cost_lender_wait_s(&m, 20) - 5.12 / ROUTE_COST_LIVE_LENDER_STEP_PARTS) < 1e-9);
+    assert_true(fabs(route_cost_lender_wait_s(&m, 0.1) - 0.1) < 1e-12); /* a shorter queue: its rest */
+
+    Router r;
+    cost_router(&r, 2);
+    r.cost = m;
+    r.cost.lender_step_parts = 1;
+    uint64_t h[40];
+    prompt_hashes(h, 40, 3);
+    router_stored(&r, 1, h, 30); /* the holder lends 30 of the prompt's 40 blocks */
+    RouteDecision busy = {.instance = 1, .priced_for = 1, .priced = true, .source = -1};
+    router_charge(&r, &busy, 2000, 1.0); /* 20 s of prefill queued on the holder */
+    router_assigned(&r, 1, NULL);
+    RouteDecision d = router_pick_prompt(&r, h, 40, 40 * BS, NULL);
+    assert_int_equal(d.instance, 0);
+    assert_false(d.move); /* 5.12 s of lender wait reaches the 5 s timeout: computed */
+    r.cost.lender_step_parts = ROUTE_COST_LIVE_LENDER_STEP_PARTS;
+    d = router_pick_prompt(&r, h, 40, 40 * BS, NULL);
+    assert_int_equal(d.instance, 0);
+    assert_true(d.move);
+    assert_int_equal(d.source, 1);
+    assert_true(d.est_move_s < 1.0); /* a layer's share (0.32 s) + the transfer, not the step */
     router_free(&r);
 }
 
@@ -470,6 +508,7 @@ int main(void) {
         cmocka_unit_test(test_measured_pair_rates),   cmocka_unit_test(test_busy_lender_step),
         cmocka_unit_test(test_score_prices_delayed_requests), cmocka_unit_test(test_prefill_stalls_the_crowded_instance),
         cmocka_unit_test(test_inflight_blocks_count_as_local),
+        cmocka_unit_test(test_lender_answers_between_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
