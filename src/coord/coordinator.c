@@ -959,7 +959,7 @@ static void on_stats(Coordinator *c, int instance, WireReader *rd) {
                        .residual_total_blocks = m.residual_total_blocks, .residual_hit_tokens = m.residual_hit_tokens,
                        .fork_tokens = m.fork_tokens, .partial_hit_tokens = m.partial_hit_tokens,
                        .residual_evicted_blocks = m.residual_evicted_blocks, .moved_in_blocks = m.moved_in_blocks,
-                       .moved_in_bytes = m.moved_in_bytes, .move_failures = m.move_failures, .lent_blocks = m.lent_blocks,
+                       .moved_in_bytes = m.moved_in_bytes, .move_failures = m.move_failures, .move_declines = m.move_declines, .lent_blocks = m.lent_blocks,
                        .segment_lsh_candidates = m.segment_lsh_candidates, .segment_lsh_admitted = m.segment_lsh_admitted,
                        .segment_lsh_reused_tokens = m.segment_lsh_reused_tokens,
                        .segment_probes_ok = m.segment_probes_ok, .segment_probes_rejected = m.segment_probes_rejected};

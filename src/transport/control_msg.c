@@ -250,7 +250,8 @@ void msg_stats_encode(WireBuf *b, const MsgStats *m) {
                                  m->residual_hit_tokens, m->fork_tokens, m->partial_hit_tokens, m->residual_evicted_blocks,
                                  m->moved_in_blocks, m->moved_in_bytes, m->move_failures, m->lent_blocks,
                                  m->segment_lsh_candidates, m->segment_lsh_admitted, m->segment_lsh_reused_tokens,
-                                 m->segment_probes_ok, m->segment_probes_rejected, m->prefilled_tokens};
+                                 m->segment_probes_ok, m->segment_probes_rejected, m->prefilled_tokens,
+                                 m->move_declines};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) wire_put_i32(b, gauges[i]);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) wire_put_u64(b, counters[i]);
 }
@@ -270,7 +271,7 @@ int msg_stats_decode(WireReader *r, MsgStats *m) {
                             &m->residual_evicted_blocks, &m->moved_in_blocks, &m->moved_in_bytes, &m->move_failures,
                             &m->lent_blocks, &m->segment_lsh_candidates, &m->segment_lsh_admitted,
                             &m->segment_lsh_reused_tokens, &m->segment_probes_ok, &m->segment_probes_rejected,
-                            &m->prefilled_tokens};
+                            &m->prefilled_tokens, &m->move_declines};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) *gauges[i] = wire_get_i32(r);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) *counters[i] = wire_get_u64(r);
     return reader_ok(r);

@@ -142,6 +142,7 @@ typedef struct {
     uint64_t demoted_blocks, loaded_blocks, host_evicted_blocks, device_evicted_blocks;
     uint64_t preemptions, generated_tokens;
     uint64_t prefilled_tokens; /* prompt tokens its steps computed, chunk by chunk (SchedCounters.prefilled_tokens) */
+    uint64_t move_declines;    /* KvMoveCounters.move_declines */
     uint64_t prefetched_blocks, prefetch_hit_blocks, prefetch_wasted_blocks; /* PBKV's prefetch: loaded ahead, then used / evicted unused */
     /* Segment reuse: prompt tokens reused (of the computed ones' share), chunks found in the index,
      * admitted exactly / approximately, rejected for left context / window; prefill FLOPs saved. */

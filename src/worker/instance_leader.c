@@ -157,7 +157,7 @@ static int send_stats(Leader *L) {
                   .segments_rejected_context = cc->segments_rejected_context,
                   .segments_rejected_window = cc->segments_rejected_window,
                   .segment_flops_saved = (uint64_t)s->counters.segment_flops_saved,
-                  .moved_in_blocks = mc.moved_in_blocks, .moved_in_bytes = mc.moved_in_bytes, .move_failures = mc.move_failures,
+                  .moved_in_blocks = mc.moved_in_blocks, .moved_in_bytes = mc.moved_in_bytes, .move_failures = mc.move_failures, .move_declines = mc.move_declines,
                   .lent_blocks = mc.lent_blocks, .directive_requests = s->counters.directive_requests, .pins = cc->pins, .pin_expired_blocks = cc->pin_expired_blocks,
                   .pin_revoked_blocks = cc->pin_revoked_blocks, .spliced_tokens = cc->spliced_tokens,
                   .shared_hit_tokens = cc->shared_hit_tokens, .directive_evicted_blocks = cc->directive_evicted_blocks,

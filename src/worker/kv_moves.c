@@ -380,9 +380,13 @@ static int on_exported(KvMoves *mv, int source, const MsgKvExported *loan, KvMov
     if (rc != 0) {
         if (loan->n_blocks > 0) send_release(mv, source, loan->xfer_id);
         bool declined = loan->n_blocks == 0 || why == NULL;
+        if (declined) {
+            mv->counters.move_declines++;
+            LOG_INFO("kv-moves", "instance %d: req %s: move from rank %d declined: %s", mv->cfg.instance, mv->imports[at].req->id,
+                     source, why ? why : "the prefix got here meanwhile");
+            if (loan->why && *loan->why) LOG_DEBUG("kv-moves", "instance %d: rank %d lent nothing: %s", mv->cfg.instance, source, loan->why);
+        }
         import_finish(mv, at, 0, !declined, why ? why : "", ready, ctx);
-        if (declined && loan->why && *loan->why)
-            LOG_DEBUG("kv-moves", "instance %d: rank %d lent nothing: %s", mv->cfg.instance, source, loan->why);
     }
     return rc < 0 ? -1 : 0;
 }

@@ -92,6 +92,10 @@ typedef struct {
 
 typedef struct {
     uint64_t moved_in_blocks, moved_in_bytes, move_failures, lent_blocks;
+    /* Moves that ended without a read and without a fault: the lender had nothing to lend, or the
+     * prefix got here meanwhile (this instance's own requests prefilled it while the ask waited on a
+     * busy lender). Not failures, but a move the router planned that did not pay. */
+    uint64_t move_declines;
 } KvMoveCounters;
 
 /* Called for a parked request once its move is over (landed or not): moved_tokens of its prompt

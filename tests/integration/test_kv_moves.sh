@@ -58,6 +58,7 @@ moved_case() {
   check "$name: /metrics counts moved blocks" [ "$(total braid_kv_moved_in_blocks_total)" -gt 0 ]
   check "$name: /metrics counts moved bytes" [ "$(total braid_kv_moved_in_bytes_total)" -gt 0 ]
   check "$name: no move failed" [ "$(total braid_kv_move_failures_total)" = 0 ]
+  check "$name: a move that landed is not a decline (braid_kv_move_declines_total 0)" [ "$(total braid_kv_move_declines_total)" = 0 ]
   check "$name: the events log has the planned move" grep -q '"event":"move_planned".*"from":0,"to":1' "$work/$name-events.jsonl"
   check "$name: the router learned the pair's measured rate (move_measured, host_ucx)" \
     grep -q '"event":"move_measured".*"from":0,"to":1.*"link":"host_ucx"' "$work/$name-events.jsonl"
