@@ -22,16 +22,17 @@ active_is() { [ "$(metric braid_workflows_active)" = "$1" ]; }
 
 start_cluster idle --instances 1 --kv-blocks 128 --policy pbkv --workflow-idle-timeout 1 || exit 1
 
-# One long call of workflow wf-slow: ~500 generated tokens (seconds on the CPU backend).
+# One long call of workflow wf-slow: 1 500 generated tokens, seconds on the CPU backend even on a quiet
+# machine (500 took under 2.6 s on an idle 2-core box, too fast to tell busy from idle).
 t0=$(date +%s.%N)
 curl -s -o "$work/slow.json" -w '%{http_code}' "$url/v1/completions" -H 'Content-Type: application/json' \
-  -d '{"prompt": "Write a long story about a lighthouse keeper:", "max_tokens": 500, "ignore_eos": true, "temperature": 0,
+  -d '{"prompt": "Write a long story about a lighthouse keeper:", "max_tokens": 1500, "ignore_eos": true, "temperature": 0,
        "workflow_id": "wf-slow", "agent": "writer"}' > "$work/slow.code" &
 client_pid=$!
 
 sleep 2.6
 if ! kill -0 "$client_pid" 2> /dev/null; then
-  fail "the 500-token request finished within 2.6 s: too fast to tell busy from idle (code $(cat "$work/slow.code"))"
+  fail "the 1500-token request finished within 2.6 s: too fast to tell busy from idle (code $(cat "$work/slow.code"))"
 else
   got=$(metric braid_workflows_active)
   still=$(kill -0 "$client_pid" 2> /dev/null && echo running || echo done)
