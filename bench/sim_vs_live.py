@@ -35,12 +35,16 @@ LIVE_ROUTER = ["--router-prefill-tps", "1000", "--router-link-gbps", "1"]
 REPLAYS = {"batch": ["--cluster-replay", "batch"], "fifo": ["--cluster-replay", "fifo"],
            "batch-live": ["--cluster-replay", "batch"] + LIVE_ROUTER,
            "batch-closed": ["--cluster-replay", "batch", "--closed-loop"] + LIVE_ROUTER,
-           "batch-coord": ["--cluster-replay", "batch"] + LIVE_ROUTER}
+           "batch-coord": ["--cluster-replay", "batch"] + LIVE_ROUTER,
+           "batch-closed-coord": ["--cluster-replay", "batch", "--closed-loop"] + LIVE_ROUTER}
 # "batch-closed": batch-live with the workflows sent as braid-bench run's client sent them (--closed-loop: as many
 # at once as it ran, each stage when the one before it answered in the replay).
 # "batch-coord": batch-live with each request arriving when the live coordinator routed it (its events.jsonl "route"
 # lines), not when the client sent it: the order in which near-simultaneous requests reached the router is the live one.
-COORD_ARRIVALS = {"batch-coord"}
+# "batch-closed-coord": batch-closed on that trace: the client model claims the workflows in the order their first
+# calls reached the coordinator (a first wave sent at once reaches it in an order of its own), and a stage's calls keep
+# the offsets at which the coordinator routed them.
+COORD_ARRIVALS = {"batch-coord", "batch-closed-coord"}
 
 
 def live_pools(d):
@@ -95,7 +99,7 @@ def arm_setup(d, args):
     return router or "cost", kv_blocks or 256, int(m[1]), m[2], bits / 8e9
 
 
-def run_sim(args, d, setup, replay, bpt, prefill_ms, decode_ratio=DECODE_RATIO):
+def run_sim(args, d, setup, replay, bpt, prefill_ms, decode_ratio=DECODE_RATIO, extra=()):
     router, kv_blocks, k, moves, gbps = setup
     trace = f"{d}/run/trace.jsonl"
     if replay in COORD_ARRIVALS and os.path.exists(args.coord_traces.get(d, "")):
@@ -105,7 +109,7 @@ def run_sim(args, d, setup, replay, bpt, prefill_ms, decode_ratio=DECODE_RATIO):
     cmd = [args.braid, "sim", "--trace", trace] + pools + ["--instances", str(k),
            "--router", router, "--moves", moves, "--link-gbps", f"{gbps}", "--link-latency-us", "100",
            "--kv-bytes-per-token", f"{bpt:.3f}", "--prefill-ms-per-token", f"{prefill_ms:.6f}",
-           "--decode-ms-per-token", f"{decode_ratio * prefill_ms:.6f}", "--json"] + REPLAYS[replay]
+           "--decode-ms-per-token", f"{decode_ratio * prefill_ms:.6f}", "--json"] + REPLAYS[replay] + list(extra)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -168,6 +172,9 @@ def main():
     p.add_argument("--label", help="the arm's name in the table (default: its directory, shortened)")
     p.add_argument("--no-live-pools", action="store_true",
                    help="batch replays: the --kv-blocks pool and no host tier, not the arm's own (serve.log: device blocks, host tier)")
+    p.add_argument("--route-log", metavar="DIR",
+                   help="after the fit, replay each arm once more per replay with braid sim --route-log "
+                        "DIR/<arm directory>-<replay>.jsonl (one line a request: instance, lender, cached and moved tokens)")
     p.add_argument("arms", nargs="+")
     args = p.parse_args()
     args.replays = args.replays.split(",")
@@ -205,6 +212,11 @@ def main():
         bpt = live["moved_bytes"] / (live["moved_blocks"] * 16) if live.get("moved_blocks") else 23040
         setup = arm_setup(d, args)
         res = {r: calibrated(args, d, setup, r, bpt, target, target_decode) for r in args.replays}
+        if args.route_log:
+            os.makedirs(args.route_log, exist_ok=True)
+            for r, (ms, ratio, _) in res.items():
+                path = os.path.join(args.route_log, f"{os.path.basename(os.path.normpath(d))}-{r}.jsonl")
+                run_sim(args, d, setup, r, bpt, ms, ratio, ["--route-log", path])
         res = {r: (v[0], v[2]) for r, v in res.items()}
         if args.format == "bench":
             ms, x = res[args.replays[0]]

@@ -367,6 +367,10 @@ int kv_cache_workflows_max_id(const KvCache *c);
 const char *kv_cache_name(const KvCache *c, CacheNameKind kind, uint32_t id);
 
 int kv_cache_match(KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens, KvCacheMatch *m, BraidError *err);
+/* The whole blocks kv_cache_match would match now (device and host tiers), read-only: no lock, no
+ * split, no LRU touch, no counter. For deciding whether a request should wait for blocks another
+ * one is about to bring (worker/import_followers.h, the scheduler's shared-prefill rule). */
+int kv_cache_peek_prefix(const KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens);
 /* See the protocol above; table needs room for m->device_blocks + m->host_blocks entries. On
  * return m->node is the locked node ending the usable prefix (it may move up when loads stopped
  * short) and m->device_blocks the usable count, m->host_blocks the number loaded. */

@@ -287,21 +287,9 @@ static int load_auto_splice(json_t *obj, AutoSpliceStore *store, const TokenList
     int mode;
     if (api_auto_splice_parse(json_object_get(obj, "auto_splice"), &mode, &e)) return snprintf(r->error, sizeof r->error, "%s", e.message), -1;
     if (mode <= CACHE_SPLICE_NONE || r->directives.splice_mode != CACHE_SPLICE_NONE) return 0;
-    bool oom;
-    char *key = auto_splice_key(r->tenant, r->adapter, conversation, r->workflow, &oom);
-    if (!key) return oom ? (snprintf(r->error, sizeof r->error, "out of memory"), -1) : 0;
-    CacheDirectives found;
     int index = json_is_array(directives) ? (int)json_array_size(directives) : 0;
-    int rc = auto_splice_apply(store, key, ids->ids, ids->n, mode, index, &found);
-    free(key);
+    int rc = auto_splice_request(store, r->tenant, r->adapter, conversation, r->workflow, ids->ids, ids->n, mode, index, &r->directives);
     if (rc < 0) return snprintf(r->error, sizeof r->error, "out of memory planning auto_splice"), -1;
-    if (rc == 0) return 0;
-    CacheDirectives *d = &r->directives;
-    d->splice_mode = found.splice_mode;
-    d->first_edit = found.first_edit;
-    d->context = found.context, d->n_context = found.n_context;
-    d->runs = found.runs, d->n_runs = found.n_runs;
-    d->auto_splice = 1;
     return 0;
 }
 

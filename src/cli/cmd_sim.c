@@ -33,7 +33,8 @@ static const char sim_usage[] =
     "                 [--instances N [--router cost|cache|balanced|round-robin] [--moves on|off] [--link-gbps G]\n"
     "                  [--link-latency-us L] [--route-slack S] [--max-batch-tokens T] [--max-running R] [--step-ms S]\n"
     "                  [--move-timeout S] [--cluster-replay batch|fifo] [--router-prefill-tps R] [--router-link-gbps G]\n"
-    "                  [--closed-loop] [--admit-output off|auto|N]]\n"
+    "                  [--closed-loop] [--admit-output off|auto|N] [--model-layers L]\n"
+    "                  [--router-lender-parts P]]\n"
     "                 [--tenants [--max-batch-tokens T] [--max-running R] [--fair-step-tokens F] [--step-ms S]] [--json]\n"
     "  Replays the trace (docs/TRACE_FORMAT.md) through Braid's KV cache object (the one the server\n"
     "  runs) in arrival order, one request at a time, with a device cache of N tokens.\n"
@@ -129,8 +130,13 @@ static const char sim_usage[] =
     "            512), at most --max-running R sequences (default 64); a step costs --step-ms S (default 8) + the\n"
     "            prefill cost x its prompt tokens + (the decode cost - S) x its decoding sequences, and its blocks\n"
     "            reach the cache and the router when it ends. --cluster-replay fifo: one request at a time (the\n"
-    "            replay before batching, for comparison). A lender answers a move between its engine steps (fifo:\n"
-    "            the rest of its prefill, at most T tokens), and a move that takes --move-timeout S (default 5;\n"
+    "            replay before batching, for comparison). A busy lender answers a move between two layers of its step\n"
+    "            (batch: at the next of --model-layers L equal parts of the step, default 30, SmolLM2-135M's; 1: between\n"
+    "            steps; the router prices the lender so, or by --router-lender-parts P parts of a step, as a coordinator\n"
+    "            that priced it otherwise), between its engine steps in fifo (the rest of its prefill, at\n"
+    "            most T tokens). A request routed to an instance while a move toward it has not landed, sharing more\n"
+    "            blocks with that move's request than the instance holds, waits for the move's end (batch), as serve's\n"
+    "            leader holds it. A move that takes --move-timeout S (default 5;\n"
     "            0: never) fails and its blocks are computed, as serve's do. --router-prefill-tps R, --router-link-gbps G:\n"
     "            the cost router's starting rates, as serve's --move-prefill-tps / --move-gbps (default: the replay's\n"
     "            own; the batch replay's router learns from the replay's TTFTs as the live one does). --closed-loop (batch):\n"
@@ -336,7 +342,7 @@ int cmd_sim(int argc, char **argv) {
            O_NOISE, O_LORA_CACHE, O_RESIDUAL, O_RES_ATTN, O_RES_POOL, O_AUTO_COST, O_RANK, O_KV_DIM, O_INSTANCES, O_ROUTER, O_MOVES, O_LINK_GBPS,
            O_LINK_LAT, O_SLACK, O_MOVE_TIMEOUT, O_GAMMA, O_PBKV_FUTURE, O_PBKV_K, O_PREFETCH_BLOCKS, O_PREFETCH_MODE, O_PREFETCH_RHO,
            O_TENANTS, O_MBT, O_RUNNING, O_FAIR_STEP, O_STEP_MS, O_SEG_LSH, O_TAU_SEG, O_TAU_CTX, O_DIRECTIVES, O_PIN_BUDGET,
-           O_CLUSTER_REPLAY, O_ROUTER_TPS, O_ROUTER_GBPS, O_CLOSED_LOOP, O_ROUTE_LOG, O_ADMIT_OUTPUT };
+           O_CLUSTER_REPLAY, O_ROUTER_TPS, O_ROUTER_GBPS, O_CLOSED_LOOP, O_ROUTE_LOG, O_ADMIT_OUTPUT, O_MODEL_LAYERS, O_ROUTER_PARTS };
     static const struct option opts[] = {
         {"trace", required_argument, 0, O_TRACE}, {"kv-tokens", required_argument, 0, O_KV},
         {"policy", required_argument, 0, O_POLICY}, {"prefill-ms-per-token", required_argument, 0, O_PREFILL},
@@ -366,7 +372,8 @@ int cmd_sim(int argc, char **argv) {
         {"step-ms", required_argument, 0, O_STEP_MS}, {"cluster-replay", required_argument, 0, O_CLUSTER_REPLAY},
         {"router-prefill-tps", required_argument, 0, O_ROUTER_TPS}, {"router-link-gbps", required_argument, 0, O_ROUTER_GBPS},
         {"closed-loop", no_argument, 0, O_CLOSED_LOOP}, {"route-log", required_argument, 0, O_ROUTE_LOG},
-        {"admit-output", required_argument, 0, O_ADMIT_OUTPUT},
+        {"admit-output", required_argument, 0, O_ADMIT_OUTPUT}, {"model-layers", required_argument, 0, O_MODEL_LAYERS},
+        {"router-lender-parts", required_argument, 0, O_ROUTER_PARTS},
         {"segment-lsh", required_argument, 0, O_SEG_LSH}, {"segment-tau-seg", required_argument, 0, O_TAU_SEG},
         {"segment-tau-ctx", required_argument, 0, O_TAU_CTX},
         {"directives", required_argument, 0, O_DIRECTIVES}, {"pin-budget", required_argument, 0, O_PIN_BUDGET},
@@ -512,6 +519,8 @@ int cmd_sim(int argc, char **argv) {
         case O_CLOSED_LOOP: cluster.closed_loop = true; break;
         case O_ROUTE_LOG: route_log_path = optarg; break;
         case O_ADMIT_OUTPUT: if (cli_parse_admit_output("sim", optarg, &cluster.admit_output, true)) return 2; break;
+        case O_MODEL_LAYERS: if (cli_parse_int("--model-layers", optarg, 1, 1 << 12, &v)) return 2; cluster.n_layers = (int)v; break;
+        case O_ROUTER_PARTS: if (cli_parse_int("--router-lender-parts", optarg, 1, 1 << 12, &v)) return 2; cluster.router_lender_parts = (int)v; break;
         case O_CLUSTER_REPLAY:
             if (sim_cluster_replay_parse(optarg) < 0) {
                 fprintf(stderr, "braid sim: --cluster-replay must be batch or fifo (got '%s')\n", optarg);

@@ -51,6 +51,8 @@ int sim_cluster_report(const Trace *trace, const SimClusterConfig *cfg, bool jso
             json_object_set_new(o, "replay", json_string(cfg->replay == SIM_REPLAY_FIFO ? "fifo" : "batch"));
             json_object_set_new(o, "steps", json_integer((json_int_t)r.steps));
             json_object_set_new(o, "preemptions", json_integer((json_int_t)r.preemptions));
+            json_object_set_new(o, "import_waits", json_integer((json_int_t)r.import_waits));
+            json_object_set_new(o, "model_layers", json_integer(cfg->n_layers));
         }
         char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
         if (s) puts(s);

@@ -214,3 +214,20 @@ int auto_splice_apply(AutoSpliceStore *s, const char *key, const int32_t *p, int
     free(best);
     return rc;
 }
+
+int auto_splice_request(AutoSpliceStore *s, const char *tenant, const char *adapter, const char *conversation_id,
+                        const char *workflow_id, const int32_t *p, int n_p, int mode, int index, CacheDirectives *out) {
+    bool oom;
+    char *key = auto_splice_key(tenant, adapter, conversation_id, workflow_id, &oom);
+    if (!key) return oom ? -1 : 0;
+    CacheDirectives found;
+    int rc = auto_splice_apply(s, key, p, n_p, mode, index, &found);
+    free(key);
+    if (rc != 1) return rc;
+    out->splice_mode = found.splice_mode;
+    out->first_edit = found.first_edit;
+    out->context = found.context, out->n_context = found.n_context;
+    out->runs = found.runs, out->n_runs = found.n_runs;
+    out->auto_splice = 1;
+    return 1;
+}

@@ -70,4 +70,13 @@ char *auto_splice_key(const char *tenant, const char *adapter, const char *conve
  * recorded). */
 int auto_splice_apply(AutoSpliceStore *s, const char *key, const int32_t *p, int n_p, int mode, int index, CacheDirectives *out);
 
+/* What both front ends (the HTTP server, `braid batch`) do for a request whose directives hold no
+ * splice: its conversation key (auto_splice_key of tenant, adapter, conversation_id, workflow_id),
+ * then auto_splice_apply of P with mode and index, and what was planned moved into out's splice
+ * fields (splice_mode, first_edit, context, runs, auto_splice; the rest of out untouched, its
+ * context and runs then owned by out). 1 planned, 0 not (no conversation to diff against, or no
+ * edit worth a splice), -1 out of memory (out untouched). */
+int auto_splice_request(AutoSpliceStore *s, const char *tenant, const char *adapter, const char *conversation_id,
+                        const char *workflow_id, const int32_t *p, int n_p, int mode, int index, CacheDirectives *out);
+
 #endif

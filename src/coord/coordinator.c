@@ -76,7 +76,7 @@ int coordinator_init(Coordinator *c, const CoordinatorConfig *cfg, MPI_Comm worl
     c->router.cost = route_cost_model_init(cfg->moves.enabled, cfg->moves.prefill_tokens_per_s, cfg->moves.link_bytes_per_s, cfg->moves.latency_s);
     c->router.cost.min_move_blocks = cfg->moves.min_blocks;
     c->router.cost.lender_step_tokens = cfg->moves.lender_step_tokens;
-    c->router.cost.lender_step_parts = ROUTE_COST_LIVE_LENDER_STEP_PARTS; /* a busy leader answers asks between layers */
+    c->router.cost.lender_step_parts = ROUTE_COST_LIVE_LENDER_STEP_PARTS; /* until a READY says the model's layers */
     c->router.cost.move_timeout_s = cfg->moves.timeout_s;
     if (!c->reviving || !c->ever_ready || !c->can_move || !c->block_bytes ||
         (c->restarts_on && instance_restarts_init(&c->restarts, cfg->n_instances, cfg->max_restarts,
@@ -803,6 +803,21 @@ static void announce_when_started(Coordinator *c) {
     fflush(stdout);
 }
 
+/* A busy leader answers a move's ask between two layers of its step: the router prices that wait with the
+ * model's layer count, the first READY's (every instance serves the one model; another count is reported). */
+static void note_model_layers(Coordinator *c, int instance, int n_layers) {
+    if (n_layers <= 0) return;
+    if (c->model_layers == 0) {
+        c->model_layers = n_layers;
+        c->router.cost.lender_step_parts = route_cost_lender_step_parts(n_layers);
+        LOG_INFO("coord", "the model has %d layers (instance %d's READY): a busy lender's answer is priced at 1/%d of its step",
+                 n_layers, instance, c->router.cost.lender_step_parts);
+    } else if (n_layers != c->model_layers) {
+        LOG_WARN("coord", "instance %d's model has %d layers, the first READY's %d: the router keeps pricing a busy lender's wait by %d",
+                 instance, n_layers, c->model_layers, c->model_layers);
+    }
+}
+
 static void on_ready(Coordinator *c, int instance, WireReader *rd) {
     MsgReady m;
     if (msg_ready_decode(rd, &m)) return;
@@ -828,6 +843,7 @@ static void on_ready(Coordinator *c, int instance, WireReader *rd) {
         c->can_move[instance] = m.kv_moves;
         c->block_bytes[instance] = m.block_bytes;
         router_instance_kv(&c->router, instance, c->can_move[instance], m.block_bytes, m.block_size);
+        note_model_layers(c, instance, m.n_layers);
         if (!c->ever_ready[instance]) c->ready_instances++;
         c->ever_ready[instance] = true;
         bool replay = c->reviving[instance] && c->lora_roster.n > 0;
@@ -959,7 +975,7 @@ static void on_stats(Coordinator *c, int instance, WireReader *rd) {
                        .residual_total_blocks = m.residual_total_blocks, .residual_hit_tokens = m.residual_hit_tokens,
                        .fork_tokens = m.fork_tokens, .partial_hit_tokens = m.partial_hit_tokens,
                        .residual_evicted_blocks = m.residual_evicted_blocks, .moved_in_blocks = m.moved_in_blocks,
-                       .moved_in_bytes = m.moved_in_bytes, .move_failures = m.move_failures, .move_declines = m.move_declines, .lent_blocks = m.lent_blocks,
+                       .moved_in_bytes = m.moved_in_bytes, .move_failures = m.move_failures, .move_declines = m.move_declines, .move_followers = m.move_followers, .lent_blocks = m.lent_blocks,
                        .segment_lsh_candidates = m.segment_lsh_candidates, .segment_lsh_admitted = m.segment_lsh_admitted,
                        .segment_lsh_reused_tokens = m.segment_lsh_reused_tokens,
                        .segment_probes_ok = m.segment_probes_ok, .segment_probes_rejected = m.segment_probes_rejected};

@@ -156,6 +156,7 @@ typedef struct {
     bool *ever_ready;            /* (n_instances) reported READY once (counted in ready_instances) */
     bool *can_move;              /* (n_instances) takes part in KV moves (READY; never a respawned leader) */
     uint64_t *block_bytes;       /* (n_instances) one KV block's bytes (READY) */
+    int model_layers;            /* the first READY's layer count (0: none came; the router keeps its fallback) */
     uint64_t moves_planned;      /* requests sent with a pull hint */
     bool lost_ranks;             /* a rank of the job died (even if its instance came back) */
     CoordRequest **table;        /* sorted by id */

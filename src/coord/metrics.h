@@ -94,6 +94,7 @@ typedef struct {
     /* KV block moves between instances (worker/kv_moves.h). */
     unsigned long long moved_in_blocks, moved_in_bytes, move_failures, lent_blocks;
     unsigned long long move_declines; /* planned moves that ended without a read or a fault */
+    unsigned long long move_followers; /* requests that waited behind a move in flight to their instance */
     /* Approximate segment guards: LSH near-duplicate candidates / admissions / tokens; probes by result. */
     unsigned long long segment_lsh_candidates, segment_lsh_admitted, segment_lsh_reused_tokens;
     unsigned long long segment_probes_ok, segment_probes_rejected;

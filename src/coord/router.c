@@ -30,6 +30,7 @@ int router_init(Router *r, int n, int load_slack) {
     r->down = calloc((size_t)n, sizeof *r->down);
     r->affinity = strmap_create(256);
     r->pending_prefill = calloc((size_t)n, sizeof *r->pending_prefill);
+    r->prefilling = calloc((size_t)n, sizeof *r->prefilling);
     r->can_move = calloc((size_t)n, sizeof *r->can_move);
     r->bytes_per_token = calloc((size_t)n, sizeof *r->bytes_per_token);
     r->match = calloc((size_t)n, sizeof *r->match);
@@ -39,7 +40,7 @@ int router_init(Router *r, int n, int load_slack) {
     r->links = calloc((size_t)n * (size_t)n, sizeof *r->links);
     /* Until the instances report and the coordinator learns, the move cost model's defaults. */
     r->cost = route_cost_model_init(true, MOVE_DEFAULT_PREFILL_TPS, MOVE_DEFAULT_LINK_GBPS * 1e9, MOVE_DEFAULT_LATENCY_S);
-    if (!r->index || !r->inflight || !r->load || !r->down || !r->affinity || !r->pending_prefill || !r->can_move || !r->bytes_per_token || !r->match || !r->held || !r->estimate || !r->capacity_blocks || !r->links) {
+    if (!r->index || !r->inflight || !r->load || !r->down || !r->affinity || !r->pending_prefill || !r->prefilling || !r->can_move || !r->bytes_per_token || !r->match || !r->held || !r->estimate || !r->capacity_blocks || !r->links) {
         router_free(r);
         return -1;
     }
@@ -56,6 +57,7 @@ void router_free(Router *r) {
     free(r->load);
     free(r->down);
     free(r->pending_prefill);
+    free(r->prefilling);
     free(r->can_move);
     free(r->bytes_per_token);
     free(r->match);
@@ -181,12 +183,18 @@ static void expect_blocks(Router *r, int i, const uint64_t *hashes, int n) {
         block_index_add(&r->inflight[i], hashes[k]);
 }
 
-/* The requests a prefill added to instance i delays: those on i (a batching engine runs one step at
- * a time: each running sequence waits while the step computes the chunk, a queued one starts later),
- * and the later arrivals while queues last (backlog: requests waiting per instance). Given the queue
- * in seconds (r->queue_s: braid sim's one-request-at-a-time replay), those on i are ahead of it and
- * only the later arrivals wait. */
-static double delayed_by(const Router *r, int i, double backlog) { return (r->queue_s ? 0 : r->load[i]) + backlog; }
+/* The requests a prefill added to instance i delays: those decoding on i (a batching engine runs one
+ * step at a time: each running sequence waits while the step computes the chunk), and the later
+ * arrivals while queues last (backlog: requests waiting per instance). Those on i still waiting for
+ * their own prefill are ahead of it (first come, first served) and not stalled by it: counting them
+ * made an instance crowded with queued requests look costly for a short prefill and an idle-decoding
+ * one cheap, so a request's prefill interrupted a decode rather than queue behind a prefix being
+ * computed. Given the queue in seconds (r->queue_s: braid sim's one-request-at-a-time replay), those
+ * on i are all ahead of it and only the later arrivals wait. */
+static double delayed_by(const Router *r, int i, double backlog) {
+    int decoding = r->load[i] - r->prefilling[i];
+    return (r->queue_s || decoding < 0 ? 0 : decoding) + backlog;
+}
 
 /* Remembers the prompt being routed (a failed copy only forgets it: in flight is a guess). */
 static void keep_picked(Router *r, const uint64_t *hashes, int n) {
@@ -272,6 +280,7 @@ RouteCharge router_charge(Router *r, const RouteDecision *d, int prompt_tokens, 
     c.moved_bytes = move ? (double)(d->source_blocks - d->matched_blocks) * bs * r->bytes_per_token[i] : 0;
     c.prefill_open = true;
     r->pending_prefill[i] += c.prefill_tokens;
+    r->prefilling[i]++;
     if (r->mode == ROUTER_COST) expect_blocks(r, i, r->picked, r->n_picked);
     r->n_picked = 0;
     return c;
@@ -280,6 +289,7 @@ RouteCharge router_charge(Router *r, const RouteDecision *d, int prompt_tokens, 
 void router_prefill_done(Router *r, RouteCharge *c) {
     if (!c->prefill_open || c->instance < 0 || c->instance >= r->n_instances) return;
     c->prefill_open = false;
+    if (r->prefilling[c->instance] > 0) r->prefilling[c->instance]--;
     double left = r->pending_prefill[c->instance] - c->prefill_tokens;
     r->pending_prefill[c->instance] = left > 1e-9 ? left : 0;
     if (!(left > 1e-9)) block_index_clear(&r->inflight[c->instance]); /* no prefill pending: whatever was coming has come */
@@ -353,12 +363,14 @@ void router_instance_down(Router *r, int instance) {
     r->down[instance] = true;
     r->load[instance] = 0;
     r->pending_prefill[instance] = 0;
+    r->prefilling[instance] = 0;
     router_cleared(r, instance);
 }
 
 void router_instance_up(Router *r, int instance) {
     r->load[instance] = 0;
     r->pending_prefill[instance] = 0;
+    r->prefilling[instance] = 0;
     r->down[instance] = false;
 }
 

@@ -69,6 +69,7 @@ typedef struct {
     /* ROUTER_COST */
     RouteCostModel cost;
     double *pending_prefill; /* (n_instances) prefill tokens charged and not yet past their first token */
+    int *prefilling;         /* (n_instances) requests charged there and not yet past their first token */
     bool *can_move;          /* (n_instances) takes part in KV moves (READY) */
     double *bytes_per_token; /* (n_instances) K/V bytes of a token, from READY's block bytes */
     RouteLinkRate *links;    /* (n_instances x n_instances) [lender * n + borrower]: measured move rates */

@@ -9,6 +9,8 @@ RouteCostModel route_cost_model_init(bool moves, double prefill_tokens_per_s, do
                             .running_tokens = ROUTE_COST_DEFAULT_RUNNING_TOKENS, .min_move_blocks = 1, .moves = moves};
 }
 
+int route_cost_lender_step_parts(int n_layers) { return n_layers > 0 ? n_layers : ROUTE_COST_LIVE_LENDER_STEP_PARTS; }
+
 double route_cost_lender_wait_s(const RouteCostModel *m, double lender_queue_s) {
     if (!(lender_queue_s > 0) || !(m->lender_step_tokens > 0)) return 0;
     double step_s = m->lender_step_tokens * m->s_per_token;

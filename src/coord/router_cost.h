@@ -12,7 +12,9 @@
  * lender_step_parts = 1 between steps, so it adds the rest of its current step (min(its queue ahead,
  * one step of lender_step_tokens prefill tokens)); with P parts, between two layers of a step (the
  * CPU backend's step pulse, serve since the busy-lender fix), so it adds at most a P-th of a step.
- * The coordinator sets P = ROUTE_COST_LIVE_LENDER_STEP_PARTS; braid sim's replay keeps 1 (its
+ * P is the model's layer count: the coordinator takes it from the instances' READY (the first one;
+ * ROUTE_COST_LIVE_LENDER_STEP_PARTS until one comes), and braid sim's batching replay, whose lender
+ * answers at its step's next layer boundary too, from --model-layers (its fifo replay keeps 1: its
  * lender answers between steps), so each prices the lender it has. A move whose estimate
  * reaches move_timeout_s is not planned: live it would be abandoned after the timeout and the
  * prefix recomputed (the lender in a long prefill step does not answer in time).
@@ -23,13 +25,13 @@
  * The router minimises a score, not the bare TTFT (route_cost_score): the TTFT plus what the choice
  * costs the other requests — the work it adds to the instance (the prefill it computes, and the
  * cached tokens its new blocks push out of a full cache, which will be computed again) times the
- * requests that work delays: every request on that instance (a batching engine runs one step at a
- * time, so each running sequence waits while the step computes this prefill's chunks; a queued one
- * starts that much later) plus the requests waiting per instance across the cluster (they stand for
- * the arrivals the work will delay while queues last). Idle, that is the TTFT (spread out, move
- * prefixes in); busy, the work it costs everyone sharing the instance (keep prefixes where they
- * are, do not recompute on a crowded instance what another holds). Its one weight is a count of
- * requests, not a tuned constant.
+ * requests that work delays: every request decoding on that instance (a batching engine runs one
+ * step at a time, so each running sequence waits while the step computes this prefill's chunks; one
+ * still waiting for its own prefill is ahead of it, first come first served, and not stalled by it)
+ * plus the requests waiting per instance across the cluster (they stand for the arrivals the work
+ * will delay while queues last). Idle, that is the TTFT (spread out, move prefixes in); busy, the
+ * work it costs everyone sharing the instance (keep prefixes where they are, do not recompute on a
+ * crowded instance what another holds). Its one weight is a count of requests, not a tuned constant.
  * Blocks in flight count as local: the router (router.h) remembers the prompt blocks it routed to an
  * instance until no prefill is pending there, because a request queued behind them finds them
  * cached when its turn comes (even those evicted meanwhile: their own request computes them again).
@@ -80,9 +82,10 @@ typedef struct {
 #define ROUTE_COST_MOVE_FLOOR 0.05  /* a move took at least this share of its request's TTFT */
 #define ROUTE_COST_MIN_SAMPLE_TOKENS 64   /* a prefill sample needs this many tokens queued + computed */
 /* Live, a busy lender answers between two layers of its step: its wait is at most one layer's share
- * of the step. The coordinator does not know the model's layer count; the served models have 24-30
- * layers (Qwen2.5-0.5B 24, SmolLM2-135M 30), so 16 bounds a layer's share from above for any model of
- * 16 layers or more (priced high rather than low: a move priced too cheap may run into the timeout). */
+ * of the step. The instances' READY carries the model's layer count and the coordinator prices with
+ * it; this is the fallback until a READY with a count comes: the served models have 24-30 layers
+ * (Qwen2.5-0.5B 24, SmolLM2-135M 30), so 16 bounds a layer's share from above for any model of 16
+ * layers or more (priced high rather than low: a move priced too cheap may run into the timeout). */
 #define ROUTE_COST_LIVE_LENDER_STEP_PARTS 16
 
 /* What the model needs to know about one candidate instance for one prompt. */
@@ -131,6 +134,9 @@ typedef struct {
 /* Priors: prefill_tokens_per_s and link_bytes_per_s > 0 (others fall back to 1). */
 RouteCostModel route_cost_model_init(bool moves, double prefill_tokens_per_s, double link_bytes_per_s, double move_latency_s);
 RouteCostEstimate route_cost_estimate(const RouteCostModel *m, const RouteCostInput *in);
+/* lender_step_parts for a model of n_layers layers (READY's count): n_layers; ROUTE_COST_LIVE_LENDER_STEP_PARTS when
+ * the count is unknown (<= 0). */
+int route_cost_lender_step_parts(int n_layers);
 /* How long a lender with lender_queue_s of work ahead takes to answer a move: the rest of its
  * current step part, at most one step of lender_step_tokens prefill tokens over lender_step_parts
  * (0 when idle or unknown). */

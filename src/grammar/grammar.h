@@ -37,6 +37,9 @@
  *     pattern-constrained strings, whose characters are all plain (a pattern's '"', '\\' and control
  *     characters can therefore never be produced). minLength/maxLength count characters (an escape
  *     is one character); maxLength above GRAMMAR_MAX_STRING_UNROLL is refused.
+ *   - a value position may open at most GRAMMAR_MAX_ALTERNATIVES alternatives at once: an enum's
+ *     values, or an anyOf/oneOf's branches summed (an enum inside a branch counts its values, also
+ *     through $ref); more is refused, since the matcher would exceed its bounded closure mid-output.
  *   - pattern: a regex subset — literals, escapes (\d \w \s \D \W \S and escaped punctuation), '.',
  *     classes [..] with ranges and negation (ASCII members; a negated class also takes any non-ASCII
  *     character), groups (..) and (?:..), '|', quantifiers * + ? {n} {n,} {n,m}; '^' / '$' only at
@@ -72,6 +75,7 @@
 #define GRAMMAR_MAX_DEPTH 128             /* deepest rule nesting of one output (recursive schemas) */
 #define GRAMMAR_MAX_INDENT 32             /* most spaces after a newline between JSON tokens */
 #define GRAMMAR_MAX_STRING_UNROLL 2000    /* largest minLength / maxLength / minItems / maxItems */
+#define GRAMMAR_MAX_ALTERNATIVES 4096     /* most alternatives at one value position (enum values, anyOf/oneOf branches) */
 
 typedef struct Grammar Grammar;
 typedef struct GrammarVocab GrammarVocab;

@@ -25,6 +25,7 @@
 typedef struct {
     const json_t *schema;
     int rule;
+    int alternatives; /* the value's alternatives at its first byte (1 while still compiling: a cycle) */
 } MemoEntry;
 
 typedef struct {
@@ -38,6 +39,7 @@ typedef struct {
     int r_string, r_any_value, r_any_object, r_any_array;
     int nesting;
     int32_t plain_first, plain_n;
+    int rule_alternatives; /* set by schema_rule: the alternatives of the rule it returned */
 } Ctx;
 
 typedef char Path[256];
@@ -495,7 +497,17 @@ static int type_bits(Ctx *c, const json_t *schema, const char *path) {
 }
 
 /* The schema's value from state `from` of rule; returns the state after it. */
-static int schema_value(Ctx *c, int rule, int from, const json_t *schema, const char *path) {
+/* Alternatives one JSON value position opens at once: an enum's values, the sum over an
+ * anyOf/oneOf's branches (through $ref), 1 for anything else. The matcher follows them all in
+ * parallel, and past GRAMMAR_MAX_ALTERNATIVES its bounded closure gives up mid-generation (a 500
+ * after the prefill, before this check): so such a schema is refused here, as a 400. */
+static int check_alternatives(Ctx *c, const char *path, long long n) {
+    if (n <= GRAMMAR_MAX_ALTERNATIVES) return 0;
+    return fail(c, path, "%lld alternatives at one position (enum values, and anyOf/oneOf branches counted through $ref); at most %d are supported",
+                n, GRAMMAR_MAX_ALTERNATIVES);
+}
+
+static int schema_value(Ctx *c, int rule, int from, const json_t *schema, const char *path, int *alternatives) {
     Path sub;
     if (json_is_true(schema)) return call(c, rule, from, any_value_rule(c));
     if (json_is_false(schema)) return fail(c, path, "schema false can never be satisfied");
@@ -513,7 +525,10 @@ static int schema_value(Ctx *c, int rule, int from, const json_t *schema, const 
         if (!json_is_string(ref)) return fail(c, path, "keyword '$ref' must be a string");
         path_key(sub, path, "$ref");
         const json_t *target = resolve_ref(c, json_string_value(ref), sub);
-        return target ? call(c, rule, from, schema_rule(c, target, sub)) : -1;
+        if (!target) return -1;
+        int callee = schema_rule(c, target, sub);
+        *alternatives = c->rule_alternatives;
+        return call(c, rule, from, callee);
     }
     const char *alt_key = json_object_get(schema, "anyOf") ? "anyOf" : json_object_get(schema, "oneOf") ? "oneOf" : NULL;
     if (alt_key || json_object_get(schema, "allOf")) {
@@ -524,10 +539,15 @@ static int schema_value(Ctx *c, int rule, int from, const json_t *schema, const 
         if (!json_is_array(list) || json_array_size(list) == 0) return fail(c, path, "keyword '%s' must be a non-empty array", kw);
         if (!alt_key && json_array_size(list) != 1) return fail(c, path, "keyword 'allOf' with more than one schema is not supported");
         int end = new_state(c, rule);
+        long long total = 0;
         for (size_t i = 0; i < json_array_size(list) && !c->failed; i++) {
             path_index(sub, path, kw, i);
-            eps(c, call(c, rule, from, schema_rule(c, json_array_get(list, i), sub)), end);
+            int callee = schema_rule(c, json_array_get(list, i), sub);
+            total += c->rule_alternatives;
+            eps(c, call(c, rule, from, callee), end);
         }
+        if (check_alternatives(c, path, total)) return -1;
+        *alternatives = (int)total;
         return check_builder(c, path, end);
     }
     const json_t *cst = json_object_get(schema, "const");
@@ -535,6 +555,8 @@ static int schema_value(Ctx *c, int rule, int from, const json_t *schema, const 
     const json_t *en = json_object_get(schema, "enum");
     if (en) {
         if (!json_is_array(en) || json_array_size(en) == 0) return fail(c, path, "keyword 'enum' must be a non-empty array");
+        if (check_alternatives(c, path, (long long)json_array_size(en))) return -1;
+        *alternatives = (int)json_array_size(en);
         int end = new_state(c, rule);
         for (size_t i = 0; i < json_array_size(en); i++) eps(c, json_literal(c, rule, from, json_array_get(en, i), path), end);
         return check_builder(c, path, end);
@@ -558,9 +580,13 @@ static int schema_value(Ctx *c, int rule, int from, const json_t *schema, const 
 
 static int schema_rule(Ctx *c, const json_t *schema, const char *path) {
     if (c->failed) return -1;
+    c->rule_alternatives = 1;
     if (json_is_true(schema)) return any_value_rule(c);
     for (int i = 0; i < c->n_memo; i++)
-        if (c->memo[i].schema == schema) return c->memo[i].rule;
+        if (c->memo[i].schema == schema) {
+            c->rule_alternatives = c->memo[i].alternatives;
+            return c->memo[i].rule;
+        }
     if (c->nesting >= SCHEMA_MAX_NESTING) return fail(c, path, "schema nested deeper than %d levels", SCHEMA_MAX_NESTING);
     int r = grammar_rule_new(&c->b);
     if (r < 0) return check_builder(c, path, -1);
@@ -571,10 +597,14 @@ static int schema_rule(Ctx *c, const json_t *schema, const char *path) {
         c->memo = m;
         c->cap_memo = cap;
     }
-    c->memo[c->n_memo++] = (MemoEntry){schema, r};
+    int at = c->n_memo++;
+    c->memo[at] = (MemoEntry){schema, r, 1};
     c->nesting++;
-    int end = schema_value(c, r, c->b.rule_start[r], schema, path);
+    int alternatives = 1;
+    int end = schema_value(c, r, c->b.rule_start[r], schema, path, &alternatives);
     c->nesting--;
+    c->memo[at].alternatives = alternatives; /* memo may have moved (realloc): by index */
+    c->rule_alternatives = alternatives;
     grammar_state_final(&c->b, end);
     return end < 0 ? -1 : r;
 }

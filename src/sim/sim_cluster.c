@@ -42,7 +42,8 @@ SimClusterConfig sim_cluster_config_default(void) {
                               .prefill_s_per_token = one.prefill_s_per_token, .decode_s_per_token = one.decode_s_per_token,
                               .kv_bytes_per_token = one.kv_bytes_per_token, .link_bytes_per_s = 10e9, .link_latency_s = 20e-6,
                               .lender_step_tokens = 512, .move_timeout_s = 5.0, /* serve's --max-batch-tokens, --move-timeout */
-                              .max_running = 64, .step_s = 0.008}; /* serve's --max-running; the 2-core CPU's step (sim_tenants.h) */
+                              .max_running = 64, .step_s = 0.008, /* serve's --max-running; the 2-core CPU's step (sim_tenants.h) */
+                              .n_layers = SIM_DEFAULT_MODEL_LAYERS};
 }
 
 /* One request's time on its instance: it waits until start, prefills (and moves) until prefill_end,

@@ -82,6 +82,16 @@ typedef struct {
      * cached and moved tokens, TTFT), for comparing the replay's placements with a live run's; NULL: none. */
     FILE *route_log;
     double step_s;               /* batch: a step's fixed cost (braid sim --step-ms) */
+    /* batch: the model's layer count (braid sim --model-layers; default SIM_DEFAULT_MODEL_LAYERS). A busy lender answers a
+     * move's ask at the next layer boundary of its step in progress (its step split in n_layers equal parts), as a live
+     * leader does between two layers (the CPU backend's step pulse), and the router prices the lender so
+     * (RouteCostModel.lender_step_parts = n_layers). <= 1: it answers between steps. The fifo replay always answers
+     * between steps. */
+    int n_layers;
+    /* batch: the router's lender_step_parts when not n_layers (braid sim --router-lender-parts; 0: n_layers). For
+     * replaying a live run whose coordinator priced the lender otherwise (before READY carried the layer count it
+     * used ROUTE_COST_LIVE_LENDER_STEP_PARTS). */
+    int router_lender_parts;
     double move_timeout_s;       /* a move not done by then fails and its blocks are computed (serve's --move-timeout); 0: never */
     /* batch: each instance's eviction policy (NULL: LRU) and its options (--pbkv-gamma). A policy that takes predictions
      * (pbkv, kvflow) gets the coordinator's: each call's forecast reaches every instance when the call is dispatched
@@ -110,7 +120,11 @@ typedef struct {
     uint64_t steps;              /* batch: engine steps run, over all instances */
     int max_step_tokens;         /* batch: the most tokens (prefill chunks + decodes) one step computed */
     uint64_t preemptions;        /* batch: running requests the schedulers preempted (decode out of blocks), all instances */
+    uint64_t import_waits;       /* batch: requests held until a move toward their instance ended (sim_cluster_batch.h) */
 } SimClusterResult;
+
+/* SmolLM2-135M's layer count (its GGUF's llama.block_count), the default model's. */
+#define SIM_DEFAULT_MODEL_LAYERS 30
 
 SimClusterConfig sim_cluster_config_default(void);
 int sim_cluster_run(const Trace *t, const SimClusterConfig *cfg, SimClusterResult *res, BraidError *err);

@@ -11,6 +11,7 @@
 #include "cache/kv_cache.h"
 #include "coord/move_plan.h"
 #include "coord/router.h"
+#include "worker/import_followers.h"
 #include "sim/sim_percentile.h"
 #include "worker/scheduler.h"
 
@@ -30,7 +31,7 @@ typedef struct {
 typedef struct {
     Scheduler sched;
     bool up, stepping;
-    double step_end;
+    double step_start, step_end;
     StepPlan plan;
     InstanceTap tap;
     int served;
@@ -50,7 +51,11 @@ typedef struct {
     MovePhase phase;
     double arrival;
     double deadline, read_at, land_at; /* the move's timeout (from the ask; INFINITY: none); its read's start and landing */
+    double asked_at;        /* when the borrower asked the lender */
+    int import_wait;        /* queued behind the move of this request (its index) toward its instance; -1: not waiting */
+    double import_wait_s;   /* how long it waited for that move */
     int lent_blocks;        /* the prefix the lender answered with */
+    int asked_blocks;       /* a planned move: the blocks it asks for (the plan's, at most `usable`) */
     bool failed, queued, started, refused, done;
     double started_at, first_token, finish, move_s;
     /* closed_loop: unfinished requests of the workflow's previous stage; the next stage's requests
@@ -87,6 +92,7 @@ struct BatchCluster {
     BatchReq *reqs;
     int n_reqs;
     int *moving;            /* indices of requests with a move in progress */
+    int *import_waiting, n_import_waiting; /* indices of requests held until a move toward their instance ends */
     int *stage_order;       /* closed_loop: request indices by workflow, then trace order (next_stage points here) */
     int *released, n_released; /* closed_loop: held requests whose previous stage just finished */
     int n_moving;
@@ -130,6 +136,7 @@ static int make_request(BatchReq *q, const TraceRequest *t, int bs) {
     if (q->usable > full) q->usable = full;
     q->tr = t;
     q->source = -1;
+    q->import_wait = -1;
     return 0;
 }
 
@@ -246,13 +253,17 @@ static int cluster_init(BatchCluster *cl, const Trace *t, const SimClusterConfig
     for (int k = 0; k < t->n; k++)
         if (t->reqs[k].prompt_tokens / cl->bs + 1 > max_blocks) max_blocks = t->reqs[k].prompt_tokens / cl->bs + 1;
     if (sim_cluster_router_init(&cl->router, cfg, router_mode, cl->bs, err)) return -1;
+    /* This replay's busy lender answers between two layers of its step, as live: the router prices it so. */
+    int parts = cfg->router_lender_parts > 0 ? cfg->router_lender_parts : cfg->n_layers;
+    cl->router.cost.lender_step_parts = parts > 1 ? parts : 1;
     cl->inst = calloc((size_t)cfg->n_instances, sizeof *cl->inst);
     cl->reqs = calloc((size_t)(t->n > 0 ? t->n : 1), sizeof *cl->reqs);
     cl->moving = malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof *cl->moving);
+    cl->import_waiting = malloc((size_t)(t->n > 0 ? t->n : 1) * sizeof *cl->import_waiting);
     cl->table = malloc(((size_t)max_blocks + 1) * sizeof *cl->table);
     cl->can_move = calloc((size_t)cfg->n_instances, sizeof *cl->can_move);
     cl->block_bytes = calloc((size_t)cfg->n_instances, sizeof *cl->block_bytes);
-    if (!cl->inst || !cl->reqs || !cl->moving || !cl->table || !cl->can_move || !cl->block_bytes) return braid_error_set(err, "sim cluster: out of memory");
+    if (!cl->inst || !cl->reqs || !cl->moving || !cl->import_waiting || !cl->table || !cl->can_move || !cl->block_bytes) return braid_error_set(err, "sim cluster: out of memory");
     /* The coordinator's move plan (move_plan.h) as serve sets it up: its rates are the router's start ones. */
     cl->moves = (MoveCostModel){.enabled = cfg->moves, .latency_s = cfg->link_latency_s, .min_blocks = MOVE_DEFAULT_MIN_BLOCKS,
                                 .link_bytes_per_s = cfg->router_link_bytes_per_s > 0 ? cfg->router_link_bytes_per_s : cfg->link_bytes_per_s,
@@ -304,6 +315,7 @@ static void cluster_free(BatchCluster *cl) {
     free(cl->inst);
     free(cl->reqs);
     free(cl->moving);
+    free(cl->import_waiting);
     free(cl->stage_order);
     free(cl->released);
     free(cl->workflows);
@@ -400,12 +412,28 @@ static int land_move(BatchCluster *cl, BatchReq *q, BraidError *err) {
 /* The borrower's loop turn: time passes in its steps, so a move advances only while it is between two. */
 static bool between_steps(const BatchCluster *cl, int instance) { return !cl->inst[instance].stepping; }
 
+/* When the lender looks at q's ask: at once between its steps; in a step, at the first of its layer boundaries
+ * (the step split in n_layers equal parts: the live leader's step pulse) at or after the ask, at the latest
+ * when the step ends (n_layers <= 1: then). */
+static double lender_turn(const BatchCluster *cl, const BatchReq *q) {
+    const BatchInstance *in = &cl->inst[q->source];
+    if (!in->stepping) return q->asked_at;
+    int layers = cl->cfg->n_layers;
+    double layer_s = (in->step_end - in->step_start) / (layers > 1 ? layers : 1);
+    if (layers <= 1 || !(layer_s > 0)) return in->step_end;
+    double from = q->asked_at > in->step_start ? q->asked_at : in->step_start;
+    double t = in->step_start + ceil((from - in->step_start) / layer_s) * layer_s;
+    return t < in->step_end ? t : in->step_end;
+}
+
 /* The lender answers with the prefix it holds now; NONE when it lends nothing the borrower lacks. */
 static void move_answer(BatchCluster *cl, BatchReq *q) {
     int have = block_index_prefix(&cl->router.index[q->source], q->hashes, q->usable);
     int local = block_index_prefix(&cl->router.index[q->instance], q->hashes, q->usable);
     q->lent_blocks = have > local ? have : 0;
 }
+
+static void release_import_waiters(BatchCluster *cl, int mover, double now);
 
 /* The move ends (landed, failed or lent nothing) and the request is queued on its instance. */
 static int move_end(BatchCluster *cl, BatchReq *q, bool landed, double now, SimClusterResult *res, BraidError *err) {
@@ -424,6 +452,7 @@ static int move_end(BatchCluster *cl, BatchReq *q, bool landed, double now, SimC
         res->move_failures++;
     }
     enqueue(cl, q, now);
+    release_import_waiters(cl, (int)(q - cl->reqs), now);
     return 0;
 }
 
@@ -434,6 +463,7 @@ static int move_advance(BatchCluster *cl, BatchReq *q, double now, SimClusterRes
     if (q->phase == MOVE_PARKING) { /* the borrower takes the request and asks the lender */
         if (!borrower_free) return 0;
         q->deadline = cfg->move_timeout_s > 0 ? now + cfg->move_timeout_s : INFINITY;
+        q->asked_at = now;
         q->phase = MOVE_ASKED;
         return 1;
     }
@@ -443,7 +473,7 @@ static int move_advance(BatchCluster *cl, BatchReq *q, double now, SimClusterRes
         q->failed = true;
         return move_end(cl, q, false, now, res, err) ? -1 : 1;
     }
-    if (q->phase == MOVE_ASKED && between_steps(cl, q->source)) { /* the lender's loop turn */
+    if (q->phase == MOVE_ASKED && (between_steps(cl, q->source) || now >= lender_turn(cl, q))) { /* the lender's turn */
         move_answer(cl, q);
         if (q->lent_blocks == 0) return move_end(cl, q, false, now, res, err) ? -1 : 1;
         q->phase = MOVE_ANSWERED;
@@ -460,20 +490,68 @@ static int move_advance(BatchCluster *cl, BatchReq *q, double now, SimClusterRes
     return 0;
 }
 
+/* What m's import would bring q (worker/import_followers.h's gain): the whole blocks at the head of both prompts
+ * that hold the same tokens (the same hashes: the same tenant and adapter too), at most the blocks m's move asked
+ * for and q's usable prefix. */
+static int import_gain(const BatchReq *q, const BatchReq *m) {
+    int n = q->usable < m->asked_blocks ? q->usable : m->asked_blocks, k = 0;
+    while (k < n && q->hashes[k] == m->hashes[k]) k++;
+    return k;
+}
+
+/* The import q waits for, as the live leader holds a request without a move of its own (instance_leader.c
+ * follow_import): among the moves toward q's instance not ended yet, the one that brings q the most blocks (ties:
+ * the first parked), when that is more than the instance's cache holds of q's prompt now. -1: none, q is queued. */
+static int import_to_wait_for(const BatchCluster *cl, const BatchReq *q) {
+    int local = block_index_prefix(&cl->router.index[q->instance], q->hashes, q->usable), best = -1, best_gain = local;
+    for (int k = 0; k < cl->n_moving; k++) {
+        const BatchReq *m = &cl->reqs[cl->moving[k]];
+        if (m->instance != q->instance || m->phase == MOVE_NONE) continue;
+        int gain = import_gain(q, m);
+        const BatchReq *b = best >= 0 ? &cl->reqs[best] : NULL;
+        bool earlier = b && (m->arrival < b->arrival || (m->arrival == b->arrival && m < b));
+        if (gain > best_gain || (b && gain == best_gain && earlier)) best = cl->moving[k], best_gain = gain;
+    }
+    /* As the leader: on a busy instance only a saving of half a step's tokens pays for about a step's wait. */
+    const BatchInstance *in = &cl->inst[q->instance];
+    if (best >= 0 && !import_followers_worth_waiting(best_gain, local, cl->bs, cl->cfg->lender_step_tokens, sched_idle(&in->sched)))
+        return -1;
+    return best;
+}
+
+/* The move of request `mover` ended at now: the requests held for it are queued, after it. */
+static void release_import_waiters(BatchCluster *cl, int mover, double now) {
+    int kept = 0;
+    for (int k = 0; k < cl->n_import_waiting; k++) { /* in the order they came */
+        BatchReq *w = &cl->reqs[cl->import_waiting[k]];
+        if (w->import_wait != mover) {
+            cl->import_waiting[kept++] = cl->import_waiting[k];
+            continue;
+        }
+        w->import_wait_s = now - w->arrival;
+        enqueue(cl, w, now);
+    }
+    cl->n_import_waiting = kept;
+}
+
 /* A request arrives: routed (and charged) as the coordinator does; a planned move parks it. */
-static void arrive(BatchCluster *cl, BatchReq *q, double now) {
+static void arrive(BatchCluster *cl, BatchReq *q, double now, SimClusterResult *res) {
     const TraceRequest *t = q->tr;
     RouteDecision d = router_pick_prompt(&cl->router, q->hashes, q->usable, t->prompt_tokens, t->workflow);
     /* The coordinator's dispatch (coordinator.c dispatch_submit): charged, then assigned, then the move planned. */
     q->instance = d.instance;
     q->charge = router_charge(&cl->router, &d, t->prompt_tokens, now - cl->t0 + BOOKS_CLOCK_START_S);
     router_assigned(&cl->router, d.instance, t->workflow);
-    int src = move_plan(&cl->moves, &d, cl->can_move, cl->block_bytes, cl->bs).source;
+    MovePlan plan = move_plan(&cl->moves, &d, cl->can_move, cl->block_bytes, cl->bs);
+    int src = plan.source;
     q->source = src;
+    q->asked_blocks = plan.blocks < q->usable ? plan.blocks : q->usable;
     cl->inst[d.instance].served++;
     send_forecast(cl, t, now);
     if (src < 0 || src == d.instance) {
-        enqueue(cl, q, now);
+        q->import_wait = import_to_wait_for(cl, q);
+        if (q->import_wait >= 0) cl->import_waiting[cl->n_import_waiting++] = (int)(q - cl->reqs), res->import_waits++;
+        else enqueue(cl, q, now);
         return;
     }
     cl->moving[cl->n_moving++] = (int)(q - cl->reqs);
@@ -502,10 +580,11 @@ static void log_finished(const BatchCluster *cl, const BatchReq *q) {
     FILE *f = cl->cfg->route_log;
     if (!f) return;
     fprintf(f, "{\"id\":\"%s\",\"workflow\":\"%s\",\"t\":%.6f,\"instance\":%d,\"source\":%d,\"prompt_tokens\":%d,\"cached_tokens\":%d,"
-               "\"moved_tokens\":%d,\"move_failed\":%s,\"ttft_s\":%.6f,\"finish\":%.6f}\n",
+               "\"moved_tokens\":%d,\"move_failed\":%s,\"ttft_s\":%.6f,\"finish\":%.6f,\"import_wait\":\"%s\",\"import_wait_s\":%.6f}\n",
             q->tr->id, q->tr->workflow, q->arrival - cl->t0, q->instance, q->source, q->tr->prompt_tokens,
             q->sr.cached_tokens > 0 ? q->sr.cached_tokens : 0, q->moved_blocks * cl->bs, q->failed ? "true" : "false",
-            q->first_token - q->arrival, q->finish - cl->t0);
+            q->first_token - q->arrival, q->finish - cl->t0, q->import_wait >= 0 ? cl->reqs[q->import_wait].tr->id : "",
+            q->import_wait_s);
 }
 
 /* Instance i's step ends at now: committed, first and last tokens timed. */
@@ -560,6 +639,7 @@ static int start_steps(BatchCluster *cl, double now, SimClusterResult *res, Brai
         res->steps++;
         if (prefill + decodes > res->max_step_tokens) res->max_step_tokens = prefill + decodes;
         in->stepping = true;
+        in->step_start = now;
         in->step_end = now + cl->cfg->step_s + cl->cfg->prefill_s_per_token * prefill + cl->decode_seq_s * decodes;
     }
     return 0;
@@ -582,6 +662,7 @@ static double next_event(const BatchCluster *cl, int next) {
         if (cl->inst[i].stepping && cl->inst[i].step_end < te) te = cl->inst[i].step_end;
     for (int k = 0; k < cl->n_moving; k++) { /* a borrower mid-step sees its landing or timeout at its step's end */
         const BatchReq *q = &cl->reqs[cl->moving[k]];
+        if (q->phase == MOVE_ASKED && !between_steps(cl, q->source) && lender_turn(cl, q) < te) te = lender_turn(cl, q);
         if (!between_steps(cl, q->instance)) continue;
         if (q->phase == MOVE_READING && q->land_at < te) te = q->land_at;
         if (q->deadline < te) te = q->deadline;
@@ -590,7 +671,7 @@ static double next_event(const BatchCluster *cl, int next) {
 }
 
 static bool all_done(const BatchCluster *cl, int next) {
-    if (next < cl->n_reqs || cl->n_released > 0 || cl->n_moving > 0) return false;
+    if (next < cl->n_reqs || cl->n_released > 0 || cl->n_moving > 0 || cl->n_import_waiting > 0) return false;
     for (int i = 0; i < cl->cfg->n_instances; i++)
         if (cl->inst[i].stepping || !sched_idle(&cl->inst[i].sched)) return false;
     return true;
@@ -598,7 +679,7 @@ static bool all_done(const BatchCluster *cl, int next) {
 
 /* closed_loop: the released requests whose send time has come, earliest first (ties: trace order, the
  * order the client claimed their workflows), routed as they reach the coordinator. */
-static void arrive_released(BatchCluster *cl, double now) {
+static void arrive_released(BatchCluster *cl, double now, SimClusterResult *res) {
     for (;;) {
         int best = -1;
         for (int k = 0; k < cl->n_released; k++) {
@@ -610,7 +691,7 @@ static void arrive_released(BatchCluster *cl, double now) {
         if (best < 0) return;
         BatchReq *q = &cl->reqs[cl->released[best]];
         cl->released[best] = cl->released[--cl->n_released];
-        arrive(cl, q, q->arrival);
+        arrive(cl, q, q->arrival, res);
     }
 }
 
@@ -626,8 +707,8 @@ static int replay(BatchCluster *cl, SimClusterResult *res, BraidError *err) {
         /* Open loop: the client's workflow ends reach the coordinator when the trace says (before a call sent then). */
         for (; !cl->cfg->closed_loop && cl->next_end < cl->trace->n_ends && cl->trace->ends[cl->next_end].t <= now; cl->next_end++)
             workflow_ended(cl, cl->trace->ends[cl->next_end].workflow, now);
-        for (; (next = skip_held(cl, next)) < cl->n_reqs && cl->reqs[next].arrival <= now; next++) arrive(cl, &cl->reqs[next], now);
-        arrive_released(cl, now);
+        for (; (next = skip_held(cl, next)) < cl->n_reqs && cl->reqs[next].arrival <= now; next++) arrive(cl, &cl->reqs[next], now, res);
+        arrive_released(cl, now, res);
         if ((rc = run_moves(cl, now, res, err)) == 0) rc = start_steps(cl, now, res, err);
     }
     return rc;

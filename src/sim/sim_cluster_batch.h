@@ -23,15 +23,24 @@
  * ids come from the trace's "tokens", else from its block hashes (equal prefixes, equal ids) with a
  * tail unique to the request; the router's keys are the content hashes the caches report.
  *
- * A planned move parks the request, as kv_moves.c does, and each side acts only between its engine
- * steps, as instance_leader.c's loop does (messages, move polls, then one step): the borrower takes the
- * request and asks the lender at its first turn (the end of the step it is in, or at once when idle;
- * the move's timeout starts there); the lender answers at its next turn with the prefix it holds then;
- * the borrower, at its next turn, reads the blocks past its own prefix over the link (blocks x block
- * bytes / bandwidth + latency); at the first turn after they land it commits them to its cache and
- * queues the request. A move not landed by move_timeout_s after the ask fails at the borrower's first
- * turn past it: the request is queued and computes the prefix (move_failures). A lender that holds no
- * more than the borrower lends nothing (no move). Message and turn overheads are not modeled.
+ * A planned move parks the request, as kv_moves.c does, and the borrower acts only between its engine
+ * steps, as instance_leader.c's loop does (messages, move polls, then one step): it takes the request
+ * and asks the lender at its first turn (the end of the step it is in, or at once when idle; the move's
+ * timeout starts there). The lender answers as a live leader does, between two layers of its step (the
+ * CPU backend's step pulse): at once when idle, else at the first boundary at or after the ask when its
+ * step in progress is split in cfg->n_layers equal parts (n_layers <= 1: at the step's end), with the
+ * prefix it holds then (the step's own blocks are not committed before its end). The router prices that
+ * wait with lender_step_parts = n_layers (cfg->router_lender_parts when set). The borrower, at its next
+ * turn, reads the blocks past its own prefix over the link (blocks x block bytes / bandwidth + latency);
+ * at the first turn after they land it commits them to its cache and queues the request. A move not landed by move_timeout_s after the ask
+ * fails at the borrower's first turn past it: the request is queued and computes the prefix
+ * (move_failures). A lender that holds no more than the borrower lends nothing (no move). Message and
+ * turn overheads are not modeled.
+ * A request routed without a move of its own to an instance that a move is heading for waits for that
+ * move's end (landed, failed or lent nothing) when the move brings it more whole blocks than the instance
+ * holds of its prompt now, as the live leader holds it (worker/import_followers.h: the blocks both prompts
+ * share at the head, at most what the move asked for; the move bringing the most, the first parked on a
+ * tie); it is queued right after the move's own request (import_waits counts them).
  *
  * With closed_loop, the workflows are sent as braid-bench run's client sends them: cfg->closed_loop_clients at once
  * (0: as many as the trace's client ran, the workflows started before the first one ended), claimed in the order of

@@ -213,6 +213,7 @@ void msg_ready_encode(WireBuf *b, const MsgReady *m) {
     wire_put_u8(b, m->kv_moves);
     wire_put_u64(b, m->block_bytes);
     wire_put_str(b, m->error);
+    wire_put_i32(b, m->n_layers);
 }
 
 int msg_ready_decode(WireReader *r, MsgReady *m) {
@@ -224,6 +225,7 @@ int msg_ready_decode(WireReader *r, MsgReady *m) {
     m->kv_moves = wire_get_u8(r);
     m->block_bytes = wire_get_u64(r);
     m->error = wire_get_str(r);
+    m->n_layers = wire_get_i32(r);
     if (reader_ok(r)) {
         msg_ready_free(m);
         return -1;
@@ -251,7 +253,7 @@ void msg_stats_encode(WireBuf *b, const MsgStats *m) {
                                  m->moved_in_blocks, m->moved_in_bytes, m->move_failures, m->lent_blocks,
                                  m->segment_lsh_candidates, m->segment_lsh_admitted, m->segment_lsh_reused_tokens,
                                  m->segment_probes_ok, m->segment_probes_rejected, m->prefilled_tokens,
-                                 m->move_declines};
+                                 m->move_declines, m->move_followers};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) wire_put_i32(b, gauges[i]);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) wire_put_u64(b, counters[i]);
 }
@@ -271,7 +273,7 @@ int msg_stats_decode(WireReader *r, MsgStats *m) {
                             &m->residual_evicted_blocks, &m->moved_in_blocks, &m->moved_in_bytes, &m->move_failures,
                             &m->lent_blocks, &m->segment_lsh_candidates, &m->segment_lsh_admitted,
                             &m->segment_lsh_reused_tokens, &m->segment_probes_ok, &m->segment_probes_rejected,
-                            &m->prefilled_tokens, &m->move_declines};
+                            &m->prefilled_tokens, &m->move_declines, &m->move_followers};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) *gauges[i] = wire_get_i32(r);
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) *counters[i] = wire_get_u64(r);
     return reader_ok(r);

@@ -130,6 +130,7 @@ typedef struct {
     uint8_t kv_moves;         /* the instance can lend and take KV blocks (kv_moves.h) */
     uint64_t block_bytes;     /* one block's K/V bytes across layers (the move cost model's unit) */
     char *error;              /* why loading failed, when !ok */
+    int32_t n_layers;         /* the model's layer count: a busy leader answers a move's ask between two of them (0: unknown) */
 } MsgReady;
 
 /* Absolute values since the instance started (gauges: now). Prompt tokens at first admission are
@@ -143,6 +144,7 @@ typedef struct {
     uint64_t preemptions, generated_tokens;
     uint64_t prefilled_tokens; /* prompt tokens its steps computed, chunk by chunk (SchedCounters.prefilled_tokens) */
     uint64_t move_declines;    /* KvMoveCounters.move_declines */
+    uint64_t move_followers;   /* requests that waited behind an import in flight (worker/import_followers.h) */
     uint64_t prefetched_blocks, prefetch_hit_blocks, prefetch_wasted_blocks; /* PBKV's prefetch: loaded ahead, then used / evicted unused */
     /* Segment reuse: prompt tokens reused (of the computed ones' share), chunks found in the index,
      * admitted exactly / approximately, rejected for left context / window; prefill FLOPs saved. */

@@ -13,6 +13,7 @@
 #include "transport/ctrl_endpoint.h"
 #include "transport/mpi_error.h"
 #include "transport/move_msg.h"
+#include "worker/import_followers.h"
 #include "worker/kv_moves.h"
 #include "worker/leader_lora.h"
 #include "worker/occupancy_log.h"
@@ -47,6 +48,8 @@ typedef struct {
     bool hidden_sent;
     bool parked;         /* waiting for a KV move (kv_moves.h) before it reaches the engine */
     bool cancel_pending; /* cancelled while parked: cancelled once it reaches the engine */
+    int asked_blocks;    /* parked: the blocks its move asked for (import_followers.h) */
+    bool following;      /* waiting behind another request's import (import_followers.h) */
     int moved_tokens;    /* prompt tokens a KV move brought in for it */
     double move_s;       /* that move's measured time, and its link (MoveLink), for the router */
     uint8_t move_link;
@@ -70,6 +73,9 @@ typedef struct {
     double last_stats;
     OccupancyLog occupancy;     /* --occupancy-log; fd -1 when off */
     KvMoves *moves;             /* KV block moves with other instances; NULL when off here */
+    ImportFollowers followers;  /* requests waiting behind a parked request's import */
+    ImportCandidate *candidates; /* scratch: the parked imports a new request may follow */
+    int cap_candidates;
     HeldMove *held_moves;       /* relayed move messages read mid-step, for after it, in arrival order */
     int n_held_moves, cap_held_moves;
     /* Tests only (BRAID_TEST_LAYER_DELAY=SECONDS[:MIN_TOKENS]): a step of at least min tokens sleeps
@@ -129,7 +135,7 @@ static int send_ready(Leader *L, bool ok, const char *error) {
     MsgReady m = {.ok = ok, .n_blocks = ok ? kv_cache_total(&e->sched.cache, CACHE_TIER_DEVICE) : 0, .block_size = L->cfg->engine.block_size,
                   .context_length = L->cfg->model->weights.cfg.context_length, .kv_moves = ok && L->moves != NULL,
                   .block_bytes = ok && e->backend.cfg.n_blocks > 0 ? e->backend.kv_bytes / (size_t)e->backend.cfg.n_blocks : 0,
-                  .error = (char *)(error ? error : "")};
+                  .error = (char *)(error ? error : ""), .n_layers = L->cfg->model->weights.cfg.n_layers};
     WireBuf b = {0};
     msg_ready_encode(&b, &m);
     return ctrl_send(&L->ctrl, COORDINATOR_RANK, MSG_READY, &b, &L->err);
@@ -158,6 +164,7 @@ static int send_stats(Leader *L) {
                   .segments_rejected_window = cc->segments_rejected_window,
                   .segment_flops_saved = (uint64_t)s->counters.segment_flops_saved,
                   .moved_in_blocks = mc.moved_in_blocks, .moved_in_bytes = mc.moved_in_bytes, .move_failures = mc.move_failures, .move_declines = mc.move_declines,
+                  .move_followers = L->followers.total,
                   .lent_blocks = mc.lent_blocks, .directive_requests = s->counters.directive_requests, .pins = cc->pins, .pin_expired_blocks = cc->pin_expired_blocks,
                   .pin_revoked_blocks = cc->pin_revoked_blocks, .spliced_tokens = cc->spliced_tokens,
                   .shared_hit_tokens = cc->shared_hit_tokens, .directive_evicted_blocks = cc->directive_evicted_blocks,
@@ -347,6 +354,62 @@ static void request_free(LeaderRequest *lr) {
     free(lr);
 }
 
+/* Whole blocks of r's prompt this instance's cache matches now (kv_cache_peek_prefix: no lock, no
+ * touch); 0 when its names cannot be interned (out of memory: then it does not wait). */
+static int cached_blocks_now(Leader *L, const SchedRequest *r) {
+    KvCache *c = &L->engine.sched.cache;
+    CacheIdentity id;
+    BraidError err;
+    if (kv_cache_identity(c, r->tenant, r->adapter, NULL, NULL, &id, &err)) return 0;
+    int blocks = kv_cache_peek_prefix(c, &id, r->tokens, r->n_prompt);
+    kv_cache_identity_release(c, &id);
+    return blocks;
+}
+
+/* Issue 33 (a): the router counted the blocks of a move in flight here as local when it sent lr
+ * (no pull hint). lr waits behind the parked import that brings more of its head than the cache
+ * holds now (import_followers.h), instead of prefilling that head itself and making the move a
+ * decline. Returns true when it waits (the import's end hands it to the engine). */
+static bool follow_import(Leader *L, LeaderRequest *lr) {
+    int n = 0, bs = L->cfg->engine.block_size;
+    for (int i = 0; i < L->n_active; i++) {
+        LeaderRequest *q = L->active[i];
+        if (!q->parked) continue;
+        if (braid_grow((void **)&L->candidates, &L->cap_candidates, n + 1, sizeof *L->candidates)) return false;
+        L->candidates[n++] = (ImportCandidate){.req = &q->req, .asked_blocks = q->asked_blocks, .owner = q};
+    }
+    if (n == 0) return false;
+    /* First against no local blocks: a request that shares no block with any import costs no cache walk. */
+    int gain, at = import_followers_choose(&lr->req, L->candidates, n, 0, bs, &gain);
+    if (at < 0) return false;
+    int local = cached_blocks_now(L, &lr->req);
+    at = import_followers_choose(&lr->req, L->candidates, n, local, bs, &gain);
+    if (at < 0 || !import_followers_worth_waiting(gain, local, bs, L->cfg->engine.max_batch_tokens, sched_idle(&L->engine.sched)))
+        return false;
+    if (import_followers_add(&L->followers, lr, L->candidates[at].owner)) return false;
+    lr->following = true;
+    LOG_DEBUG("leader", "instance %d: req %s waits behind req %s's move: %d blocks of its head on the way, %d cached here",
+              L->cfg->instance, lr->req.id, L->candidates[at].req->id, gain, local);
+    return true;
+}
+
+/* The requests that waited behind import's move go to the engine (its own request went first). */
+static void release_followers(Leader *L, const LeaderRequest *import, int moved_tokens) {
+    enum { BATCH = 16 };
+    void *batch[BATCH];
+    int got;
+    do {
+        got = import_followers_take(&L->followers, import, batch, BATCH);
+        for (int i = 0; i < got; i++) {
+            LeaderRequest *f = batch[i];
+            f->following = false;
+            LOG_INFO("leader", "instance %d: req %s released after req %s's move (%d tokens moved): %d blocks of its prompt cached here",
+                     L->cfg->instance, f->req.id, import->req.id, moved_tokens, cached_blocks_now(L, &f->req));
+            engine_submit(&L->engine, &f->req);
+        }
+    } while (got == BATCH);
+}
+
 static int accept_submit(Leader *L, MsgSubmit *m) {
     LeaderRequest *lr = calloc(1, sizeof *lr);
     char id[32];
@@ -382,14 +445,27 @@ static int accept_submit(Leader *L, MsgSubmit *m) {
     if (m->pull_blocks > 0 && m->pull_rank > COORDINATOR_RANK && L->moves &&
         kv_moves_park(L->moves, r, m->pull_rank, m->pull_blocks, lr) == 1) {
         lr->parked = true;
+        int useful = (r->n_prompt - 1) / L->cfg->engine.block_size; /* what kv_moves_park asked for */
+        lr->asked_blocks = m->pull_blocks < useful ? m->pull_blocks : useful;
         return 0;
     }
+    /* Or it waits for a move already in flight here that brings its head (import_followers.h). */
+    if (follow_import(L, lr)) return 0;
     /* A request the engine refuses is already marked finished with its error; report_progress sends it. */
     engine_submit(&L->engine, r);
     return 0;
 }
 
-/* A parked request's move is over (moved or not): it goes to the engine now. */
+/* A follower cancelled while it waits: out of the list, and finished now (not at the move's end). */
+static void cancel_follower(Leader *L, LeaderRequest *lr) {
+    import_followers_remove(&L->followers, lr);
+    lr->following = false;
+    engine_submit(&L->engine, &lr->req);
+    if (lr->req.state != REQ_FINISHED) sched_cancel(&L->engine.sched, &lr->req);
+}
+
+/* A parked request's move is over (moved or not): it goes to the engine now, then the requests
+ * that waited behind the move, in the order they came. */
 static void on_move_ready(void *ctx, void *owner, int moved_tokens, double move_s, int link) {
     Leader *L = ctx;
     LeaderRequest *lr = owner;
@@ -399,6 +475,7 @@ static void on_move_ready(void *ctx, void *owner, int moved_tokens, double move_
     lr->move_link = moved_tokens > 0 ? (uint8_t)link : MOVE_LINK_NONE;
     engine_submit(&L->engine, &lr->req);
     if (lr->cancel_pending && lr->req.state != REQ_FINISHED) sched_cancel(&L->engine.sched, &lr->req);
+    release_followers(L, lr, moved_tokens);
 }
 
 int instance_leader_refusal(const uint8_t *submit, size_t len, const char *why, WireBuf *out, uint64_t *req_id) {
@@ -469,6 +546,7 @@ static void handle_message(Leader *L, int type, const uint8_t *data, size_t len)
         uint64_t id = wire_get_u64(&rd);
         LeaderRequest *lr = rd.failed ? NULL : find_request(L, id);
         if (lr && lr->parked) lr->cancel_pending = true;
+        else if (lr && lr->following) cancel_follower(L, lr);
         else if (lr) sched_cancel(&L->engine.sched, &lr->req);
     } else if (type == MSG_WORKFLOW_END) {
         char *wf = wire_get_str(&rd);
@@ -642,6 +720,8 @@ static int leader_init(Leader *L, const WorkerRoleConfig *cfg, BraidError *err) 
 static void leader_free(Leader *L, bool engine_up) {
     for (int i = 0; i < L->n_active; i++) request_free(L->active[i]);
     free(L->active);
+    import_followers_free(&L->followers);
+    free(L->candidates);
     for (int i = 0; i < L->n_held_moves; i++) free(L->held_moves[i].data);
     free(L->held_moves);
     kv_moves_destroy(L->moves); /* before the engine: leases and imports hold cache nodes */

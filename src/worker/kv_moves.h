@@ -16,7 +16,9 @@
  * source lends nothing, no device room, a UCX error, no answer within the timeout of the ask, or no
  * landing within the timeout of the reads' start (an answer read late, after a long step here, still
  * gets its full time) — hands the request back with 0 moved tokens and it recomputes: a move can
- * fail, a request never.
+ * fail, a request never. Requests the router sent here without a hint because it counted a parked
+ * import's blocks as local wait behind that import in the leader (worker/import_followers.h) and
+ * reach the engine when the ready callback hands the import's request back.
  *
  * Lending. On KV_EXPORT the leader matches the prefix in its own cache and lends it
  * (kv_cache_lend: the path stays locked and its host copies stay put) under a lease that

@@ -618,6 +618,47 @@ static int plan_prefill_fair(Scheduler *s, StepPlan *p, SchedRequest *r, int *bu
     return 0;
 }
 
+/* Whole blocks at the head of a[0, n_a) and b[0, n_b) that hold the same tokens. */
+static int shared_blocks(const int32_t *a, int n_a, const int32_t *b, int n_b, int bs) {
+    int n = n_a < n_b ? n_a : n_b, blocks = 0;
+    while ((blocks + 1) * bs <= n && memcmp(a + (size_t)blocks * bs, b + (size_t)blocks * bs, (size_t)bs * sizeof *a) == 0) blocks++;
+    return blocks;
+}
+
+/* Whether r would read q's committed blocks: the same cache namespace and adapter. */
+static bool same_cache_view(const SchedRequest *r, const SchedRequest *q) {
+    return r->identity.tenant == q->identity.tenant && r->identity.adapter == q->identity.adapter && r->lora_id == q->lora_id &&
+           r->kv_separate == q->kv_separate;
+}
+
+/* Issue 33 (b), prompts that share a head reaching an instance together. A step's blocks join the
+ * tree only at sched_commit, after its forward, so a request packed into the same step as another
+ * with its head (or admitted while that one is still prefilling in chunks) matches none of those
+ * blocks and computes the whole head again. So r waits in the queue while a running request q of
+ * its cache namespace is still to commit full prompt blocks r shares with it beyond what r could
+ * match now; once q committed them, r is admitted as a cache hit. Never starving: r waits only
+ * while the step has other work (p->n > 0: q's prefill, or decodes), and only behind a request
+ * that is running and still prefilling: one preempted, finished or failed leads nothing. Returns
+ * true when r should wait (counted, and logged as a shared_prefill_wait event). */
+static bool wait_for_shared_prefill(Scheduler *s, const StepPlan *p, const SchedRequest *r) {
+    if (!s->cache_enabled || p->n == 0 || r->n_tokens < 2) return false;
+    int bs = s->block_size, limit = (r->n_tokens - 1) / bs, local = -1;
+    for (int i = 0; i < s->n_running; i++) {
+        const SchedRequest *q = s->running[i];
+        if (q->n_computed >= q->n_tokens - 1 || !same_cache_view(r, q)) continue; /* q's prefill is over */
+        int prompt_blocks = q->n_prompt / bs; /* what its prefill commits */
+        if (q->approx_from >= 0 && q->approx_from / bs < prompt_blocks) prompt_blocks = q->approx_from / bs; /* exact blocks only */
+        int shared = shared_blocks(r->tokens, limit * bs, q->tokens, prompt_blocks * bs, bs);
+        if (shared <= q->n_computed / bs) continue; /* q committed them already */
+        if (local < 0) local = kv_cache_peek_prefix(&s->cache, &r->identity, r->tokens, r->n_tokens);
+        if (shared <= local) continue;
+        s->counters.shared_prefill_waits++;
+        event(s, "shared_prefill_wait", r, "\"shared_blocks\":%d,\"cached_blocks\":%d", shared, local);
+        return true;
+    }
+    return false;
+}
+
 /* Admits from the front of the queue (with fair sharing: the front of the least-served tenant's
  * requests) while the budget and the running set allow. */
 static int admit_waiting(Scheduler *s, StepPlan *p, int *budget, BraidError *err) {
@@ -625,6 +666,7 @@ static int admit_waiting(Scheduler *s, StepPlan *p, int *budget, BraidError *err
         int at = s->fair_share ? sched_fair_pick(&s->fair, s->waiting, s->n_waiting, s->clock()) : 0;
         if (at < 0) break; /* every waiting tenant's part of the step is used */
         SchedRequest *r = s->waiting[at];
+        if (wait_for_shared_prefill(s, p, r)) break; /* first come, first served: wait for the shared head's blocks */
         if (output_room_short(s, r, 0)) break; /* first come, first served: wait for the running ones to finish */
         int rc = admit(s, r, err);
         if (rc < 0) return -1;

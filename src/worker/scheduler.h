@@ -9,6 +9,10 @@
  * cannot get a block even after eviction, the running request with the least work done is
  * preempted: its full blocks go into the tree first (so its recompute is a cache hit), everything
  * is released, and it returns to the front of the queue with its generated tokens kept.
+ * A waiting request whose head shares full prompt blocks with a running request that has yet to
+ * commit them (admitted earlier in the same step, or prefilling in chunks) waits until they are
+ * committed, then is admitted as a cache hit, rather than computing the head a second time in the
+ * same step (issue 33; never while the step would be empty, never behind a request not running).
  * With output-aware admission on (SchedConfig.admit_output, sched_admit.h), the head is admitted
  * only when the pool keeps room for the expected rest of every running request's output and its own.
  * A request that can never fit (prompt + max_tokens beyond the whole pool) is finished with an
@@ -173,6 +177,9 @@ typedef struct {
      * was cached but base recomputed (partial hits). */
     uint64_t forkkv_requests, residual_hit_tokens, fork_tokens, partial_hit_tokens;
     int peak_residual_in_use;
+    /* Steps in which the head of the queue waited for a running request to commit the prompt blocks
+     * they share (the shared-prefill rule, scheduler.c wait_for_shared_prefill; one per step held). */
+    uint64_t shared_prefill_waits;
 } SchedCounters;
 
 /* A hook for whoever mirrors the cache elsewhere (the cluster's router index): every cache event

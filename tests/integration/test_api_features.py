@@ -14,7 +14,9 @@ official client reads logprobs and n > 1 too.
 Point 7: 1100 connections that send half a request line and stop do not lock anyone out: /health
 answers within 2 s, a completion succeeds, and the server closes the flood's surplus connections;
 the short idle timeout (--http-timeout 1) never cuts an answer the server is slow to produce.
-Point 8: a garbage request line gets a JSON 400 (raw socket).
+Point 8: a garbage request line gets a JSON 400 (raw socket); so does broken framing (a malformed or
+disagreeing Content-Length, an unknown Transfer-Encoding: 400/501), and a body announced over the
+limit with Expect: 100-continue gets its 413 at once, unread.
 Exit status: 0 when every check passed.
 """
 import json
@@ -197,6 +199,11 @@ def check_refused_fields():
         (CHAT, {"response_format": {"type": "yaml"}}, "response_format.type"),
         (CHAT, {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}}},
          "response_format.json_schema.schema"),
+        # more alternatives at one position than the matcher follows: a 500 mid-generation before
+        (CHAT, {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "enum": ["v%d" % i for i in range(8200)]}}}}, "response_format.json_schema.schema"),
+        (CHAT, {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "anyOf": [{"enum": ["v%d_%d" % (j, i) for i in range(100)]} for j in range(100)]}}}}, "response_format.json_schema.schema"),
         (CHAT, {"frequency_penalty": 0.5}, "frequency_penalty"),
         (CHAT, {"presence_penalty": 1}, "presence_penalty"),
         (CHAT, {"logit_bias": {"42": 5}}, "logit_bias"),
@@ -286,6 +293,54 @@ def check_garbage_line():
         check(f"request line {line[:12]!r}: JSON 400 ({status})", status == "HTTP/1.1 400 Bad Request" and message is not None)
 
 
+def check_framing():
+    """Framing libmicrohttpd 0.9.75 mishandles: a malformed Content-Length got its status line and
+    headers twice (the second copy read as the body); a Transfer-Encoding it does not know, or
+    Content-Length headers that disagree, got nothing until the idle timeout (30 s here: raw_answer
+    gives up after 5); a body announced over --max-body-bytes by a client waiting for 100-continue was
+    let in (and read) before its 413. Each is now one JSON error at once (the 413 in the endpoint's
+    own dialect)."""
+    cases = [
+        (b"POST /v1/completions HTTP/1.1\r\nContent-Length: abc\r\n\r\n", "HTTP/1.1 400 Bad Request", "Content-Length"),
+        (b"POST /v1/completions HTTP/1.1\r\nContent-Length: -1\r\n\r\n", "HTTP/1.1 400 Bad Request", "Content-Length"),
+        (b"POST /v1/completions HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\n{}", "HTTP/1.1 400 Bad Request", "disagree"),
+        (b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n{}", "HTTP/1.1 501 Not Implemented", "chunked"),
+        (b"POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n", "HTTP/1.1 413 Content Too Large",
+         "larger than"),
+        (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
+         b"Content-Length: 9000000\r\n\r\n", "HTTP/1.1 413 Content Too Large", "exceeds"),
+        (b"POST /v1/messages HTTP/1.1\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
+         b"Content-Length: 9000000\r\n\r\n", "HTTP/1.1 413 Content Too Large", "exceeds"),
+    ]
+    for request, status_line, says in cases:
+        t = time.time()
+        status, body = raw_answer(request)
+        try:
+            d = json.loads(body)
+            message = d["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = ""
+        check(f"{request.split(b'HTTP/1.1')[1][2:60]!r}...: one JSON '{status_line[9:]}' naming '{says}' in "
+              f"{time.time() - t:.1f} s (got {status!r}, {body[:60]!r})", status == status_line and says in message)
+    status, body = raw_answer(b"POST /v1/messages HTTP/1.1\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
+                              b"Content-Length: 9000000\r\n\r\n")
+    check("... the /v1/messages 413 is in Anthropic's shape", body.startswith(b'{"type":"error"'))
+    # A client that sends its oversized body without Expect (urllib, requests, httpx) must still read
+    # the 413, not a broken pipe: the server reads the body before it answers and closes.
+    req = urllib.request.Request(URL + CHAT, data=b'{"x":"' + b"a" * 9000000 + b'"}', headers={"Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(req, timeout=60)
+        got = "200"
+    except urllib.error.HTTPError as e:
+        got = str(e.code)
+    except OSError as e:
+        got = repr(e)
+    check(f"a 9 MB body sent whole (no Expect) gets its 413 (got {got})", got == "413")
+    status, _ = raw_answer(b"POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                           b"Transfer-Encoding: chunked\r\n\r\n1e\r\n{\"prompt\":\"Hi\",\"max_tokens\":2}\r\n0\r\n\r\n")
+    check(f"a chunked body is still served ({status})", status == "HTTP/1.1 200 OK")
+
+
 def check_flood(n_sockets=1100):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < n_sockets + 100:
@@ -358,6 +413,7 @@ def main():
         check_refused_fields()
         check_openai_client()
         check_garbage_line()
+        check_framing()
         check_slow_answers()
         check_flood()
         status, _ = post(CHAT, {"messages": HELLO, "max_tokens": 2})

@@ -13,6 +13,12 @@
 #    instance and another out of it (the events log names both directions after the restart);
 #  - a frozen lender (SIGSTOP) makes the move time out: the request is recomputed on the cold
 #    instance, answers the same, and the failure is counted; the lender resumes and serves again;
+#  - a request routed onto blocks in flight waits for them (issue 33 (a), worker/import_followers.h):
+#    with the lender frozen, a request with a pull hint parks at the cold instance and a second one
+#    sharing its head but too little of it to be given a move of its own (the static cost model's
+#    threshold is set to 10 blocks) follows it instead of prefilling the head; once the lender
+#    resumes and the move lands, the second finds the head cached, and no move is declined; a third
+#    such request whose client goes away while it waits is finished at once;
 #  - --kv-moves off: the cold instance recomputes (no remote tokens, nothing moved);
 #  - bad values of --kv-moves / --router are refused with a message.
 # Usage: test_kv_moves.sh BRAID_BINARY MODEL_PATH
@@ -122,6 +128,65 @@ stop_cluster tcp
 start_cluster tp2 --instances 2 --tp 2 --router round-robin --kv-blocks 256 --threads 1 --events "$work/tp2-events.jsonl"
 moved_case tp2
 stop_cluster tp2
+
+# follow_case: the static model prices a move of k blocks at k x 368,704 B / 0.1 GB/s + 2 ms and its
+# recompute at k x 16 / 4116 tokens/s, so only a gain of 10 blocks or more is moved. Round-robin:
+# the first request (the document) computes on instance 0; instance 0 is frozen; the same request
+# goes to instance 1 with a pull hint (about 50 blocks) and parks, a filler goes to the frozen
+# instance 0, and a third request sharing only the document's first clauses (about 5 blocks: no
+# move of its own) goes to instance 1, where it must wait behind the parked move.
+follow_case() {
+  local name=$1 short r c
+  short=$(python3 -c 'import sys; print(". ".join(sys.argv[1].split(". ")[:3]) + ". " + sys.argv[2])' "$doc" "$doc3")
+  ask "$name-first" "Which depot does part 14 go to?"
+  local pid; pid=$(rank_pid 1)
+  check "$name: found instance 0's leader" [ -n "$pid" ]
+  kill -STOP "$pid"
+  ask "$name-moved" "Which depot does part 14 go to?" &
+  local moved_pid=$!
+  routed() { [ "$(grep -c '"event":"route"' "$work/$name-events.jsonl")" -ge "$1" ]; }
+  wait_for 30 routed 2
+  ask "$name-filler" "Say hi." "Hello." &
+  local filler_pid=$!
+  wait_for 30 routed 3
+  ask "$name-follower" "Which bakery sold the most cakes?" "$short" &
+  local follower_pid=$!
+  following() { [ "$(total braid_kv_move_followers_total)" -ge 1 ] 2> /dev/null; }
+  check "$name: the request sharing the head waits behind the parked move (braid_kv_move_followers_total)" wait_for 20 following
+  # A second follower whose client goes away (curl -m 3) is finished at once, not when the move ends:
+  # with the lender still frozen, 4 requests stay in flight (the parked one, two fillers, the first follower).
+  ask "$name-filler2" "Say hello." "Hi." &
+  local filler2_pid=$!
+  wait_for 30 routed 5
+  curl -s -m 3 "$url/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d "$(body "$short" "Which bakery sold the fewest loaves?")" > /dev/null &
+  local gone_pid=$!
+  following2() { [ "$(total braid_kv_move_followers_total)" -ge 2 ] 2> /dev/null; }
+  check "$name: a second request sharing the head follows the same move" wait_for 20 following2
+  wait "$gone_pid"
+  in_flight4() { [ "$(total braid_requests_inflight)" = 4 ] 2> /dev/null; }
+  check "$name: the follower whose client went away is finished while the move still waits" wait_for 30 in_flight4
+  kill -CONT "$pid"
+  wait "$moved_pid" "$filler_pid" "$follower_pid" "$filler2_pid"
+  check "$name: the events log routes the five to instances 1, 0, 1, 0, 1" \
+    [ "$(grep '"event":"route"' "$work/$name-events.jsonl" | tail -5 | sed 's/.*"instance":\([0-9]*\).*/\1/' | tr -d '\n')" = 10101 ]
+  check "$name: only the first of them was given a move" [ "$(grep -c '"event":"move_planned"' "$work/$name-events.jsonl")" = 1 ]
+  check "$name: the move released one follower (the other was cancelled)" [ "$(grep -c 'released after req' "$work/$name.err")" = 1 ]
+  r=$(remote "$work/$name-moved.json")
+  check "$name: the parked request's move landed (cached_tokens_remote $r > 256)" [ "${r:-0}" -gt 256 ]
+  check "$name: the moved answer equals the computed one" [ "$(text "$work/$name-first.json")" = "$(text "$work/$name-moved.json")" ]
+  c=$(cached "$work/$name-follower.json")
+  check "$name: the follower found the shared head cached (cached_tokens $c >= 48), not prefilled it" [ "${c:-0}" -ge 48 ]
+  check "$name: the follower answered" [ -n "$(text "$work/$name-follower.json")" ]
+  check "$name: no move was declined" [ "$(total braid_kv_move_declines_total)" = 0 ]
+  check "$name: no move failed" [ "$(total braid_kv_move_failures_total)" = 0 ]
+  check "$name: the leader logged the follower's release" grep -q 'released after req .* move' "$work/$name.err"
+}
+
+start_cluster follow --instances 2 --router round-robin --kv-blocks 256 --threads 1 --events "$work/follow-events.jsonl" \
+  --move-timeout 30 --move-gbps 0.1 --move-prefill-tps 4116
+follow_case follow
+stop_cluster follow
 
 start_cluster off --instances 2 --router round-robin --kv-blocks 256 --threads 1 --kv-moves off
 ask off-first "Which depot does part 14 go to?"

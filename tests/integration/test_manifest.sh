@@ -90,6 +90,8 @@ check "globex's key sees only globex's lines" [ "$(manifest_ok "$work/globex_m.j
 check "tenant=globex with acme's key is a 403" [ "$(status_of "$url/v1/cache/manifest?tenant=globex" -H "Authorization: Bearer $key_acme")" = 403 ]
 check "no key is a 401" [ "$(status_of "$url/v1/cache/manifest")" = 401 ]
 check "min_count=0 is a 400" [ "$(status_of "$url/v1/cache/manifest?min_count=0" -H "Authorization: Bearer $key_acme")" = 400 ]
+check "tenant=%FF (invalid UTF-8) is a 400, not an empty manifest" \
+  [ "$(status_of "$url/v1/cache/manifest?tenant=%FF" -H "Authorization: Bearer $key_acme")" = 400 ]
 "$braid" manifest export --url "$url/v1" --api-key "$key_acme" --min-count 2 --out "$work/m.jsonl" 2> "$work/export.err"
 check "braid manifest export --url writes the endpoint's lines" cmp -s "$work/m.jsonl" "$work/acme_m.jsonl"
 "$braid" manifest export --url "$url" --api-key "$key_acme" --out "$work/all.jsonl" 2> /dev/null

@@ -6,7 +6,8 @@
  *   naming the given index; nothing when the new prompt only extends the earlier one, equals it, or
  *   the edit leaves less than AUTO_SPLICE_MIN_REUSE tokens after it to reuse;
  * - the store plans against the best of a conversation's recent prompts, keeps conversations apart
- *   by key (tenant, adapter, conversation or workflow), and forgets the least recently used one.
+ *   by key (tenant, adapter, conversation or workflow), and forgets the least recently used one;
+ * - auto_splice_request (what the server and `braid batch` call) fills only out's splice fields.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -162,10 +163,46 @@ static void test_store(void **state) {
     auto_splice_store_free(s);
 }
 
+/* The front ends' entry (auto_splice_request): no key, nothing planned and out untouched; a plan
+ * lands in out's splice fields only, the rest of out (a pin hint, the conversation scope) kept. */
+static void test_request(void **state) {
+    (void)state;
+    AutoSpliceStore *s = auto_splice_store_create(4, 1000);
+    assert_non_null(s);
+    int32_t c[100], p[100];
+    seq(c, 100, 1);
+    memcpy(p, c, sizeof c);
+    p[30] = 7777;
+    CacheHint pin = {.op = CACHE_HINT_PIN, .end = 10, .ttl_s = 60};
+    CacheDirectives out = {.conversation = 42, .hints = &pin, .n_hints = 1};
+    assert_int_equal(auto_splice_request(s, "t", NULL, NULL, NULL, c, 100, CACHE_SPLICE_AMORTIZE, 0, &out), 0); /* no conversation */
+    assert_int_equal(auto_splice_request(s, "t", "lora", "conv", NULL, c, 100, CACHE_SPLICE_AMORTIZE, 0, &out), 0); /* recorded */
+    assert_int_equal(out.splice_mode, CACHE_SPLICE_NONE);
+    assert_null(out.runs);
+    /* The same conversation under another adapter is another conversation: nothing to diff. */
+    assert_int_equal(auto_splice_request(s, "t", NULL, "conv", NULL, p, 100, CACHE_SPLICE_AMORTIZE, 0, &out), 0);
+    assert_int_equal(auto_splice_request(s, "t", "lora", "conv", NULL, p, 100, CACHE_SPLICE_AMORTIZE, 3, &out), 1);
+    assert_int_equal(out.splice_mode, CACHE_SPLICE_AMORTIZE);
+    assert_int_equal(out.auto_splice, 1);
+    assert_int_equal(out.first_edit, 30);
+    assert_int_equal(out.n_context, 100);
+    assert_memory_equal(out.context, c, sizeof c);
+    assert_int_equal(out.n_runs, 2);
+    assert_run(&out.runs[1], 31, 31, 69);
+    assert_int_equal(out.runs[1].index, 3);
+    assert_int_equal(out.conversation, 42);
+    assert_ptr_equal(out.hints, &pin);
+    assert_int_equal(out.n_hints, 1);
+    out.hints = NULL, out.n_hints = 0; /* the pin is on the stack */
+    cache_directives_free(&out);
+    auto_splice_store_free(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_replaced_span), cmocka_unit_test(test_two_removed_spans), cmocka_unit_test(test_repetitive_context),
         cmocka_unit_test(test_no_plan),           cmocka_unit_test(test_store),
+        cmocka_unit_test(test_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

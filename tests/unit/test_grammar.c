@@ -70,6 +70,64 @@ static void test_refusals(void **state) {
     free(big);
 }
 
+static bool matches(const char *spec, const char *text);
+
+/* A schema of n string values "v0".."v{n-1}", as an enum, or (groups > 0) as an anyOf of groups
+ * $refs to one shared enum of n values: the alternatives one value position opens. */
+static char *enum_spec(int n, int groups) {
+    size_t cap = (size_t)n * 16 + (size_t)groups * 32 + 256, len = 0;
+    char *s = malloc(cap);
+    assert_non_null(s);
+    len += (size_t)snprintf(s + len, cap - len, groups ? "{\"schema\":{\"$defs\":{\"e\":{\"enum\":[" : "{\"schema\":{\"enum\":[");
+    for (int i = 0; i < n; i++) len += (size_t)snprintf(s + len, cap - len, "%s\"v%d\"", i ? "," : "", i);
+    if (!groups) {
+        snprintf(s + len, cap - len, "]}}");
+        return s;
+    }
+    len += (size_t)snprintf(s + len, cap - len, "]}},\"anyOf\":[");
+    for (int g = 0; g < groups; g++) len += (size_t)snprintf(s + len, cap - len, "%s{\"$ref\":\"#/$defs/e\"}", g ? "," : "");
+    snprintf(s + len, cap - len, "]}}");
+    return s;
+}
+
+/* Hostile requests: an enum of 8200 values compiled, then failed mid-generation ("too many parse
+ * alternatives", a 500 after the prefill). The compiler now refuses what the matcher cannot follow,
+ * counting an enum's values, anyOf branches and $ref reuse; GRAMMAR_MAX_ALTERNATIVES itself works. */
+static void test_alternatives_bound(void **state) {
+    (void)state;
+    struct {
+        int n, groups;
+        bool ok;
+    } cases[] = {
+        {GRAMMAR_MAX_ALTERNATIVES, 0, true},  {GRAMMAR_MAX_ALTERNATIVES + 1, 0, false}, {9000, 0, false},
+        {64, 64, true},                       {64, 65, false},                          {GRAMMAR_MAX_ALTERNATIVES, 2, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *spec = enum_spec(cases[i].n, cases[i].groups), why[512] = "";
+        int rc = grammar_spec_check(spec, strlen(spec), why, sizeof why);
+        if (cases[i].ok && rc) fail_msg("%d values x %d: refused: %s", cases[i].n, cases[i].groups, why);
+        if (!cases[i].ok && (rc == 0 || !strstr(why, "alternatives at one position")))
+            fail_msg("%d values x %d: rc %d, why '%s'", cases[i].n, cases[i].groups, rc, why);
+        if (cases[i].ok) { /* what is accepted, the matcher follows: the last value matches, no overflow */
+            char last[32];
+            snprintf(last, sizeof last, "\"v%d\"", cases[i].n - 1);
+            if (!matches(spec, last)) fail_msg("%d values x %d: '%s' does not match", cases[i].n, cases[i].groups, last);
+        }
+        free(spec);
+    }
+    /* Nested positions are their own: an object of two properties, each an enum at the bound. */
+    char *e = enum_spec(GRAMMAR_MAX_ALTERNATIVES, 0);
+    e[strlen(e) - 2] = '\0'; /* {"schema":{"enum":[...]  without the closing }} */
+    size_t cap = strlen(e) * 2 + 256;
+    char *two = malloc(cap), why[512] = "";
+    const char *values = strchr(e + 1, '{'); /* {"enum":[...] */
+    snprintf(two, cap, "{\"schema\":{\"type\":\"object\",\"properties\":{\"a\":%s},\"b\":%s}},\"required\":[\"a\",\"b\"]}}", values,
+             values);
+    if (grammar_spec_check(two, strlen(two), why, sizeof why)) fail_msg("two enums at the bound in two properties: %s", why);
+    free(two);
+    free(e);
+}
+
 static const char *const VALID_SPECS[] = {
     "{\"schema\":{\"type\":\"object\"}}",
     "{\"schema\":true}",
@@ -547,6 +605,7 @@ static void test_real_vocab_bounded_exact(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_alternatives_bound),
         cmocka_unit_test(test_valid_specs),
         cmocka_unit_test(test_matcher),
         cmocka_unit_test(test_lazy_trigger),

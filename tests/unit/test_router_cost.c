@@ -6,7 +6,8 @@
  * measured rates per (lender, borrower) pair and link (same-node CUDA IPC vs staged) that FINISH
  * carries, and the choice they change; the score's price of the requests a prefill delays, and
  * blocks in flight to an instance counting as held there; a lender that answers between the layers of
- * its step costing a layer's share of it, not the rest of the step. */
+ * its step costing a layer's share of it, not the rest of the step; requests queued for their own
+ * prefill not counted as stalled by a new one. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -461,6 +462,37 @@ static void test_prefill_stalls_the_crowded_instance(void **state) {
     router_free(&r);
 }
 
+/* Requests still waiting for their own prefill are ahead of a new one (first come, first served),
+ * not stalled by its prefill: only those decoding are. Instance 0 has 10 requests queued with 5
+ * prefill tokens each (TTFT 1.13 s for the new 1000-token prompt); instance 1 has 4 decoding and
+ * 500 tokens of prefill pending (TTFT 1.53 s). Counting every request on an instance as delayed
+ * would price 10 on 0 against 4 on 1 and send the prompt to 1, where it stalls 4 decodes and
+ * waits longer itself; it goes to 0. Once those 10 are past their first token they decode and
+ * count. */
+static void test_queued_requests_are_not_stalled(void **state) {
+    (void)state;
+    Router r;
+    cost_router(&r, 2);
+    RouteCharge queued[10], decoding[4];
+    RouteDecision to0 = {.instance = 0, .source = -1}, to1 = {.instance = 1, .source = -1};
+    for (int k = 0; k < 10; k++) queued[k] = router_charge(&r, &to0, 5, 1.0), router_assigned(&r, 0, NULL);
+    for (int k = 0; k < 4; k++) {
+        decoding[k] = router_charge(&r, &to1, 5, 1.0);
+        router_assigned(&r, 1, NULL);
+        router_prefill_done(&r, &decoding[k]);
+    }
+    r.pending_prefill[1] = 500;
+    uint64_t h[62];
+    prompt_hashes(h, 62, 4);
+    RouteDecision d = router_pick_prompt(&r, h, 62, 1000, NULL);
+    assert_int_equal(d.instance, 0);
+    assert_true(r.estimate[0].ttft_s < r.estimate[1].ttft_s);
+    for (int k = 0; k < 10; k++) router_prefill_done(&r, &queued[k]); /* now 10 decode on 0 */
+    r.pending_prefill[1] = 500;
+    assert_int_equal(router_pick_prompt(&r, h, 62, 1000, NULL).instance, 1);
+    router_free(&r);
+}
+
 /* Blocks in flight: the prompt blocks of a request charged to an instance count as held there
  * (a request queued behind it finds them cached), even if the instance evicts them meanwhile (the
  * queued request computes them again); they cannot be lent; they are forgotten once no prefill is
@@ -507,7 +539,7 @@ int main(void) {
         cmocka_unit_test(test_learning),              cmocka_unit_test(test_overridden_decision),
         cmocka_unit_test(test_measured_pair_rates),   cmocka_unit_test(test_busy_lender_step),
         cmocka_unit_test(test_score_prices_delayed_requests), cmocka_unit_test(test_prefill_stalls_the_crowded_instance),
-        cmocka_unit_test(test_inflight_blocks_count_as_local),
+        cmocka_unit_test(test_inflight_blocks_count_as_local), cmocka_unit_test(test_queued_requests_are_not_stalled),
         cmocka_unit_test(test_lender_answers_between_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -237,7 +237,8 @@ static void test_auto_fork_must_fit(void **state) {
 
 static void test_stats_message(void **state) {
     (void)state;
-    MsgStats m = {.computed_prompt_tokens = 11, .prefilled_tokens = 123456789012ull, .segment_probes_rejected = 5, .move_declines = 7};
+    MsgStats m = {.computed_prompt_tokens = 11, .prefilled_tokens = 123456789012ull, .segment_probes_rejected = 5, .move_declines = 7,
+                  .move_followers = 9};
     WireBuf b = {0};
     msg_stats_encode(&b, &m);
     WireReader rd = wire_reader(b.data, b.len);
@@ -247,6 +248,7 @@ static void test_stats_message(void **state) {
     assert_int_equal(d.computed_prompt_tokens, 11);
     assert_int_equal(d.segment_probes_rejected, 5);
     assert_int_equal(d.move_declines, 7);
+    assert_int_equal(d.move_followers, 9);
     wire_buf_free(&b);
 }
 

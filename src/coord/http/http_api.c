@@ -317,12 +317,18 @@ static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const ch
     return MHD_YES;
 }
 
+/* Whether the request carries Expect: 100-continue (RFC 9110 10.1.1: the client waits before its body). */
+static bool expects_continue(struct MHD_Connection *conn) {
+    const char *expect = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    return expect && strcasecmp(expect, "100-continue") == 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     HttpApi *api = cls;
     RequestBody *body = *con_cls;
     if (!body) {
-        /* First call: headers only. An announced body over the limit is refused without reading it. */
+        /* First call: headers only. An announced body over the limit is refused (unread when the client waits for 100-continue). */
         if (!(body = calloc(1, sizeof *body))) return MHD_NO;
         body->limit_slot = -1;
         pthread_mutex_lock(&api->mu);
@@ -333,6 +339,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         body->header_bytes = strlen(method) + strlen(url) + strlen(version) + 4;
         MHD_get_connection_values(conn, MHD_HEADER_KIND, count_header, &body->header_bytes);
         *con_cls = body;
+        /* A client that sent Expect: 100-continue waits for a go-ahead before its body: it gets the
+         * answer now (413, or what the route says first: 401, 404, 405) instead of "100 Continue" and
+         * an upload of everything it announced, which was read only to be dropped; libmicrohttpd then
+         * skips the upload and closes the connection (POST and PUT). Without Expect the body is on
+         * its way: it is read (and dropped) first, since closing on a client still sending resets
+         * the connection, and the client sees a broken pipe instead of the 413. */
+        if (body->too_large && expects_continue(conn) && (strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0))
+            return route(api, conn, url, method, body);
         return MHD_YES;
     }
     if (*upload_size) {

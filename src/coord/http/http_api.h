@@ -20,7 +20,9 @@
  * reach the port may use the API and name any tenant.
  * Protocol rules enforced here, each answered with a JSON error: request headers over
  * HTTP_MAX_HEADER_BYTES in total → 431; a completion body whose Content-Type is not application/json
- * → 415 (no Content-Type at all is read as JSON); every 503 and 429 carries Retry-After.
+ * → 415 (no Content-Type at all is read as JSON); every 503 and 429 carries Retry-After; a body over
+ * max_body_bytes → 413, at once and unread when the client sent Expect: 100-continue (otherwise
+ * after reading it: closing on a client still sending would reset the answer away).
  * Connections: the listening socket is the front door's (http_front_door.h), which bounds and times
  * out connections that have not sent their request line, answers a malformed one with a JSON
  * 400/505/414, and hands the rest to libmicrohttpd (MHD_add_connection), whose own per-client and

@@ -361,6 +361,15 @@ size_t choice_tool_streamable(const ChoiceSet *set, const Choice *c) {
     return safe < c->ts.ready ? safe : c->ts.ready;
 }
 
+const char *choice_take_text(const ChoiceSet *set, Choice *c, size_t *len) {
+    if (!set->tools) return text_stream_take(&c->ts, len);
+    size_t safe = choice_tool_streamable(set, c);
+    *len = safe > c->ts.emitted ? safe - c->ts.emitted : 0;
+    const char *piece = c->ts.text ? c->ts.text + c->ts.emitted : "";
+    c->ts.emitted += *len;
+    return piece;
+}
+
 /* The choice's logprobs for the tokens whose text starts before text_limit (NULL: none asked). */
 json_t *choice_logprobs(const HttpGenerateContext *ctx, const ApiRequest *a, Choice *c, size_t text_limit) {
     if (a->logprobs < 0) return NULL;

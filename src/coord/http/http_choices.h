@@ -85,6 +85,9 @@ const char *choice_finish_reason(const Choice *c);
 const ToolParse *choice_tool_parse(const ChoiceSet *set, Choice *c);
 /* With tools, while streaming: how many bytes of the choice's text may go out as content now. */
 size_t choice_tool_streamable(const ChoiceSet *set, const Choice *c);
+/* While streaming: the next piece of the choice's text the client may have, marked taken (*len 0
+ * when nothing new): all that is ready, or with tools only what cannot belong to a call. */
+const char *choice_take_text(const ChoiceSet *set, Choice *c, size_t *len);
 /* The logprobs object for the choice's tokens whose text starts before text_limit, after those
  * already rendered; NULL when the request asked for none. */
 json_t *choice_logprobs(const HttpGenerateContext *ctx, const ApiRequest *a, Choice *c, size_t text_limit);

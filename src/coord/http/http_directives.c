@@ -71,20 +71,9 @@ static int plan(const HttpGenerateContext *ctx, const ApiRequest *a, TokenList *
 static int plan_auto_splice(const HttpGenerateContext *ctx, const ApiRequest *a, const TokenList *ids, CacheDirectives *out, ApiError *e) {
     if (a->auto_splice <= CACHE_SPLICE_NONE || !ctx->auto_splice || out->splice_mode != CACHE_SPLICE_NONE) return 0;
     if (a->kind == API_COMPLETION && a->n_prompts > 1) return 0; /* one conversation, one prompt */
-    bool oom;
-    char *key = auto_splice_key(a->tenant, adapter_cache_name(a), a->conversation_id, a->workflow_id, &oom);
-    if (!key) return oom ? api_error_set(e, 503, NULL, NULL, "the server is out of memory") : 0;
-    CacheDirectives found;
-    int rc = auto_splice_apply(ctx->auto_splice, key, ids->ids, ids->n, a->auto_splice, a->n_directives, &found);
-    free(key);
-    if (rc < 0) return api_error_set(e, 503, NULL, NULL, "the server is out of memory");
-    if (rc == 0) return 0;
-    out->splice_mode = found.splice_mode;
-    out->first_edit = found.first_edit;
-    out->context = found.context, out->n_context = found.n_context;
-    out->runs = found.runs, out->n_runs = found.n_runs;
-    out->auto_splice = 1;
-    return 0;
+    int rc = auto_splice_request(ctx->auto_splice, a->tenant, adapter_cache_name(a), a->conversation_id, a->workflow_id, ids->ids, ids->n,
+                                 a->auto_splice, a->n_directives, out);
+    return rc < 0 ? api_error_set(e, 503, NULL, NULL, "the server is out of memory") : 0;
 }
 
 int http_plan_directives(const HttpGenerateContext *ctx, const ApiRequest *a, TokenList *ids, CacheDirectives *out, ApiError *e) {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -55,6 +56,68 @@ int front_door_check_request_line(const char *line, size_t len) {
         version[7] < '0' || version[7] > '9')
         return 400;
     return version[5] == '1' && (version[7] == '0' || version[7] == '1') ? 0 : 505;
+}
+
+/* ---- the header block's framing ---- */
+
+static bool ows(char c) { return c == ' ' || c == '\t'; }
+
+/* A header field value with its surrounding whitespace (and a CR before the LF) trimmed. */
+static void trim(const char **v, size_t *n) {
+    while (*n > 0 && (ows((*v)[0]))) ++*v, --*n;
+    while (*n > 0 && (ows((*v)[*n - 1]) || (*v)[*n - 1] == '\r')) --*n;
+}
+
+/* One Content-Length value: 1*DIGIT, or a comma-separated list of them (RFC 9110 8.6). Each
+ * element must equal *length (set by the first one seen, -1 until then). 0, else 400 or 413. */
+static int content_length_value(const char *v, size_t n, long long *length, const char **why) {
+    size_t i = 0;
+    do {
+        while (i < n && ows(v[i])) i++;
+        size_t start = i;
+        long long x = 0;
+        for (; i < n && v[i] >= '0' && v[i] <= '9'; i++) {
+            if (x > (FRONT_DOOR_MAX_CONTENT_LENGTH - (v[i] - '0')) / 10) {
+                *why = "Content-Length is larger than any body this server accepts";
+                return 413;
+            }
+            x = x * 10 + (v[i] - '0');
+        }
+        if (i == start) return *why = "Content-Length must be a decimal number of bytes", 400;
+        while (i < n && ows(v[i])) i++;
+        if (i < n && v[i] != ',') return *why = "Content-Length must be a decimal number of bytes", 400;
+        if (*length >= 0 && x != *length) return *why = "the request has Content-Length headers that disagree", 400;
+        *length = x;
+    } while (i++ < n);
+    return 0;
+}
+
+int front_door_check_framing(const char *head, size_t len, const char **why) {
+    long long length = -1;
+    int transfer_encodings = 0;
+    for (size_t at = 0; at < len;) {
+        const char *line = head + at, *lf = memchr(line, '\n', len - at);
+        size_t n = lf ? (size_t)(lf - line) : len - at;
+        at += n + 1;
+        if (n > 0 && line[n - 1] == '\r') n--;
+        if (n == 0) break;                  /* the blank line: the header block ends */
+        if (ows(line[0])) continue;         /* obs-fold: libmicrohttpd's to judge */
+        const char *colon = memchr(line, ':', n);
+        if (!colon || colon == line) return *why = "malformed header line: expected NAME: VALUE", 400;
+        size_t name_len = (size_t)(colon - line), vlen = n - name_len - 1;
+        const char *v = colon + 1;
+        trim(&v, &vlen);
+        if (name_len == 14 && strncasecmp(line, "Content-Length", 14) == 0) {
+            int status = content_length_value(v, vlen, &length, why);
+            if (status) return status;
+        } else if (name_len == 17 && strncasecmp(line, "Transfer-Encoding", 17) == 0) {
+            if (++transfer_encodings > 1 || vlen != 7 || strncasecmp(v, "chunked", 7) != 0)
+                return *why = "only Transfer-Encoding: chunked is supported (or send Content-Length)", 501;
+        }
+    }
+    if (transfer_encodings && length >= 0)
+        return *why = "a request carries Content-Length or Transfer-Encoding: chunked, not both", 400;
+    return 0;
 }
 
 /* ---- answering and closing ---- */
@@ -136,10 +199,23 @@ static void accept_ready(FrontDoor *d) {
     }
 }
 
+/* The framing check of the header block that follows the request line, when the peek holds all of
+ * it (up to its blank line); when it does not (a header block longer than the peek, or sent in
+ * pieces) the connection goes to libmicrohttpd unchecked, as before. */
+static int check_peeked_head(const char *head, size_t len, const char **why) {
+    for (size_t i = 0; i < len; i++) {
+        if (head[i] != '\n') continue;
+        size_t start = i + 1; /* the next line: blank (LF or CR LF) ends the block */
+        if (start < len && head[start] == '\n') return front_door_check_framing(head, start + 1, why);
+        if (start + 1 < len && head[start] == '\r' && head[start + 1] == '\n') return front_door_check_framing(head, start + 2, why);
+    }
+    return 0; /* no blank line yet (or no headers at all): nothing to check here */
+}
+
 /* Looks at what pending connection i has sent so far. Returns true when it left the pending set. */
 static bool inspect(FrontDoor *d, int i) {
     Pending *p = &d->pending[i];
-    char buf[FRONT_DOOR_MAX_LINE + 2];
+    char buf[FRONT_DOOR_PEEK_BYTES];
     ssize_t n = recv(p->fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         close(p->fd); /* the client left */
@@ -147,9 +223,10 @@ static bool inspect(FrontDoor *d, int i) {
         return true;
     }
     if (n < 0) return false;
-    char *eol = memchr(buf, '\n', (size_t)n);
+    size_t line_room = FRONT_DOOR_MAX_LINE + 2;
+    char *eol = memchr(buf, '\n', (size_t)n < line_room ? (size_t)n : line_room);
     if (!eol) {
-        if ((size_t)n < sizeof buf) return false; /* more is coming */
+        if ((size_t)n < line_room) return false; /* more is coming */
         answer_and_close(p->fd, 414, "URI Too Long", "the request line is longer than 8192 bytes");
         drop_pending(d, i);
         return true;
@@ -157,12 +234,17 @@ static bool inspect(FrontDoor *d, int i) {
     size_t len = (size_t)(eol - buf);
     if (len > 0 && buf[len - 1] == '\r') len--;
     int status = front_door_check_request_line(buf, len);
+    const char *why = NULL;
+    if (status == 0) status = check_peeked_head(eol + 1, (size_t)(buf + n - (eol + 1)), &why);
     if (status == 0) {
         Pending taken = *p;
         drop_pending(d, i);
         hand_over(d, taken.fd, &taken.addr);
     } else if (status == 505) {
         answer_and_close(p->fd, 505, "HTTP Version Not Supported", "only HTTP/1.0 and HTTP/1.1 are supported");
+        drop_pending(d, i);
+    } else if (why) {
+        answer_and_close(p->fd, status, status == 413 ? "Content Too Large" : status == 501 ? "Not Implemented" : "Bad Request", why);
         drop_pending(d, i);
     } else {
         answer_and_close(p->fd, 400, "Bad Request", "malformed request line: expected METHOD SP TARGET SP HTTP/1.1");

@@ -13,6 +13,11 @@
  * (a health check, a well-behaved client, even one from the flooding address) still gets in.
  * A request line that is not `METHOD SP TARGET SP HTTP/1.x` gets a JSON 400 (a version other than
  * 1.0/1.1: 505), one longer than FRONT_DOOR_MAX_LINE a JSON 414, and the connection is closed.
+ * When the first FRONT_DOOR_PEEK_BYTES also hold the whole header block, its framing is checked
+ * too (front_door_check_framing): libmicrohttpd 0.9.75 answers a malformed Content-Length with its
+ * status line and headers sent twice (the client reads the second copy as the body), and waits
+ * silently for its idle timeout on a Transfer-Encoding it does not know or on Content-Length
+ * headers that disagree. Those get a JSON 400/413/501 here, and the connection is closed.
  * With TLS the bytes are encrypted: connections are handed over as soon as they are accepted.
  *
  * Owns the listening socket, its thread and the pending connections. front_door_stop closes
@@ -27,6 +32,8 @@
 #include "common/error.h"
 
 #define FRONT_DOOR_MAX_LINE 8192 /* request line bytes; more gets 414 */
+#define FRONT_DOOR_PEEK_BYTES 16384 /* how much of a new connection's first bytes is looked at */
+#define FRONT_DOOR_MAX_CONTENT_LENGTH (1LL << 62) /* a Content-Length above this is a 413 here */
 
 typedef struct {
     const char *host;            /* IPv4 bind address */
@@ -51,6 +58,15 @@ FrontDoor *front_door_start(const FrontDoorConfig *cfg, BraidError *err);
 int front_door_port(const FrontDoor *fd);
 /* Stops accepting, closes every pending connection and the socket, joins the thread. NULL is fine. */
 void front_door_stop(FrontDoor *fd);
+
+/* The framing of a header block (exposed for the unit test): head is what follows the request
+ * line's LF, through the blank line that ends the block (or less: the check stops at len). Returns
+ * 0 when it is sound, else the status to answer with *why (a static string) set: 400 for a header
+ * line without a colon, a Content-Length that is not 1*DIGIT, Content-Length headers (or list
+ * elements) that disagree, or Content-Length beside Transfer-Encoding (a smuggling shape, RFC 9112
+ * 6.3); 413 for a Content-Length above FRONT_DOOR_MAX_CONTENT_LENGTH; 501 for a Transfer-Encoding
+ * other than exactly one "chunked". */
+int front_door_check_framing(const char *head, size_t len, const char **why);
 
 /* What a request line is (exposed for the unit test): 0 valid, else the HTTP status to answer
  * (400 malformed, 505 unsupported version). line excludes the CR LF. */

@@ -20,6 +20,7 @@
 #include "coord/explicit_caches.h"
 #include "coord/http/http_internal.h"
 #include "coord/http/http_choices.h"
+#include "coord/http/http_stream.h"
 
 int http_generate_max_model_len(const HttpGenerateContext *ctx) {
     int context = ctx->model->weights.cfg.context_length, pool = 0, block = 0;
@@ -91,20 +92,15 @@ static enum MHD_Result answer_whole(const HttpGenerateContext *ctx, struct MHD_C
  * a later choice's text is mostly ready. */
 typedef enum { PHASE_ROLE, PHASE_TEXT, PHASE_TOOLS, PHASE_FINISH, PHASE_USAGE, PHASE_DONE, PHASE_END } StreamPhase;
 
+/* The OpenAI dialect's part of an HttpStream (http_stream.h). */
 typedef struct {
-    const HttpGenerateContext *ctx;
-    ApiRequest req;
-    ChoiceSet set;
     int cur;              /* the choice being streamed */
     ApiResponseHead head;
     char id[40];
-    const char *endpoint;
     StreamPhase phase;
-    SseOutbox box;        /* the SSE event being written */
-    bool failed;          /* out of memory: the stream ends with an error */
-} Stream;
+} CompletionStream;
 
-static void set_event(Stream *s, char *json) {
+static void set_event(HttpStream *s, char *json) {
     sse_outbox_clear(&s->box);
     char *event = NULL;
     if (json) {
@@ -122,29 +118,18 @@ static char *error_event(int status, const char *message) {
     return api_error_json(&e);
 }
 
-/* The next piece of text the client may have: all that is ready, or with tools only what cannot
- * belong to a call (tool_parse.h). */
-static const char *take_text(Stream *s, Choice *c, size_t *len) {
-    if (!s->set.tools) return text_stream_take(&c->ts, len);
-    size_t safe = choice_tool_streamable(&s->set, c);
-    *len = safe > c->ts.emitted ? safe - c->ts.emitted : 0;
-    const char *piece = c->ts.text ? c->ts.text + c->ts.emitted : "";
-    c->ts.emitted += *len;
-    return piece;
-}
-
 /* The next text chunk of the current choice, or false when the choice has no more text. */
-static bool next_text_event(Stream *s) {
-    Choice *c = &s->set.c[s->cur];
-    while (s->phase == PHASE_TEXT) {
+static bool next_text_event(HttpStream *s, CompletionStream *d) {
+    Choice *c = &s->set.c[d->cur];
+    while (d->phase == PHASE_TEXT) {
         choice_advance(s->ctx, &s->req, c, true);
-        if (choice_done(c)) s->phase = s->set.tools ? PHASE_TOOLS : PHASE_FINISH;
+        if (choice_done(c)) d->phase = s->set.tools ? PHASE_TOOLS : PHASE_FINISH;
         size_t len;
-        const char *piece = take_text(s, c, &len);
+        const char *piece = choice_take_text(&s->set, c, &len);
         bool lp_due = s->req.logprobs >= 0 && api_logprobs_pending(c->progress.n_tokens, c->ts.emitted, &c->lp);
         if (len || lp_due) {
             ApiChoice ch = {.index = c->index, .text = piece, .len = len, .logprobs = choice_logprobs(s->ctx, &s->req, c, c->ts.emitted)};
-            return set_event(s, api_response_chunk(&s->head, false, &ch)), true;
+            return set_event(s, api_response_chunk(&d->head, false, &ch)), true;
         }
     }
     return false;
@@ -152,53 +137,56 @@ static bool next_text_event(Stream *s) {
 
 /* With tools, once the choice is done: the content not yet sent and the calls, in one chunk. The
  * content streamed so far is a prefix of the parsed content (tool_parse.h). */
-static bool tools_event(Stream *s) {
-    Choice *c = &s->set.c[s->cur];
-    s->phase = PHASE_FINISH;
+static bool tools_event(HttpStream *s, CompletionStream *d) {
+    Choice *c = &s->set.c[d->cur];
+    d->phase = PHASE_FINISH;
     const ToolParse *tp = choice_tool_parse(&s->set, c);
     if (!tp) return false;
     size_t sent = c->ts.emitted < tp->content_len ? c->ts.emitted : tp->content_len;
     size_t rest = tp->content ? tp->content_len - sent : 0;
     if (!rest && !tp->calls) return false;
     ApiChoice ch = {.index = c->index, .text = rest ? tp->content + sent : NULL, .len = rest, .tool_calls = tp->calls};
-    return set_event(s, api_response_chunk(&s->head, false, &ch)), true;
+    return set_event(s, api_response_chunk(&d->head, false, &ch)), true;
 }
 
-/* Produces the next SSE event into s->box; false when the stream is over. */
-static bool next_event(Stream *s) {
-    Choice *c = s->cur < s->set.n ? &s->set.c[s->cur] : NULL;
-    switch (s->phase) {
+/* The stream's event writer (HttpStreamNext): the next SSE event into s->box; false when the
+ * stream is over. */
+static bool next_event(HttpStream *s) {
+    CompletionStream *d = s->dialect;
+    Choice *c = d->cur < s->set.n ? &s->set.c[d->cur] : NULL;
+    switch (d->phase) {
     case PHASE_ROLE:
-        s->phase = PHASE_TEXT;
-        if (s->head.kind == API_CHAT) {
+        d->phase = PHASE_TEXT;
+        if (d->head.kind == API_CHAT) {
             ApiChoice ch = {.index = c->index, .text = ""};
-            return set_event(s, api_response_chunk(&s->head, true, &ch)), true;
+            return set_event(s, api_response_chunk(&d->head, true, &ch)), true;
         }
         /* completions have no role chunk */
         /* fall through */
     case PHASE_TEXT:
-        if (next_text_event(s)) return true;
+        if (next_text_event(s, d)) return true;
         /* fall through */
     case PHASE_TOOLS:
-        if (tools_event(s)) return true; /* nothing to send without tools */
+        if (tools_event(s, d)) return true; /* nothing to send without tools */
         /* fall through */
     case PHASE_FINISH: {
-        s->phase = ++s->cur < s->set.n ? PHASE_ROLE : PHASE_USAGE;
+        d->phase = ++d->cur < s->set.n ? PHASE_ROLE : PHASE_USAGE;
         char error[sizeof c->r->error];
         int status = 500;
         if (choice_failed(c, error, sizeof error, &status)) return set_event(s, error_event(status, error)), true;
         ApiChoice ch = {.index = c->index, .text = "", .finish_reason = choice_finish_reason(c)};
-        return set_event(s, api_response_chunk(&s->head, false, &ch)), true;
+        return set_event(s, api_response_chunk(&d->head, false, &ch)), true;
     }
     case PHASE_USAGE:
-        s->phase = PHASE_DONE;
+        d->phase = PHASE_DONE;
         if (s->req.include_usage) {
             ApiUsage u = choices_usage(&s->set);
-            return set_event(s, api_response_usage_chunk(&s->head, &u)), true;
+            return set_event(s, api_response_usage_chunk(&d->head, &u)), true;
         }
         /* fall through */
     case PHASE_DONE:
-        s->phase = PHASE_END;
+        d->phase = PHASE_END;
+        s->complete = true; /* every choice has had its finish: the answer counts as given */
         sse_outbox_clear(&s->box);
         if (!sse_outbox_append(&s->box, strdup("data: [DONE]\n\n"))) s->failed = true;
         return true;
@@ -207,85 +195,14 @@ static bool next_event(Stream *s) {
     return false;
 }
 
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
-    Stream *s = cls;
-    while (sse_outbox_drained(&s->box)) {
-        if (!next_event(s)) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (s->failed) return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-    return (ssize_t)sse_outbox_drain(&s->box, buf, max);
-}
-
-static void stream_free(void *cls) {
-    Stream *s = cls;
-    bool complete = s->phase == PHASE_END;
-    /* The client went away mid-stream: stop generating and give the blocks back. */
-    if (!complete) LOG_INFO("http", "req %llu: client disconnected mid-stream; cancelling", (unsigned long long)s->set.c[0].r->id);
-    choices_record_metrics(s->ctx, s->endpoint, &s->set, complete ? 200 : 499, complete);
-    choices_free(s->ctx, &s->set, !complete);
-    api_request_free(&s->req);
-    sse_outbox_clear(&s->box);
-    free(s);
-}
-
 static enum MHD_Result answer_stream(const HttpGenerateContext *ctx, struct MHD_Connection *conn, ApiRequest *a, ChoiceSet *set,
                                      const ApiResponseHead *head, const char *endpoint) {
-    Stream *s = calloc(1, sizeof *s);
-    if (!s) return MHD_NO;
-    s->ctx = ctx;
-    s->req = *a; /* the stream owns the parsed request and the choices from here on */
-    memset(a, 0, sizeof *a);
-    s->set = *set;
-    memset(set, 0, sizeof *set);
-    s->head = *head;
-    snprintf(s->id, sizeof s->id, "%s", head->id);
-    s->head.id = s->id;
-    s->endpoint = endpoint;
-    return http_queue_event_stream(conn, stream_read, s, stream_free);
-}
-
-void sse_outbox_clear(SseOutbox *b) {
-    free(b->out);
-    *b = (SseOutbox){0};
-}
-
-bool sse_outbox_append(SseOutbox *b, char *text) {
-    if (!text) return false;
-    size_t n = strlen(text);
-    char *grown = realloc(b->out, b->len + n + 1);
-    if (!grown) {
-        free(text);
-        return false;
-    }
-    memcpy(grown + b->len, text, n + 1);
-    b->out = grown;
-    b->len += n;
-    free(text);
-    return true;
-}
-
-bool sse_outbox_drained(const SseOutbox *b) { return b->off == b->len; }
-
-size_t sse_outbox_drain(SseOutbox *b, char *buf, size_t max) {
-    size_t n = b->len - b->off < max ? b->len - b->off : max;
-    if (n) memcpy(buf, b->out + b->off, n);
-    b->off += n;
-    return n;
-}
-
-enum MHD_Result http_queue_event_stream(struct MHD_Connection *conn, MHD_ContentReaderCallback read, void *cls,
-                                        MHD_ContentReaderFreeCallback release) {
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, read, cls, release);
-    if (!resp) {
-        release(cls);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    enum MHD_Result rc = MHD_queue_response(conn, 200, resp);
-    MHD_destroy_response(resp);
-    return rc;
+    CompletionStream *d = calloc(1, sizeof *d);
+    if (!d) return MHD_NO;
+    d->head = *head;
+    snprintf(d->id, sizeof d->id, "%s", head->id);
+    d->head.id = d->id;
+    return http_stream_start(ctx, conn, a, set, endpoint, "client disconnected mid-stream", next_event, d);
 }
 
 /* ---- the endpoint ---- */

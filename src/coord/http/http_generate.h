@@ -56,25 +56,6 @@ enum MHD_Result http_generate(const HttpGenerateContext *ctx, struct MHD_Connect
 int http_generate_admit(const HttpGenerateContext *ctx, struct MHD_Connection *conn, const AuthKey *key, ApiRequest *a, ApiError *e);
 /* Whether the client of a whole (non-streamed) answer has closed its socket meanwhile. */
 bool http_generate_client_gone(struct MHD_Connection *conn);
-/* The bytes of a server-sent-event answer not yet handed to the HTTP library: every dialect's
- * stream fills one and drains it from its content reader. An empty outbox holds no memory. */
-typedef struct {
-    char *out;
-    size_t len, off;
-} SseOutbox;
-/* Frees what the outbox holds and leaves it empty. */
-void sse_outbox_clear(SseOutbox *b);
-/* Appends `text` and takes it over (freed here). NULL (out of memory) or a failed append -> false,
- * the outbox unchanged. */
-bool sse_outbox_append(SseOutbox *b, char *text);
-/* Whether every byte appended has been drained. */
-bool sse_outbox_drained(const SseOutbox *b);
-/* Copies up to `max` pending bytes into `buf`; the count copied. */
-size_t sse_outbox_drain(SseOutbox *b, char *buf, size_t max);
-/* Queues a 200 text/event-stream answer whose body `read` produces; `release` frees `cls` when the
- * answer is over (or at once, when the response cannot be made). Shared by every dialect's stream. */
-enum MHD_Result http_queue_event_stream(struct MHD_Connection *conn, MHD_ContentReaderCallback read, void *cls,
-                                        MHD_ContentReaderFreeCallback release);
 /* The most tokens one request (prompt + max_tokens) may reach: the model's context, or the smallest
  * instance's KV pool when that holds less (the context until the instances are up). */
 int http_generate_max_model_len(const HttpGenerateContext *ctx);

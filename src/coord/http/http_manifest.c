@@ -25,6 +25,9 @@ static int parse_min_count(struct MHD_Connection *conn, long long *min_count, Ap
 static int resolve_tenant(struct MHD_Connection *conn, const AuthKey *key, const char **tenant, ApiError *e) {
     const char *asked = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "tenant");
     *tenant = asked;
+    /* A name no request could carry (invalid UTF-8, control characters, over-long) is a 400, as in a
+     * body or header, not an empty 200 that reads as "nothing cached". */
+    if (asked && api_request_check_label("tenant", "the query parameter tenant", asked, strlen(asked), e)) return -1;
     if (!key) return 0;
     *tenant = auth_key_tenant(key);
     if (asked && strcmp(asked, *tenant) != 0)

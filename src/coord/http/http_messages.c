@@ -12,6 +12,7 @@
 #include "coord/explicit_caches.h"
 #include "coord/http/http_choices.h"
 #include "coord/http/http_internal.h"
+#include "coord/http/http_stream.h"
 #include "coord/text_stream.h"
 
 /* Seconds a stream may stay silent (a long prefill) before a ping keeps proxies from closing it. */
@@ -111,156 +112,118 @@ static enum MHD_Result answer_whole(const HttpGenerateContext *ctx, struct MHD_C
 
 typedef enum { PHASE_START, PHASE_TEXT, PHASE_BLOCKS, PHASE_END_MESSAGE, PHASE_END } StreamPhase;
 
+/* The Messages dialect's part of an HttpStream (http_stream.h). */
 typedef struct {
-    const HttpGenerateContext *ctx;
-    ApiRequest req;
-    ChoiceSet set;
     char id[40], model[API_MAX_LABEL_BYTES + 1];
     StreamPhase phase;
     bool text_open;   /* content block 0 (text) is started and not stopped */
     int next_block;   /* the index the next content block gets */
-    bool failed;
     double last_sent_s; /* when the last events went out (braid_now_seconds) */
-    SseOutbox box;    /* the events being written */
-} Stream;
+} MessagesStream;
 
 /* Appends an event (taken over; NULL = out of memory, which ends the stream). */
-static void emit(Stream *s, char *ev) {
+static void emit(HttpStream *s, char *ev) {
     if (!sse_outbox_append(&s->box, ev)) s->failed = true;
 }
 
-static void emit_text(Stream *s, const char *text, size_t len) {
+static void emit_text(HttpStream *s, MessagesStream *d, const char *text, size_t len) {
     if (!len) return;
-    if (!s->text_open) {
-        emit(s, anthropic_event_text_start(s->next_block));
-        s->text_open = true;
+    if (!d->text_open) {
+        emit(s, anthropic_event_text_start(d->next_block));
+        d->text_open = true;
     }
-    emit(s, anthropic_event_text_delta(s->next_block, text, len));
+    emit(s, anthropic_event_text_delta(d->next_block, text, len));
 }
 
-static void close_text(Stream *s) {
-    if (!s->text_open) return;
-    emit(s, anthropic_event_block_stop(s->next_block++));
-    s->text_open = false;
-}
-
-/* The next text the client may have: all that is ready, or with tools only what cannot belong to a
- * call (tool_parse.h). */
-static const char *take_text(Stream *s, Choice *c, size_t *len) {
-    if (!s->set.tools) return text_stream_take(&c->ts, len);
-    size_t safe = choice_tool_streamable(&s->set, c);
-    *len = safe > c->ts.emitted ? safe - c->ts.emitted : 0;
-    const char *piece = c->ts.text ? c->ts.text + c->ts.emitted : "";
-    c->ts.emitted += *len;
-    return piece;
+static void close_text(HttpStream *s, MessagesStream *d) {
+    if (!d->text_open) return;
+    emit(s, anthropic_event_block_stop(d->next_block++));
+    d->text_open = false;
 }
 
 /* Text deltas until the choice is done; a ping when nothing was sent for PING_INTERVAL_S. */
-static void text_events(Stream *s) {
+static void text_events(HttpStream *s, MessagesStream *d) {
     Choice *c = &s->set.c[0];
     while (s->box.len == 0) {
         choice_advance(s->ctx, &s->req, c, true);
         bool done = choice_done(c);
         size_t len;
-        const char *piece = take_text(s, c, &len);
-        emit_text(s, piece, len);
+        const char *piece = choice_take_text(&s->set, c, &len);
+        emit_text(s, d, piece, len);
         if (done) {
-            s->phase = PHASE_BLOCKS;
+            d->phase = PHASE_BLOCKS;
             return;
         }
-        if (s->box.len == 0 && braid_now_seconds() - s->last_sent_s >= PING_INTERVAL_S) emit(s, anthropic_event_ping());
+        if (s->box.len == 0 && braid_now_seconds() - d->last_sent_s >= PING_INTERVAL_S) emit(s, anthropic_event_ping());
     }
 }
 
 /* Once the choice is done: the text not yet sent, then each tool call as a tool_use block. */
-static void block_events(Stream *s) {
+static void block_events(HttpStream *s, MessagesStream *d) {
     Choice *c = &s->set.c[0];
-    s->phase = PHASE_END_MESSAGE;
+    d->phase = PHASE_END_MESSAGE;
     char error[sizeof c->r->error];
     int status = 500;
     if (choice_failed(c, error, sizeof error, &status)) {
         ApiError e;
         api_error_set(&e, status, NULL, NULL, "generation failed: %s", error);
         emit(s, anthropic_event_error(&e));
-        s->phase = PHASE_END;
+        d->phase = PHASE_END;
         return;
     }
     const ToolParse *tp = choice_tool_parse(&s->set, c);
     if (tp && tp->content) {
         size_t sent = c->ts.emitted < tp->content_len ? c->ts.emitted : tp->content_len;
-        emit_text(s, tp->content + sent, tp->content_len - sent);
+        emit_text(s, d, tp->content + sent, tp->content_len - sent);
     }
     size_t calls = tp ? json_array_size(tp->calls) : 0;
-    if (!s->text_open && s->next_block == 0 && calls == 0) emit(s, anthropic_event_text_start(s->next_block)), s->text_open = true;
-    close_text(s);
+    if (!d->text_open && d->next_block == 0 && calls == 0) emit(s, anthropic_event_text_start(d->next_block)), d->text_open = true;
+    close_text(s, d);
     for (size_t i = 0; i < calls; i++) {
         const json_t *call = json_array_get(tp->calls, i);
-        emit(s, anthropic_event_tool_start(s->next_block, call));
-        emit(s, anthropic_event_input_json_delta(s->next_block, call));
-        emit(s, anthropic_event_block_stop(s->next_block++));
+        emit(s, anthropic_event_tool_start(d->next_block, call));
+        emit(s, anthropic_event_input_json_delta(d->next_block, call));
+        emit(s, anthropic_event_block_stop(d->next_block++));
     }
 }
 
-/* Produces the next events into s->box; false when the stream is over. */
-static bool next_events(Stream *s) {
+/* The stream's event writer (HttpStreamNext): the next events into s->box; false when the stream
+ * is over or an event could not be made. */
+static bool next_events(HttpStream *s) {
+    MessagesStream *d = s->dialect;
     sse_outbox_clear(&s->box);
     while (s->box.len == 0 && !s->failed) {
-        switch (s->phase) {
+        switch (d->phase) {
         case PHASE_START:
-            emit(s, anthropic_event_message_start(s->id, s->model, s->set.c[0].r->n_prompt));
+            emit(s, anthropic_event_message_start(d->id, d->model, s->set.c[0].r->n_prompt));
             emit(s, anthropic_event_ping());
-            s->phase = PHASE_TEXT;
+            d->phase = PHASE_TEXT;
             break;
-        case PHASE_TEXT: text_events(s); break;
-        case PHASE_BLOCKS: block_events(s); break;
+        case PHASE_TEXT: text_events(s, d); break;
+        case PHASE_BLOCKS: block_events(s, d); break;
         case PHASE_END_MESSAGE: {
             Choice *c = &s->set.c[0];
             AnthropicUsage u = usage_of(&s->set);
             emit(s, anthropic_event_message_delta(stop_reason(c), matched_stop(s->ctx, &s->req, c), &u));
             emit(s, anthropic_event_message_stop());
-            s->phase = PHASE_END;
+            d->phase = PHASE_END;
             break;
         }
         case PHASE_END: return false;
         }
     }
-    s->last_sent_s = braid_now_seconds();
+    s->complete = d->phase == PHASE_END && !s->failed; /* the last events made: the answer counts as given */
+    d->last_sent_s = braid_now_seconds();
     return !s->failed;
-}
-
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
-    Stream *s = cls;
-    while (sse_outbox_drained(&s->box)) {
-        bool ended = s->phase == PHASE_END;
-        if (!next_events(s)) return ended || !s->failed ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-    return (ssize_t)sse_outbox_drain(&s->box, buf, max);
-}
-
-static void stream_free(void *cls) {
-    Stream *s = cls;
-    bool complete = s->phase == PHASE_END && !s->failed;
-    if (!complete) LOG_INFO("http", "req %llu: Messages stream ended early; cancelling", (unsigned long long)s->set.c[0].r->id);
-    choices_record_metrics(s->ctx, "messages", &s->set, complete ? 200 : 499, complete);
-    choices_free(s->ctx, &s->set, !complete);
-    api_request_free(&s->req);
-    sse_outbox_clear(&s->box);
-    free(s);
 }
 
 static enum MHD_Result answer_stream(const HttpGenerateContext *ctx, struct MHD_Connection *conn, ApiRequest *a, ChoiceSet *set,
                                      const char *id, const char *model) {
-    Stream *s = calloc(1, sizeof *s);
-    if (!s) return MHD_NO;
-    s->ctx = ctx;
-    s->req = *a; /* the stream owns the parsed request and the choices from here on */
-    memset(a, 0, sizeof *a);
-    s->set = *set;
-    memset(set, 0, sizeof *set);
-    snprintf(s->id, sizeof s->id, "%s", id);
-    snprintf(s->model, sizeof s->model, "%s", model);
-    return http_queue_event_stream(conn, stream_read, s, stream_free);
+    MessagesStream *d = calloc(1, sizeof *d);
+    if (!d) return MHD_NO;
+    snprintf(d->id, sizeof d->id, "%s", id);
+    snprintf(d->model, sizeof d->model, "%s", model);
+    return http_stream_start(ctx, conn, a, set, "messages", "Messages stream ended early", next_events, d);
 }
 
 /* ---- the endpoints ---- */

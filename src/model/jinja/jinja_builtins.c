@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "model/jinja/jinja_internal.h"
+#include "model/unicode.h"
 
 /* ---- argument helpers ---- */
 
@@ -31,6 +32,7 @@ static int need_str(JRender *r, const JArgs *a, const JValue *v, const char *wha
 
 static int str_of(JRender *r, const JValue *v, JValue *out) { return jv_to_string(r, v, out); }
 
+/* The buffer's text as the render's string (the empty string when it holds none); b is freed. */
 static int new_str(JRender *r, JBuf *b, JValue *out, int line) {
     *out = jv_str_from_buf(r, b);
     return out->kind == JV_STR ? 0 : jr_nomem(r, line);
@@ -112,18 +114,6 @@ static uint32_t cp_lower(uint32_t c) {
 
 static bool cp_cased(uint32_t c) { return cp_upper(c) != c || cp_lower(c) != c || c == 0xDF; }
 
-static size_t put_cp(char *o, uint32_t cp) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE_FILTER, CASE_TITLE_METHOD };
 
 static bool title_separator(uint32_t c) {
@@ -156,7 +146,7 @@ static int change_case(JRender *r, const JValue *in, int mode, int line, JValue 
         first = false;
         if (invalid) o[k++] = p[i];
         else if (up && c == 0xDF) { o[k++] = 'S'; o[k++] = 'S'; }
-        else k += put_cp(o + k, up ? cp_upper(c) : cp_lower(c));
+        else k += (size_t)utf8_encode(up ? cp_upper(c) : cp_lower(c), o + k);
         i = next;
     }
     o[k] = '\0';
@@ -190,11 +180,6 @@ static int replace_str(JRender *r, const JValue *s, const JValue *old, const JVa
         done++;
     }
     if (jbuf_put(r, &b, p + i, n - i)) goto fail;
-    if (b.n == 0) {
-        free(b.p);
-        *out = jv_str("", 0);
-        return 0;
-    }
     return new_str(r, &b, out, line);
 fail:
     free(b.p);
@@ -386,11 +371,6 @@ static int f_join(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
             free(b.p);
             return -1;
         }
-    }
-    if (b.n == 0) {
-        free(b.p);
-        *out = jv_str("", 0);
-        return 0;
     }
     return new_str(r, &b, out, a->line);
 }
@@ -629,12 +609,7 @@ static int f_escape(JRender *r, const JValue *self, const JArgs *a, JValue *out)
         if (e) run = i + 1;
     }
     if (jbuf_put(r, &b, s.u.s.p + run, s.u.s.n - run)) goto fail;
-    if (b.n == 0) {
-        free(b.p);
-        *out = jv_str("", 0);
-    } else if (new_str(r, &b, out, a->line)) {
-        return -1;
-    }
+    if (new_str(r, &b, out, a->line)) return -1;
     out->flags |= JF_SAFE;
     return 0;
 fail:
@@ -694,11 +669,6 @@ static int f_reverse(JRender *r, const JValue *self, const JArgs *a, JValue *out
             }
         (void)none;
         (void)step;
-        if (b.n == 0) {
-            free(b.p);
-            *out = jv_str("", 0);
-            return 0;
-        }
         return new_str(r, &b, out, a->line);
     }
     JList *items;
@@ -811,11 +781,6 @@ static int f_indent(JRender *r, const JValue *self, const JArgs *a, JValue *out)
         first_line = false;
         if (!nl) break;
         i = end + 1;
-    }
-    if (b.n == 0) {
-        free(b.p);
-        *out = jv_str("", 0);
-        return 0;
     }
     return new_str(r, &b, out, a->line);
 }
@@ -1167,11 +1132,6 @@ static int m_join(JRender *r, const JValue *self, const JArgs *a, JValue *out) {
             return -1;
         }
     }
-    if (b.n == 0) {
-        free(b.p);
-        *out = jv_str("", 0);
-        return 0;
-    }
     return new_str(r, &b, out, a->line);
 }
 
@@ -1223,11 +1183,6 @@ static int m_format(JRender *r, const JValue *self, const JArgs *a, JValue *out)
         }
         if ((conv == 'r' ? jv_append_repr(r, &b, v, 0) : jv_append_str(r, &b, v, 0))) goto fail;
         i = fe;
-    }
-    if (b.n == 0) {
-        free(b.p);
-        *out = jv_str("", 0);
-        return 0;
     }
     return new_str(r, &b, out, a->line);
 fail:
@@ -1338,11 +1293,6 @@ int jinja_percent_format(JRender *r, const JValue *fmt, const JValue *args, int 
     if (used < n_vals && !(args->kind == JV_DICT)) {
         jr_fail(r, JINJA_ERR_RENDER, line, "not all arguments converted during string formatting");
         goto fail;
-    }
-    if (b.n == 0) {
-        free(b.p);
-        *out = jv_str("", 0);
-        return 0;
     }
     return new_str(r, &b, out, line);
 fail:

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model/jinja/jinja_internal.h"
+#include "model/unicode.h"
 
 static int lex_fail(JinjaError *err, JinjaStatus st, int line, const char *fmt, const char *arg) {
     err->status = st;
@@ -37,18 +38,6 @@ static int count_newlines(const char *s, size_t from, size_t to) {
     int n = 0;
     for (size_t i = from; i < to; i++) n += s[i] == '\n';
     return n;
-}
-
-static size_t put_utf8(char *o, uint32_t cp) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | (cp >> 6)); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12)); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18)); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
 }
 
 static int hex_value(char c) {
@@ -96,7 +85,7 @@ static int lex_string(JArena *a, const char *s, size_t n, size_t *pos, int *line
             }
             if (cp > 0x10FFFF) return lex_fail(err, JINJA_ERR_SYNTAX, *line, "%s", "escape beyond U+10FFFF in a string literal");
             i += (size_t)digits;
-            k += put_utf8(o + k, cp); /* at most digits+2 bytes of input, at most 4 of output */
+            k += (size_t)utf8_encode(cp, o + k); /* at most digits+2 bytes of input, at most 4 of output */
             break;
         }
         case 'N': return lex_fail(err, JINJA_ERR_UNSUPPORTED, *line, "%s", "\\N{...} escapes are not supported");
@@ -104,7 +93,7 @@ static int lex_string(JArena *a, const char *s, size_t n, size_t *pos, int *line
             if (e >= '0' && e <= '7') {
                 uint32_t cp = (uint32_t)(e - '0');
                 for (int d = 0; d < 2 && i < end && s[i] >= '0' && s[i] <= '7'; d++) cp = cp * 8 + (uint32_t)(s[i++] - '0');
-                k += put_utf8(o + k, cp);
+                k += (size_t)utf8_encode(cp, o + k);
             } else {
                 o[k++] = '\\';
                 i--; /* keep the character after the backslash as it is */

@@ -429,18 +429,31 @@ static JNode *parse_pow(Parser *p) {
     return n;
 }
 
-static JNode *parse_math2(Parser *p) {
-    JNode *n = parse_pow(p);
+static bool op_among(JOp op, const JOp *ops, size_t n_ops) {
+    for (size_t i = 0; i < n_ops; i++)
+        if (ops[i] == op) return true;
+    return false;
+}
+
+/* A left-associative chain of the binary operators in `ops` (`a * b / c`) over operands parsed by
+ * `operand`; each link counts against the nesting depth until the chain is done. */
+static JNode *parse_op_chain(Parser *p, const JOp *ops, size_t n_ops, JNode *(*operand)(Parser *)) {
+    JNode *n = operand(p);
     int links = 0;
     for (;;) {
         const JToken *t = peek(p);
-        if (!n || t->kind != JT_OP || (t->op != JOP_MUL && t->op != JOP_DIV && t->op != JOP_FLOORDIV && t->op != JOP_MOD)) break;
+        if (!n || t->kind != JT_OP || !op_among(t->op, ops, n_ops)) break;
         next(p);
         if (!chain_link(p, &links, t->line)) return NULL;
-        n = binop(p, t->op, n, parse_pow(p), t->line);
+        n = binop(p, t->op, n, operand(p), t->line);
     }
     p->depth -= links;
     return n;
+}
+
+static JNode *parse_math2(Parser *p) {
+    static const JOp ops[] = {JOP_MUL, JOP_DIV, JOP_FLOORDIV, JOP_MOD};
+    return parse_op_chain(p, ops, sizeof ops / sizeof ops[0], parse_pow);
 }
 
 static JNode *parse_concat(Parser *p) {
@@ -456,17 +469,8 @@ static JNode *parse_concat(Parser *p) {
 }
 
 static JNode *parse_math1(Parser *p) {
-    JNode *n = parse_concat(p);
-    int links = 0;
-    for (;;) {
-        const JToken *t = peek(p);
-        if (!n || t->kind != JT_OP || (t->op != JOP_ADD && t->op != JOP_SUB)) break;
-        next(p);
-        if (!chain_link(p, &links, t->line)) return NULL;
-        n = binop(p, t->op, n, parse_concat(p), t->line);
-    }
-    p->depth -= links;
-    return n;
+    static const JOp ops[] = {JOP_ADD, JOP_SUB};
+    return parse_op_chain(p, ops, sizeof ops / sizeof ops[0], parse_concat);
 }
 
 static JNode *parse_compare(Parser *p) {
@@ -526,37 +530,27 @@ static JNode *parse_not(Parser *p) {
     return parse_compare(p);
 }
 
-static JNode *parse_and(Parser *p) {
-    JNode *n = parse_not(p);
+/* A left-associative chain of one boolean operator (`a and b and c`) over operands parsed by
+ * `operand`; each link counts against the nesting depth until the chain is done. */
+static JNode *parse_bool_chain(Parser *p, const char *word, JNodeKind kind, JNode *(*operand)(Parser *)) {
+    JNode *n = operand(p);
     int links = 0;
-    while (n && is_name(peek(p), "and")) {
+    while (n && is_name(peek(p), word)) {
         int line = next(p)->line;
         if (!chain_link(p, &links, line)) return NULL;
-        JNode *m = node(p, JN_AND, line);
+        JNode *m = node(p, kind, line);
         if (!m) return NULL;
         m->a = n;
-        if (!(m->b = parse_not(p))) return NULL;
+        if (!(m->b = operand(p))) return NULL;
         n = m;
     }
     p->depth -= links;
     return n;
 }
 
-static JNode *parse_or(Parser *p) {
-    JNode *n = parse_and(p);
-    int links = 0;
-    while (n && is_name(peek(p), "or")) {
-        int line = next(p)->line;
-        if (!chain_link(p, &links, line)) return NULL;
-        JNode *m = node(p, JN_OR, line);
-        if (!m) return NULL;
-        m->a = n;
-        if (!(m->b = parse_and(p))) return NULL;
-        n = m;
-    }
-    p->depth -= links;
-    return n;
-}
+static JNode *parse_and(Parser *p) { return parse_bool_chain(p, "and", JN_AND, parse_not); }
+
+static JNode *parse_or(Parser *p) { return parse_bool_chain(p, "or", JN_OR, parse_and); }
 
 static JNode *parse_expression(Parser *p) {
     if (!enter(p, peek(p)->line)) return NULL;
