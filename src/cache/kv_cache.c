@@ -1345,27 +1345,14 @@ int kv_internal_load_path(KvCache *c, RadixNode **end, int max_load) {
     return blocks;
 }
 
-/* Read-only twin of kv_cache_match's walk: whole blocks only, stopping where the tree stops
- * continuing the tokens or at a node the caller may not read (kv_internal_visible). Children never
- * share a first block, so the first block picks the child. */
+static bool peek_visible(const void *id, const RadixNode *child) { return kv_internal_visible(child, id); }
+
+/* Read-only twin of kv_cache_match's walk (radix_peek): whole blocks only, stopping at a node the
+ * caller may not read (kv_internal_visible). The namespace's root is looked up, never created. */
 int kv_cache_peek_prefix(const KvCache *c, const CacheIdentity *id, const int32_t *tokens, int n_tokens) {
-    int bs = c->block_size, limit = n_tokens > 0 ? (n_tokens - 1) / bs : 0, matched = 0;
-    size_t block_bytes = (size_t)bs * sizeof *tokens;
+    int limit = n_tokens > 0 ? (n_tokens - 1) / c->block_size : 0;
     uint64_t ns = namespace_of(id);
-    const RadixNode *n = NULL;
-    for (int i = 0; i < c->tree.n_roots && !n; i++)
-        if (c->tree.roots[i].ns == ns) n = c->tree.roots[i].root;
-    while (n && matched < limit) {
-        const int32_t *at = tokens + (size_t)matched * bs;
-        const RadixNode *next = NULL;
-        for (int k = 0; k < n->n_children && !next; k++)
-            if (memcmp(n->children[k]->tokens, at, block_bytes) == 0) next = n->children[k];
-        if (!next || !kv_internal_visible(next, id)) break;
-        int b = 1;
-        while (b < next->n_blocks && matched + b < limit && memcmp(next->tokens + (size_t)b * bs, at + (size_t)b * bs, block_bytes) == 0) b++;
-        matched += b;
-        if (b < next->n_blocks) break;
-        n = next;
-    }
-    return matched;
+    for (int i = 0; i < c->tree.n_roots; i++)
+        if (c->tree.roots[i].ns == ns) return radix_peek(c->tree.roots[i].root, c->block_size, tokens, limit, peek_visible, id);
+    return 0;
 }

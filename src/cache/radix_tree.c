@@ -169,6 +169,31 @@ int radix_walk_while(RadixTree *t, RadixNode *root, const int32_t *tokens, int m
     return pos;
 }
 
+int radix_peek(const RadixNode *root, int bs, const int32_t *tokens, int max_blocks,
+               bool (*enter)(const void *ctx, const RadixNode *child), const void *ctx) {
+    int pos = 0;
+    const RadixNode *node = root;
+    while (node && pos < max_blocks) {
+        const RadixNode *child = find_child(node, tokens + (size_t)pos * bs, bs);
+        if (!child || (enter && !enter(ctx, child))) break;
+        int k = 1;
+        while (k < child->n_blocks && pos + k < max_blocks && blocks_equal(child->tokens + (size_t)k * bs, tokens + (size_t)(pos + k) * bs, bs))
+            k++;
+        pos += k;
+        if (k < child->n_blocks) break;
+        node = child;
+    }
+    return pos;
+}
+
+int radix_shared_blocks(const int32_t *a, int n_a, const int32_t *b, int n_b, int block_size) {
+    if (block_size <= 0) return 0;
+    int n = n_a < n_b ? n_a : n_b, blocks = 0;
+    while ((blocks + 1) * block_size <= n && blocks_equal(a + (size_t)blocks * block_size, b + (size_t)blocks * block_size, block_size))
+        blocks++;
+    return blocks;
+}
+
 RadixNode *radix_add_leaf(RadixTree *t, RadixNode *parent, const int32_t *tokens, int n_blocks) {
     RadixNode *leaf = node_new(parent->ns, n_blocks, t->block_size);
     if (!leaf) return NULL;

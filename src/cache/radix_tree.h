@@ -76,6 +76,13 @@ int radix_walk(RadixTree *tree, RadixNode *root, const int32_t *tokens, int max_
  * blocks matched before it), without splitting it. */
 int radix_walk_while(RadixTree *tree, RadixNode *root, const int32_t *tokens, int max_blocks, RadixNode **end,
                      bool (*enter)(void *ctx, const RadixNode *child, int pos), void (*step)(void *ctx, RadixNode *node), void *ctx);
+/* Read-only radix_walk: the whole blocks of tokens (at most max_blocks) the tree continues from
+ * root, stopping before a child enter(ctx, child) refuses (NULL: none refused); splits nothing. */
+int radix_peek(const RadixNode *root, int block_size, const int32_t *tokens, int max_blocks,
+               bool (*enter)(const void *ctx, const RadixNode *child), const void *ctx);
+/* Whole blocks at the head of token runs a[0, n_a) and b[0, n_b) that hold the same tokens (0 when
+ * block_size <= 0). */
+int radix_shared_blocks(const int32_t *a, int n_a, const int32_t *b, int n_b, int block_size);
 /* A new leaf under parent with n_blocks blocks of tokens; arrays of ids and hashes are allocated,
  * uninitialized, meta zeroed. NULL when out of memory. */
 RadixNode *radix_add_leaf(RadixTree *tree, RadixNode *parent, const int32_t *tokens, int n_blocks);

@@ -4,16 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/radix_tree.h"
 #include "common/grow.h"
-
-int import_followers_shared_blocks(const int32_t *a, int n_a, const int32_t *b, int n_b, int block_size) {
-    if (block_size <= 0) return 0;
-    int n = n_a < n_b ? n_a : n_b, blocks = 0;
-    size_t block_bytes = (size_t)block_size * sizeof *a;
-    while ((blocks + 1) * block_size <= n && memcmp(a + (size_t)blocks * block_size, b + (size_t)blocks * block_size, block_bytes) == 0)
-        blocks++;
-    return blocks;
-}
 
 /* NULL and "" both name no tenant / adapter. */
 static bool same_name(const char *a, const char *b) { return strcmp(a ? a : "", b ? b : "") == 0; }
@@ -22,7 +14,7 @@ int import_followers_gain(const SchedRequest *r, const ImportCandidate *import, 
     const SchedRequest *q = import->req;
     if (block_size <= 0 || !q || !same_name(r->tenant, q->tenant) || !same_name(r->adapter, q->adapter)) return 0;
     int limit = r->n_prompt > 0 ? (r->n_prompt - 1) / block_size : 0; /* a match never covers the whole prompt */
-    int gain = import_followers_shared_blocks(r->tokens, r->n_prompt, q->tokens, q->n_prompt, block_size);
+    int gain = radix_shared_blocks(r->tokens, r->n_prompt, q->tokens, q->n_prompt, block_size);
     if (gain > import->asked_blocks) gain = import->asked_blocks;
     return gain < limit ? gain : limit;
 }

@@ -59,8 +59,6 @@ typedef struct {
     uint64_t total;        /* followers ever added (the move_followers counter) */
 } ImportFollowers;
 
-/* Whole blocks at the head of prompts a[0, n_a) and b[0, n_b) that hold the same tokens. */
-int import_followers_shared_blocks(const int32_t *a, int n_a, const int32_t *b, int n_b, int block_size);
 /* gain(r, import) of the rule above (0 when the namespaces differ). */
 int import_followers_gain(const SchedRequest *r, const ImportCandidate *import, int block_size);
 /* The index in imports[0, n) that r should follow, or -1 when none gains more than `local`

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/radix_tree.h"
 #include "common/grow.h"
 #include "grammar/grammar.h"
 #include "worker/sched_directives.h"
@@ -618,13 +619,6 @@ static int plan_prefill_fair(Scheduler *s, StepPlan *p, SchedRequest *r, int *bu
     return 0;
 }
 
-/* Whole blocks at the head of a[0, n_a) and b[0, n_b) that hold the same tokens. */
-static int shared_blocks(const int32_t *a, int n_a, const int32_t *b, int n_b, int bs) {
-    int n = n_a < n_b ? n_a : n_b, blocks = 0;
-    while ((blocks + 1) * bs <= n && memcmp(a + (size_t)blocks * bs, b + (size_t)blocks * bs, (size_t)bs * sizeof *a) == 0) blocks++;
-    return blocks;
-}
-
 /* Whether r would read q's committed blocks: the same cache namespace and adapter. */
 static bool same_cache_view(const SchedRequest *r, const SchedRequest *q) {
     return r->identity.tenant == q->identity.tenant && r->identity.adapter == q->identity.adapter && r->lora_id == q->lora_id &&
@@ -648,7 +642,7 @@ static bool wait_for_shared_prefill(Scheduler *s, const StepPlan *p, const Sched
         if (q->n_computed >= q->n_tokens - 1 || !same_cache_view(r, q)) continue; /* q's prefill is over */
         int prompt_blocks = q->n_prompt / bs; /* what its prefill commits */
         if (q->approx_from >= 0 && q->approx_from / bs < prompt_blocks) prompt_blocks = q->approx_from / bs; /* exact blocks only */
-        int shared = shared_blocks(r->tokens, limit * bs, q->tokens, prompt_blocks * bs, bs);
+        int shared = radix_shared_blocks(r->tokens, limit * bs, q->tokens, prompt_blocks * bs, bs);
         if (shared <= q->n_computed / bs) continue; /* q committed them already */
         if (local < 0) local = kv_cache_peek_prefix(&s->cache, &r->identity, r->tokens, r->n_tokens);
         if (shared <= local) continue;

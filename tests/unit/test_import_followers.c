@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "cache/radix_tree.h"
 #include "worker/import_followers.h"
 
 #define BS 4
@@ -32,12 +33,12 @@ static void test_shared_blocks(void **state) {
     (void)state;
     int32_t a[40], b[40];
     SchedRequest ra = prompt(a, 40, 40, 0, NULL), rb = prompt(b, 40, 22, 5000, NULL);
-    assert_int_equal(import_followers_shared_blocks(ra.tokens, 40, rb.tokens, 40, BS), 5); /* 22 tokens: 5 whole blocks */
-    assert_int_equal(import_followers_shared_blocks(ra.tokens, 40, ra.tokens, 40, BS), 10);
-    assert_int_equal(import_followers_shared_blocks(ra.tokens, 40, ra.tokens, 11, BS), 2); /* the shorter one bounds it */
+    assert_int_equal(radix_shared_blocks(ra.tokens, 40, rb.tokens, 40, BS), 5); /* 22 tokens: 5 whole blocks */
+    assert_int_equal(radix_shared_blocks(ra.tokens, 40, ra.tokens, 40, BS), 10);
+    assert_int_equal(radix_shared_blocks(ra.tokens, 40, ra.tokens, 11, BS), 2); /* the shorter one bounds it */
     b[0] = 7;                                                                               /* differs in the first block */
-    assert_int_equal(import_followers_shared_blocks(ra.tokens, 40, rb.tokens, 40, BS), 0);
-    assert_int_equal(import_followers_shared_blocks(ra.tokens, 40, ra.tokens, 40, 0), 0);
+    assert_int_equal(radix_shared_blocks(ra.tokens, 40, rb.tokens, 40, BS), 0);
+    assert_int_equal(radix_shared_blocks(ra.tokens, 40, ra.tokens, 40, 0), 0);
 }
 
 static void test_gain_caps(void **state) {
